@@ -1,0 +1,230 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/wasmbuild"
+)
+
+var loader *host.Loader
+
+func TestMain(m *testing.M) {
+	var err error
+	loader, err = host.NewLoader(host.LoaderOptions{Limits: host.Limits{ManifestTimeout: 2 * time.Second}})
+	if err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	_ = loader.Close(context.Background())
+	wasmbuild.Cleanup()
+	os.Exit(code)
+}
+
+func declared(t *testing.T, variant string) string {
+	return wasmbuild.Build(t, "./host/testdata/plugins/declared", "variant="+variant)
+}
+
+// setOf loads the given variants of the declared test module into one
+// plugins directory and returns their declarations.
+func setOf(t *testing.T, variants ...string) []host.Declared {
+	t.Helper()
+	dir := t.TempDir()
+	for _, v := range variants {
+		wasmbuild.Copy(t, declared(t, v), dir, v+".wasm")
+	}
+	mods, errs := loader.LoadDir(context.Background(), dir)
+	require.Empty(t, errs)
+	var out []host.Declared
+	for _, m := range mods {
+		t.Cleanup(func() { _ = m.Close(context.Background()) })
+		out = append(out, host.Declared{File: m.File, Manifest: m.Manifest})
+	}
+	return out
+}
+
+var inline = host.Broker{Name: "default", Provider: "inline"}
+
+func TestValidateRules(t *testing.T) {
+	tests := []struct {
+		name     string
+		variants []string
+		broker   host.Broker
+		rule     host.Rule
+		count    int // problems of rule expected; 0 means 1
+		// every fragment must appear in some problem of rule
+		want []string
+	}{
+		{name: "event handler lacks its key field", variants: []string{"event_handler_missing_field"},
+			rule: host.RuleFieldExistence,
+			want: []string{"event_handler_missing_field.wasm", "handler notify", "OrderPlaced", "no field client_id"}},
+		{name: "command handler lacks its key field", variants: []string{"command_handler_missing_field"},
+			rule: host.RuleFieldExistence,
+			want: []string{"command_handler_missing_field.wasm", "handler orders", "command PlaceOrder", "no field client_id"}},
+		{name: "process manager event lacks its correlate field", variants: []string{"pm_missing_correlate_field"},
+			rule: host.RuleFieldExistence,
+			want: []string{"pm_missing_correlate_field.wasm", "handler fulfillment", "PaymentRecorded", "no field order_id"}},
+		{name: "two modules partition one category by different keys", variants: []string{"projector", "projector_by_order"},
+			rule: host.RuleOneKey,
+			want: []string{"stream category order", "client_id", "order_id", "by_client", "by_order", "projector.wasm"}},
+		{name: "a process manager's correlate field counts as a key", variants: []string{"payment_by_id", "pm"},
+			rule: host.RuleOneKey,
+			want: []string{"stream category payment", "payment_id", "order_id", "fulfillment", "ledger"}},
+		{name: "an event declaration of a partitioned category lacks the key", variants: []string{"projector", "unpartitioned_without_key"},
+			rule: host.RuleEventKey,
+			want: []string{"unpartitioned_without_key.wasm", "event OrderPlaced", "category order", "without field client_id", "by_client"}},
+		{name: "a broker without partitioning", variants: []string{"projector", "pm"},
+			broker: host.Broker{Name: "default", Provider: "kafka"}, rule: host.RuleBroker, count: 2,
+			want: []string{"broker default", `"kafka"`, "STREAM_PARTITIONING", "projector.wasm", "categories: order", "pm.wasm", "categories: payment, shipping"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := tc.broker
+			if b.Provider == "" {
+				b = inline
+			}
+			_, problems := host.Validate(setOf(t, tc.variants...), b)
+			require.NotEmpty(t, problems)
+			rules := map[host.Rule]int{}
+			for _, p := range problems {
+				rules[p.Rule]++
+			}
+			count := max(tc.count, 1)
+			require.Equal(t, count, rules[tc.rule], "problems: %v", problems)
+			var text []string
+			for _, p := range problems {
+				if p.Rule == tc.rule {
+					text = append(text, p.Error())
+				}
+			}
+			for _, w := range tc.want {
+				require.Contains(t, strings.Join(text, "\n"), w)
+			}
+		})
+	}
+}
+
+func TestValidateAccepts(t *testing.T) {
+	mods := setOf(t, "projector", "pm")
+	for _, b := range []host.Broker{inline, {Name: "default", Provider: "redis"}} {
+		keys, problems := host.Validate(mods, b)
+		require.Empty(t, problems, "broker %s", b.Provider)
+		require.Equal(t, "client_id", keys["order"].Field)
+		require.Equal(t, "order_id", keys["payment"].Field)
+		require.Equal(t, "order_id", keys["shipping"].Field)
+	}
+	// A set with no partitioned handler runs on any broker.
+	_, problems := host.Validate(setOf(t, "unpartitioned_without_key"), host.Broker{Name: "default", Provider: "kafka"})
+	require.Empty(t, problems)
+}
+
+func TestValidateExamples(t *testing.T) {
+	mods, errs := loader.LoadDir(context.Background(), wasmbuild.Examples(t))
+	require.Empty(t, errs)
+	var ds []host.Declared
+	for _, m := range mods {
+		ds = append(ds, host.Declared{File: m.File, Manifest: m.Manifest})
+		defer m.Close(context.Background())
+	}
+	require.Len(t, ds, 5)
+	keys, problems := host.Validate(ds, inline)
+	require.Empty(t, problems)
+	require.Equal(t, host.PartitionKey{Category: "order", Field: "client_id", File: "client_orders.wasm", Handler: "client_orders"}, keys["order"])
+	require.Equal(t, "order_id", keys["payment"].Field)
+	require.Equal(t, "order_id", keys["shipping"].Field)
+	require.Equal(t, "fulfillment", keys["shipping"].Handler)
+}
+
+func TestABIVersionMismatch(t *testing.T) {
+	m, err := loader.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/raw", "variant=abi2"))
+	require.NoError(t, err)
+	defer m.Close(context.Background())
+	_, problems := host.Validate([]host.Declared{{File: "future.wasm", Manifest: m.Manifest}}, inline)
+	require.Len(t, problems, 1)
+	require.Equal(t, host.RuleABIVersion, problems[0].Rule)
+	require.Contains(t, problems[0].Error(), "future.wasm: module future is built for ABI v2; this host speaks ABI v1")
+}
+
+func TestHostileFiles(t *testing.T) {
+	real, err := os.ReadFile(declared(t, "projector"))
+	require.NoError(t, err)
+	random := make([]byte, 4096)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range random {
+		random[i] = byte(r.Uint32())
+	}
+	raw := func(v string) []byte {
+		b, err := os.ReadFile(wasmbuild.Build(t, "./host/testdata/plugins/raw", "variant="+v))
+		require.NoError(t, err)
+		return b
+	}
+	noexport, err := os.ReadFile(wasmbuild.Build(t, "./host/testdata/plugins/noexport"))
+	require.NoError(t, err)
+	tests := []struct {
+		name  string
+		bytes []byte
+		is    error
+		want  string
+	}{
+		{"empty", nil, host.ErrEmptyFile, "empty file"},
+		{"random", random, host.ErrNotWASM, "not a WebAssembly module"},
+		{"truncated", real[:len(real)/2], host.ErrNotWASM, "not a WebAssembly module"},
+		{"header only: a valid empty module", real[:8], host.ErrNoManifest, "does not export protean_manifest"},
+		{"no manifest export", noexport, host.ErrNoManifest, "does not export protean_manifest"},
+		{"malformed manifest", raw("malformed"), abi.ErrManifest, "invalid manifest"},
+		{"oversized manifest", raw("huge"), abi.ErrManifest, "exceeds the 1048576-byte limit"},
+		{"manifest never returns", raw("loop"), host.ErrManifestTimeout, "did not return in time"},
+		{"manifest traps", raw("trap"), nil, "protean_manifest trapped"},
+		{"manifest reports failure", raw("fail"), nil, "refusing on purpose"},
+	}
+	dir := t.TempDir()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			file := strings.ReplaceAll(tc.name, " ", "_") + ".wasm"
+			path := filepath.Join(dir, file)
+			require.NoError(t, os.WriteFile(path, tc.bytes, 0o644))
+			m, err := loader.LoadFile(context.Background(), path)
+			require.Nil(t, m)
+			require.Error(t, err)
+			var le *host.LoadError
+			require.ErrorAs(t, err, &le)
+			require.Equal(t, file, le.File)
+			require.True(t, strings.HasPrefix(err.Error(), file+": "), err.Error())
+			require.Contains(t, err.Error(), tc.want)
+			if tc.is != nil {
+				require.True(t, errors.Is(err, tc.is), "%v is not %v", err, tc.is)
+			}
+		})
+	}
+	// The host is still fine: a good module loads after all of that.
+	m, err := loader.LoadFile(context.Background(), declared(t, "projector"))
+	require.NoError(t, err)
+	require.NoError(t, m.Close(context.Background()))
+}
+
+func TestLoadDirReportsEveryBadFile(t *testing.T) {
+	dir := t.TempDir()
+	wasmbuild.Copy(t, declared(t, "projector"), dir, "good.wasm")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bad.wasm"), []byte("nope"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "README.txt"), []byte("ignored"), 0o644))
+	mods, errs := loader.LoadDir(context.Background(), dir)
+	require.Len(t, mods, 1)
+	require.Len(t, errs, 1)
+	require.Contains(t, errs[0].Error(), "bad.wasm: not a WebAssembly module")
+	require.NoError(t, mods[0].Close(context.Background()))
+
+	_, errs = loader.LoadDir(context.Background(), t.TempDir())
+	require.ErrorContains(t, errs[0], "no *.wasm files")
+	_, errs = loader.LoadDir(context.Background(), filepath.Join(dir, "missing"))
+	require.ErrorContains(t, errs[0], "plugins directory")
+}

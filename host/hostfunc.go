@@ -1,0 +1,97 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+
+	extism "github.com/extism/go-sdk"
+
+	"github.com/proteanhq/protean-host/abi"
+)
+
+// Session answers a guest's host-function calls during one protean_handle
+// call: it is where loads and stream reads go, scoped to what the calling
+// module may see.
+type Session interface {
+	Load(ctx context.Context, req *abi.LoadRequest) abi.LoadResponse
+	ReadStream(ctx context.Context, req *abi.ReadStreamRequest) abi.ReadStreamResponse
+}
+
+type sessionKey struct{}
+
+// WithSession returns a context carrying s for the host functions of calls
+// made with it.
+func WithSession(ctx context.Context, s Session) context.Context {
+	return context.WithValue(ctx, sessionKey{}, s)
+}
+
+func sessionFrom(ctx context.Context) Session {
+	s, _ := ctx.Value(sessionKey{}).(Session)
+	return s
+}
+
+// HostFunctions returns the ABI's host functions. They find the Session of
+// the call through its context; outside a handle call they answer with an
+// error. If fallback is non-nil it serves calls whose context has none.
+func HostFunctions(fallback Session) []extism.HostFunction {
+	load := extism.NewHostFunctionWithStack(abi.HostLoad,
+		func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
+			stack[0] = answer(ctx, p, stack[0], func(s Session, b []byte) any {
+				req, err := abi.DecodeLoadRequest(b)
+				if err != nil {
+					return abi.LoadResponse{Error: err.Error()}
+				}
+				return s.Load(ctx, req)
+			}, func(msg string) any { return abi.LoadResponse{Error: msg} }, fallback)
+		}, []extism.ValueType{extism.ValueTypePTR}, []extism.ValueType{extism.ValueTypePTR})
+	load.SetNamespace(abi.HostNamespace)
+	read := extism.NewHostFunctionWithStack(abi.HostReadStream,
+		func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
+			stack[0] = answer(ctx, p, stack[0], func(s Session, b []byte) any {
+				req, err := abi.DecodeReadStreamRequest(b)
+				if err != nil {
+					return abi.ReadStreamResponse{Error: err.Error()}
+				}
+				return s.ReadStream(ctx, req)
+			}, func(msg string) any { return abi.ReadStreamResponse{Error: msg} }, fallback)
+		}, []extism.ValueType{extism.ValueTypePTR}, []extism.ValueType{extism.ValueTypePTR})
+	read.SetNamespace(abi.HostNamespace)
+	return []extism.HostFunction{load, read}
+}
+
+// answer reads a guest's JSON request at offset, bounded by
+// abi.MaxHostRequestBytes, and writes back the JSON of the response. It
+// never panics into the guest: a bad offset or oversized request gets an
+// error response.
+func answer(ctx context.Context, p *extism.CurrentPlugin, offset uint64,
+	serve func(Session, []byte) any, errResp func(string) any, fallback Session) uint64 {
+	s := sessionFrom(ctx)
+	if s == nil {
+		s = fallback
+	}
+	var resp any
+	switch n, err := p.Length(offset); {
+	case err != nil:
+		resp = errResp("bad request offset: " + err.Error())
+	case n > abi.MaxHostRequestBytes:
+		resp = errResp("request exceeds the host-function request limit")
+	case s == nil:
+		resp = errResp("host functions are available only while a message is handled")
+	default:
+		b, err := p.ReadBytes(offset)
+		if err != nil {
+			resp = errResp("bad request: " + err.Error())
+			break
+		}
+		resp = serve(s, b)
+	}
+	out, err := json.Marshal(resp)
+	if err != nil {
+		out, _ = json.Marshal(errResp("encode response: " + err.Error()))
+	}
+	off, err := p.WriteBytes(out)
+	if err != nil {
+		return 0
+	}
+	return off
+}

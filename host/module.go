@@ -1,0 +1,278 @@
+package host
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	extism "github.com/extism/go-sdk"
+	"github.com/tetratelabs/wazero"
+
+	"github.com/proteanhq/protean-host/abi"
+)
+
+// Limits bound what a module may use. Zero fields take the defaults of
+// DefaultLimits.
+type Limits struct {
+	// MemoryMB caps a module instance's linear memory.
+	MemoryMB int
+	// Timeout bounds one call into a module (a batch of messages).
+	Timeout time.Duration
+	// ManifestTimeout bounds the protean_manifest call at load.
+	ManifestTimeout time.Duration
+	// MaxOutputBytes caps what one protean_handle call may return.
+	MaxOutputBytes int
+}
+
+// DefaultLimits are the limits a module gets when config says nothing.
+func DefaultLimits() Limits {
+	return Limits{MemoryMB: 64, Timeout: 5 * time.Second, ManifestTimeout: 2 * time.Second, MaxOutputBytes: abi.DefaultMaxOutputBytes}
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	if l.MemoryMB <= 0 {
+		l.MemoryMB = d.MemoryMB
+	}
+	if l.Timeout <= 0 {
+		l.Timeout = d.Timeout
+	}
+	if l.ManifestTimeout <= 0 {
+		l.ManifestTimeout = d.ManifestTimeout
+	}
+	if l.MaxOutputBytes <= 0 {
+		l.MaxOutputBytes = d.MaxOutputBytes
+	}
+	return l
+}
+
+// Module is a loaded, compiled module and what it declares.
+type Module struct {
+	// File is the module's file name within the plugins directory.
+	File string
+	// Path is where it was loaded from.
+	Path string
+	// SHA256 is the hex digest of the file's bytes.
+	SHA256 string
+	// Manifest is what the module declared.
+	Manifest *abi.Manifest
+	// Limits are the limits its instances run under.
+	Limits Limits
+
+	compiled *extism.CompiledPlugin
+}
+
+// Close releases the module's compiled code and runtime.
+func (m *Module) Close(ctx context.Context) error {
+	if m.compiled == nil {
+		return nil
+	}
+	return m.compiled.Close(ctx)
+}
+
+// LoadError is a module file that could not be loaded.
+type LoadError struct {
+	File string
+	Err  error
+}
+
+func (e *LoadError) Error() string { return e.File + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *LoadError) Unwrap() error { return e.Err }
+
+// Sentinel causes of a LoadError.
+var (
+	ErrEmptyFile       = errors.New("empty file")
+	ErrNotWASM         = errors.New("not a WebAssembly module")
+	ErrNoManifest      = errors.New("module does not export " + abi.ExportManifest)
+	ErrManifestTimeout = errors.New(abi.ExportManifest + " did not return in time")
+)
+
+// Loader loads modules: it compiles them (through a compilation cache when
+// one is configured) and reads their manifests under a deadline.
+type Loader struct {
+	limits    Limits
+	tenantLim func(module string) Limits
+	cache     wazero.CompilationCache
+	funcs     []extism.HostFunction
+	log       *slog.Logger
+}
+
+// LoaderOptions configure a Loader.
+type LoaderOptions struct {
+	// Limits apply to every module unless TenantLimits says otherwise.
+	Limits Limits
+	// TenantLimits, when set, returns the limits for a module by name
+	// (a tenant's overrides over Limits).
+	TenantLimits func(module string) Limits
+	// CacheDir, when set, keeps compiled code on disk across restarts.
+	CacheDir string
+	// HostFunctions are the functions modules may import.
+	HostFunctions []extism.HostFunction
+	Logger        *slog.Logger
+}
+
+// NewLoader returns a Loader. Close it to release the compilation cache.
+func NewLoader(opts LoaderOptions) (*Loader, error) {
+	l := &Loader{limits: opts.Limits.withDefaults(), tenantLim: opts.TenantLimits, funcs: opts.HostFunctions, log: opts.Logger}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	if opts.CacheDir != "" {
+		c, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("plugins.cache_dir %s: %w", opts.CacheDir, err)
+		}
+		l.cache = c
+	} else {
+		l.cache = wazero.NewCompilationCache()
+	}
+	if l.funcs == nil {
+		l.funcs = HostFunctions(nil)
+	}
+	return l, nil
+}
+
+// Close releases the compilation cache.
+func (l *Loader) Close(ctx context.Context) error { return l.cache.Close(ctx) }
+
+// wasmMagic is the first four bytes of every binary WebAssembly module.
+var wasmMagic = []byte{0x00, 'a', 's', 'm'}
+
+// LoadFile loads one module file. Every failure is a *LoadError naming the
+// file.
+func (l *Loader) LoadFile(ctx context.Context, path string) (*Module, error) {
+	file := filepath.Base(path)
+	fail := func(err error) (*Module, error) { return nil, &LoadError{File: file, Err: err} }
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fail(err)
+	}
+	m, err := l.load(ctx, file, b)
+	if err != nil {
+		return fail(err)
+	}
+	m.Path = path
+	return m, nil
+}
+
+func (l *Loader) load(ctx context.Context, file string, b []byte) (*Module, error) {
+	if len(b) == 0 {
+		return nil, ErrEmptyFile
+	}
+	if len(b) < 8 || string(b[:4]) != string(wasmMagic) {
+		return nil, fmt.Errorf("%w: bad magic number", ErrNotWASM)
+	}
+	sum := sha256.Sum256(b)
+	name := strings.TrimSuffix(file, filepath.Ext(file))
+	lim := l.limits
+	if l.tenantLim != nil {
+		lim = l.tenantLim(name).withDefaults()
+	}
+	rc := wazero.NewRuntimeConfig().
+		WithCompilationCache(l.cache).
+		WithCloseOnContextDone(true).
+		WithMemoryLimitPages(uint32(lim.MemoryMB) * 16) // 64 KiB pages
+	manifest := extism.Manifest{Wasm: []extism.Wasm{extism.WasmData{Data: b, Name: "main"}}}
+	compiled, err := extism.NewCompiledPlugin(ctx, manifest, extism.PluginConfig{RuntimeConfig: rc, EnableWasi: true}, l.funcs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotWASM, err)
+	}
+	m := &Module{File: file, SHA256: hex.EncodeToString(sum[:]), Limits: lim, compiled: compiled}
+	man, err := l.readManifest(ctx, m)
+	if err != nil {
+		_ = compiled.Close(ctx)
+		return nil, err
+	}
+	m.Manifest = man
+	return m, nil
+}
+
+func (l *Loader) readManifest(ctx context.Context, m *Module) (*abi.Manifest, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.Limits.ManifestTimeout)
+	defer cancel()
+	inst, err := m.instance(ctx, l.log)
+	if err != nil {
+		return nil, err
+	}
+	defer inst.Close(context.Background())
+	if !inst.FunctionExists(abi.ExportManifest) {
+		return nil, ErrNoManifest
+	}
+	rc, out, err := inst.CallWithContext(ctx, abi.ExportManifest, nil)
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("%w (limit %s)", ErrManifestTimeout, m.Limits.ManifestTimeout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s trapped: %v", abi.ExportManifest, err)
+	}
+	if rc != 0 {
+		return nil, fmt.Errorf("%s failed (code %d): %s", abi.ExportManifest, rc, inst.GetError())
+	}
+	return abi.DecodeManifest(out)
+}
+
+// instance makes a fresh instance of the module with its logs routed to log.
+func (m *Module) instance(ctx context.Context, log *slog.Logger) (*extism.Plugin, error) {
+	inst, err := m.compiled.Instance(ctx, extism.PluginInstanceConfig{ModuleConfig: wazero.NewModuleConfig()})
+	if err != nil {
+		return nil, fmt.Errorf("instantiate: %w", err)
+	}
+	name := m.File
+	inst.SetLogger(func(level extism.LogLevel, msg string) {
+		log.Log(context.Background(), slogLevel(level), msg, "module", name)
+	})
+	return inst, nil
+}
+
+func slogLevel(l extism.LogLevel) slog.Level {
+	switch l {
+	case extism.LogLevelTrace, extism.LogLevelDebug:
+		return slog.LevelDebug
+	case extism.LogLevelWarn:
+		return slog.LevelWarn
+	case extism.LogLevelError:
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// LoadDir loads every *.wasm file of dir, in name order. It returns the
+// modules that loaded and one error per file that did not; the caller
+// decides whether a partial set may run (the host never runs one).
+func (l *Loader) LoadDir(ctx context.Context, dir string) ([]*Module, []error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, []error{fmt.Errorf("plugins directory %s: %w", dir, err)}
+	}
+	var names []string
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), ".wasm") {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return nil, []error{fmt.Errorf("plugins directory %s: no *.wasm files", dir)}
+	}
+	var mods []*Module
+	var errs []error
+	for _, n := range names {
+		m, err := l.LoadFile(ctx, filepath.Join(dir, n))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		mods = append(mods, m)
+	}
+	return mods, errs
+}

@@ -1,0 +1,156 @@
+package pdk
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/proteanhq/protean-host/abi"
+)
+
+// Record kinds, for Load and Save.
+const (
+	Aggregate  = abi.RecordAggregate
+	Projection = abi.RecordProjection
+	Process    = abi.RecordProcess
+)
+
+// host is what the kit needs from the host during a handle: the two host
+// functions and logging. The WASM build calls the real host; tests use a fake.
+type host interface {
+	load(req []byte) []byte
+	readStream(req []byte) []byte
+	log(level, msg string)
+}
+
+// Context is what a handler gets besides its message: the message's
+// envelope, reads through the host, and the effects it is building.
+// Nothing a handler does reaches the world except through these effects,
+// which the host commits after the handler returns nil.
+type Context struct {
+	env     abi.Envelope
+	handler *Handler
+	host    host
+	batch   *overlay
+	effects abi.Effects
+	// staged holds this message's own writes, merged into the batch
+	// overlay only if the handler succeeds.
+	staged map[recordKey]stagedRecord
+}
+
+type recordKey struct {
+	kind abi.RecordKind
+	typ  string
+	id   string
+}
+
+type stagedRecord struct {
+	version int64
+	data    json.RawMessage
+}
+
+// overlay carries the writes of the batch's earlier, successful messages,
+// so a load sees them (read-your-writes within the unit of work).
+type overlay map[recordKey]stagedRecord
+
+// Message is the envelope of the message being handled.
+func (c *Context) Message() abi.Envelope { return c.env }
+
+// HandlerName is the name of the handler being run.
+func (c *Context) HandlerName() string { return c.handler.decl.Name }
+
+// Load reads a record into v and returns its version (0 when it does not
+// exist, in which case v is left untouched). It sees this batch's earlier
+// writes and this message's own.
+func (c *Context) Load(kind abi.RecordKind, typ, id string, v any) (version int64, err error) {
+	k := recordKey{kind, typ, id}
+	if r, ok := c.staged[k]; ok {
+		return r.version, unmarshalRecord(r.data, v)
+	}
+	if r, ok := (*c.batch)[k]; ok {
+		return r.version, unmarshalRecord(r.data, v)
+	}
+	req, _ := json.Marshal(abi.LoadRequest{Kind: kind, Type: typ, ID: id})
+	var resp abi.LoadResponse
+	if err := json.Unmarshal(c.host.load(req), &resp); err != nil {
+		return 0, Transient(fmt.Errorf("load %s %s/%s: bad host response: %w", kind, typ, id, err))
+	}
+	if resp.Error != "" {
+		return 0, Transient(fmt.Errorf("load %s %s/%s: %s", kind, typ, id, resp.Error))
+	}
+	if !resp.Found {
+		return 0, nil
+	}
+	return resp.Version, unmarshalRecord(resp.Data, v)
+}
+
+func unmarshalRecord(data json.RawMessage, v any) error {
+	if len(data) == 0 || string(data) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return Permanent(fmt.Errorf("decode record: %w", err))
+	}
+	return nil
+}
+
+// Save writes a record whose current version is expected (0 for a new one).
+// The host commits it only if the record still has that version; otherwise
+// the message fails with a conflict and nothing of it is committed.
+func (c *Context) Save(kind abi.RecordKind, typ, id string, expected int64, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return Permanent(fmt.Errorf("encode %s %s/%s: %w", kind, typ, id, err))
+	}
+	c.effects.Writes = append(c.effects.Writes, abi.Write{Kind: kind, Type: typ, ID: id, ExpectedVersion: expected, Data: data})
+	c.staged[recordKey{kind, typ, id}] = stagedRecord{version: expected + 1, data: data}
+	return nil
+}
+
+// Emit appends an event to stream with no expected-version check.
+func (c *Context) Emit(stream, typ string, data any) error {
+	return c.emit(stream, typ, data, nil)
+}
+
+// EmitExpecting appends an event to stream if the stream's version is
+// expected (abi.NoStream for a new stream).
+func (c *Context) EmitExpecting(stream, typ string, data any, expected int64) error {
+	return c.emit(stream, typ, data, &expected)
+}
+
+func (c *Context) emit(stream, typ string, data any, expected *int64) error {
+	b, err := json.Marshal(data)
+	if err != nil {
+		return Permanent(fmt.Errorf("encode event %s: %w", typ, err))
+	}
+	c.effects.Events = append(c.effects.Events, abi.NewEvent{Stream: stream, Type: typ, Data: b, ExpectedVersion: expected})
+	return nil
+}
+
+// Dispatch asks the host to dispatch a command once this message's effects
+// have committed.
+func (c *Context) Dispatch(typ string, data any) error {
+	b, err := json.Marshal(data)
+	if err != nil {
+		return Permanent(fmt.Errorf("encode command %s: %w", typ, err))
+	}
+	c.effects.Commands = append(c.effects.Commands, abi.NewCommand{Type: typ, Data: b})
+	return nil
+}
+
+// ReadStream reads up to limit events of stream from position from.
+func (c *Context) ReadStream(stream string, from int64, limit int) ([]abi.Envelope, error) {
+	req, _ := json.Marshal(abi.ReadStreamRequest{Stream: stream, From: from, Limit: limit})
+	var resp abi.ReadStreamResponse
+	if err := json.Unmarshal(c.host.readStream(req), &resp); err != nil {
+		return nil, Transient(fmt.Errorf("read stream %s: bad host response: %w", stream, err))
+	}
+	if resp.Error != "" {
+		return nil, Transient(errors.New("read stream " + stream + ": " + resp.Error))
+	}
+	return resp.Messages, nil
+}
+
+// Log writes a line to the host's log, tagged with the module and handler.
+// level is one of "debug", "info", "warn", "error".
+func (c *Context) Log(level, msg string) { c.host.log(level, msg) }
