@@ -1,0 +1,142 @@
+// Package abi is the contract between protean-host and a handler module:
+// what a module exports, what it declares, what it receives and what it
+// returns. This page is the reference an author reads to write a conforming
+// module in any language; Go authors use package pdk, which implements it.
+//
+// # Calling convention
+//
+// Modules are WebAssembly modules using the Extism calling convention
+// (https://extism.org): an export takes no parameters and returns an i32
+// (0 for success); it reads its input with the Extism input functions
+// (extism:host/env input_length, input_load_u8, input_load_u64) and writes
+// its output with output_set; on failure it may set an error string with
+// error_set and return non-zero. Any Extism PDK implements this. A WASI
+// reactor (with _initialize) is supported; the host runs _initialize before
+// the first export.
+//
+// The ABI version is Version (1). Every payload is UTF-8 JSON.
+//
+// # Exports
+//
+// protean_manifest (ExportManifest) writes the module's Manifest. The host
+// calls it once per load, under a deadline ([plugins.limits]
+// manifest_timeout_ms) and a size limit (MaxManifestBytes). Example:
+//
+//	{
+//	  "abi_version": 1,
+//	  "module": {"name": "client_orders", "version": "1.0.0"},
+//	  "messages": [
+//	    {"type": "OrderPlaced", "kind": "event", "category": "order",
+//	     "fields": [{"name": "order_id", "type": "string"},
+//	                {"name": "client_id", "type": "string"},
+//	                {"name": "total", "type": "float"}]}
+//	  ],
+//	  "handlers": [
+//	    {"name": "client_orders", "kind": "projector", "category": "order",
+//	     "handles": ["OrderPlaced"], "sequential_by": "client_id"}
+//	  ]
+//	}
+//
+// Handler kinds are command_handler, event_handler, projector and
+// process_manager. A process manager has no category; it names, per handled
+// event, the field holding its correlation value:
+//
+//	{"name": "fulfillment", "kind": "process_manager",
+//	 "handles": ["PaymentRecorded", "OrderShipped"],
+//	 "correlate": {"PaymentRecorded": "order_id", "OrderShipped": "order_id"},
+//	 "sequential_by": true}
+//
+// sequential_by is absent or null (not partitioned), a field name (event
+// handler, projector, command handler), or true (process manager: each
+// category is partitioned by that category's correlate field). Every type
+// a handler handles must be declared in messages, with its category and its
+// top-level fields. Decoding is strict: unknown keys are errors. Names match
+// [A-Za-z_][A-Za-z0-9_.]* (at most MaxNameLength); categories match
+// [a-z][a-z0-9_]* because '-' separates a stream's category from its id and
+// ':' separates a partition stream's parts.
+//
+// The host validates the whole set of modules at start and at every reload
+// and refuses to run a set that breaks a rule: the ABI version matches; the
+// partition field exists on every handled type; one key per stream
+// category across all modules; the broker supports partitioning (or is the
+// inline broker); every declaration of an event of a partitioned category
+// carries the key field; module names, handler names and message
+// declarations agree across modules; a command has one handler.
+//
+// protean_handle (ExportHandle) handles a batch of messages for one handler,
+// in order. Input is a HandleRequest:
+//
+//	{"handler": "client_orders",
+//	 "messages": [{"id": "0c9…", "type": "OrderPlaced", "stream": "order-o-1",
+//	               "position": 0, "global_position": 17,
+//	               "time": "2026-11-30T10:00:00Z",
+//	               "data": {"order_id": "o-1", "client_id": "c-1", "total": 42.5},
+//	               "metadata": {"correlation_id": "…"}}]}
+//
+// Output is a HandleResponse with one Result per message:
+//
+//	{"results": [
+//	  {"effects": {
+//	     "writes": [{"kind": "projection", "type": "client_orders", "id": "c-1",
+//	                 "expected_version": 3, "data": {"orders": 4}}],
+//	     "events": [{"stream": "order-o-1", "type": "OrderShipped",
+//	                 "data": {…}, "expected_version": 5}],
+//	     "commands": [{"type": "ShipOrder", "data": {…}}]}},
+//	  {"error": {"kind": "transient", "message": "…"}}]}
+//
+// The host commits each result's effects in one unit of work (all of them
+// or none), in order, up to the first error; it retries the failed message
+// alone. A module may stop at its first error and return a shorter list
+// that ends with that error. Error kinds: transient (a retry may help; the
+// host retries with backoff), rejected (the domain said no; a command
+// answers 422), permanent (a retry will not help; a command answers 500,
+// an event halts its partition or is dead-lettered). A trap, a non-zero
+// return, output over the max_output_bytes limit, or a call that outlives
+// its deadline fails the whole batch; the host discards that instance.
+//
+// # Effects
+//
+// A module cannot touch the world except through the effects it returns:
+//
+//   - events: appended to Stream ("{category}-{id}"), with an optional
+//     expected_version (the stream's current last position, -1 for a new
+//     stream; absent: no check). The event's category must be the one its
+//     type is declared on. If that category is partitioned, the event's data
+//     must carry the key field with a valid key (see package partition), or
+//     the whole unit of work fails and nothing is written.
+//   - writes: replace a record (kind aggregate, projection or process; type
+//     is the aggregate category, projector name or process manager name;
+//     id its identity) if its version is expected_version (0 for a record
+//     that does not exist yet); the record's version becomes
+//     expected_version+1. data null deletes it. A stale version fails the
+//     unit of work with a conflict.
+//   - commands: dispatched after the unit of work commits.
+//
+// # Host functions
+//
+// Imported from module HostNamespace ("extism:host/user"), each taking and
+// returning an Extism memory offset of a JSON document (i64 → i64), usable
+// only during protean_handle:
+//
+//   - protean_load (HostLoad): LoadRequest {"kind","type","id"} →
+//     LoadResponse {"found","version","data"} or {"error"}. It returns
+//     committed state. Within one batch, the module is expected to see its
+//     own earlier writes: the host commits the batch's results only after
+//     the call, so a module (package pdk does this) overlays the writes of
+//     the batch's earlier successful messages on what the host returns.
+//   - protean_read_stream (HostReadStream): ReadStreamRequest
+//     {"stream","from","limit"} → ReadStreamResponse {"messages"} or
+//     {"error"}.
+//
+// Logging uses Extism's own log functions (extism:host/env log_info, …);
+// the host tags each line with the module. WASI is provided with no
+// preopened directories, no environment, no sockets: a module has no files,
+// network or environment unless its tenant is granted them in config.
+//
+// # Limits
+//
+// MaxManifestBytes bounds the manifest; [plugins.limits] bound memory
+// (memory_mb), time per call (timeout_ms) and output (max_output_bytes,
+// default DefaultMaxOutputBytes); MaxHostRequestBytes bounds a host-function
+// request; MaxIDLength bounds record and stream ids.
+package abi
