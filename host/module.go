@@ -68,6 +68,8 @@ type Module struct {
 	Limits Limits
 
 	compiled *extism.CompiledPlugin
+	pool     *pool
+	log      *slog.Logger
 }
 
 // Close releases the module's compiled code and runtime.
@@ -75,6 +77,7 @@ func (m *Module) Close(ctx context.Context) error {
 	if m.compiled == nil {
 		return nil
 	}
+	m.pool.closeIdle(ctx)
 	return m.compiled.Close(ctx)
 }
 
@@ -104,6 +107,7 @@ type Loader struct {
 	tenantLim func(module string) Limits
 	cache     wazero.CompilationCache
 	funcs     []extism.HostFunction
+	poolSize  int
 	log       *slog.Logger
 }
 
@@ -118,12 +122,16 @@ type LoaderOptions struct {
 	CacheDir string
 	// HostFunctions are the functions modules may import.
 	HostFunctions []extism.HostFunction
-	Logger        *slog.Logger
+	// Instances caps the instances of one module alive at once (calls
+	// beyond it wait); 0 means GOMAXPROCS.
+	Instances int
+	Logger    *slog.Logger
 }
 
 // NewLoader returns a Loader. Close it to release the compilation cache.
 func NewLoader(opts LoaderOptions) (*Loader, error) {
-	l := &Loader{limits: opts.Limits.withDefaults(), tenantLim: opts.TenantLimits, funcs: opts.HostFunctions, log: opts.Logger}
+	l := &Loader{limits: opts.Limits.withDefaults(), tenantLim: opts.TenantLimits, funcs: opts.HostFunctions,
+		poolSize: opts.Instances, log: opts.Logger}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -187,7 +195,8 @@ func (l *Loader) load(ctx context.Context, file string, b []byte) (*Module, erro
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotWASM, err)
 	}
-	m := &Module{File: file, SHA256: hex.EncodeToString(sum[:]), Limits: lim, compiled: compiled}
+	m := &Module{File: file, SHA256: hex.EncodeToString(sum[:]), Limits: lim, compiled: compiled,
+		pool: newPool(l.poolSize), log: l.log}
 	man, err := l.readManifest(ctx, m)
 	if err != nil {
 		_ = compiled.Close(ctx)

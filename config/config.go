@@ -1,0 +1,372 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Environment variables that override connection strings, so secrets need
+// not be written into the file. An empty value counts as unset.
+const (
+	// EnvDatabaseURL overrides databases.default.database_uri and
+	// event_store.database_uri.
+	EnvDatabaseURL = "PROTEAN_DATABASE_URL"
+	// EnvRedisURL overrides brokers.default.uri.
+	EnvRedisURL = "PROTEAN_REDIS_URL"
+)
+
+// Provider names the file may use.
+const (
+	ProviderMemory     = "memory"     // databases, event_store
+	ProviderPostgreSQL = "postgresql" // databases
+	ProviderMessageDB  = "message_db" // event_store
+	ProviderInline     = "inline"     // brokers
+	ProviderRedis      = "redis"      // brokers
+)
+
+// DefaultName is the name of the default database and broker.
+const DefaultName = "default"
+
+// Config is the host's whole configuration. The zero value is not useful;
+// start from [Default] or [Load].
+type Config struct {
+	Databases  map[string]Database `toml:"databases"`
+	EventStore EventStore          `toml:"event_store"`
+	Brokers    map[string]Broker   `toml:"brokers"`
+	Outbox     Outbox              `toml:"outbox"`
+	Server     Server              `toml:"server"`
+	Plugins    Plugins             `toml:"plugins"`
+	Tenants    map[string]Tenant   `toml:"tenants"`
+	HTTP       HTTP                `toml:"http"`
+}
+
+// Database is one [databases.NAME] table: where aggregates, projections and
+// the outbox live.
+type Database struct {
+	Provider    string `toml:"provider"`     // "memory" | "postgresql"
+	DatabaseURI string `toml:"database_uri"` // required for postgresql
+}
+
+// EventStore is the [event_store] table.
+type EventStore struct {
+	Provider    string `toml:"provider"`     // "memory" | "message_db"
+	DatabaseURI string `toml:"database_uri"` // required for message_db
+}
+
+// Broker is one [brokers.NAME] table.
+type Broker struct {
+	Provider string `toml:"provider"` // "inline" | "redis" (others are rejected by the host, not here)
+	URI      string `toml:"uri"`      // required for redis
+}
+
+// Outbox is the [outbox] table: how the relay claims rows and retries them.
+type Outbox struct {
+	Broker                  string  `toml:"broker"`                    // a key of [brokers]
+	MessagesPerTick         int     `toml:"messages_per_tick"`         // rows claimed per pass
+	TickIntervalMS          int     `toml:"tick_interval_ms"`          // pause between passes
+	MaxRetries              int     `toml:"max_retries"`               // publish attempts before a row is abandoned
+	BaseRetryDelayMS        int     `toml:"base_retry_delay_ms"`       // delay after the first failure, doubled per retry
+	MaxRetryDelayMS         int     `toml:"max_retry_delay_ms"`        // cap on that delay
+	BackoffJitter           float64 `toml:"backoff_jitter"`            // fraction 0..1 of the delay, randomised
+	LockTimeoutMS           int     `toml:"lock_timeout_ms"`           // a claim expires after this; a crashed relay's rows heal
+	PublishedRetentionHours int     `toml:"published_retention_hours"` // 0 keeps published rows forever
+	AbandonedRetentionHours int     `toml:"abandoned_retention_hours"` // 0 keeps abandoned rows forever
+}
+
+// TickInterval is tick_interval_ms as a duration.
+func (o Outbox) TickInterval() time.Duration { return ms(o.TickIntervalMS) }
+
+// BaseRetryDelay is base_retry_delay_ms as a duration.
+func (o Outbox) BaseRetryDelay() time.Duration { return ms(o.BaseRetryDelayMS) }
+
+// MaxRetryDelay is max_retry_delay_ms as a duration.
+func (o Outbox) MaxRetryDelay() time.Duration { return ms(o.MaxRetryDelayMS) }
+
+// LockTimeout is lock_timeout_ms as a duration.
+func (o Outbox) LockTimeout() time.Duration { return ms(o.LockTimeoutMS) }
+
+// PublishedRetention is published_retention_hours as a duration; 0 means keep.
+func (o Outbox) PublishedRetention() time.Duration { return hours(o.PublishedRetentionHours) }
+
+// AbandonedRetention is abandoned_retention_hours as a duration; 0 means keep.
+func (o Outbox) AbandonedRetention() time.Duration { return hours(o.AbandonedRetentionHours) }
+
+// Server is the [server] table.
+type Server struct {
+	Partitioning       Partitioning       `toml:"partitioning"`
+	PriorityLanes      PriorityLanes      `toml:"priority_lanes"`
+	StreamSubscription StreamSubscription `toml:"stream_subscription"`
+}
+
+// Partitioning is [server.partitioning]: the lease protocol's timing.
+type Partitioning struct {
+	LeaseTTLMS int `toml:"lease_ttl_ms"`
+	// HeartbeatIntervalSeconds is the lease renew and discovery cadence.
+	// nil means lease_ttl_ms/5000 (a 5x margin), derived by
+	// [Partitioning.HeartbeatInterval] so it follows a changed TTL.
+	HeartbeatIntervalSeconds *float64 `toml:"heartbeat_interval_seconds"`
+	PollIntervalSeconds      float64  `toml:"poll_interval_seconds"` // a worker's sleep after an empty pass
+	ReapIdleMS               int      `toml:"reap_idle_ms"`          // idle time before a partition is retired
+	// WarnLivePartitions logs a warning when a category has more live
+	// partitions than this (Protean's ADR asks for it; the design is meant
+	// for hundreds to low thousands). 0 turns the warning off.
+	WarnLivePartitions int `toml:"warn_live_partitions"`
+}
+
+// LeaseTTL is lease_ttl_ms as a duration.
+func (p Partitioning) LeaseTTL() time.Duration { return ms(p.LeaseTTLMS) }
+
+// HeartbeatInterval is heartbeat_interval_seconds, or lease_ttl_ms/5000
+// seconds when it is unset.
+func (p Partitioning) HeartbeatInterval() time.Duration {
+	if p.HeartbeatIntervalSeconds == nil {
+		return p.LeaseTTL() / 5
+	}
+	return seconds(*p.HeartbeatIntervalSeconds)
+}
+
+// PollInterval is poll_interval_seconds as a duration.
+func (p Partitioning) PollInterval() time.Duration { return seconds(p.PollIntervalSeconds) }
+
+// ReapIdle is reap_idle_ms as a duration.
+func (p Partitioning) ReapIdle() time.Duration { return ms(p.ReapIdleMS) }
+
+// PriorityLanes is [server.priority_lanes]. A row whose priority is below
+// Threshold goes to the {category}:{key}:{backfill_suffix} lane when Enabled.
+// The suffix is a reserved partition key whether or not lanes are enabled.
+type PriorityLanes struct {
+	Enabled        bool   `toml:"enabled"`
+	Threshold      int    `toml:"threshold"`
+	BackfillSuffix string `toml:"backfill_suffix"`
+}
+
+// StreamSubscription is [server.stream_subscription].
+type StreamSubscription struct {
+	MaxRetries        int     `toml:"max_retries"` // attempts before a partition halts on a poison message
+	RetryDelaySeconds float64 `toml:"retry_delay_seconds"`
+}
+
+// RetryDelay is retry_delay_seconds as a duration.
+func (s StreamSubscription) RetryDelay() time.Duration { return seconds(s.RetryDelaySeconds) }
+
+// Plugins is the [plugins] table.
+type Plugins struct {
+	Dir   string `toml:"dir"`   // where *.wasm modules are loaded from, relative to the working directory
+	Watch bool   `toml:"watch"` // reload when the directory changes
+	// CacheDir holds compiled modules across restarts, relative to the
+	// working directory. "" compiles in memory only.
+	CacheDir string `toml:"cache_dir"`
+	Limits   Limits `toml:"limits"`
+}
+
+// Limits is [plugins.limits]: the sandbox bounds of every module, unless its
+// tenant overrides them.
+type Limits struct {
+	MemoryMB          int   `toml:"memory_mb"`           // guest linear memory cap
+	TimeoutMS         int   `toml:"timeout_ms"`          // one handle call
+	MaxOutputBytes    int64 `toml:"max_output_bytes"`    // one handle response
+	ManifestTimeoutMS int   `toml:"manifest_timeout_ms"` // reading a module's manifest at load
+}
+
+// Timeout is timeout_ms as a duration.
+func (l Limits) Timeout() time.Duration { return ms(l.TimeoutMS) }
+
+// ManifestTimeout is manifest_timeout_ms as a duration.
+func (l Limits) ManifestTimeout() time.Duration { return ms(l.ManifestTimeoutMS) }
+
+// Tenant is one [tenants.NAME] table: the modules that belong to the tenant
+// and the limits that differ from [plugins.limits]. A nil limit inherits.
+type Tenant struct {
+	Modules        []string `toml:"modules"` // module names (from their manifests)
+	MemoryMB       *int     `toml:"memory_mb"`
+	TimeoutMS      *int     `toml:"timeout_ms"`
+	MaxOutputBytes *int64   `toml:"max_output_bytes"`
+}
+
+// HTTP is the [http] table.
+type HTTP struct {
+	Listen string `toml:"listen"` // host:port of the HTTP API
+}
+
+// Default returns the configuration used where the file says nothing: the
+// embedded setup (memory stores, inline broker) and Protean's defaults for
+// everything else. It is the one place defaults are set.
+func Default() Config {
+	return Config{
+		Databases:  map[string]Database{DefaultName: {Provider: ProviderMemory}},
+		EventStore: EventStore{Provider: ProviderMemory},
+		Brokers:    map[string]Broker{DefaultName: {Provider: ProviderInline}},
+		Outbox: Outbox{
+			Broker:                  DefaultName,
+			MessagesPerTick:         50,
+			TickIntervalMS:          10,
+			MaxRetries:              3,
+			BaseRetryDelayMS:        1000,
+			MaxRetryDelayMS:         60000,
+			BackoffJitter:           0.1,
+			LockTimeoutMS:           300000, // 5 minutes, as Protean
+			PublishedRetentionHours: 168,    // a week
+			AbandonedRetentionHours: 720,    // 30 days
+		},
+		Server: Server{
+			Partitioning: Partitioning{
+				LeaseTTLMS:               15000,
+				HeartbeatIntervalSeconds: nil, // lease_ttl_ms/5000
+				PollIntervalSeconds:      0.25,
+				ReapIdleMS:               3600000, // 1 hour
+				WarnLivePartitions:       1000,
+			},
+			PriorityLanes: PriorityLanes{
+				Enabled:        false,
+				Threshold:      0,
+				BackfillSuffix: "backfill",
+			},
+			StreamSubscription: StreamSubscription{
+				MaxRetries:        3,
+				RetryDelaySeconds: 1,
+			},
+		},
+		Plugins: Plugins{
+			Dir:      "build/plugins",
+			Watch:    false,
+			CacheDir: ".cache/wasm",
+			Limits: Limits{
+				MemoryMB:          64,
+				TimeoutMS:         5000,
+				MaxOutputBytes:    16 << 20,
+				ManifestTimeoutMS: 2000,
+			},
+		},
+		Tenants: map[string]Tenant{},
+		HTTP:    HTTP{Listen: "127.0.0.1:8080"},
+	}
+}
+
+// Load reads the TOML file at path over [Default], applies the environment
+// overrides and validates the result. path "" loads no file (defaults and
+// environment only). A key the file sets that no setting takes is an error.
+// The error joins every problem found (unknown keys and validation), one per
+// line, each prefixed with path; a file that cannot be read or parsed is
+// reported alone.
+func Load(path string) (Config, error) {
+	cfg := Default()
+	var problems []error
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("config: %w", err)
+		}
+		md, err := toml.Decode(string(data), &cfg)
+		if err != nil {
+			return Config{}, fmt.Errorf("config %s: %w", path, err)
+		}
+		for _, key := range unknownKeys(md) {
+			problems = append(problems, &FieldError{Key: key, Problem: "is not a known key"})
+		}
+	}
+	cfg.applyEnv(os.LookupEnv)
+	if err := cfg.Validate(); err != nil {
+		problems = append(problems, unjoin(err)...)
+	}
+	if len(problems) == 0 {
+		return cfg, nil
+	}
+	if path != "" {
+		for i, p := range problems {
+			problems[i] = fmt.Errorf("%s: %w", path, p)
+		}
+	}
+	return Config{}, errors.Join(problems...)
+}
+
+// unknownKeys lists the keys the file set that no field took, outermost
+// only: an unknown table is reported once, not once per key inside it.
+func unknownKeys(md toml.MetaData) []string {
+	var out []string
+	for _, k := range md.Undecoded() {
+		s := k.String()
+		if !slices.ContainsFunc(out, func(p string) bool { return strings.HasPrefix(s, p+".") }) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// unjoin splits an errors.Join result back into its parts.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// applyEnv applies the connection-string overrides. The default database
+// and broker always exist: Default creates them and a file can only replace
+// them.
+func (c *Config) applyEnv(lookup func(string) (string, bool)) {
+	if v, ok := lookup(EnvDatabaseURL); ok && v != "" {
+		db := c.Databases[DefaultName]
+		db.DatabaseURI = v
+		c.Databases[DefaultName] = db
+		c.EventStore.DatabaseURI = v
+	}
+	if v, ok := lookup(EnvRedisURL); ok && v != "" {
+		b := c.Brokers[DefaultName]
+		b.URI = v
+		c.Brokers[DefaultName] = b
+	}
+}
+
+// Broker returns the broker configured under name.
+func (c Config) Broker(name string) (Broker, bool) {
+	b, ok := c.Brokers[name]
+	return b, ok
+}
+
+// OutboxBroker returns the broker the outbox relays to (outbox.broker).
+// After a successful [Config.Validate] it always exists; otherwise a missing
+// broker is the zero Broker.
+func (c Config) OutboxBroker() Broker {
+	return c.Brokers[c.Outbox.Broker]
+}
+
+// TenantOf returns the tenant whose modules list names module.
+func (c Config) TenantOf(module string) (string, bool) {
+	for _, name := range sortedKeys(c.Tenants) {
+		if slices.Contains(c.Tenants[name].Modules, module) {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// ModuleLimits returns the sandbox limits for module: [plugins.limits] with
+// its tenant's overrides applied.
+func (c Config) ModuleLimits(module string) Limits {
+	l := c.Plugins.Limits
+	name, ok := c.TenantOf(module)
+	if !ok {
+		return l
+	}
+	t := c.Tenants[name]
+	if t.MemoryMB != nil {
+		l.MemoryMB = *t.MemoryMB
+	}
+	if t.TimeoutMS != nil {
+		l.TimeoutMS = *t.TimeoutMS
+	}
+	if t.MaxOutputBytes != nil {
+		l.MaxOutputBytes = *t.MaxOutputBytes
+	}
+	return l
+}
+
+func ms(v int) time.Duration          { return time.Duration(v) * time.Millisecond }
+func hours(v int) time.Duration       { return time.Duration(v) * time.Hour }
+func seconds(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }

@@ -1,0 +1,45 @@
+// Package config holds the host's settings: a plain struct filled from a
+// TOML file in Protean's shape, over defaults that are set in one place
+// ([Default]), with environment overrides for connection strings, and a
+// [Config.Validate] whose messages name the TOML key at fault.
+//
+// [Load] is the whole sequence: defaults, then the file, then the
+// environment (PROTEAN_DATABASE_URL, PROTEAN_REDIS_URL), then validation.
+// A key the file sets that no field takes is an error, so a typo such as
+// lease_ttl instead of lease_ttl_ms fails at start instead of silently
+// keeping the default. Every problem is reported, one per line (errors.Join),
+// so an operator can fix a file in one pass.
+//
+// Sections:
+//
+//	[databases.NAME]          provider = "memory" | "postgresql", database_uri
+//	[event_store]             provider = "memory" | "message_db", database_uri
+//	[brokers.NAME]            provider = "inline" | "redis" | ..., uri
+//	[outbox]                  broker, batching, retry/backoff, lock, retention
+//	[server.partitioning]     lease_ttl_ms, heartbeat_interval_seconds, poll_interval_seconds, reap_idle_ms, warn_live_partitions
+//	[server.priority_lanes]   enabled, threshold, backfill_suffix
+//	[server.stream_subscription]  max_retries, retry_delay_seconds
+//	[plugins]                 dir, watch, cache_dir
+//	[plugins.limits]          memory_mb, timeout_ms, max_output_bytes, manifest_timeout_ms
+//	[tenants.NAME]            modules, and memory_mb / timeout_ms / max_output_bytes overrides
+//	[http]                    listen
+//
+// Relative paths (plugins.dir, plugins.cache_dir) are used as written, that
+// is relative to the working directory of the process, not to the config
+// file: `make run` runs from the repository root with configs/domain.toml
+// saying dir = "build/plugins". Use absolute paths in deployments that start
+// the host elsewhere.
+//
+// Tables keyed by a name (databases, brokers, tenants) are replaced entry by
+// entry: a file that writes [brokers.default] replaces the whole default
+// broker, so it must state provider. Entries the file does not mention keep
+// their defaults; there is always a databases.default and a brokers.default.
+//
+// Broker providers other than inline and redis are accepted here: the host
+// rejects them where it builds brokers and checks `sequential_by`, with a
+// reason that names the broker and the categories that need partitioning.
+//
+// Times are plain numbers whose unit is in the key name (_ms, _seconds,
+// _hours), as in Protean; the methods on each section convert them to
+// time.Duration so callers never multiply by hand.
+package config

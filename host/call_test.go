@@ -1,0 +1,166 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/wasmbuild"
+)
+
+// memSession serves loads from a map and counts calls.
+type memSession struct {
+	mu      sync.Mutex
+	records map[string]abi.LoadResponse
+	loads   int
+}
+
+func (s *memSession) Load(_ context.Context, r *abi.LoadRequest) abi.LoadResponse {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loads++
+	return s.records[r.Type+"/"+r.ID]
+}
+
+func (s *memSession) ReadStream(_ context.Context, r *abi.ReadStreamRequest) abi.ReadStreamResponse {
+	return abi.ReadStreamResponse{Messages: []abi.Envelope{{ID: "1", Type: "Op", Stream: r.Stream, Data: json.RawMessage(`{}`)}}}
+}
+
+func ops(ops ...string) []abi.Envelope {
+	var out []abi.Envelope
+	for i, op := range ops {
+		arg := ""
+		if op == "read" {
+			arg = "ops-x"
+		}
+		out = append(out, abi.Envelope{ID: fmt.Sprint(i), Type: "Op",
+			Data: json.RawMessage(fmt.Sprintf(`{"op": %q, "id": "d", "arg": %q}`, op, arg+fmt.Sprint(i)))})
+	}
+	return out
+}
+
+func behave(t *testing.T, lim host.Limits) *host.Module {
+	t.Helper()
+	l, err := host.NewLoader(host.LoaderOptions{Limits: lim, Instances: 2})
+	require.NoError(t, err)
+	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/behave"))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = m.Close(context.Background())
+		_ = l.Close(context.Background())
+	})
+	return m
+}
+
+func TestHandleResultsAndErrorKinds(t *testing.T) {
+	m := behave(t, host.Limits{})
+	ctx := context.Background()
+	s := &memSession{records: map[string]abi.LoadResponse{"behave/d": {Found: true, Version: 4, Data: json.RawMessage(`{"seen": ["before"]}`)}}}
+
+	res, err := m.Handle(ctx, "behave", ops("ok", "load", "load"), s)
+	require.NoError(t, err)
+	require.Len(t, res, 3)
+	require.Equal(t, int64(4), res[1].Effects.Writes[0].ExpectedVersion)
+	require.Equal(t, int64(5), res[2].Effects.Writes[0].ExpectedVersion)
+	require.JSONEq(t, `{"seen": ["before", "1", "2"]}`, string(res[2].Effects.Writes[0].Data))
+	require.Equal(t, 1, s.loads)
+
+	for op, kind := range map[string]abi.ErrorKind{"transient": abi.ErrorTransient, "rejected": abi.ErrorRejected, "panic": abi.ErrorPermanent} {
+		res, err := m.Handle(ctx, "behave", ops("ok", op, "ok"), s)
+		require.NoError(t, err, op)
+		require.Len(t, res, 2, op)
+		require.Equal(t, kind, res[1].Error.Kind, op)
+	}
+
+	res, err = m.Handle(ctx, "behave", ops("read"), s)
+	require.NoError(t, err)
+	require.Equal(t, "ops-d", res[0].Effects.Events[0].Stream)
+	require.JSONEq(t, `{"op": "read", "id": "d", "arg": "1"}`, string(res[0].Effects.Events[0].Data))
+}
+
+func TestHandleSandbox(t *testing.T) {
+	slow := behave(t, host.Limits{Timeout: 300 * time.Millisecond})
+	m := behave(t, host.Limits{Timeout: 20 * time.Second, MemoryMB: 64, MaxOutputBytes: 1 << 20})
+	ctx := context.Background()
+	tests := []struct {
+		op   string
+		is   error
+		want string
+	}{
+		{"loop", host.ErrTimeout, "call exceeded its deadline (limit 300ms)"},
+		{"oom", host.ErrFailed, "plugin"},
+		{"stack", host.ErrFailed, "plugin"},
+		{"big", host.ErrOutput, "exceeds the 1048576-byte limit"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.op, func(t *testing.T) {
+			m := m
+			if tc.op == "loop" {
+				m = slow
+			}
+			_, err := m.Handle(ctx, "behave", ops("ok", tc.op), &memSession{})
+			require.ErrorIs(t, err, tc.is)
+			var ce *host.CallError
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, "behave", ce.Handler)
+			require.Contains(t, err.Error(), tc.want)
+			// The module keeps serving after each failure.
+			res, err := m.Handle(ctx, "behave", ops("ok"), &memSession{})
+			require.NoError(t, err)
+			require.Len(t, res, 1)
+		})
+	}
+}
+
+func TestHandleCanceled(t *testing.T) {
+	m := behave(t, host.Limits{Timeout: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Handle(ctx, "behave", ops("loop"), &memSession{})
+		done <- err
+	}()
+	cancel()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, host.ErrCanceled)
+	case <-time.After(30 * time.Second):
+		t.Fatal("a canceled call did not return")
+	}
+}
+
+func TestHandleConcurrent(t *testing.T) {
+	m := behave(t, host.Limits{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := &memSession{}
+			for j := 0; j < 5; j++ {
+				res, err := m.Handle(context.Background(), "behave", ops("load", "load"), s)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(res) != 2 || res[1].Effects.Writes[0].ExpectedVersion != 1 {
+					errs <- fmt.Errorf("bad results %+v", res)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}

@@ -1,0 +1,70 @@
+// Command behave is a test module whose handler does what each message's
+// "op" says: succeed, fail in each error kind, spin forever, exhaust memory,
+// overflow its stack, write oversized output, or use the host functions.
+package main
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/proteanhq/protean-host/pdk"
+)
+
+type Op struct {
+	Op  string `json:"op"`
+	ID  string `json:"id"`
+	Arg string `json:"arg"`
+}
+
+type doc struct {
+	Seen []string `json:"seen"`
+}
+
+var sink []byte
+
+func recurse(n int) int { return recurse(n+1) + 1 }
+
+func init() {
+	pdk.Module("behave", "1.0.0")
+	pdk.Event[Op]("Op", "ops")
+	pdk.On(pdk.EventHandler("behave", "ops"), "Op", func(ctx *pdk.Context, m Op) error {
+		switch m.Op {
+		case "ok":
+		case "transient":
+			return pdk.Transient(errors.New("try again"))
+		case "rejected":
+			return pdk.Rejected("no")
+		case "panic":
+			panic("handler panic")
+		case "loop":
+			for {
+				sink = append(sink[:0], 1)
+			}
+		case "oom":
+			for {
+				sink = append(sink, make([]byte, 16<<20)...)
+			}
+		case "stack":
+			return errors.New(string(rune(recurse(0))))
+		case "big":
+			return ctx.Save(pdk.Projection, "behave", m.ID, 0, map[string]string{"pad": strings.Repeat("x", 3<<20)})
+		case "load":
+			var d doc
+			v, err := ctx.Load(pdk.Projection, "behave", m.ID, &d)
+			if err != nil {
+				return err
+			}
+			d.Seen = append(d.Seen, m.Arg)
+			return ctx.Save(pdk.Projection, "behave", m.ID, v, d)
+		case "read":
+			evs, err := ctx.ReadStream(m.Arg, 0, 10)
+			if err != nil {
+				return err
+			}
+			return ctx.Emit("ops-"+m.ID, "Op", Op{Op: "read", ID: m.ID, Arg: string(rune('0' + len(evs)))})
+		}
+		return nil
+	})
+}
+
+func main() {}
