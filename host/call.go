@@ -145,4 +145,3 @@ func (p *pool) closeIdle(ctx context.Context) {
 		}
 	}
 }
-

@@ -59,4 +59,3 @@ func (wasmHost) log(level, msg string) {
 	}
 	extism.Log(l, msg)
 }
-
