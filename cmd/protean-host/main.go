@@ -1,0 +1,152 @@
+// Command protean-host runs event-driven handlers compiled to WebAssembly.
+//
+//	protean-host run      [--config FILE] [--plugins DIR] [--listen ADDR]
+//	protean-host validate [--config FILE] [--plugins DIR]
+//
+// Every subcommand takes --config (default configs/domain.toml) and
+// --plugins (overrides [plugins] dir). Exit status 0 is success; failures
+// print one line per problem.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/proteanhq/protean-host/config"
+	"github.com/proteanhq/protean-host/host"
+)
+
+const defaultConfig = "configs/domain.toml"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env *env, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"run", "start the host: load plugins, serve the HTTP API, deliver events", cmdRun},
+		{"validate", "load and validate the plugins against the config, print what they declare", cmdValidate},
+	}
+}
+
+// env is what every subcommand gets: its output streams and its flags.
+type env struct {
+	stdout, stderr io.Writer
+	configPath     string
+	pluginsDir     string
+	cfg            config.Config
+	log            *slog.Logger
+}
+
+// exitError carries a status without printing more than was printed.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		e := &env{stdout: stdout, stderr: stderr}
+		err := c.run(ctx, e, args[1:])
+		var ee exitError
+		switch {
+		case err == nil:
+			return 0
+		case errors.As(err, &ee):
+			return ee.code
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		}
+		fmt.Fprintf(stderr, "protean-host %s: %v\n", c.name, err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "protean-host: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: protean-host COMMAND [--config FILE] [--plugins DIR] [flags]")
+	fmt.Fprintln(w, "commands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+}
+
+// flags returns a FlagSet with the common flags bound to e.
+func (e *env) flags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("protean-host "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.StringVar(&e.configPath, "config", defaultConfig, "configuration `FILE`")
+	fs.StringVar(&e.pluginsDir, "plugins", "", "plugins `DIR` (overrides [plugins] dir)")
+	return fs
+}
+
+// parse parses args and loads the config, applying --plugins.
+func (e *env) parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	cfg, err := config.Load(e.configPath)
+	if err != nil {
+		return err
+	}
+	if e.pluginsDir != "" {
+		cfg.Plugins.Dir = e.pluginsDir
+	}
+	e.cfg = cfg
+	if e.log == nil {
+		e.log = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return nil
+}
+
+// loader builds the module loader the config describes.
+func (e *env) loader(funcs host.Session) (*host.Loader, error) {
+	cfg := e.cfg
+	limits := func(module string) host.Limits {
+		l := cfg.ModuleLimits(module)
+		return host.Limits{MemoryMB: l.MemoryMB, Timeout: l.Timeout(), ManifestTimeout: l.ManifestTimeout(), MaxOutputBytes: int(l.MaxOutputBytes)}
+	}
+	return host.NewLoader(host.LoaderOptions{
+		Limits:        limits(""),
+		TenantLimits:  limits,
+		CacheDir:      cfg.Plugins.CacheDir,
+		HostFunctions: host.HostFunctions(funcs),
+		Logger:        e.log,
+	})
+}
+
+func (e *env) broker() host.Broker {
+	name := e.cfg.Outbox.Broker
+	b := e.cfg.OutboxBroker()
+	return host.Broker{Name: name, Provider: b.Provider}
+}

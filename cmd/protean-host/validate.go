@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/host"
+)
+
+func cmdValidate(ctx context.Context, e *env, args []string) error {
+	if err := e.parse(e.flags("validate"), args); err != nil {
+		return err
+	}
+	l, err := e.loader(nil)
+	if err != nil {
+		return err
+	}
+	defer l.Close(ctx)
+	set, errs := host.LoadSet(ctx, l, e.cfg.Plugins.Dir, e.broker())
+	if len(errs) > 0 {
+		for _, err := range errs {
+			fmt.Fprintln(e.stderr, err)
+		}
+		fmt.Fprintf(e.stderr, "%d problem(s) in %s\n", len(errs), e.cfg.Plugins.Dir)
+		return exitError{1}
+	}
+	defer set.Close(ctx)
+	printSet(e, set)
+	return nil
+}
+
+// printSet prints one row per handler: file, module version, handler,
+// kind, categories and partition key.
+func printSet(e *env, set *host.Set) {
+	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "MODULE FILE\tVERSION\tHANDLER\tKIND\tCATEGORY\tPARTITION KEY")
+	handlers := 0
+	for _, m := range set.Modules {
+		for _, h := range m.Manifest.Handlers {
+			handlers++
+			cats, key := describeHandler(set, m.Manifest, h)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", m.File, m.Manifest.Module.Version, h.Name, h.Kind, cats, key)
+		}
+	}
+	w.Flush()
+	fmt.Fprintf(e.stdout, "%d modules, %d handlers: valid (broker %s, provider %s)\n",
+		len(set.Modules), handlers, e.broker().Name, e.broker().Provider)
+}
+
+func describeHandler(set *host.Set, m *abi.Manifest, h abi.Handler) (categories, key string) {
+	if h.Kind != abi.KindProcessManager {
+		key = "-"
+		if h.SequentialBy.Field != "" {
+			key = h.SequentialBy.Field
+		}
+		return h.Category, key
+	}
+	seen := map[string]bool{}
+	var cats, keys []string
+	for _, t := range h.Handles {
+		msg, _ := m.Message(t)
+		if !seen[msg.Category] {
+			seen[msg.Category] = true
+			cats = append(cats, msg.Category)
+		}
+		if f := h.Correlate[t]; h.SequentialBy.Correlation && !contains(keys, f) {
+			keys = append(keys, f)
+		}
+	}
+	sort.Strings(cats)
+	key = "-"
+	if len(keys) > 0 {
+		key = strings.Join(keys, ", ") + " (correlate)"
+	}
+	return strings.Join(cats, ", "), key
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func cmdRun(ctx context.Context, e *env, args []string) error {
+	return fmt.Errorf("not implemented yet")
+}

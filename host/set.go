@@ -1,0 +1,127 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"sort"
+
+	"github.com/proteanhq/protean-host/abi"
+)
+
+// Route is one handler of one module.
+type Route struct {
+	Module  *Module
+	Handler abi.Handler
+}
+
+// Set is a validated set of modules: what the host runs. It is immutable;
+// a reload builds a new Set and swaps it in whole.
+type Set struct {
+	Modules []*Module
+	// Keys maps each partitioned stream category to its partition key.
+	Keys map[string]PartitionKey
+
+	commands    map[string]Route
+	subscribers map[string][]Route
+	messages    map[string]abi.Message
+	projections map[string]Route
+}
+
+// ErrInvalidSet wraps the problems of a module set that cannot run.
+var ErrInvalidSet = errors.New("invalid module set")
+
+// LoadSet loads every module of dir and validates the set against broker.
+// It returns the Set, or every load error and every validation problem of
+// the modules that did load (and no Set: the host never runs a partial set).
+func LoadSet(ctx context.Context, l *Loader, dir string, broker Broker) (*Set, []error) {
+	mods, errs := l.LoadDir(ctx, dir)
+	closeAll := func() {
+		for _, m := range mods {
+			_ = m.Close(ctx)
+		}
+	}
+	set, problems := NewSet(mods, broker)
+	if len(problems) > 0 || len(errs) > 0 {
+		closeAll()
+		for _, p := range problems {
+			errs = append(errs, p)
+		}
+		return nil, errs
+	}
+	return set, nil
+}
+
+// NewSet validates modules as one set and indexes them.
+func NewSet(mods []*Module, broker Broker) (*Set, []*Problem) {
+	ds := make([]Declared, len(mods))
+	for i, m := range mods {
+		ds[i] = Declared{File: m.File, Manifest: m.Manifest}
+	}
+	keys, problems := Validate(ds, broker)
+	if len(problems) > 0 {
+		return nil, problems
+	}
+	s := &Set{Modules: mods, Keys: keys, commands: map[string]Route{}, subscribers: map[string][]Route{},
+		messages: map[string]abi.Message{}, projections: map[string]Route{}}
+	for _, m := range mods {
+		for _, msg := range m.Manifest.Messages {
+			s.messages[msg.Type] = msg
+		}
+		for _, h := range m.Manifest.Handlers {
+			r := Route{Module: m, Handler: h}
+			switch h.Kind {
+			case abi.KindCommandHandler:
+				for _, t := range h.Handles {
+					s.commands[t] = r
+				}
+				continue
+			case abi.KindProjector, abi.KindProcessManager:
+				s.projections[h.Name] = r
+			}
+			for _, t := range h.Handles {
+				s.subscribers[t] = append(s.subscribers[t], r)
+			}
+		}
+	}
+	for _, rs := range s.subscribers {
+		sort.Slice(rs, func(i, j int) bool { return rs[i].Handler.Name < rs[j].Handler.Name })
+	}
+	return s, nil
+}
+
+// Command returns the route of a command type.
+func (s *Set) Command(typ string) (Route, bool) {
+	r, ok := s.commands[typ]
+	return r, ok
+}
+
+// Subscribers returns the non-command handlers of a message type, by name.
+func (s *Set) Subscribers(typ string) []Route { return s.subscribers[typ] }
+
+// Message returns the declaration of a message type.
+func (s *Set) Message(typ string) (abi.Message, bool) {
+	m, ok := s.messages[typ]
+	return m, ok
+}
+
+// Projection reports whether a projector or process manager named name
+// exists: the names GET /v1/projections serves.
+func (s *Set) Projection(name string) bool {
+	_, ok := s.projections[name]
+	return ok
+}
+
+// PartitionField returns the partition key field of a category.
+func (s *Set) PartitionField(category string) (string, bool) {
+	k, ok := s.Keys[category]
+	return k.Field, ok
+}
+
+// Close releases every module.
+func (s *Set) Close(ctx context.Context) error {
+	var errs []error
+	for _, m := range s.Modules {
+		errs = append(errs, m.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
