@@ -1,0 +1,747 @@
+// Package storetest is the conformance suite for eventstore.Store
+// implementations. Every implementation (memory, PostgreSQL) runs it from a
+// test of its own:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) storetest.Harness { ... })
+//	}
+//
+// The suite uses only the interfaces below, so it pins what callers may rely
+// on and nothing an implementation happens to do besides.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/eventstore"
+)
+
+// Tx is a transaction on the store under test, as the suite drives it. The
+// memory store's *eventstore.MemoryTx fits after a thin adapter; a
+// PostgreSQL store wraps its pgx.Tx.
+type Tx interface {
+	eventstore.Appender
+	// StreamVersion and ReadStream see the transaction's own appends.
+	StreamVersion(ctx context.Context, stream string) (int64, error)
+	ReadStream(ctx context.Context, stream string, fromPosition int64, limit int) ([]eventstore.Event, error)
+	// Commit publishes the appends. After Rollback it fails.
+	Commit(ctx context.Context) error
+	// Rollback discards the appends. After Commit it is a no-op.
+	Rollback(ctx context.Context) error
+}
+
+// Harness is one store under test.
+type Harness struct {
+	// Store must be empty and not shared with any other Harness.
+	Store eventstore.Store
+	// Begin opens a transaction on Store. Appending through Store while a
+	// transaction is open may block, so the suite never does.
+	Begin func(ctx context.Context) (Tx, error)
+}
+
+// Run runs the suite. newHarness is called once per subtest, possibly from
+// parallel subtests.
+func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, h Harness)
+	}{
+		{"AppendAndRead", testAppendAndRead},
+		{"EmptyAppend", testEmptyAppend},
+		{"CallerIDs", testCallerIDs},
+		{"PositionsGapless", testPositionsGapless},
+		{"InclusiveReads", testInclusiveReads},
+		{"Limits", testLimits},
+		{"DefaultLimit", testDefaultLimit},
+		{"CategoryIsolation", testCategoryIsolation},
+		{"InvalidInput", testInvalidInput},
+		{"CancelledContext", testCancelledContext},
+		{"ExpectedVersion", testExpectedVersion},
+		{"ExpectedVersionWithinBatch", testExpectedVersionWithinBatch},
+		{"BatchAtomicity", testBatchAtomicity},
+		{"ConcurrentWritersOneWins", testConcurrentWritersOneWins},
+		{"ConcurrentWritersNoLostAppend", testConcurrentWritersNoLostAppend},
+		{"TxStagedNotVisibleUntilCommit", testTxStagedNotVisible},
+		{"TxRollbackDiscards", testTxRollback},
+		{"TxFailedAppendStagesNothing", testTxFailedAppendStagesNothing},
+		{"TxDone", testTxDone},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, newHarness(t))
+		})
+	}
+}
+
+var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+func newEvent(stream, typ string, expected int64, n int) eventstore.NewEvent {
+	return eventstore.NewEvent{
+		Stream:          stream,
+		Type:            typ,
+		Data:            json.RawMessage(fmt.Sprintf(`{"n": %d}`, n)),
+		ExpectedVersion: expected,
+	}
+}
+
+func appendOK(t *testing.T, a eventstore.Appender, events ...eventstore.NewEvent) []eventstore.Event {
+	t.Helper()
+	out, err := a.Append(t.Context(), events)
+	require.NoError(t, err)
+	require.Len(t, out, len(events))
+	return out
+}
+
+// requireJSON compares JSON values by meaning (PostgreSQL's jsonb does not
+// keep the bytes); nil and empty are the same.
+func requireJSON(t *testing.T, want, got json.RawMessage, field string) {
+	t.Helper()
+	if len(want) == 0 || string(want) == "null" {
+		require.True(t, len(got) == 0 || string(got) == "null", "%s: want none, got %s", field, got)
+		return
+	}
+	require.JSONEq(t, string(want), string(got), field)
+}
+
+func requireSameEvents(t *testing.T, want, got []eventstore.Event) {
+	t.Helper()
+	require.Len(t, got, len(want))
+	for i := range want {
+		w, g := want[i], got[i]
+		require.Equal(t, w.ID, g.ID, "event %d id", i)
+		require.Equal(t, w.Stream, g.Stream, "event %d stream", i)
+		require.Equal(t, w.Type, g.Type, "event %d type", i)
+		require.Equal(t, w.Position, g.Position, "event %d position", i)
+		require.Equal(t, w.GlobalPosition, g.GlobalPosition, "event %d global position", i)
+		require.True(t, w.Time.Equal(g.Time), "event %d time: want %v, got %v", i, w.Time, g.Time)
+		requireJSON(t, w.Data, g.Data, fmt.Sprintf("event %d data", i))
+		requireJSON(t, w.Metadata, g.Metadata, fmt.Sprintf("event %d metadata", i))
+	}
+}
+
+func readAll(t *testing.T, s eventstore.Store) []eventstore.Event {
+	t.Helper()
+	evs, err := s.ReadAll(t.Context(), 0, 0)
+	require.NoError(t, err)
+	return evs
+}
+
+func streamVersion(t *testing.T, s interface {
+	StreamVersion(context.Context, string) (int64, error)
+}, stream string) int64 {
+	t.Helper()
+	v, err := s.StreamVersion(t.Context(), stream)
+	require.NoError(t, err)
+	return v
+}
+
+func testAppendAndRead(t *testing.T, h Harness) {
+	ctx := t.Context()
+	require.Equal(t, eventstore.NoStream, streamVersion(t, h.Store, "order-1"))
+
+	in := []eventstore.NewEvent{
+		newEvent("order-1", "OrderPlaced", eventstore.NoStream, 1),
+		newEvent("order-1", "OrderPaid", 0, 2),
+		newEvent("order-1", "OrderShipped", 1, 3),
+	}
+	in[0].Metadata = json.RawMessage(`{"correlation_id":"c-1"}`)
+	out := appendOK(t, h.Store, in...)
+	ids := map[string]bool{}
+	for i, e := range out {
+		require.Regexp(t, uuidRE, e.ID, "an empty id gets a UUID")
+		require.False(t, ids[e.ID], "ids are unique")
+		ids[e.ID] = true
+		require.Equal(t, "order-1", e.Stream)
+		require.Equal(t, in[i].Type, e.Type)
+		require.Equal(t, int64(i), e.Position)
+		require.False(t, e.Time.IsZero())
+		requireJSON(t, in[i].Data, e.Data, "data")
+		requireJSON(t, in[i].Metadata, e.Metadata, "metadata")
+		if i > 0 {
+			require.Greater(t, e.GlobalPosition, out[i-1].GlobalPosition)
+		} else {
+			require.GreaterOrEqual(t, e.GlobalPosition, int64(1))
+		}
+	}
+	require.Equal(t, int64(2), streamVersion(t, h.Store, "order-1"))
+
+	got, err := h.Store.ReadStream(ctx, "order-1", 0, 0)
+	require.NoError(t, err)
+	requireSameEvents(t, out, got)
+	got, err = h.Store.ReadCategory(ctx, "order", 0, 0)
+	require.NoError(t, err)
+	requireSameEvents(t, out, got)
+	requireSameEvents(t, out, readAll(t, h.Store))
+
+	got, err = h.Store.ReadStream(ctx, "order-2", 0, 0)
+	require.NoError(t, err)
+	require.Empty(t, got, "a stream without events reads empty")
+	got, err = h.Store.ReadCategory(ctx, "payment", 0, 0)
+	require.NoError(t, err)
+	require.Empty(t, got, "a category without events reads empty")
+
+	// The store keeps its own copy of the data.
+	in[1].Data[2] = 'X'
+	out[1].Data[2] = 'Y'
+	got, err = h.Store.ReadStream(ctx, "order-1", 1, 1)
+	require.NoError(t, err)
+	requireJSON(t, json.RawMessage(`{"n": 2}`), got[0].Data, "data after the caller changed its copies")
+}
+
+func testEmptyAppend(t *testing.T, h Harness) {
+	out, err := h.Store.Append(t.Context(), nil)
+	require.NoError(t, err)
+	require.Empty(t, out)
+	require.Empty(t, readAll(t, h.Store))
+}
+
+func testCallerIDs(t *testing.T, h Harness) {
+	ctx := t.Context()
+	const id = "6F9619FF-8B86-4011-B42D-00C04FC964FF"
+	e := newEvent("order-1", "OrderPlaced", eventstore.NoStream, 1)
+	e.ID = id
+	out := appendOK(t, h.Store, e)
+	require.Equal(t, "6f9619ff-8b86-4011-b42d-00c04fc964ff", out[0].ID, "ids are stored in canonical lower case")
+
+	// The same id again, even in another stream and case, is a duplicate.
+	again := newEvent("order-2", "OrderPlaced", eventstore.AnyVersion, 2)
+	again.ID = "6f9619ff-8b86-4011-b42d-00c04fc964ff"
+	_, err := h.Store.Append(ctx, []eventstore.NewEvent{again})
+	require.ErrorIs(t, err, eventstore.ErrDuplicateID)
+
+	// Twice in one batch is a duplicate too, and nothing of the batch lands.
+	a := newEvent("order-3", "OrderPlaced", eventstore.AnyVersion, 3)
+	a.ID = "00000000-0000-4000-8000-000000000001"
+	b := a
+	b.Stream = "order-4"
+	_, err = h.Store.Append(ctx, []eventstore.NewEvent{a, b})
+	require.ErrorIs(t, err, eventstore.ErrDuplicateID)
+	requireSameEvents(t, out, readAll(t, h.Store))
+}
+
+func testPositionsGapless(t *testing.T, h Harness) {
+	ctx := t.Context()
+	streams := []string{"order-1", "order-2", "payment-1", "order-1", "payment-1", "order-1", "shipping-9", "order-2"}
+	for round := range 3 {
+		for i, s := range streams {
+			appendOK(t, h.Store, newEvent(s, "Happened", eventstore.AnyVersion, round*100+i))
+		}
+	}
+	// Some more in batches spanning streams.
+	appendOK(t, h.Store,
+		newEvent("order-1", "Happened", eventstore.AnyVersion, 1000),
+		newEvent("payment-1", "Happened", eventstore.AnyVersion, 1001),
+		newEvent("order-1", "Happened", eventstore.AnyVersion, 1002),
+	)
+
+	all := readAll(t, h.Store)
+	require.Len(t, all, 3*len(streams)+3)
+	next := map[string]int64{}
+	for i, e := range all {
+		if i > 0 {
+			require.Greater(t, e.GlobalPosition, all[i-1].GlobalPosition, "global positions strictly increase")
+		}
+		require.Equal(t, next[e.Stream], e.Position, "positions of %s are gapless from 0", e.Stream)
+		next[e.Stream]++
+	}
+	for s, n := range next {
+		require.Equal(t, n-1, streamVersion(t, h.Store, s))
+		evs, err := h.Store.ReadStream(ctx, s, 0, 0)
+		require.NoError(t, err)
+		require.Len(t, evs, int(n))
+		for i, e := range evs {
+			require.Equal(t, int64(i), e.Position)
+		}
+	}
+}
+
+func testInclusiveReads(t *testing.T, h Harness) {
+	ctx := t.Context()
+	var all []eventstore.Event
+	for i := range 6 {
+		stream := "order-1"
+		if i%2 == 1 {
+			stream = "payment-1"
+		}
+		all = append(all, appendOK(t, h.Store, newEvent(stream, "Happened", eventstore.AnyVersion, i))...)
+	}
+	orders := []eventstore.Event{all[0], all[2], all[4]}
+
+	got, err := h.Store.ReadStream(ctx, "order-1", 1, 0)
+	require.NoError(t, err)
+	requireSameEvents(t, orders[1:], got)
+	got, err = h.Store.ReadStream(ctx, "order-1", 2, 0)
+	require.NoError(t, err)
+	requireSameEvents(t, orders[2:], got)
+	got, err = h.Store.ReadStream(ctx, "order-1", 3, 0)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	got, err = h.Store.ReadStream(ctx, "order-1", -5, 0)
+	require.NoError(t, err)
+	requireSameEvents(t, orders, got)
+
+	for i, e := range all {
+		got, err := h.Store.ReadAll(ctx, e.GlobalPosition, 0)
+		require.NoError(t, err)
+		requireSameEvents(t, all[i:], got)
+	}
+	got, err = h.Store.ReadAll(ctx, all[5].GlobalPosition+1, 0)
+	require.NoError(t, err)
+	require.Empty(t, got)
+
+	// A category read from an event of another category starts at the next
+	// event of its own.
+	got, err = h.Store.ReadCategory(ctx, "order", all[1].GlobalPosition, 0)
+	require.NoError(t, err)
+	requireSameEvents(t, orders[1:], got)
+	got, err = h.Store.ReadCategory(ctx, "order", all[2].GlobalPosition, 0)
+	require.NoError(t, err)
+	requireSameEvents(t, orders[1:], got)
+	got, err = h.Store.ReadCategory(ctx, "order", all[4].GlobalPosition+1, 0)
+	require.NoError(t, err)
+	require.Empty(t, got)
+}
+
+func testLimits(t *testing.T, h Harness) {
+	ctx := t.Context()
+	var all []eventstore.Event
+	for i := range 10 {
+		all = append(all, appendOK(t, h.Store, newEvent("order-1", "Happened", eventstore.AnyVersion, i))...)
+	}
+
+	got, err := h.Store.ReadStream(ctx, "order-1", 3, 4)
+	require.NoError(t, err)
+	requireSameEvents(t, all[3:7], got)
+	got, err = h.Store.ReadCategory(ctx, "order", all[3].GlobalPosition, 4)
+	require.NoError(t, err)
+	requireSameEvents(t, all[3:7], got)
+	got, err = h.Store.ReadAll(ctx, all[3].GlobalPosition, 4)
+	require.NoError(t, err)
+	requireSameEvents(t, all[3:7], got)
+
+	for _, limit := range []int{0, -1, 11, 100} {
+		got, err = h.Store.ReadAll(ctx, 0, limit)
+		require.NoError(t, err)
+		requireSameEvents(t, all, got)
+	}
+
+	// Paging from the last position plus one visits every event once.
+	for _, size := range []int{1, 3, 10} {
+		var paged []eventstore.Event
+		from := int64(0)
+		for {
+			page, err := h.Store.ReadCategory(ctx, "order", from, size)
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(page), size)
+			if len(page) == 0 {
+				break
+			}
+			paged = append(paged, page...)
+			from = page[len(page)-1].GlobalPosition + 1
+		}
+		requireSameEvents(t, all, paged)
+	}
+}
+
+func testDefaultLimit(t *testing.T, h Harness) {
+	ctx := t.Context()
+	in := make([]eventstore.NewEvent, eventstore.DefaultLimit+1)
+	for i := range in {
+		in[i] = newEvent("order-1", "Happened", eventstore.AnyVersion, i)
+	}
+	appendOK(t, h.Store, in...)
+	for _, limit := range []int{0, -1} {
+		got, err := h.Store.ReadStream(ctx, "order-1", 0, limit)
+		require.NoError(t, err)
+		require.Len(t, got, eventstore.DefaultLimit)
+		got, err = h.Store.ReadCategory(ctx, "order", 0, limit)
+		require.NoError(t, err)
+		require.Len(t, got, eventstore.DefaultLimit)
+		got, err = h.Store.ReadAll(ctx, 0, limit)
+		require.NoError(t, err)
+		require.Len(t, got, eventstore.DefaultLimit)
+	}
+}
+
+func testCategoryIsolation(t *testing.T, h Harness) {
+	ctx := t.Context()
+	require.Equal(t, "order", eventstore.Category("order-a-b"))
+
+	o1 := appendOK(t, h.Store, newEvent("order-1", "Happened", eventstore.NoStream, 1))
+	os1 := appendOK(t, h.Store, newEvent("orders-1", "Happened", eventstore.NoStream, 2))
+	oab := appendOK(t, h.Store, newEvent("order-a-b", "Happened", eventstore.NoStream, 3))
+	oa := appendOK(t, h.Store, newEvent("order-a", "Happened", eventstore.NoStream, 4))
+
+	got, err := h.Store.ReadCategory(ctx, "order", 0, 0)
+	require.NoError(t, err)
+	requireSameEvents(t, append(append(o1, oab...), oa...), got)
+	got, err = h.Store.ReadCategory(ctx, "orders", 0, 0)
+	require.NoError(t, err)
+	requireSameEvents(t, os1, got)
+	got, err = h.Store.ReadCategory(ctx, "orde", 0, 0)
+	require.NoError(t, err)
+	require.Empty(t, got, "a category is matched exactly, not by prefix")
+
+	// order-a and order-a-b are different streams of one category.
+	got, err = h.Store.ReadStream(ctx, "order-a", 0, 0)
+	require.NoError(t, err)
+	requireSameEvents(t, oa, got)
+	got, err = h.Store.ReadStream(ctx, "order-a-b", 0, 0)
+	require.NoError(t, err)
+	requireSameEvents(t, oab, got)
+	require.Equal(t, int64(0), streamVersion(t, h.Store, "order-a-b"))
+}
+
+func testInvalidInput(t *testing.T, h Harness) {
+	ctx := t.Context()
+	good := newEvent("order-1", "Happened", eventstore.AnyVersion, 0)
+	bad := map[string]func(e *eventstore.NewEvent){
+		"empty stream":          func(e *eventstore.NewEvent) { e.Stream = "" },
+		"stream without id":     func(e *eventstore.NewEvent) { e.Stream = "order" },
+		"stream with empty id":  func(e *eventstore.NewEvent) { e.Stream = "order-" },
+		"stream with empty cat": func(e *eventstore.NewEvent) { e.Stream = "-1" },
+		"empty type":            func(e *eventstore.NewEvent) { e.Type = "" },
+		"data not JSON":         func(e *eventstore.NewEvent) { e.Data = json.RawMessage(`{"n":`) },
+		"metadata not JSON":     func(e *eventstore.NewEvent) { e.Metadata = json.RawMessage(`nope`) },
+		"id not a UUID":         func(e *eventstore.NewEvent) { e.ID = "order-1-0" },
+		"expected version < -2": func(e *eventstore.NewEvent) { e.ExpectedVersion = -3 },
+	}
+	for name, mutate := range bad {
+		e := good
+		mutate(&e)
+		_, err := h.Store.Append(ctx, []eventstore.NewEvent{good, e})
+		require.ErrorIs(t, err, eventstore.ErrInvalid, name)
+	}
+	require.Empty(t, readAll(t, h.Store), "no invalid batch lands")
+
+	_, err := h.Store.ReadStream(ctx, "order", 0, 0)
+	require.ErrorIs(t, err, eventstore.ErrInvalid, "a category is not a stream")
+	_, err = h.Store.StreamVersion(ctx, "order")
+	require.ErrorIs(t, err, eventstore.ErrInvalid, "a category is not a stream")
+	_, err = h.Store.ReadCategory(ctx, "order-1", 0, 0)
+	require.ErrorIs(t, err, eventstore.ErrInvalid, "a stream is not a category")
+	_, err = h.Store.ReadCategory(ctx, "", 0, 0)
+	require.ErrorIs(t, err, eventstore.ErrInvalid, "an empty category")
+}
+
+func testCancelledContext(t *testing.T, h Harness) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := h.Store.Append(ctx, []eventstore.NewEvent{newEvent("order-1", "Happened", eventstore.NoStream, 0)})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Empty(t, readAll(t, h.Store))
+}
+
+func requireVersionError(t *testing.T, err error, stream string, expected, actual int64) {
+	t.Helper()
+	require.ErrorIs(t, err, eventstore.ErrExpectedVersion)
+	var ve *eventstore.VersionError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, eventstore.VersionError{Stream: stream, Expected: expected, Actual: actual}, *ve)
+}
+
+func testExpectedVersion(t *testing.T, h Harness) {
+	ctx := t.Context()
+	try := func(stream string, expected int64) error {
+		_, err := h.Store.Append(ctx, []eventstore.NewEvent{newEvent(stream, "Happened", expected, 0)})
+		return err
+	}
+
+	requireVersionError(t, try("order-1", 0), "order-1", 0, eventstore.NoStream)
+	requireVersionError(t, try("order-1", 5), "order-1", 5, eventstore.NoStream)
+	require.NoError(t, try("order-1", eventstore.NoStream))
+	requireVersionError(t, try("order-1", eventstore.NoStream), "order-1", eventstore.NoStream, 0)
+	requireVersionError(t, try("order-1", 1), "order-1", 1, 0)
+	require.NoError(t, try("order-1", 0))
+	require.NoError(t, try("order-1", eventstore.AnyVersion))
+	require.NoError(t, try("order-2", eventstore.AnyVersion), "AnyVersion starts a stream too")
+	requireVersionError(t, try("order-1", 1), "order-1", 1, 2)
+	require.NoError(t, try("order-1", 2))
+
+	require.Equal(t, int64(3), streamVersion(t, h.Store, "order-1"))
+	require.Equal(t, int64(0), streamVersion(t, h.Store, "order-2"))
+	require.Len(t, readAll(t, h.Store), 5)
+}
+
+func testExpectedVersionWithinBatch(t *testing.T, h Harness) {
+	ctx := t.Context()
+	// Each checked event counts the batch's earlier events of its stream;
+	// unchecked ones just follow.
+	out := appendOK(t, h.Store,
+		newEvent("order-1", "A", eventstore.NoStream, 0),
+		newEvent("order-1", "B", eventstore.AnyVersion, 1),
+		newEvent("payment-1", "C", eventstore.NoStream, 2),
+		newEvent("order-1", "D", 1, 3),
+		newEvent("payment-1", "E", 0, 4),
+	)
+	positions := []int64{0, 1, 0, 2, 1}
+	for i, e := range out {
+		require.Equal(t, positions[i], e.Position)
+	}
+
+	// A check that ignores the batch's earlier events fails the batch.
+	_, err := h.Store.Append(ctx, []eventstore.NewEvent{
+		newEvent("order-1", "F", 2, 5),
+		newEvent("order-1", "G", 2, 6),
+	})
+	requireVersionError(t, err, "order-1", 2, 3)
+	require.Equal(t, int64(2), streamVersion(t, h.Store, "order-1"))
+
+	// Only checked events are checked: the first here is unchecked.
+	appendOK(t, h.Store,
+		newEvent("order-1", "F", eventstore.AnyVersion, 5),
+		newEvent("order-1", "G", 3, 6),
+	)
+	require.Equal(t, int64(4), streamVersion(t, h.Store, "order-1"))
+}
+
+func testBatchAtomicity(t *testing.T, h Harness) {
+	ctx := t.Context()
+	before := appendOK(t, h.Store,
+		newEvent("order-1", "A", eventstore.NoStream, 0),
+		newEvent("payment-1", "B", eventstore.NoStream, 1),
+	)
+	failing := map[string][]eventstore.NewEvent{
+		"last event conflicts": {
+			newEvent("order-1", "C", 0, 2),
+			newEvent("shipping-1", "D", eventstore.NoStream, 3),
+			newEvent("payment-1", "E", 7, 4),
+		},
+		"first event conflicts": {
+			newEvent("payment-1", "E", eventstore.NoStream, 4),
+			newEvent("order-1", "C", 0, 2),
+		},
+		"middle event invalid": {
+			newEvent("order-1", "C", 0, 2),
+			newEvent("order", "D", eventstore.AnyVersion, 3),
+			newEvent("payment-1", "E", 0, 4),
+		},
+	}
+	for name, batch := range failing {
+		_, err := h.Store.Append(ctx, batch)
+		require.Error(t, err, name)
+		requireSameEvents(t, before, readAll(t, h.Store))
+		require.Equal(t, int64(0), streamVersion(t, h.Store, "order-1"), name)
+		require.Equal(t, eventstore.NoStream, streamVersion(t, h.Store, "shipping-1"), name)
+	}
+	// The same batch, fixed, lands whole.
+	out := appendOK(t, h.Store,
+		newEvent("order-1", "C", 0, 2),
+		newEvent("shipping-1", "D", eventstore.NoStream, 3),
+		newEvent("payment-1", "E", 0, 4),
+	)
+	requireSameEvents(t, append(before, out...), readAll(t, h.Store))
+}
+
+// raceRounds repeats each race: a missing lock shows only when goroutines
+// interleave inside the store's check-then-write window, which one round
+// rarely hits on a fast store.
+const raceRounds = 100
+
+func testConcurrentWritersOneWins(t *testing.T, h Harness) {
+	for _, n := range []int{2, 8, 32} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			for round := range raceRounds {
+				raceOnce(t, h, fmt.Sprintf("order-race%dx%d", n, round), n)
+			}
+		})
+	}
+}
+
+// raceOnce lets n writers append to stream from one base version at once.
+func raceOnce(t *testing.T, h Harness, stream string, n int) {
+	ctx := t.Context()
+	seed := appendOK(t, h.Store,
+		newEvent(stream, "Seeded", eventstore.NoStream, 0),
+		newEvent(stream, "Seeded", 0, 1),
+	)
+	base := seed[1].Position
+
+	start := make(chan struct{})
+	results := make([]error, n)
+	won := make([][]eventstore.Event, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			won[i], results[i] = h.Store.Append(ctx, []eventstore.NewEvent{
+				newEvent(stream, "Raced", base, i),
+				newEvent(stream, "Raced", eventstore.AnyVersion, i),
+			})
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	winner := -1
+	for i, err := range results {
+		if err == nil {
+			require.Equal(t, -1, winner, "%s: writers %d and %d both won", stream, winner, i)
+			winner = i
+			continue
+		}
+		requireVersionError(t, err, stream, base, base+2)
+	}
+	require.NotEqual(t, -1, winner, "%s: no writer won", stream)
+
+	got, err := h.Store.ReadStream(ctx, stream, 0, 0)
+	require.NoError(t, err)
+	requireSameEvents(t, append(seed, won[winner]...), got)
+}
+
+func testConcurrentWritersNoLostAppend(t *testing.T, h Harness) {
+	ctx := t.Context()
+	const writers, each = 32, 5
+	start := make(chan struct{})
+	errs := make([]error, writers)
+	var mu sync.Mutex
+	appended := map[string]bool{}
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			<-start
+			for i := 0; i < each; {
+				v, err := h.Store.StreamVersion(ctx, "order-1")
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				out, err := h.Store.Append(ctx, []eventstore.NewEvent{newEvent("order-1", "Counted", v, w*each+i)})
+				if errors.Is(err, eventstore.ErrExpectedVersion) {
+					continue
+				}
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				mu.Lock()
+				appended[out[0].ID] = true
+				mu.Unlock()
+				i++
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+
+	got, err := h.Store.ReadStream(ctx, "order-1", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, got, writers*each)
+	seen := map[string]bool{}
+	for i, e := range got {
+		require.Equal(t, int64(i), e.Position)
+		require.True(t, appended[e.ID], "event %s was not reported appended", e.ID)
+		seen[e.ID] = true
+	}
+	require.Len(t, seen, writers*each, "every appended event is stored once")
+}
+
+func begin(t *testing.T, h Harness) Tx {
+	t.Helper()
+	require.NotNil(t, h.Begin, "Harness.Begin is required")
+	tx, err := h.Begin(t.Context())
+	require.NoError(t, err)
+	return tx
+}
+
+func testTxStagedNotVisible(t *testing.T, h Harness) {
+	ctx := t.Context()
+	before := appendOK(t, h.Store, newEvent("order-1", "A", eventstore.NoStream, 0))
+
+	tx := begin(t, h)
+	staged := appendOK(t, tx,
+		newEvent("order-1", "B", 0, 1),
+		newEvent("order-2", "C", eventstore.NoStream, 2),
+	)
+	more := appendOK(t, tx, newEvent("order-1", "D", 1, 3))
+	staged = append(staged, more...)
+
+	// The transaction sees its own appends...
+	require.Equal(t, int64(2), streamVersion(t, tx, "order-1"))
+	require.Equal(t, int64(0), streamVersion(t, tx, "order-2"))
+	got, err := tx.ReadStream(ctx, "order-1", 0, 0)
+	require.NoError(t, err)
+	requireSameEvents(t, []eventstore.Event{before[0], staged[0], staged[2]}, got)
+	got, err = tx.ReadStream(ctx, "order-1", 2, 0)
+	require.NoError(t, err)
+	requireSameEvents(t, staged[2:], got)
+
+	// ...and nobody else does.
+	require.Equal(t, int64(0), streamVersion(t, h.Store, "order-1"))
+	require.Equal(t, eventstore.NoStream, streamVersion(t, h.Store, "order-2"))
+	requireSameEvents(t, before, readAll(t, h.Store))
+	got, err = h.Store.ReadCategory(ctx, "order", 0, 0)
+	require.NoError(t, err)
+	requireSameEvents(t, before, got)
+
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, int64(2), streamVersion(t, h.Store, "order-1"))
+	requireSameEvents(t, append(before, staged...), readAll(t, h.Store))
+
+	require.NoError(t, tx.Rollback(ctx), "rollback after commit is a no-op")
+	requireSameEvents(t, append(before, staged...), readAll(t, h.Store))
+}
+
+func testTxRollback(t *testing.T, h Harness) {
+	ctx := t.Context()
+	tx := begin(t, h)
+	appendOK(t, tx, newEvent("order-1", "A", eventstore.NoStream, 0))
+	require.NoError(t, tx.Rollback(ctx))
+	require.NoError(t, tx.Rollback(ctx), "rollback twice is a no-op")
+	require.Empty(t, readAll(t, h.Store))
+	require.Equal(t, eventstore.NoStream, streamVersion(t, h.Store, "order-1"))
+
+	// The store is free for the next writer, and the stream starts afresh.
+	out := appendOK(t, h.Store, newEvent("order-1", "B", eventstore.NoStream, 1))
+	require.Equal(t, int64(0), out[0].Position)
+}
+
+func testTxFailedAppendStagesNothing(t *testing.T, h Harness) {
+	ctx := t.Context()
+	tx := begin(t, h)
+	a := appendOK(t, tx, newEvent("order-1", "A", eventstore.NoStream, 0))
+	_, err := tx.Append(ctx, []eventstore.NewEvent{
+		newEvent("order-1", "B", 0, 1),
+		newEvent("order-2", "C", eventstore.NoStream, 2),
+		newEvent("order-1", "D", 0, 3), // the stream is at 1 by now
+	})
+	requireVersionError(t, err, "order-1", 0, 1)
+	_, err = tx.Append(ctx, []eventstore.NewEvent{newEvent("order-1", "E", eventstore.NoStream, 4)})
+	requireVersionError(t, err, "order-1", eventstore.NoStream, 0)
+	require.Equal(t, int64(0), streamVersion(t, tx, "order-1"))
+	require.Equal(t, eventstore.NoStream, streamVersion(t, tx, "order-2"))
+
+	f := appendOK(t, tx, newEvent("order-1", "F", 0, 5))
+	require.Equal(t, int64(1), f[0].Position)
+	require.NoError(t, tx.Commit(ctx))
+	requireSameEvents(t, append(a, f...), readAll(t, h.Store))
+}
+
+func testTxDone(t *testing.T, h Harness) {
+	ctx := t.Context()
+	tx := begin(t, h)
+	appendOK(t, tx, newEvent("order-1", "A", eventstore.NoStream, 0))
+	require.NoError(t, tx.Commit(ctx))
+	_, err := tx.Append(ctx, []eventstore.NewEvent{newEvent("order-1", "B", 0, 1)})
+	require.ErrorIs(t, err, eventstore.ErrTxDone)
+
+	tx = begin(t, h)
+	appendOK(t, tx, newEvent("order-1", "B", 0, 1))
+	require.NoError(t, tx.Rollback(ctx))
+	require.ErrorIs(t, tx.Commit(ctx), eventstore.ErrTxDone, "commit after rollback fails")
+	_, err = tx.Append(ctx, []eventstore.NewEvent{newEvent("order-1", "B", 0, 1)})
+	require.ErrorIs(t, err, eventstore.ErrTxDone)
+	require.Len(t, readAll(t, h.Store), 1)
+}

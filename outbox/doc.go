@@ -1,0 +1,29 @@
+// Package outbox holds the transactional outbox: rows that the unit of work
+// writes in the same transaction as its events and records, and that a
+// relay later claims and publishes to a broker.
+//
+// A row is added inside a transaction (the memory store's [Memory.Begin];
+// a PostgreSQL store inserts in the caller's pgx.Tx) and becomes claimable
+// when that transaction commits. (MessageID, TargetBroker) is unique, so a
+// message is written once per broker ([ErrDuplicate]).
+//
+// A relay calls [Store.Claim] to lease a batch of rows. A row is eligible
+// when it is pending, failed and due (next_retry_at <= now), or processing
+// with an expired lock (locked_until <= now: a lock is free at exactly its
+// expiry instant), and its retry count is below its max retries. Rows are
+// claimed by priority, highest first, then by ID. Racing claimers never get
+// the same row.
+//
+// After publishing, the relay marks the row published or failed. Only the
+// current lock holder may mark a row ([ErrNotOwner]): a relay whose lock
+// expired and was taken over cannot overwrite its successor's work. A
+// failure increments the retry count; the failure that reaches max retries
+// abandons the row, keeping its last error for operators, who can requeue
+// it with [Store.Retry]. [Backoff] computes the next retry delay.
+//
+// Time comes from a clock injected into the store, so that tests can stand
+// on the exact instant a lock expires.
+//
+// The conformance suite in package storetest pins all of this; every Store
+// implementation runs it.
+package outbox

@@ -1,0 +1,356 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Memory is an in-process Store. It is safe for concurrent use.
+//
+// Transactions that add rows are serialised by a write lock that a MemoryTx
+// holds for its whole life; Claim, the marks and reads take a separate,
+// short lock and never wait for a transaction.
+type Memory struct {
+	now func() time.Time
+
+	writeMu sync.Mutex // held by the one open MemoryTx
+
+	mu     sync.Mutex // guards the fields below
+	rows   []*Row     // ascending ID
+	keys   map[dedupKey]struct{}
+	lastID int64
+}
+
+type dedupKey struct{ messageID, broker string }
+
+var _ Store = (*Memory)(nil)
+
+// NewMemory returns an empty memory outbox that reads time from now; nil
+// means time.Now.
+func NewMemory(now func() time.Time) *Memory {
+	if now == nil {
+		now = time.Now
+	}
+	return &Memory{now: now, keys: make(map[dedupKey]struct{})}
+}
+
+// clock returns the current time as the store records it: UTC, to the
+// microsecond, like PostgreSQL's timestamptz.
+func (m *Memory) clock() time.Time { return m.now().UTC().Truncate(time.Microsecond) }
+
+// Begin opens a transaction. It blocks until no other transaction on m is
+// open, and holds m's write lock until Commit or Rollback.
+func (m *Memory) Begin() *MemoryTx {
+	m.writeMu.Lock()
+	return &MemoryTx{m: m, keys: make(map[dedupKey]struct{})}
+}
+
+// Add adds rows in a transaction of their own.
+func (m *Memory) Add(ctx context.Context, rows []Row) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tx := m.Begin()
+	defer tx.Rollback()
+	if err := tx.Add(ctx, rows); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Claim implements Store.
+func (m *Memory) Claim(ctx context.Context, owner string, limit int, lockFor time.Duration) ([]Row, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if owner == "" {
+		return nil, fmt.Errorf("claim: %w: empty owner", ErrInvalid)
+	}
+	if limit <= 0 {
+		limit = DefaultClaimLimit
+	}
+	if lockFor <= 0 {
+		lockFor = DefaultLockFor
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock()
+	var picked []*Row
+	for _, r := range m.rows {
+		if eligible(r, now) {
+			picked = append(picked, r)
+		}
+	}
+	// m.rows is in ID order, so a stable sort keeps ID order within a
+	// priority.
+	sort.SliceStable(picked, func(i, j int) bool { return picked[i].Priority > picked[j].Priority })
+	picked = picked[:min(len(picked), limit)]
+	until := now.Add(lockFor)
+	out := make([]Row, len(picked))
+	for i, r := range picked {
+		r.Status = StatusProcessing
+		r.LockedBy = owner
+		u := until
+		r.LockedUntil = &u
+		out[i] = copyRow(*r)
+	}
+	return out, nil
+}
+
+// MarkPublished implements Store.
+func (m *Memory) MarkPublished(ctx context.Context, id int64, owner string) error {
+	return m.markOwned(ctx, id, owner, func(r *Row, now time.Time) {
+		r.Status = StatusPublished
+		r.PublishedAt = &now
+		r.NextRetryAt = nil
+	})
+}
+
+// MarkFailed implements Store.
+func (m *Memory) MarkFailed(ctx context.Context, id int64, owner, errMsg string, nextRetryAt time.Time) error {
+	next := nextRetryAt.UTC().Truncate(time.Microsecond)
+	return m.markOwned(ctx, id, owner, func(r *Row, _ time.Time) {
+		r.RetryCount++
+		r.LastError = errMsg
+		if r.RetryCount >= r.MaxRetries {
+			r.Status = StatusAbandoned
+			r.NextRetryAt = nil
+			return
+		}
+		r.Status = StatusFailed
+		r.NextRetryAt = &next
+	})
+}
+
+func (m *Memory) markOwned(ctx context.Context, id int64, owner string, mark func(r *Row, now time.Time)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.findLocked(id)
+	if r == nil {
+		return fmt.Errorf("outbox row %d: %w", id, ErrNotFound)
+	}
+	if r.Status != StatusProcessing || r.LockedBy != owner {
+		return fmt.Errorf("outbox row %d: %s, locked by %q, not %q: %w", id, r.Status, r.LockedBy, owner, ErrNotOwner)
+	}
+	mark(r, m.clock())
+	r.LockedBy, r.LockedUntil = "", nil
+	return nil
+}
+
+// Abandon implements Store.
+func (m *Memory) Abandon(ctx context.Context, id int64, reason string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.findLocked(id)
+	if r == nil {
+		return fmt.Errorf("outbox row %d: %w", id, ErrNotFound)
+	}
+	if r.Status == StatusPublished {
+		return fmt.Errorf("outbox row %d: abandon a %s row: %w", id, r.Status, ErrStatus)
+	}
+	r.Status = StatusAbandoned
+	r.LastError = reason
+	r.NextRetryAt, r.LockedUntil, r.LockedBy = nil, nil, ""
+	return nil
+}
+
+// Retry implements Store.
+func (m *Memory) Retry(ctx context.Context, id int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.findLocked(id)
+	if r == nil {
+		return fmt.Errorf("outbox row %d: %w", id, ErrNotFound)
+	}
+	if r.Status != StatusFailed && r.Status != StatusAbandoned {
+		return fmt.Errorf("outbox row %d: retry a %s row: %w", id, r.Status, ErrStatus)
+	}
+	r.Status = StatusPending
+	r.RetryCount = 0
+	r.NextRetryAt, r.LockedUntil, r.LockedBy = nil, nil, ""
+	return nil
+}
+
+// Cleanup implements Store.
+func (m *Memory) Cleanup(ctx context.Context, publishedBefore, abandonedBefore time.Time) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	kept := m.rows[:0]
+	n := 0
+	for _, r := range m.rows {
+		if r.Status == StatusPublished && r.PublishedAt.Before(publishedBefore) ||
+			r.Status == StatusAbandoned && r.CreatedAt.Before(abandonedBefore) {
+			delete(m.keys, dedupKey{r.MessageID, r.TargetBroker})
+			n++
+			continue
+		}
+		kept = append(kept, r)
+	}
+	clear(m.rows[len(kept):])
+	m.rows = kept
+	return n, nil
+}
+
+// Stats implements Store.
+func (m *Memory) Stats(ctx context.Context) (Stats, error) {
+	if err := ctx.Err(); err != nil {
+		return Stats{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := Stats{Counts: make(map[Status]int, len(statuses))}
+	for _, st := range statuses {
+		s.Counts[st] = 0
+	}
+	for _, r := range m.rows {
+		s.Counts[r.Status]++
+		switch r.Status {
+		case StatusPending:
+			if s.OldestPending == nil || r.CreatedAt.Before(*s.OldestPending) {
+				at := r.CreatedAt
+				s.OldestPending = &at
+			}
+		case StatusAbandoned:
+			if len(s.Abandoned) < MaxStatsAbandoned {
+				s.Abandoned = append(s.Abandoned, Abandoned{
+					ID:           r.ID,
+					MessageID:    r.MessageID,
+					TargetBroker: r.TargetBroker,
+					RetryCount:   r.RetryCount,
+					LastError:    r.LastError,
+					CreatedAt:    r.CreatedAt,
+				})
+			}
+		}
+	}
+	return s, nil
+}
+
+// Get implements Store.
+func (m *Memory) Get(ctx context.Context, id int64) (Row, error) {
+	if err := ctx.Err(); err != nil {
+		return Row{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.findLocked(id)
+	if r == nil {
+		return Row{}, fmt.Errorf("outbox row %d: %w", id, ErrNotFound)
+	}
+	return copyRow(*r), nil
+}
+
+func (m *Memory) findLocked(id int64) *Row {
+	i := sort.Search(len(m.rows), func(i int) bool { return m.rows[i].ID >= id })
+	if i < len(m.rows) && m.rows[i].ID == id {
+		return m.rows[i]
+	}
+	return nil
+}
+
+// MemoryTx is a transaction on a Memory outbox. Added rows become visible,
+// and get their IDs, at Commit. It is safe for concurrent use, though a
+// unit of work normally drives it from one goroutine.
+type MemoryTx struct {
+	m *Memory
+
+	mu     sync.Mutex
+	done   bool
+	rolled bool
+	staged []Row
+	keys   map[dedupKey]struct{}
+}
+
+// Add checks and stages rows. A failed Add stages nothing, and the
+// transaction stays usable. Add sets every field the store owns (ID,
+// Status, RetryCount, the lock and retry times, LastError, CreatedAt,
+// PublishedAt), whatever the caller put there.
+func (tx *MemoryTx) Add(ctx context.Context, rows []Row) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	prepared, err := prepare(rows, tx.m.clock())
+	if err != nil {
+		return err
+	}
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	if tx.done {
+		return ErrTxDone
+	}
+	local := make(map[dedupKey]struct{}, len(prepared))
+	tx.m.mu.Lock()
+	for _, r := range prepared {
+		k := dedupKey{r.MessageID, r.TargetBroker}
+		_, live := tx.m.keys[k]
+		_, staged := tx.keys[k]
+		_, batch := local[k]
+		if live || staged || batch {
+			tx.m.mu.Unlock()
+			return fmt.Errorf("outbox: message %s for broker %s: %w", r.MessageID, r.TargetBroker, ErrDuplicate)
+		}
+		local[k] = struct{}{}
+	}
+	tx.m.mu.Unlock()
+	for k := range local {
+		tx.keys[k] = struct{}{}
+	}
+	tx.staged = append(tx.staged, prepared...)
+	return nil
+}
+
+// Commit makes the staged rows claimable and releases the store's write
+// lock. Committing twice is a no-op; committing after Rollback returns
+// ErrTxDone.
+func (tx *MemoryTx) Commit() error {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	if tx.done {
+		if tx.rolled {
+			return ErrTxDone
+		}
+		return nil
+	}
+	tx.done = true
+	m := tx.m
+	m.mu.Lock()
+	for i := range tx.staged {
+		r := tx.staged[i]
+		m.lastID++
+		r.ID = m.lastID
+		m.rows = append(m.rows, &r)
+		m.keys[dedupKey{r.MessageID, r.TargetBroker}] = struct{}{}
+	}
+	m.mu.Unlock()
+	tx.staged = nil
+	m.writeMu.Unlock()
+	return nil
+}
+
+// Rollback discards the staged rows and releases the store's write lock.
+// It is a no-op after Commit or Rollback.
+func (tx *MemoryTx) Rollback() {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
+	if tx.done {
+		return
+	}
+	tx.done, tx.rolled = true, true
+	tx.staged = nil
+	tx.m.writeMu.Unlock()
+}

@@ -1,0 +1,226 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/proteanhq/protean-host/eventstore"
+)
+
+// Status is where a row is in its life.
+type Status string
+
+// Statuses.
+const (
+	// StatusPending rows wait for their first claim (or were requeued).
+	StatusPending Status = "pending"
+	// StatusProcessing rows are claimed by a relay until LockedUntil.
+	StatusProcessing Status = "processing"
+	// StatusPublished rows reached the broker.
+	StatusPublished Status = "published"
+	// StatusFailed rows failed to publish and wait for NextRetryAt.
+	StatusFailed Status = "failed"
+	// StatusAbandoned rows will not be published unless an operator
+	// requeues them.
+	StatusAbandoned Status = "abandoned"
+)
+
+// statuses lists every status, in life order.
+var statuses = [...]Status{StatusPending, StatusProcessing, StatusPublished, StatusFailed, StatusAbandoned}
+
+// Defaults.
+const (
+	// DefaultMaxRetries applies to a row added with MaxRetries 0.
+	DefaultMaxRetries = 3
+	// DefaultClaimLimit applies to a Claim with a limit <= 0.
+	DefaultClaimLimit = 50
+	// DefaultLockFor applies to a Claim with lockFor <= 0.
+	DefaultLockFor = 5 * time.Minute
+	// MaxStatsAbandoned caps the abandoned rows Stats lists.
+	MaxStatsAbandoned = 100
+)
+
+// Row is one message to publish to one broker.
+type Row struct {
+	// ID is assigned by the store; it grows with commit order.
+	ID int64
+	// MessageID identifies the message; with TargetBroker it is unique.
+	MessageID string
+	Stream    string
+	// Category defaults to the stream's category.
+	Category string
+	Type     string
+	Data     json.RawMessage
+	Metadata json.RawMessage
+	// PartitionKey is the message's sequential_by key, if any.
+	PartitionKey *string
+	// Priority orders claims: higher first.
+	Priority int
+	// TargetBroker names the broker the row is for. Required.
+	TargetBroker string
+
+	Status     Status
+	RetryCount int
+	// MaxRetries is how many failed publishes abandon the row; 0 on Add
+	// means DefaultMaxRetries.
+	MaxRetries  int
+	NextRetryAt *time.Time
+	LockedUntil *time.Time
+	LockedBy    string
+	// LastError is the last publish error or the abandon reason.
+	LastError   string
+	CreatedAt   time.Time
+	PublishedAt *time.Time
+}
+
+// Stats summarises the outbox for operators and metrics.
+type Stats struct {
+	// Counts has an entry for every status.
+	Counts map[Status]int
+	// OldestPending is the creation time of the oldest pending row; nil
+	// when none is pending.
+	OldestPending *time.Time
+	// Abandoned lists abandoned rows, lowest ID first, at most
+	// MaxStatsAbandoned of them.
+	Abandoned []Abandoned
+}
+
+// Abandoned is an abandoned row as Stats reports it.
+type Abandoned struct {
+	ID           int64
+	MessageID    string
+	TargetBroker string
+	RetryCount   int
+	LastError    string
+	CreatedAt    time.Time
+}
+
+// Store is what a relay and the operator commands use. Rows are added
+// through a transaction of the store's implementation.
+type Store interface {
+	// Claim leases up to limit eligible rows to owner for lockFor and returns
+	// them as claimed.
+	Claim(ctx context.Context, owner string, limit int, lockFor time.Duration) ([]Row, error)
+	// MarkPublished records a publish by the row's lock owner.
+	MarkPublished(ctx context.Context, id int64, owner string) error
+	// MarkFailed records a failed publish by the row's lock owner: the row
+	// is retried at nextRetryAt, or abandoned if it has reached its max
+	// retries.
+	MarkFailed(ctx context.Context, id int64, owner, errMsg string, nextRetryAt time.Time) error
+	// Abandon gives a row up, whoever holds it, with reason as its last
+	// error. A published row cannot be abandoned.
+	Abandon(ctx context.Context, id int64, reason string) error
+	// Retry requeues a failed or abandoned row as pending with no retries
+	// used, keeping its last error for the record (the operator command).
+	Retry(ctx context.Context, id int64) error
+	// Cleanup deletes published rows published before publishedBefore and
+	// abandoned rows created before abandonedBefore, and returns how many
+	// it deleted.
+	Cleanup(ctx context.Context, publishedBefore, abandonedBefore time.Time) (int, error)
+	// Stats summarises the rows.
+	Stats(ctx context.Context) (Stats, error)
+	// Get returns one row.
+	Get(ctx context.Context, id int64) (Row, error)
+}
+
+// Errors for conditions.
+var (
+	// ErrDuplicate means a row with the same MessageID and TargetBroker
+	// exists or was added twice.
+	ErrDuplicate = errors.New("duplicate outbox row")
+	// ErrNotOwner means the row is not processing under the caller's lock.
+	ErrNotOwner = errors.New("outbox row not locked by this owner")
+	// ErrNotFound means no row has the ID.
+	ErrNotFound = errors.New("outbox row not found")
+	// ErrStatus means the row's status does not allow the operation.
+	ErrStatus = errors.New("outbox row status does not allow this")
+	// ErrInvalid is wrapped by errors about malformed input.
+	ErrInvalid = errors.New("invalid outbox input")
+	// ErrTxDone means a transaction was used after Commit or Rollback.
+	ErrTxDone = errors.New("transaction already committed or rolled back")
+)
+
+// prepare validates rows for Add and returns copies set up as new pending
+// rows created at now. It does not check uniqueness.
+func prepare(rows []Row, now time.Time) ([]Row, error) {
+	out := make([]Row, len(rows))
+	for i, r := range rows {
+		what := fmt.Sprintf("row %d (message %s, broker %s)", i, r.MessageID, r.TargetBroker)
+		switch {
+		case r.MessageID == "":
+			return nil, fmt.Errorf("%s: %w: empty message id", what, ErrInvalid)
+		case r.TargetBroker == "":
+			return nil, fmt.Errorf("%s: %w: empty target broker", what, ErrInvalid)
+		case r.Stream == "":
+			return nil, fmt.Errorf("%s: %w: empty stream", what, ErrInvalid)
+		case r.Type == "":
+			return nil, fmt.Errorf("%s: %w: empty type", what, ErrInvalid)
+		case r.MaxRetries < 0:
+			return nil, fmt.Errorf("%s: %w: max retries %d", what, ErrInvalid, r.MaxRetries)
+		case r.Data != nil && !json.Valid(r.Data):
+			return nil, fmt.Errorf("%s: %w: data is not JSON", what, ErrInvalid)
+		case r.Metadata != nil && !json.Valid(r.Metadata):
+			return nil, fmt.Errorf("%s: %w: metadata is not JSON", what, ErrInvalid)
+		}
+		if r.Category == "" {
+			r.Category = eventstore.Category(r.Stream)
+		}
+		if r.MaxRetries == 0 {
+			r.MaxRetries = DefaultMaxRetries
+		}
+		r.ID = 0
+		r.Status = StatusPending
+		r.RetryCount = 0
+		r.NextRetryAt, r.LockedUntil, r.PublishedAt = nil, nil, nil
+		r.LockedBy, r.LastError = "", ""
+		r.CreatedAt = now
+		out[i] = copyRow(r)
+	}
+	return out, nil
+}
+
+// eligible reports whether r may be claimed at now.
+func eligible(r *Row, now time.Time) bool {
+	if r.RetryCount >= r.MaxRetries {
+		return false
+	}
+	switch r.Status {
+	case StatusPending:
+	case StatusFailed:
+		if r.NextRetryAt != nil && r.NextRetryAt.After(now) {
+			return false
+		}
+	case StatusProcessing:
+		if r.LockedUntil == nil || r.LockedUntil.After(now) {
+			return false
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+func copyRow(r Row) Row {
+	if r.Data != nil {
+		r.Data = append(json.RawMessage(nil), r.Data...)
+	}
+	if r.Metadata != nil {
+		r.Metadata = append(json.RawMessage(nil), r.Metadata...)
+	}
+	r.PartitionKey = copyPtr(r.PartitionKey)
+	r.NextRetryAt = copyPtr(r.NextRetryAt)
+	r.LockedUntil = copyPtr(r.LockedUntil)
+	r.PublishedAt = copyPtr(r.PublishedAt)
+	return r
+}
+
+func copyPtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}

@@ -1,0 +1,779 @@
+// Package storetest is the conformance suite for outbox.Store
+// implementations. Every implementation (memory, PostgreSQL) runs it from a
+// test of its own:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T, now func() time.Time) storetest.Harness { ... })
+//	}
+//
+// The suite drives time through the clock it passes in, so the store must
+// read time only from it. It uses only the interfaces below.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/outbox"
+)
+
+// Tx is a transaction that adds rows, as the suite drives it. The memory
+// store's *outbox.MemoryTx fits after a thin adapter; a PostgreSQL store
+// wraps its pgx.Tx.
+type Tx interface {
+	// Add checks and stages rows, all or nothing.
+	Add(ctx context.Context, rows []outbox.Row) error
+	// Commit makes the rows claimable. After Rollback it fails.
+	Commit(ctx context.Context) error
+	// Rollback discards them. After Commit it is a no-op.
+	Rollback(ctx context.Context) error
+}
+
+// Harness is one store under test.
+type Harness struct {
+	// Store must be empty and not shared with any other Harness.
+	Store outbox.Store
+	// Begin opens a transaction on Store.
+	Begin func(ctx context.Context) (Tx, error)
+}
+
+// Run runs the suite. newHarness is called once per subtest, possibly from
+// parallel subtests, with the clock the store must use.
+func Run(t *testing.T, newHarness func(t *testing.T, now func() time.Time) Harness) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, h Harness, c *clock)
+	}{
+		{"AddAndClaim", testAddAndClaim},
+		{"ClaimOrderByPriorityThenID", testClaimOrder},
+		{"ClaimLimitAndDefaults", testClaimLimit},
+		{"ConcurrentClaimersNeverShareARow", testConcurrentClaimers},
+		{"ExpiredLockIsReclaimedAtTheExactInstant", testExpiredLock},
+		{"FailedRowIsDueAtTheExactInstant", testFailedDue},
+		{"RetriesThenAbandonsKeepingLastError", testRetryThenAbandon},
+		{"RowsPastMaxRetriesAreNeverClaimed", testMaxRetries},
+		{"NonOwnerMarksRejected", testNonOwner},
+		{"Abandon", testAbandon},
+		{"RetryCommand", testRetryCommand},
+		{"Cleanup", testCleanup},
+		{"Stats", testStats},
+		{"Duplicates", testDuplicates},
+		{"TxStagedUntilCommit", testTxStaged},
+		{"TxRollbackDiscards", testTxRollback},
+		{"TxDone", testTxDone},
+		{"InvalidInput", testInvalidInput},
+		{"CancelledContext", testCancelledContext},
+		{"RowsAreCopies", testRowsAreCopies},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := &clock{now: start}
+			tc.fn(t, newHarness(t, c.Now), c)
+		})
+	}
+}
+
+var start = time.Date(2026, 8, 21, 9, 0, 0, 0, time.UTC)
+
+// clock is the suite's time; it moves only when a test moves it.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	return c.now
+}
+
+func row(msg string, priority int) outbox.Row {
+	return outbox.Row{
+		MessageID:    msg,
+		Stream:       "order-" + msg,
+		Type:         "OrderPlaced",
+		Data:         json.RawMessage(fmt.Sprintf(`{"msg": %q}`, msg)),
+		Priority:     priority,
+		TargetBroker: "default",
+	}
+}
+
+func begin(t *testing.T, h Harness) Tx {
+	t.Helper()
+	require.NotNil(t, h.Begin, "Harness.Begin is required")
+	tx, err := h.Begin(t.Context())
+	require.NoError(t, err)
+	return tx
+}
+
+func add(t *testing.T, h Harness, rows ...outbox.Row) {
+	t.Helper()
+	tx := begin(t, h)
+	require.NoError(t, tx.Add(t.Context(), rows))
+	require.NoError(t, tx.Commit(t.Context()))
+}
+
+func claim(t *testing.T, h Harness, owner string, limit int, lockFor time.Duration) []outbox.Row {
+	t.Helper()
+	rows, err := h.Store.Claim(t.Context(), owner, limit, lockFor)
+	require.NoError(t, err)
+	return rows
+}
+
+func claimOne(t *testing.T, h Harness, owner string) outbox.Row {
+	t.Helper()
+	rows := claim(t, h, owner, 1, time.Minute)
+	require.Len(t, rows, 1)
+	return rows[0]
+}
+
+func get(t *testing.T, h Harness, id int64) outbox.Row {
+	t.Helper()
+	r, err := h.Store.Get(t.Context(), id)
+	require.NoError(t, err)
+	return r
+}
+
+func messages(rows []outbox.Row) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.MessageID
+	}
+	return out
+}
+
+func requireTime(t *testing.T, want time.Time, got *time.Time, field string) {
+	t.Helper()
+	require.NotNil(t, got, field)
+	require.True(t, want.Equal(*got), "%s: want %v, got %v", field, want, *got)
+}
+
+func requireJSON(t *testing.T, want, got json.RawMessage, field string) {
+	t.Helper()
+	if len(want) == 0 || string(want) == "null" {
+		require.True(t, len(got) == 0 || string(got) == "null", "%s: want none, got %s", field, got)
+		return
+	}
+	require.JSONEq(t, string(want), string(got), field)
+}
+
+// requireSameRow compares rows field by field: JSON by meaning, times by
+// instant.
+func requireSameRow(t *testing.T, want, got outbox.Row) {
+	t.Helper()
+	timeEq := func(w, g *time.Time, field string) {
+		if w == nil {
+			require.Nil(t, g, field)
+			return
+		}
+		requireTime(t, *w, g, field)
+	}
+	require.Equal(t, want.ID, got.ID)
+	require.Equal(t, want.MessageID, got.MessageID)
+	require.Equal(t, want.Stream, got.Stream)
+	require.Equal(t, want.Category, got.Category)
+	require.Equal(t, want.Type, got.Type)
+	requireJSON(t, want.Data, got.Data, "data")
+	requireJSON(t, want.Metadata, got.Metadata, "metadata")
+	require.Equal(t, want.PartitionKey, got.PartitionKey)
+	require.Equal(t, want.Priority, got.Priority)
+	require.Equal(t, want.TargetBroker, got.TargetBroker)
+	require.Equal(t, want.Status, got.Status)
+	require.Equal(t, want.RetryCount, got.RetryCount)
+	require.Equal(t, want.MaxRetries, got.MaxRetries)
+	timeEq(want.NextRetryAt, got.NextRetryAt, "next_retry_at")
+	timeEq(want.LockedUntil, got.LockedUntil, "locked_until")
+	require.Equal(t, want.LockedBy, got.LockedBy)
+	require.Equal(t, want.LastError, got.LastError)
+	require.True(t, want.CreatedAt.Equal(got.CreatedAt), "created_at: want %v, got %v", want.CreatedAt, got.CreatedAt)
+	timeEq(want.PublishedAt, got.PublishedAt, "published_at")
+}
+
+func testAddAndClaim(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	key := "client-1"
+	in := row("m-1", 2)
+	in.Metadata = json.RawMessage(`{"correlation_id": "c-1"}`)
+	in.PartitionKey = &key
+	// Fields the store owns are ignored on Add.
+	in.ID, in.Status, in.RetryCount, in.LockedBy, in.LastError = 99, outbox.StatusPublished, 7, "x", "y"
+	in.CreatedAt = start.Add(-time.Hour)
+	other := row("m-2", 0)
+	other.Category = "sales"
+	other.MaxRetries = 7
+	add(t, h, in, other)
+
+	got := claim(t, h, "relay-1", 10, time.Minute)
+	require.Equal(t, []string{"m-1", "m-2"}, messages(got))
+	r := got[0]
+	require.NotZero(t, r.ID)
+	want := outbox.Row{
+		ID:           r.ID,
+		MessageID:    "m-1",
+		Stream:       "order-m-1",
+		Category:     "order",
+		Type:         "OrderPlaced",
+		Data:         in.Data,
+		Metadata:     in.Metadata,
+		PartitionKey: &key,
+		Priority:     2,
+		TargetBroker: "default",
+		Status:       outbox.StatusProcessing,
+		MaxRetries:   outbox.DefaultMaxRetries,
+		LockedUntil:  ptr(start.Add(time.Minute)),
+		LockedBy:     "relay-1",
+		CreatedAt:    start,
+	}
+	requireSameRow(t, want, r)
+	requireSameRow(t, want, get(t, h, r.ID))
+
+	require.Greater(t, got[1].ID, r.ID)
+	require.Equal(t, "sales", got[1].Category, "an explicit category is kept")
+	require.Equal(t, 7, got[1].MaxRetries, "explicit max retries are kept")
+	require.Nil(t, got[1].PartitionKey)
+
+	_, err := h.Store.Get(ctx, r.ID+1000)
+	require.ErrorIs(t, err, outbox.ErrNotFound)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func testClaimOrder(t *testing.T, h Harness, c *clock) {
+	priorities := []int{0, 5, 0, 10, 5, -1, 10}
+	var rows []outbox.Row
+	for i, p := range priorities {
+		rows = append(rows, row(fmt.Sprintf("m-%d", i), p))
+	}
+	add(t, h, rows...)
+	add(t, h, row("m-7", 5), row("m-8", 11))
+
+	got := claim(t, h, "relay-1", 100, time.Minute)
+	require.Equal(t, []string{"m-8", "m-3", "m-6", "m-1", "m-4", "m-7", "m-0", "m-2", "m-5"}, messages(got))
+	for i := 1; i < len(got); i++ {
+		if got[i].Priority == got[i-1].Priority {
+			require.Greater(t, got[i].ID, got[i-1].ID, "IDs ascend within a priority")
+		}
+	}
+	require.Empty(t, claim(t, h, "relay-2", 100, time.Minute), "claimed rows are not claimed again")
+}
+
+func testClaimLimit(t *testing.T, h Harness, c *clock) {
+	for i := range outbox.DefaultClaimLimit + 10 {
+		add(t, h, row(fmt.Sprintf("m-%03d", i), 0))
+	}
+	got := claim(t, h, "relay-1", 3, time.Minute)
+	require.Equal(t, []string{"m-000", "m-001", "m-002"}, messages(got))
+	got = claim(t, h, "relay-1", 3, time.Minute)
+	require.Equal(t, []string{"m-003", "m-004", "m-005"}, messages(got))
+
+	got = claim(t, h, "relay-1", 0, 0)
+	require.Len(t, got, outbox.DefaultClaimLimit, "limit <= 0 means the default")
+	require.Equal(t, "m-006", got[0].MessageID)
+	requireTime(t, start.Add(outbox.DefaultLockFor), got[0].LockedUntil, "lockFor <= 0 means the default")
+
+	got = claim(t, h, "relay-1", -1, -time.Second)
+	require.Len(t, got, 4)
+	require.Empty(t, claim(t, h, "relay-1", 10, time.Minute))
+}
+
+func testConcurrentClaimers(t *testing.T, h Harness, c *clock) {
+	const rows = 400
+	published := 0
+	for _, n := range []int{2, 8, 32} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			ctx := t.Context()
+			// Fresh rows per level; the previous level's are all published.
+			batch := make([]outbox.Row, 0, 50)
+			for i := range rows {
+				batch = append(batch, row(fmt.Sprintf("m-%d-%d", n, i), i%3))
+				if len(batch) == cap(batch) {
+					add(t, h, batch...)
+					batch = batch[:0]
+				}
+			}
+			gate := make(chan struct{})
+			claimed := make([][]int64, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for w := range n {
+				wg.Go(func() {
+					<-gate
+					owner := fmt.Sprintf("relay-%d", w)
+					for {
+						got, err := h.Store.Claim(ctx, owner, 7, time.Minute)
+						if err != nil {
+							errs[w] = err
+							return
+						}
+						if len(got) == 0 {
+							return
+						}
+						for _, r := range got {
+							if err := h.Store.MarkPublished(ctx, r.ID, owner); err != nil {
+								errs[w] = fmt.Errorf("row %d: %w", r.ID, err)
+								return
+							}
+							claimed[w] = append(claimed[w], r.ID)
+						}
+					}
+				})
+			}
+			close(gate)
+			wg.Wait()
+			for _, err := range errs {
+				require.NoError(t, err)
+			}
+			seen := map[int64]int{}
+			for w := range n {
+				for _, id := range claimed[w] {
+					seen[id]++
+				}
+			}
+			require.Len(t, seen, rows, "every row is claimed")
+			for id, k := range seen {
+				require.Equal(t, 1, k, "row %d claimed %d times", id, k)
+			}
+			published += rows
+			s, err := h.Store.Stats(ctx)
+			require.NoError(t, err)
+			require.Equal(t, published, s.Counts[outbox.StatusPublished])
+			require.Zero(t, s.Counts[outbox.StatusProcessing])
+		})
+	}
+}
+
+func testExpiredLock(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	add(t, h, row("m-1", 0))
+	a := claim(t, h, "relay-a", 10, time.Minute)
+	require.Len(t, a, 1)
+	id := a[0].ID
+
+	c.Advance(time.Minute - time.Microsecond)
+	require.Empty(t, claim(t, h, "relay-b", 10, time.Minute), "a lock holds until its expiry instant")
+	now := c.Advance(time.Microsecond)
+	b := claim(t, h, "relay-b", 10, time.Minute)
+	require.Len(t, b, 1, "a lock is free at exactly locked_until")
+	require.Equal(t, id, b[0].ID)
+	require.Equal(t, "relay-b", b[0].LockedBy)
+	requireTime(t, now.Add(time.Minute), b[0].LockedUntil, "locked_until")
+	require.Equal(t, 0, b[0].RetryCount, "a reclaim is not a failure")
+
+	// The first owner lost the row: its marks change nothing.
+	require.ErrorIs(t, h.Store.MarkPublished(ctx, id, "relay-a"), outbox.ErrNotOwner)
+	require.ErrorIs(t, h.Store.MarkFailed(ctx, id, "relay-a", "late", now), outbox.ErrNotOwner)
+	requireSameRow(t, b[0], get(t, h, id))
+
+	c.Advance(time.Second)
+	require.NoError(t, h.Store.MarkPublished(ctx, id, "relay-b"))
+	r := get(t, h, id)
+	require.Equal(t, outbox.StatusPublished, r.Status)
+	requireTime(t, now.Add(time.Second), r.PublishedAt, "published_at")
+	require.Empty(t, r.LockedBy)
+	require.Nil(t, r.LockedUntil)
+	require.ErrorIs(t, h.Store.MarkPublished(ctx, id, "relay-a"), outbox.ErrNotOwner)
+
+	c.Advance(time.Hour)
+	require.Empty(t, claim(t, h, "relay-c", 10, time.Minute), "a published row is never claimed")
+}
+
+func testFailedDue(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	r := row("m-1", 0)
+	r.MaxRetries = 5
+	add(t, h, r)
+	id := claimOne(t, h, "relay-a").ID
+
+	due := start.Add(10 * time.Second)
+	require.NoError(t, h.Store.MarkFailed(ctx, id, "relay-a", "broker down", due))
+	got := get(t, h, id)
+	require.Equal(t, outbox.StatusFailed, got.Status)
+	require.Equal(t, 1, got.RetryCount)
+	require.Equal(t, "broker down", got.LastError)
+	requireTime(t, due, got.NextRetryAt, "next_retry_at")
+	require.Empty(t, got.LockedBy)
+	require.Nil(t, got.LockedUntil)
+	require.ErrorIs(t, h.Store.MarkPublished(ctx, id, "relay-a"), outbox.ErrNotOwner, "a failed row is no longer held")
+
+	c.Advance(10*time.Second - time.Microsecond)
+	require.Empty(t, claim(t, h, "relay-b", 10, time.Minute), "not due yet")
+	c.Advance(time.Microsecond)
+	again := claimOne(t, h, "relay-b")
+	require.Equal(t, id, again.ID, "due at exactly next_retry_at")
+	require.Equal(t, 1, again.RetryCount)
+	require.Equal(t, "broker down", again.LastError)
+}
+
+func testRetryThenAbandon(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	add(t, h, row("m-1", 0))
+	var id int64
+	for attempt := 1; attempt <= outbox.DefaultMaxRetries; attempt++ {
+		r := claimOne(t, h, "relay")
+		require.Equal(t, attempt-1, r.RetryCount)
+		id = r.ID
+		delay := outbox.Backoff(attempt-1, time.Second, time.Hour, 0, nil)
+		require.NoError(t, h.Store.MarkFailed(ctx, id, "relay", fmt.Sprintf("error %d", attempt), c.Now().Add(delay)))
+		got := get(t, h, id)
+		require.Equal(t, attempt, got.RetryCount)
+		require.Equal(t, fmt.Sprintf("error %d", attempt), got.LastError)
+		if attempt < outbox.DefaultMaxRetries {
+			require.Equal(t, outbox.StatusFailed, got.Status)
+			c.Advance(delay)
+		}
+	}
+	got := get(t, h, id)
+	require.Equal(t, outbox.StatusAbandoned, got.Status)
+	require.Equal(t, "error 3", got.LastError, "the last error is kept")
+	require.Nil(t, got.NextRetryAt)
+	require.Empty(t, got.LockedBy)
+
+	c.Advance(24 * time.Hour)
+	require.Empty(t, claim(t, h, "relay", 10, time.Minute), "an abandoned row is never claimed")
+
+	s, err := h.Store.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, s.Counts[outbox.StatusAbandoned])
+	require.Len(t, s.Abandoned, 1)
+	ab := s.Abandoned[0]
+	require.Equal(t, id, ab.ID)
+	require.Equal(t, "m-1", ab.MessageID)
+	require.Equal(t, "default", ab.TargetBroker)
+	require.Equal(t, 3, ab.RetryCount)
+	require.Equal(t, "error 3", ab.LastError)
+	require.True(t, start.Equal(ab.CreatedAt))
+}
+
+func testMaxRetries(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	once, twice := row("m-once", 1), row("m-twice", 0)
+	once.MaxRetries, twice.MaxRetries = 1, 2
+	add(t, h, once, twice)
+	got := claim(t, h, "relay", 10, time.Minute)
+	require.Equal(t, []string{"m-once", "m-twice"}, messages(got))
+	for _, r := range got {
+		require.NoError(t, h.Store.MarkFailed(ctx, r.ID, "relay", "nope", start))
+	}
+	require.Equal(t, outbox.StatusAbandoned, get(t, h, got[0].ID).Status, "the failure that reaches max retries abandons")
+	require.Equal(t, outbox.StatusFailed, get(t, h, got[1].ID).Status)
+
+	again := claim(t, h, "relay", 10, time.Minute)
+	require.Equal(t, []string{"m-twice"}, messages(again))
+	require.NoError(t, h.Store.MarkFailed(ctx, again[0].ID, "relay", "nope", start))
+	require.Equal(t, outbox.StatusAbandoned, get(t, h, again[0].ID).Status)
+	c.Advance(time.Hour)
+	require.Empty(t, claim(t, h, "relay", 10, time.Minute))
+}
+
+func testNonOwner(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	add(t, h, row("m-1", 0))
+	r := claimOne(t, h, "relay-a")
+	for _, owner := range []string{"relay-b", ""} {
+		require.ErrorIs(t, h.Store.MarkPublished(ctx, r.ID, owner), outbox.ErrNotOwner)
+		require.ErrorIs(t, h.Store.MarkFailed(ctx, r.ID, owner, "x", start), outbox.ErrNotOwner)
+	}
+	requireSameRow(t, r, get(t, h, r.ID))
+
+	missing := r.ID + 1000
+	require.ErrorIs(t, h.Store.MarkPublished(ctx, missing, "relay-a"), outbox.ErrNotFound)
+	require.ErrorIs(t, h.Store.MarkFailed(ctx, missing, "relay-a", "x", start), outbox.ErrNotFound)
+	require.ErrorIs(t, h.Store.Abandon(ctx, missing, "x"), outbox.ErrNotFound)
+	require.ErrorIs(t, h.Store.Retry(ctx, missing), outbox.ErrNotFound)
+
+	// An expired but untaken lock still belongs to its owner.
+	c.Advance(time.Hour)
+	require.NoError(t, h.Store.MarkPublished(ctx, r.ID, "relay-a"))
+}
+
+func testAbandon(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	add(t, h, row("m-1", 2), row("m-2", 1), row("m-3", 0))
+
+	held := claimOne(t, h, "relay-a")
+	require.NoError(t, h.Store.Abandon(ctx, held.ID, "Invalid partition key: empty"))
+	got := get(t, h, held.ID)
+	require.Equal(t, outbox.StatusAbandoned, got.Status)
+	require.Equal(t, "Invalid partition key: empty", got.LastError)
+	require.Empty(t, got.LockedBy)
+	require.Nil(t, got.LockedUntil)
+	require.ErrorIs(t, h.Store.MarkPublished(ctx, held.ID, "relay-a"), outbox.ErrNotOwner, "the holder lost it")
+
+	failed := claimOne(t, h, "relay-a")
+	require.NoError(t, h.Store.MarkFailed(ctx, failed.ID, "relay-a", "boom", start.Add(time.Minute)))
+	require.NoError(t, h.Store.Abandon(ctx, failed.ID, "operator"))
+	got = get(t, h, failed.ID)
+	require.Equal(t, outbox.StatusAbandoned, got.Status)
+	require.Equal(t, "operator", got.LastError)
+	require.Nil(t, got.NextRetryAt)
+
+	published := claimOne(t, h, "relay-a")
+	require.NoError(t, h.Store.MarkPublished(ctx, published.ID, "relay-a"))
+	require.ErrorIs(t, h.Store.Abandon(ctx, published.ID, "too late"), outbox.ErrStatus)
+	require.Equal(t, outbox.StatusPublished, get(t, h, published.ID).Status)
+
+	c.Advance(time.Hour)
+	require.Empty(t, claim(t, h, "relay-a", 10, time.Minute))
+}
+
+func testRetryCommand(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	one := row("m-1", 1)
+	one.MaxRetries = 1
+	add(t, h, one, row("m-2", 0))
+
+	r1 := claimOne(t, h, "relay")
+	require.NoError(t, h.Store.MarkFailed(ctx, r1.ID, "relay", "gave up", start))
+	require.Equal(t, outbox.StatusAbandoned, get(t, h, r1.ID).Status)
+	r2 := claimOne(t, h, "relay")
+	require.ErrorIs(t, h.Store.Retry(ctx, r2.ID), outbox.ErrStatus, "a processing row is not retried")
+
+	require.NoError(t, h.Store.Retry(ctx, r1.ID))
+	got := get(t, h, r1.ID)
+	require.Equal(t, outbox.StatusPending, got.Status)
+	require.Zero(t, got.RetryCount)
+	require.Nil(t, got.NextRetryAt)
+	require.Empty(t, got.LockedBy)
+	require.Nil(t, got.LockedUntil)
+	require.Equal(t, "gave up", got.LastError, "the last error stays for the record")
+	require.ErrorIs(t, h.Store.Retry(ctx, r1.ID), outbox.ErrStatus, "a pending row is not retried")
+
+	again := claimOne(t, h, "relay")
+	require.Equal(t, r1.ID, again.ID, "a requeued row is claimable")
+	require.NoError(t, h.Store.MarkPublished(ctx, r1.ID, "relay"))
+	require.ErrorIs(t, h.Store.Retry(ctx, r1.ID), outbox.ErrStatus, "a published row is not retried")
+
+	// A failed row waiting for its retry time is requeued at once.
+	add(t, h, row("m-3", 5))
+	r3 := claimOne(t, h, "relay")
+	require.Equal(t, "m-3", r3.MessageID)
+	require.NoError(t, h.Store.MarkFailed(ctx, r3.ID, "relay", "later", start.Add(time.Hour)))
+	require.Equal(t, outbox.StatusFailed, get(t, h, r3.ID).Status)
+	require.NoError(t, h.Store.Retry(ctx, r3.ID))
+	got3 := claimOne(t, h, "relay")
+	require.Equal(t, r3.ID, got3.ID, "claimable before its old next_retry_at")
+	require.Zero(t, got3.RetryCount)
+}
+
+func testCleanup(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	gone := row("m-gone", 3)
+	gone.MaxRetries = 1
+	add(t, h, row("m-pub1", 5), row("m-pub3", 4), gone, row("m-failed", 2), row("m-pending", -1))
+
+	c.Advance(time.Hour)
+	pub1 := claimOne(t, h, "relay")
+	require.NoError(t, h.Store.MarkPublished(ctx, pub1.ID, "relay"))
+	c.Advance(2 * time.Hour)
+	pub3 := claimOne(t, h, "relay")
+	require.NoError(t, h.Store.MarkPublished(ctx, pub3.ID, "relay"))
+	abOld := claimOne(t, h, "relay")
+	require.NoError(t, h.Store.MarkFailed(ctx, abOld.ID, "relay", "x", c.Now()))
+	failed := claimOne(t, h, "relay")
+	require.NoError(t, h.Store.MarkFailed(ctx, failed.ID, "relay", "x", c.Now().Add(time.Hour)))
+
+	// A row created at start+3h, abandoned too.
+	late := row("m-late", 0)
+	late.MaxRetries = 1
+	add(t, h, late)
+	rest := claim(t, h, "relay", 10, time.Minute)
+	require.Equal(t, []string{"m-late", "m-pending"}, messages(rest))
+	abLate, held := rest[0], rest[1]
+	require.NoError(t, h.Store.MarkFailed(ctx, abLate.ID, "relay", "x", c.Now()))
+
+	// Bounds are exclusive: a row published at start+3h and one created at
+	// start+3h stay.
+	n, err := h.Store.Cleanup(ctx, start.Add(3*time.Hour), start.Add(3*time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	for _, id := range []int64{pub1.ID, abOld.ID} {
+		_, err := h.Store.Get(ctx, id)
+		require.ErrorIs(t, err, outbox.ErrNotFound)
+	}
+	for _, id := range []int64{pub3.ID, failed.ID, abLate.ID, held.ID} {
+		get(t, h, id)
+	}
+	n, err = h.Store.Cleanup(ctx, start.Add(3*time.Hour), start.Add(3*time.Hour))
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	n, err = h.Store.Cleanup(ctx, start.Add(4*time.Hour), start.Add(4*time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "only published and abandoned rows are cleaned up")
+	get(t, h, failed.ID)
+	get(t, h, held.ID)
+}
+
+func testStats(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	s, err := h.Store.Stats(ctx)
+	require.NoError(t, err)
+	for _, st := range []outbox.Status{outbox.StatusPending, outbox.StatusProcessing, outbox.StatusPublished, outbox.StatusFailed, outbox.StatusAbandoned} {
+		v, ok := s.Counts[st]
+		require.True(t, ok, "counts has %s", st)
+		require.Zero(t, v)
+	}
+	require.Nil(t, s.OldestPending)
+	require.Empty(t, s.Abandoned)
+
+	h3 := row("m-h3", 1)
+	h3.MaxRetries = 1
+	add(t, h, row("m-h1", 1), row("m-h2", 1), h3, row("m-h4", 1))
+	c.Advance(time.Minute)
+	add(t, h, row("m-p1", 0))
+	c.Advance(time.Minute)
+	add(t, h, row("m-p2", 0))
+
+	hs := claim(t, h, "relay", 4, time.Minute)
+	require.Equal(t, []string{"m-h1", "m-h2", "m-h3", "m-h4"}, messages(hs))
+	require.NoError(t, h.Store.MarkPublished(ctx, hs[1].ID, "relay"))
+	require.NoError(t, h.Store.MarkFailed(ctx, hs[2].ID, "relay", "boom", c.Now()))
+	require.NoError(t, h.Store.MarkFailed(ctx, hs[3].ID, "relay", "flaky", c.Now().Add(time.Hour)))
+
+	s, err = h.Store.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[outbox.Status]int{
+		outbox.StatusPending:    2,
+		outbox.StatusProcessing: 1,
+		outbox.StatusPublished:  1,
+		outbox.StatusFailed:     1,
+		outbox.StatusAbandoned:  1,
+	}, s.Counts)
+	requireTime(t, start.Add(time.Minute), s.OldestPending, "oldest pending")
+	require.Len(t, s.Abandoned, 1)
+	require.Equal(t, hs[2].ID, s.Abandoned[0].ID)
+	require.Equal(t, "boom", s.Abandoned[0].LastError)
+	require.Equal(t, 1, s.Abandoned[0].RetryCount)
+}
+
+func testDuplicates(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	add(t, h, row("m-1", 0))
+
+	tx := begin(t, h)
+	require.ErrorIs(t, tx.Add(ctx, []outbox.Row{row("m-5", 0), row("m-1", 0)}), outbox.ErrDuplicate, "exists")
+	require.ErrorIs(t, tx.Add(ctx, []outbox.Row{row("m-2", 0), row("m-2", 0)}), outbox.ErrDuplicate, "twice in one add")
+	require.NoError(t, tx.Add(ctx, []outbox.Row{row("m-3", 0)}))
+	require.ErrorIs(t, tx.Add(ctx, []outbox.Row{row("m-3", 0)}), outbox.ErrDuplicate, "staged in this transaction")
+	ext := row("m-1", 0)
+	ext.TargetBroker = "external"
+	require.NoError(t, tx.Add(ctx, []outbox.Row{ext}), "one row per broker")
+	// Nothing of a failed Add was staged.
+	require.NoError(t, tx.Add(ctx, []outbox.Row{row("m-5", 0), row("m-2", 0)}))
+	require.NoError(t, tx.Commit(ctx))
+
+	got := claim(t, h, "relay", 10, time.Minute)
+	require.Equal(t, []string{"m-1", "m-3", "m-1", "m-5", "m-2"}, messages(got))
+	require.Equal(t, "external", got[2].TargetBroker)
+}
+
+func testTxStaged(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	tx := begin(t, h)
+	require.NoError(t, tx.Add(ctx, []outbox.Row{row("m-1", 0), row("m-2", 0)}))
+	require.Empty(t, claim(t, h, "relay", 10, time.Minute), "staged rows are not claimable")
+	s, err := h.Store.Stats(ctx)
+	require.NoError(t, err)
+	require.Zero(t, s.Counts[outbox.StatusPending])
+
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, tx.Rollback(ctx), "rollback after commit is a no-op")
+	require.Equal(t, []string{"m-1", "m-2"}, messages(claim(t, h, "relay", 10, time.Minute)))
+}
+
+func testTxRollback(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	tx := begin(t, h)
+	require.NoError(t, tx.Add(ctx, []outbox.Row{row("m-1", 0)}))
+	require.NoError(t, tx.Rollback(ctx))
+	require.NoError(t, tx.Rollback(ctx), "rollback twice is a no-op")
+	require.Empty(t, claim(t, h, "relay", 10, time.Minute))
+
+	add(t, h, row("m-1", 0)) // the message id is free again
+	require.Equal(t, []string{"m-1"}, messages(claim(t, h, "relay", 10, time.Minute)))
+}
+
+func testTxDone(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	tx := begin(t, h)
+	require.NoError(t, tx.Add(ctx, []outbox.Row{row("m-1", 0)}))
+	require.NoError(t, tx.Commit(ctx))
+	require.ErrorIs(t, tx.Add(ctx, []outbox.Row{row("m-2", 0)}), outbox.ErrTxDone)
+
+	tx = begin(t, h)
+	require.NoError(t, tx.Add(ctx, []outbox.Row{row("m-3", 0)}))
+	require.NoError(t, tx.Rollback(ctx))
+	require.ErrorIs(t, tx.Commit(ctx), outbox.ErrTxDone, "commit after rollback fails")
+	require.ErrorIs(t, tx.Add(ctx, []outbox.Row{row("m-4", 0)}), outbox.ErrTxDone)
+	require.Equal(t, []string{"m-1"}, messages(claim(t, h, "relay", 10, time.Minute)))
+}
+
+func testInvalidInput(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	for name, mutate := range map[string]func(r *outbox.Row){
+		"empty message id":    func(r *outbox.Row) { r.MessageID = "" },
+		"empty target broker": func(r *outbox.Row) { r.TargetBroker = "" },
+		"empty stream":        func(r *outbox.Row) { r.Stream = "" },
+		"empty type":          func(r *outbox.Row) { r.Type = "" },
+		"negative max":        func(r *outbox.Row) { r.MaxRetries = -1 },
+		"data not JSON":       func(r *outbox.Row) { r.Data = json.RawMessage(`{`) },
+		"metadata not JSON":   func(r *outbox.Row) { r.Metadata = json.RawMessage(`x`) },
+	} {
+		bad := row("m-bad", 0)
+		mutate(&bad)
+		tx := begin(t, h)
+		require.ErrorIs(t, tx.Add(ctx, []outbox.Row{row("m-ok", 0), bad}), outbox.ErrInvalid, name)
+		require.NoError(t, tx.Commit(ctx))
+	}
+	require.Empty(t, claim(t, h, "relay", 10, time.Minute), "no invalid batch lands")
+
+	_, err := h.Store.Claim(ctx, "", 10, time.Minute)
+	require.ErrorIs(t, err, outbox.ErrInvalid, "a claim needs an owner")
+}
+
+func testCancelledContext(t *testing.T, h Harness, c *clock) {
+	add(t, h, row("m-1", 0))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := h.Store.Claim(ctx, "relay", 10, time.Minute)
+	require.ErrorIs(t, err, context.Canceled)
+	tx := begin(t, h)
+	require.ErrorIs(t, tx.Add(ctx, []outbox.Row{row("m-2", 0)}), context.Canceled)
+	require.NoError(t, tx.Commit(t.Context()))
+	require.Equal(t, []string{"m-1"}, messages(claim(t, h, "relay", 10, time.Minute)))
+}
+
+func testRowsAreCopies(t *testing.T, h Harness, c *clock) {
+	key := "k-1"
+	in := row("m-1", 0)
+	in.PartitionKey = &key
+	add(t, h, in)
+	in.Data[2] = 'X'
+	key = "changed"
+
+	r := claimOne(t, h, "relay")
+	requireJSON(t, json.RawMessage(`{"msg": "m-1"}`), r.Data, "data")
+	require.Equal(t, "k-1", *r.PartitionKey)
+	r.Data[2] = 'Y'
+	*r.PartitionKey = "changed"
+	*r.LockedUntil = time.Time{}
+
+	got := get(t, h, r.ID)
+	requireJSON(t, json.RawMessage(`{"msg": "m-1"}`), got.Data, "data")
+	require.Equal(t, "k-1", *got.PartitionKey)
+	requireTime(t, start.Add(time.Minute), got.LockedUntil, "locked_until")
+}

@@ -1,0 +1,92 @@
+package unitofwork
+
+import (
+	"context"
+
+	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/outbox"
+	"github.com/proteanhq/protean-host/record"
+)
+
+// Tx is one transaction across the three stores a unit of work writes:
+// records, the event store and the outbox. Nothing it stages is visible to
+// others until Commit; Rollback discards all of it. On PostgreSQL it is one
+// database transaction; in memory it holds each store's write lock.
+type Tx interface {
+	// Load reads a record, seeing this transaction's own writes.
+	Load(ctx context.Context, key record.Key) (record.Record, error)
+	// Write stages record writes, each checked against its expected version.
+	Write(ctx context.Context, writes []record.Write) error
+	// Append stages events, each checked against its expected version.
+	Append(ctx context.Context, events []eventstore.NewEvent) ([]eventstore.Event, error)
+	// Add stages outbox rows.
+	Add(ctx context.Context, rows []outbox.Row) error
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
+}
+
+// Backend begins transactions.
+type Backend interface {
+	Begin(ctx context.Context) (Tx, error)
+}
+
+// Memory is the embedded backend over the three memory stores.
+type Memory struct {
+	Events  *eventstore.Memory
+	Records *record.Memory
+	Outbox  *outbox.Memory
+}
+
+// NewMemory returns a Memory backend with fresh stores.
+func NewMemory() *Memory {
+	return &Memory{Events: eventstore.NewMemory(nil), Records: record.NewMemory(), Outbox: outbox.NewMemory(nil)}
+}
+
+// Begin takes the stores' write locks, always in the same order (records,
+// events, outbox) so concurrent units of work cannot deadlock.
+func (m *Memory) Begin(context.Context) (Tx, error) {
+	return &memoryTx{records: m.Records.Begin(), events: m.Events.Begin(), outbox: m.Outbox.Begin()}, nil
+}
+
+type memoryTx struct {
+	records *record.MemoryTx
+	events  *eventstore.MemoryTx
+	outbox  *outbox.MemoryTx
+}
+
+func (tx *memoryTx) Load(ctx context.Context, key record.Key) (record.Record, error) {
+	return tx.records.Load(ctx, key)
+}
+
+func (tx *memoryTx) Write(ctx context.Context, writes []record.Write) error {
+	return tx.records.Write(ctx, writes)
+}
+
+func (tx *memoryTx) Append(ctx context.Context, events []eventstore.NewEvent) ([]eventstore.Event, error) {
+	return tx.events.Append(ctx, events)
+}
+
+func (tx *memoryTx) Add(ctx context.Context, rows []outbox.Row) error { return tx.outbox.Add(ctx, rows) }
+
+// Commit publishes the staged changes of all three stores. Each store's
+// commit only applies what staging already checked under its lock, so it
+// cannot fail midway except after a Rollback.
+func (tx *memoryTx) Commit(context.Context) error {
+	if err := tx.records.Commit(); err != nil {
+		tx.events.Rollback()
+		tx.outbox.Rollback()
+		return err
+	}
+	if err := tx.events.Commit(); err != nil {
+		tx.outbox.Rollback()
+		return err
+	}
+	return tx.outbox.Commit()
+}
+
+func (tx *memoryTx) Rollback(context.Context) error {
+	tx.outbox.Rollback()
+	tx.events.Rollback()
+	tx.records.Rollback()
+	return nil
+}
