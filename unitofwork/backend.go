@@ -66,7 +66,9 @@ func (tx *memoryTx) Append(ctx context.Context, events []eventstore.NewEvent) ([
 	return tx.events.Append(ctx, events)
 }
 
-func (tx *memoryTx) Add(ctx context.Context, rows []outbox.Row) error { return tx.outbox.Add(ctx, rows) }
+func (tx *memoryTx) Add(ctx context.Context, rows []outbox.Row) error {
+	return tx.outbox.Add(ctx, rows)
+}
 
 // Commit publishes the staged changes of all three stores. Each store's
 // commit only applies what staging already checked under its lock, so it
