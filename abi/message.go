@@ -128,8 +128,9 @@ type Write struct {
 	Kind RecordKind `json:"kind"`
 	Type string     `json:"type"`
 	ID   string     `json:"id"`
-	// ExpectedVersion is the version the record has now: 0 for a record
-	// that does not exist. The write gives it ExpectedVersion+1. A mismatch
+	// ExpectedVersion is the version the record has now, as a load
+	// returned it: 0 for a record that never existed. The write gives it
+	// ExpectedVersion+1. A mismatch
 	// fails the whole result with a conflict.
 	ExpectedVersion int64 `json:"expected_version"`
 	// Data is the record's new state, a JSON object; null deletes it.
@@ -184,7 +185,9 @@ type LoadRequest struct {
 }
 
 // LoadResponse is the output of protean_load. A record that does not exist
-// has Found false and Version 0. Error is set when the load failed.
+// has Found false and Version 0, or, if it was deleted, the version of the
+// deletion (a write must expect that version). Error is set when the load
+// failed.
 type LoadResponse struct {
 	Found   bool            `json:"found"`
 	Version int64           `json:"version"`

@@ -59,8 +59,9 @@ func (c *Context) Message() abi.Envelope { return c.env }
 // HandlerName is the name of the handler being run.
 func (c *Context) HandlerName() string { return c.handler.decl.Name }
 
-// Load reads a record into v and returns its version (0 when it does not
-// exist, in which case v is left untouched). It sees this batch's earlier
+// Load reads a record into v and returns its version: 0 when it never
+// existed, its version at deletion when it was deleted (v is then left
+// untouched). It sees this batch's earlier
 // writes and this message's own.
 func (c *Context) Load(kind abi.RecordKind, typ, id string, v any) (version int64, err error) {
 	k := recordKey{kind, typ, id}
@@ -79,7 +80,8 @@ func (c *Context) Load(kind abi.RecordKind, typ, id string, v any) (version int6
 		return 0, Transient(fmt.Errorf("load %s %s/%s: %s", kind, typ, id, resp.Error))
 	}
 	if !resp.Found {
-		return 0, nil
+		// A deleted record keeps its version, so a write must expect it.
+		return resp.Version, nil
 	}
 	return resp.Version, unmarshalRecord(resp.Data, v)
 }

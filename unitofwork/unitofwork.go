@@ -1,0 +1,215 @@
+package unitofwork
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/outbox"
+	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/record"
+)
+
+// Keys says how stream categories are partitioned: the sequential_by field
+// of a category, if it has one. host.Set implements it.
+type Keys interface {
+	PartitionField(category string) (field string, ok bool)
+}
+
+// Options configure a UnitOfWork.
+type Options struct {
+	// Keys gives each partitioned category's key field; nil means none.
+	Keys Keys
+	// BackfillSuffix is [server.priority_lanes] backfill_suffix, a reserved
+	// key value.
+	BackfillSuffix string
+	// Broker is the outbox's target broker name, written on every row.
+	Broker string
+	// MaxRetries is the outbox rows' publish attempts before abandon.
+	MaxRetries int
+	// Committed, if set, is called after every successful commit (the
+	// outbox relay uses it to wake up).
+	Committed func()
+}
+
+// UnitOfWork commits the effects of handled messages: record writes with
+// optimistic concurrency, event appends with expected versions, and one
+// outbox row per event, all in one transaction.
+type UnitOfWork struct {
+	backend Backend
+	opts    Options
+}
+
+// New returns a UnitOfWork over backend.
+func New(backend Backend, opts Options) *UnitOfWork {
+	if opts.BackfillSuffix == "" {
+		opts.BackfillSuffix = partition.DefaultBackfillSuffix
+	}
+	return &UnitOfWork{backend: backend, opts: opts}
+}
+
+// Change is the effects of one handled message, and what its events carry.
+type Change struct {
+	Effects *abi.Effects
+	// Metadata is written on every event (correlation and causation).
+	Metadata abi.Metadata
+	// Priority is the outbox priority of its events (higher first).
+	Priority int
+}
+
+// Committed is what a commit wrote and what it left to do.
+type Committed struct {
+	Events []eventstore.Event
+	// Commands are the commands the effects ask to dispatch, now that they
+	// are committed.
+	Commands []abi.NewCommand
+}
+
+// Conflict reports whether err is an expected-version conflict: a record
+// or stream moved since the handler read it. Re-running the handler on
+// fresh state may succeed.
+func Conflict(err error) bool {
+	return errors.Is(err, record.ErrExpectedVersion) || errors.Is(err, eventstore.ErrExpectedVersion)
+}
+
+// KeyError is an event whose partition key is missing or rejected by the
+// key rules. Nothing of its unit of work is written.
+type KeyError struct {
+	Category string
+	Type     string
+	Field    string
+	Err      error // a *partition.KeyError
+}
+
+func (e *KeyError) Error() string {
+	return fmt.Sprintf("invalid sequential_by key on %s (field %s of %s): %v", e.Category, e.Field, e.Type, e.Err)
+}
+
+// Unwrap returns the *partition.KeyError.
+func (e *KeyError) Unwrap() error { return e.Err }
+
+// Commit writes the changes in one transaction: everything or nothing.
+func (u *UnitOfWork) Commit(ctx context.Context, changes ...Change) (Committed, error) {
+	var writes []record.Write
+	var events []eventstore.NewEvent
+	var keys []*string
+	var priorities []int
+	var out Committed
+	for _, c := range changes {
+		if c.Effects == nil {
+			continue
+		}
+		for _, w := range c.Effects.Writes {
+			var data json.RawMessage
+			if !isNull(w.Data) {
+				data = w.Data
+			}
+			writes = append(writes, record.Write{Key: record.Key{Kind: string(w.Kind), Type: w.Type, ID: w.ID}, ExpectedVersion: w.ExpectedVersion, Data: data})
+		}
+		md, err := json.Marshal(c.Metadata)
+		if err != nil {
+			return Committed{}, err
+		}
+		for _, ev := range c.Effects.Events {
+			key, err := u.key(ev)
+			if err != nil {
+				return Committed{}, err
+			}
+			expected := eventstore.AnyVersion
+			if ev.ExpectedVersion != nil {
+				expected = *ev.ExpectedVersion
+			}
+			events = append(events, eventstore.NewEvent{ID: ev.ID, Stream: ev.Stream, Type: ev.Type, Data: ev.Data, Metadata: md, ExpectedVersion: expected})
+			keys = append(keys, key)
+			priorities = append(priorities, c.Priority)
+		}
+		out.Commands = append(out.Commands, c.Effects.Commands...)
+	}
+	if len(writes) == 0 && len(events) == 0 {
+		return out, nil
+	}
+	tx, err := u.backend.Begin(ctx)
+	if err != nil {
+		return Committed{}, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if len(writes) > 0 {
+		if err := tx.Write(ctx, writes); err != nil {
+			return Committed{}, err
+		}
+	}
+	if len(events) > 0 {
+		appended, err := tx.Append(ctx, events)
+		if err != nil {
+			return Committed{}, err
+		}
+		rows := make([]outbox.Row, len(appended))
+		for i, ev := range appended {
+			rows[i] = outbox.Row{MessageID: ev.ID, Stream: ev.Stream, Category: eventstore.Category(ev.Stream), Type: ev.Type,
+				Data: ev.Data, Metadata: outboxMetadata(ev), PartitionKey: keys[i], Priority: priorities[i],
+				TargetBroker: u.opts.Broker, MaxRetries: u.opts.MaxRetries}
+		}
+		if err := tx.Add(ctx, rows); err != nil {
+			return Committed{}, err
+		}
+		out.Events = appended
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Committed{}, err
+	}
+	if u.opts.Committed != nil {
+		u.opts.Committed()
+	}
+	return out, nil
+}
+
+// key extracts and validates an event's partition key, if its category is
+// partitioned. The rules run here, in the caller's transaction's scope, so
+// a bad key fails the whole unit of work and never reaches the outbox.
+func (u *UnitOfWork) key(ev abi.NewEvent) (*string, error) {
+	if u.opts.Keys == nil {
+		return nil, nil
+	}
+	category := eventstore.Category(ev.Stream)
+	field, ok := u.opts.Keys.PartitionField(category)
+	if !ok {
+		return nil, nil
+	}
+	var data map[string]any
+	dec := json.NewDecoder(bytes.NewReader(ev.Data))
+	dec.UseNumber()
+	if err := dec.Decode(&data); err != nil {
+		return nil, fmt.Errorf("event %s: data: %w", ev.Type, err)
+	}
+	key, err := partition.Validate(data[field], u.opts.BackfillSuffix)
+	if err != nil {
+		return nil, &KeyError{Category: category, Type: ev.Type, Field: field, Err: err}
+	}
+	return &key, nil
+}
+
+// outboxMetadata is what a consumer needs beyond the payload to rebuild the
+// envelope: the event's place in its stream and in the store.
+func outboxMetadata(ev eventstore.Event) json.RawMessage {
+	var md map[string]any
+	if len(ev.Metadata) > 0 {
+		_ = json.Unmarshal(ev.Metadata, &md)
+	}
+	if md == nil {
+		md = map[string]any{}
+	}
+	md["position"] = ev.Position
+	md["global_position"] = ev.GlobalPosition
+	md["time"] = ev.Time
+	b, _ := json.Marshal(md)
+	return b
+}
+
+func isNull(b json.RawMessage) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) == 0 || bytes.Equal(b, []byte("null"))
+}
