@@ -1,0 +1,208 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+
+	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/unitofwork"
+)
+
+// Source is where the engine's consumers read: a consumer side of a broker
+// that can block for the next message.
+type Source interface {
+	broker.Consumer
+	broker.Waiter
+}
+
+// subscription is one consumer: a handler reading one broker stream (its
+// category) as its own consumer group.
+type subscription struct {
+	handler string
+	stream  string
+}
+
+// subscriptions lists every (handler, category) pair of the set, in a
+// stable order.
+func subscriptions(set *host.Set) []subscription {
+	seen := map[subscription]bool{}
+	var out []subscription
+	for _, m := range set.Modules {
+		for _, h := range m.Manifest.Handlers {
+			if h.Kind == abi.KindCommandHandler {
+				continue
+			}
+			for _, t := range h.Handles {
+				msg, _ := set.Message(t)
+				s := subscription{handler: h.Name, stream: msg.Category}
+				if !seen[s] {
+					seen[s] = true
+					out = append(out, s)
+				}
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].handler != out[j].handler {
+			return out[i].handler < out[j].handler
+		}
+		return out[i].stream < out[j].stream
+	})
+	return out
+}
+
+// consumers is the running delivery side.
+type consumers struct {
+	wait   context.CancelFunc // stops waiting for new messages
+	work   context.CancelFunc // cancels messages in progress
+	wg     sync.WaitGroup
+	source Source
+}
+
+// Start begins delivering events from source to the set's event handlers,
+// projectors and process managers: one consumer per handler and category,
+// each handling its messages one at a time, in order. A second Start
+// before Stop is an error.
+func (e *Engine) Start(ctx context.Context, source Source) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.running != nil {
+		return errors.New("engine: already started")
+	}
+	base := context.WithoutCancel(ctx)
+	waitCtx, wait := context.WithCancel(base)
+	workCtx, work := context.WithCancel(base)
+	c := &consumers{wait: wait, work: work, source: source}
+	for _, s := range subscriptions(e.Set()) {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			e.consume(waitCtx, workCtx, source, s)
+		}()
+	}
+	e.running = c
+	e.log.Info("delivery started", "consumers", len(subscriptions(e.Set())))
+	return nil
+}
+
+// Stop stops accepting commands and drains: consumers finish the message
+// in hand and stop; in-flight commands finish. If ctx ends first, work in
+// progress is canceled (a canceled message is redelivered later) and Stop
+// returns ctx's error. Stop before Start, and a second Stop, only drain
+// commands.
+func (e *Engine) Stop(ctx context.Context) error {
+	e.stopOnce.Do(func() { close(e.stopped) })
+	drained := e.commands.close()
+	e.mu.Lock()
+	c := e.running
+	e.running = nil
+	e.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		if c != nil {
+			c.wait()
+			c.wg.Wait()
+		}
+		<-drained
+		close(done)
+	}()
+	select {
+	case <-done:
+		if c != nil {
+			c.work()
+		}
+		return nil
+	case <-ctx.Done():
+		if c != nil {
+			c.work()
+		}
+		<-done
+		return ctx.Err()
+	}
+}
+
+// consume is one consumer's loop.
+func (e *Engine) consume(waitCtx, workCtx context.Context, src Source, s subscription) {
+	for {
+		d, err := src.Wait(waitCtx, s.stream, s.handler)
+		if err != nil {
+			if waitCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
+				return
+			}
+			e.log.Error("delivery: wait failed", "handler", s.handler, "stream", s.stream, "error", err)
+			continue
+		}
+		e.deliver(workCtx, src, s, d)
+	}
+}
+
+// deliver handles one delivery and settles it: ack on success (or when the
+// handler does not handle the type), nack on failure, so the broker retries
+// with backoff and dead-letters after its retries.
+func (e *Engine) deliver(ctx context.Context, src Source, s subscription, d broker.Delivery) {
+	l := e.loaded.Load()
+	route, ok := l.route(s.handler, d.Type)
+	if !ok {
+		e.settle(ctx, src, s, d, "skip", nil)
+		return
+	}
+	env := abi.Envelope{ID: d.ID, Type: d.Type, Stream: d.EventStream, Position: d.Position,
+		GlobalPosition: d.GlobalPosition, Time: d.Time, Data: d.Data}
+	if md := parseMetadata(d.Metadata); md != nil {
+		env.Metadata = md
+	}
+	res, err := e.handleOne(ctx, l, route, env)
+	if err == nil {
+		var committed unitofwork.Committed
+		committed, err = e.opts.UnitOfWork.Commit(ctx, unitofwork.Change{Effects: res.Effects,
+			Metadata: abi.Metadata{CorrelationID: correlation(env), CausationID: env.ID}})
+		e.opts.Metrics.commit(route, err)
+		if err == nil {
+			e.followUp(ctx, committed.Commands, env)
+		}
+	}
+	if err != nil {
+		e.log.Warn("delivery failed", "handler", s.handler, "stream", s.stream, "type", d.Type,
+			"message_id", d.ID, "attempt", d.Attempt, "error", err)
+		e.settle(ctx, src, s, d, "nack", err)
+		return
+	}
+	e.settle(ctx, src, s, d, "ack", nil)
+}
+
+func (e *Engine) settle(ctx context.Context, src Source, s subscription, d broker.Delivery, outcome string, cause error) {
+	var err error
+	// Settle even if ctx was canceled mid-message: the broker's state must
+	// follow what happened.
+	sctx := context.WithoutCancel(ctx)
+	if cause == nil {
+		err = src.Ack(sctx, s.stream, s.handler, d.ID)
+	} else {
+		err = src.Nack(sctx, s.stream, s.handler, d.ID)
+	}
+	if err != nil {
+		e.log.Error("delivery: settle failed", "handler", s.handler, "outcome", outcome, "message_id", d.ID, "error", err)
+	}
+	e.opts.Metrics.delivery(s.handler, outcome)
+}
+
+// route finds the handler named handler among typ's subscribers.
+func (l *loaded) route(handler, typ string) (host.Route, bool) {
+	for _, r := range l.set.Subscribers(typ) {
+		if r.Handler.Name == handler {
+			return r, true
+		}
+	}
+	return host.Route{}, false
+}
+
+func correlation(env abi.Envelope) string {
+	if env.Metadata != nil && env.Metadata.CorrelationID != "" {
+		return env.Metadata.CorrelationID
+	}
+	return env.ID
+}

@@ -1,0 +1,258 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/record"
+	"github.com/proteanhq/protean-host/unitofwork"
+)
+
+// Options configure an Engine.
+type Options struct {
+	Events  eventstore.Store
+	Records record.Store
+	// UnitOfWork commits handlers' effects. Its Keys should be the Engine
+	// (see Engine.PartitionField), so a reload's keys apply at once.
+	UnitOfWork *unitofwork.UnitOfWork
+	Logger     *slog.Logger
+	Metrics    *Metrics
+	Now        func() time.Time
+}
+
+// Engine runs handler modules: it dispatches commands to command handlers
+// and commits their effects, serves handlers' host-function calls, and
+// (with Start) delivers events to event handlers, projectors and process
+// managers.
+type Engine struct {
+	opts   Options
+	loaded atomic.Pointer[loaded]
+	log    *slog.Logger
+	now    func() time.Time
+
+	// commands admits dispatches until Stop, which drains them.
+	commands *gate
+
+	mu      sync.Mutex
+	running *consumers
+	// stopped is closed when Stop begins.
+	stopped  chan struct{}
+	stopOnce sync.Once
+}
+
+// loaded is one module set and what is derived from it, swapped whole.
+type loaded struct {
+	set    *host.Set
+	scopes map[*host.Module]*scope
+}
+
+// New returns an Engine running set.
+func New(set *host.Set, opts Options) *Engine {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	e := &Engine{opts: opts, log: opts.Logger, now: opts.Now, commands: newGate(), stopped: make(chan struct{})}
+	e.Swap(set)
+	return e
+}
+
+// Swap makes set the running module set and returns the previous one (nil
+// at first). Calls already in flight finish on the set they started with.
+func (e *Engine) Swap(set *host.Set) *host.Set {
+	l := &loaded{set: set, scopes: map[*host.Module]*scope{}}
+	for _, m := range set.Modules {
+		l.scopes[m] = newScope(m.File, m.Manifest)
+	}
+	old := e.loaded.Swap(l)
+	if old == nil {
+		return nil
+	}
+	return old.set
+}
+
+// Set returns the running module set.
+func (e *Engine) Set() *host.Set { return e.loaded.Load().set }
+
+// PartitionField implements unitofwork.Keys from the running set.
+func (e *Engine) PartitionField(category string) (string, bool) {
+	return e.loaded.Load().set.PartitionField(category)
+}
+
+// CommandResult is what a committed command produced.
+type CommandResult struct {
+	// ID is the command's message id (the events' causation id).
+	ID     string          `json:"id"`
+	Events []AppendedEvent `json:"events"`
+	// Dispatched are the follow-up commands the handler asked for and
+	// their outcome.
+	Dispatched []DispatchedCommand `json:"dispatched,omitempty"`
+}
+
+// AppendedEvent identifies an event a command appended.
+type AppendedEvent struct {
+	ID             string `json:"id"`
+	Type           string `json:"type"`
+	Stream         string `json:"stream"`
+	Position       int64  `json:"position"`
+	GlobalPosition int64  `json:"global_position"`
+}
+
+// DispatchedCommand is a follow-up command and its outcome.
+type DispatchedCommand struct {
+	Type  string `json:"type"`
+	Error string `json:"error,omitempty"`
+}
+
+// Dispatch runs a command through its handler and commits the effects in
+// one unit of work. Errors: ErrUnknownCommand, ErrBadInput, a
+// *HandlerError (Rejected() for 422), a *ScopeError, a conflict
+// (unitofwork.Conflict), a *unitofwork.KeyError.
+func (e *Engine) Dispatch(ctx context.Context, typ string, data json.RawMessage, md abi.Metadata) (*CommandResult, error) {
+	if !e.commands.enter() {
+		return nil, ErrStopped
+	}
+	defer e.commands.leave()
+	return e.dispatch(ctx, typ, data, md)
+}
+
+// dispatch is Dispatch without the gate: follow-up commands of work already
+// admitted run even while the engine drains.
+func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage, md abi.Metadata) (*CommandResult, error) {
+	l := e.loaded.Load()
+	route, ok := l.set.Command(typ)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownCommand, typ)
+	}
+	if !isObject(data) {
+		return nil, fmt.Errorf("%w: command %s: body must be a JSON object", ErrBadInput, typ)
+	}
+	env := abi.Envelope{ID: eventstore.NewID(), Type: typ, Time: e.now().UTC(), Data: data, Metadata: &md}
+	if md.CorrelationID == "" {
+		env.Metadata.CorrelationID = env.ID
+	}
+	res, err := e.handleOne(ctx, l, route, env)
+	if err != nil {
+		return nil, err
+	}
+	committed, err := e.opts.UnitOfWork.Commit(ctx, unitofwork.Change{Effects: res.Effects,
+		Metadata: abi.Metadata{CorrelationID: env.Metadata.CorrelationID, CausationID: env.ID, Tenant: md.Tenant}})
+	e.opts.Metrics.commit(route, err)
+	if err != nil {
+		return nil, err
+	}
+	out := &CommandResult{ID: env.ID, Events: make([]AppendedEvent, len(committed.Events))}
+	for i, ev := range committed.Events {
+		out.Events[i] = AppendedEvent{ID: ev.ID, Type: ev.Type, Stream: ev.Stream, Position: ev.Position, GlobalPosition: ev.GlobalPosition}
+	}
+	out.Dispatched = e.followUp(ctx, committed.Commands, env)
+	return out, nil
+}
+
+// followUp dispatches the commands a committed unit of work asked for. Their
+// failures are logged and reported, not returned: the cause has committed.
+func (e *Engine) followUp(ctx context.Context, cmds []abi.NewCommand, cause abi.Envelope) []DispatchedCommand {
+	var out []DispatchedCommand
+	for _, c := range cmds {
+		d := DispatchedCommand{Type: c.Type}
+		_, err := e.dispatch(ctx, c.Type, c.Data, abi.Metadata{CorrelationID: cause.Metadata.CorrelationID, CausationID: cause.ID})
+		if err != nil {
+			d.Error = err.Error()
+			e.log.Warn("follow-up command failed", "type", c.Type, "causation_id", cause.ID, "error", err)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// handleOne runs one message through a route and returns its result, or
+// the handler's error.
+func (e *Engine) handleOne(ctx context.Context, l *loaded, route host.Route, env abi.Envelope) (abi.Result, error) {
+	results, err := e.call(ctx, l, route, []abi.Envelope{env})
+	if err != nil {
+		return abi.Result{}, err
+	}
+	return results[0], resultError(route, env, results[0])
+}
+
+// resultError turns a result's error into a *HandlerError, or nil.
+func resultError(route host.Route, env abi.Envelope, r abi.Result) error {
+	if r.Error == nil {
+		return nil
+	}
+	return &HandlerError{File: route.Module.File, Handler: route.Handler.Name, Type: env.Type, Kind: r.Error.Kind, Err: errors.New(r.Error.Message)}
+}
+
+// call runs a batch through a route, checks every result's effects against
+// the module's scope, and records metrics.
+func (e *Engine) call(ctx context.Context, l *loaded, route host.Route, envs []abi.Envelope) ([]abi.Result, error) {
+	sc := l.scopes[route.Module]
+	start := e.now()
+	results, err := route.Module.Handle(ctx, route.Handler.Name, envs, &session{e: e, scope: sc})
+	e.opts.Metrics.call(route, e.now().Sub(start), len(envs), err)
+	if err != nil {
+		var ce *host.CallError
+		kind := abi.ErrorPermanent
+		if errors.As(err, &ce) && errors.Is(err, host.ErrCanceled) {
+			kind = abi.ErrorTransient
+		}
+		return nil, &HandlerError{File: route.Module.File, Handler: route.Handler.Name, Type: envs[0].Type, Kind: kind, Err: err}
+	}
+	for i := range results {
+		if results[i].Error != nil {
+			break
+		}
+		if err := sc.effects(results[i].Effects); err != nil {
+			results[i] = abi.Result{Error: &abi.Error{Kind: abi.ErrorPermanent, Message: err.Error()}}
+			break
+		}
+	}
+	return results, nil
+}
+
+// Projection returns a projection document and its version.
+func (e *Engine) Projection(ctx context.Context, name, id string) (json.RawMessage, int64, error) {
+	if !e.loaded.Load().set.Projection(name) {
+		return nil, 0, fmt.Errorf("%w: %s", ErrUnknownProjection, name)
+	}
+	if id == "" || len(id) > abi.MaxIDLength {
+		return nil, 0, fmt.Errorf("%w: projection %s has no document %q", ErrNotFound, name, id)
+	}
+	r, err := e.opts.Records.Load(ctx, record.Key{Kind: string(abi.RecordProjection), Type: name, ID: id})
+	if err != nil {
+		return nil, 0, err
+	}
+	if !r.Exists() {
+		return nil, 0, fmt.Errorf("%w: projection %s has no document %q", ErrNotFound, name, id)
+	}
+	return r.Data, r.Version, nil
+}
+
+func isObject(b json.RawMessage) bool {
+	var v map[string]json.RawMessage
+	return json.Unmarshal(b, &v) == nil && v != nil
+}
+
+// Healthy returns nil while the engine accepts work.
+func (e *Engine) Healthy() error {
+	select {
+	case <-e.stopped:
+		return ErrStopped
+	default:
+		return nil
+	}
+}

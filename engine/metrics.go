@@ -1,0 +1,83 @@
+package engine
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/unitofwork"
+)
+
+// Metrics are the engine's Prometheus collectors.
+type Metrics struct {
+	calls     *prometheus.CounterVec
+	messages  *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	commits   *prometheus.CounterVec
+	delivered *prometheus.CounterVec
+}
+
+// NewMetrics creates the collectors and registers them with reg (nil: not
+// registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_handler_calls_total",
+			Help: "Calls into handler modules, by outcome (ok, timeout, trap, failed, output, canceled)."}, []string{"module", "handler", "outcome"}),
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_handler_messages_total",
+			Help: "Messages passed to handler modules."}, []string{"module", "handler"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "protean_handler_call_seconds",
+			Help: "Duration of one call into a handler module.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9)}, []string{"module", "handler"}),
+		commits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_unit_of_work_commits_total",
+			Help: "Unit-of-work commits, by outcome (ok, conflict, key_rejected, error)."}, []string{"handler", "outcome"}),
+		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_deliveries_total",
+			Help: "Broker deliveries to event handlers, projectors and process managers, by outcome (ack, nack, skip)."}, []string{"handler", "outcome"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.calls, m.messages, m.duration, m.commits, m.delivered)
+	}
+	return m
+}
+
+func (m *Metrics) call(r host.Route, d time.Duration, n int, err error) {
+	mod, h := r.Module.Manifest.Module.Name, r.Handler.Name
+	outcome := "ok"
+	switch {
+	case err == nil:
+	case errors.Is(err, host.ErrTimeout):
+		outcome = "timeout"
+	case errors.Is(err, host.ErrTrap):
+		outcome = "trap"
+	case errors.Is(err, host.ErrFailed):
+		outcome = "failed"
+	case errors.Is(err, host.ErrOutput):
+		outcome = "output"
+	case errors.Is(err, host.ErrCanceled):
+		outcome = "canceled"
+	default:
+		outcome = "error"
+	}
+	m.calls.WithLabelValues(mod, h, outcome).Inc()
+	m.messages.WithLabelValues(mod, h).Add(float64(n))
+	m.duration.WithLabelValues(mod, h).Observe(d.Seconds())
+}
+
+func (m *Metrics) commit(r host.Route, err error) {
+	outcome := "ok"
+	var ke *unitofwork.KeyError
+	switch {
+	case err == nil:
+	case unitofwork.Conflict(err):
+		outcome = "conflict"
+	case errors.As(err, &ke):
+		outcome = "key_rejected"
+	default:
+		outcome = "error"
+	}
+	m.commits.WithLabelValues(r.Handler.Name, outcome).Inc()
+}
+
+func (m *Metrics) delivery(handler, outcome string) {
+	m.delivered.WithLabelValues(handler, outcome).Inc()
+}

@@ -1,0 +1,13 @@
+// Package httpapi is the HTTP API of a running host:
+//
+//	POST /v1/commands/{type}          dispatch a command; body = its fields as a JSON object
+//	GET  /v1/projections/{name}/{id}  a projection document (X-Record-Version carries its version)
+//	GET  /v1/plugins                  the loaded modules, their handlers and partition keys
+//	GET  /healthz                     200 while the host accepts work, 503 while it stops
+//	GET  /metrics                     Prometheus text format
+//
+// Errors are JSON {"error": "..."}: 400 malformed body, 404 unknown command
+// type, projection or document, 409 expected-version conflict, 413 body over
+// MaxBodyBytes, 422 validation (a rejected partition key, or a handler's
+// rejection), 500 handler failure, 503 stopping.
+package httpapi

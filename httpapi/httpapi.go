@@ -1,0 +1,205 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/engine"
+	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/unitofwork"
+)
+
+// MaxBodyBytes bounds a command body.
+const MaxBodyBytes = 1 << 20
+
+// Engine is what the API needs of the engine.
+type Engine interface {
+	Dispatch(ctx context.Context, typ string, data json.RawMessage, md abi.Metadata) (*engine.CommandResult, error)
+	Projection(ctx context.Context, name, id string) (json.RawMessage, int64, error)
+	Set() *host.Set
+	// Healthy returns nil while the engine accepts work.
+	Healthy() error
+}
+
+// Options configure the API handler.
+type Options struct {
+	Logger *slog.Logger
+	// Registry serves GET /metrics and receives the API's own metrics.
+	Registry *prometheus.Registry
+}
+
+type api struct {
+	e        Engine
+	log      *slog.Logger
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+// New returns the HTTP API of a running host.
+func New(e Engine, opts Options) http.Handler {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	a := &api{e: e, log: opts.Logger,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_http_requests_total",
+			Help: "HTTP requests, by route and status code."}, []string{"route", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "protean_http_request_seconds",
+			Help: "HTTP request duration, by route.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8)}, []string{"route"}),
+	}
+	opts.Registry.MustRegister(a.requests, a.latency)
+	mux := http.NewServeMux()
+	a.route(mux, "POST /v1/commands/{type}", a.command)
+	a.route(mux, "GET /v1/projections/{name}/{id}", a.projection)
+	a.route(mux, "GET /v1/plugins", a.plugins)
+	a.route(mux, "GET /healthz", a.healthz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// statusWriter remembers the status code for metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (a *api) route(mux *http.ServeMux, pattern string, h http.HandlerFunc) {
+	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		h(sw, r)
+		a.requests.WithLabelValues(pattern, strconv.Itoa(sw.code)).Inc()
+		a.latency.WithLabelValues(pattern).Observe(time.Since(start).Seconds())
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+// status maps an engine error to its HTTP status.
+func status(err error) int {
+	var he *engine.HandlerError
+	var ke *unitofwork.KeyError
+	switch {
+	case errors.Is(err, engine.ErrBadInput):
+		return http.StatusBadRequest
+	case errors.Is(err, engine.ErrUnknownCommand), errors.Is(err, engine.ErrUnknownProjection), errors.Is(err, engine.ErrNotFound):
+		return http.StatusNotFound
+	case unitofwork.Conflict(err):
+		return http.StatusConflict
+	case errors.As(err, &ke):
+		return http.StatusUnprocessableEntity
+	case errors.As(err, &he) && he.Rejected():
+		return http.StatusUnprocessableEntity
+	case errors.Is(err, engine.ErrStopped):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func (a *api) command(w http.ResponseWriter, r *http.Request) {
+	typ := r.PathValue("type")
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", MaxBodyBytes))
+			return
+		}
+		writeError(w, http.StatusBadRequest, "reading request body: "+err.Error())
+		return
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
+		msg := "request body must be a JSON object"
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		writeError(w, http.StatusBadRequest, msg)
+		return
+	}
+	md := abi.Metadata{CorrelationID: r.Header.Get("X-Correlation-ID")}
+	res, err := a.e.Dispatch(r.Context(), typ, body, md)
+	if err != nil {
+		code := status(err)
+		if code >= 500 {
+			a.log.Error("command failed", "type", typ, "error", err)
+		}
+		writeError(w, code, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (a *api) projection(w http.ResponseWriter, r *http.Request) {
+	data, version, err := a.e.Projection(r.Context(), r.PathValue("name"), r.PathValue("id"))
+	if err != nil {
+		writeError(w, status(err), err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Record-Version", strconv.FormatInt(version, 10))
+	_, _ = w.Write(data)
+}
+
+// Plugin describes a loaded module for GET /v1/plugins.
+type Plugin struct {
+	File     string        `json:"file"`
+	Name     string        `json:"name"`
+	Version  string        `json:"version"`
+	SHA256   string        `json:"sha256"`
+	ABI      int           `json:"abi_version"`
+	Handlers []abi.Handler `json:"handlers"`
+}
+
+func (a *api) plugins(w http.ResponseWriter, _ *http.Request) {
+	set := a.e.Set()
+	out := struct {
+		Plugins       []Plugin          `json:"plugins"`
+		PartitionKeys map[string]string `json:"partition_keys"`
+	}{Plugins: []Plugin{}, PartitionKeys: map[string]string{}}
+	for _, m := range set.Modules {
+		out.Plugins = append(out.Plugins, Plugin{File: m.File, Name: m.Manifest.Module.Name, Version: m.Manifest.Module.Version,
+			SHA256: m.SHA256, ABI: m.Manifest.ABIVersion, Handlers: m.Manifest.Handlers})
+	}
+	for c, k := range set.Keys {
+		out.PartitionKeys[c] = k.Field
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *api) healthz(w http.ResponseWriter, _ *http.Request) {
+	if err := a.e.Healthy(); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "plugins": len(a.e.Set().Modules)})
+}

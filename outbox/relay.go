@@ -1,0 +1,243 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/partition"
+)
+
+// RelayStore is what the relay needs of an outbox store.
+type RelayStore interface {
+	Claim(ctx context.Context, broker, owner string, limit int, lockFor time.Duration) ([]Row, error)
+	MarkPublished(ctx context.Context, id int64, owner string) error
+	MarkFailed(ctx context.Context, id int64, owner, errMsg string, nextRetryAt time.Time) error
+	Abandon(ctx context.Context, id int64, reason string) error
+}
+
+// RelayOptions configure a Relay. Zero fields take defaults.
+type RelayOptions struct {
+	// Broker is the name of the broker the relay serves: it claims only
+	// rows whose target_broker is Broker.
+	Broker string
+	// Owner identifies this relay in locked_by (unique per host instance).
+	Owner     string
+	Publisher broker.Publisher
+	// BatchSize is the rows claimed per pass (messages_per_tick).
+	BatchSize int
+	// Tick is the pause after a pass that found nothing.
+	Tick time.Duration
+	// LockFor is how long a claim holds a row.
+	LockFor time.Duration
+	// BaseDelay, MaxDelay and Jitter shape the retry backoff.
+	BaseDelay, MaxDelay time.Duration
+	Jitter              float64
+	// BackfillSuffix names the backfill lane; with LanesEnabled, rows of
+	// priority below LaneThreshold go to it.
+	BackfillSuffix string
+	LanesEnabled   bool
+	LaneThreshold  int
+	Logger         *slog.Logger
+	Now            func() time.Time
+	Rand           func() float64
+}
+
+// Relay moves outbox rows to the broker: claim, publish outside any
+// transaction, then mark published, or failed with a backoff, or abandoned.
+// A crash between publish and mark leaves the row claimed; its lock expires
+// and it is published again (at least once).
+type Relay struct {
+	store RelayStore
+	opts  RelayOptions
+	wake  chan struct{}
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	done    chan struct{}
+	running bool
+}
+
+// NewRelay returns a Relay over store.
+func NewRelay(store RelayStore, opts RelayOptions) *Relay {
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = DefaultClaimLimit
+	}
+	if opts.Tick <= 0 {
+		opts.Tick = 10 * time.Millisecond
+	}
+	if opts.LockFor <= 0 {
+		opts.LockFor = DefaultLockFor
+	}
+	if opts.BaseDelay <= 0 {
+		opts.BaseDelay = time.Second
+	}
+	if opts.MaxDelay <= 0 {
+		opts.MaxDelay = time.Minute
+	}
+	if opts.BackfillSuffix == "" {
+		opts.BackfillSuffix = partition.DefaultBackfillSuffix
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Rand == nil {
+		opts.Rand = rand.Float64
+	}
+	return &Relay{store: store, opts: opts, wake: make(chan struct{}, 1)}
+}
+
+// Notify wakes the relay for a pass now (the unit of work calls it after a
+// commit), instead of at its next tick.
+func (r *Relay) Notify() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start runs passes in the background until Stop. Starting a running relay
+// is an error.
+func (r *Relay) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running {
+		return errors.New("outbox relay: already started")
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.cancel, r.done, r.running = cancel, make(chan struct{}), true
+	go r.loop(ctx, r.done)
+	return nil
+}
+
+// Stop ends the background passes after the current one, waiting until ctx
+// is done at most. Stop before Start, and a second Stop, are no-ops.
+func (r *Relay) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	if !r.running {
+		r.mu.Unlock()
+		return nil
+	}
+	cancel, done := r.cancel, r.done
+	r.running = false
+	r.mu.Unlock()
+	cancel()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *Relay) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		n, err := r.RunOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			r.opts.Logger.Error("outbox relay pass failed", "broker", r.opts.Broker, "error", err)
+		}
+		if n > 0 && err == nil {
+			continue // more may be waiting: go again at once
+		}
+		t.Reset(r.opts.Tick)
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// RunOnce claims one batch and settles each row. It returns how many rows
+// it claimed.
+func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+	rows, err := r.store.Claim(ctx, r.opts.Broker, r.opts.Owner, r.opts.BatchSize, r.opts.LockFor)
+	if err != nil {
+		return 0, fmt.Errorf("claim: %w", err)
+	}
+	var errs []error
+	for _, row := range rows {
+		if err := r.relay(ctx, row); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return len(rows), errors.Join(errs...)
+}
+
+func (r *Relay) relay(ctx context.Context, row Row) error {
+	partitioning := r.opts.Publisher.Capabilities().Has(broker.StreamPartitioning)
+	// The publish-time backstop: a row that reached here with a key the
+	// rules reject is abandoned at once, never retried, so it cannot wedge
+	// its key.
+	if partitioning && row.PartitionKey != nil {
+		if reason := partition.KeyReason(*row.PartitionKey, r.opts.BackfillSuffix); reason != "" {
+			r.opts.Logger.Warn("outbox row abandoned: invalid partition key", "id", row.ID, "reason", reason)
+			if err := r.store.Abandon(ctx, row.ID, "Invalid partition key: "+reason); err != nil {
+				return fmt.Errorf("row %d: abandon: %w", row.ID, err)
+			}
+			return nil
+		}
+	}
+	msg := broker.Message{ID: row.MessageID, Stream: r.stream(row, partitioning), Type: row.Type, Data: row.Data,
+		Metadata: row.Metadata, EventStream: row.Stream}
+	if row.PartitionKey != nil {
+		msg.PartitionKey = *row.PartitionKey
+	}
+	fillPositions(&msg)
+	if err := r.opts.Publisher.Publish(ctx, msg); err != nil {
+		next := r.opts.Now().Add(Backoff(row.RetryCount+1, r.opts.BaseDelay, r.opts.MaxDelay, r.opts.Jitter, r.opts.Rand))
+		r.opts.Logger.Warn("outbox publish failed", "id", row.ID, "retry_count", row.RetryCount+1, "error", err)
+		if merr := r.store.MarkFailed(ctx, row.ID, r.opts.Owner, err.Error(), next); merr != nil {
+			return fmt.Errorf("row %d: mark failed: %w", row.ID, merr)
+		}
+		return nil
+	}
+	if err := r.store.MarkPublished(ctx, row.ID, r.opts.Owner); err != nil {
+		// Published but not marked: the lock expires and the row goes
+		// again. Consumers see a duplicate, never a loss.
+		return fmt.Errorf("row %d: mark published: %w", row.ID, err)
+	}
+	return nil
+}
+
+// stream routes a row: its category, or on a partitioning broker its
+// partition stream {category}:{key}, on the backfill lane when priority
+// lanes are on and its priority is below the threshold.
+func (r *Relay) stream(row Row, partitioning bool) string {
+	if !partitioning || row.PartitionKey == nil {
+		return row.Category
+	}
+	if r.opts.LanesEnabled && row.Priority < r.opts.LaneThreshold {
+		return partition.LaneStreamName(row.Category, *row.PartitionKey, r.opts.BackfillSuffix)
+	}
+	return partition.StreamName(row.Category, *row.PartitionKey)
+}
+
+// fillPositions copies the event's positions and time from the row's
+// metadata (the unit of work writes them there) onto the message.
+func fillPositions(m *broker.Message) {
+	var md struct {
+		Position       int64     `json:"position"`
+		GlobalPosition int64     `json:"global_position"`
+		Time           time.Time `json:"time"`
+	}
+	if len(m.Metadata) > 0 && json.Unmarshal(m.Metadata, &md) == nil {
+		m.Position, m.GlobalPosition, m.Time = md.Position, md.GlobalPosition, md.Time
+	}
+}
