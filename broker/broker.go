@@ -1,0 +1,277 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Message is one message on a broker stream.
+type Message struct {
+	// ID identifies the message (the event's id). A stream holds at most
+	// one message per ID (see [Inline.Publish]).
+	ID string
+	// Stream is the broker stream the message goes to: for now the event's
+	// stream category ("order"), later a partition stream ("order:c-1").
+	Stream string
+	Type   string
+	// Data and Metadata are JSON values, or nil.
+	Data     json.RawMessage
+	Metadata json.RawMessage
+	// EventStream is the event-store stream the event was appended to
+	// ("order-o-1"); empty for a message that is not a stored event.
+	EventStream string
+	// Position is the event's position in EventStream, GlobalPosition its
+	// position in the store.
+	Position       int64
+	GlobalPosition int64
+	// Time is when the event was recorded.
+	Time time.Time
+	// PartitionKey is the message's sequential_by key; empty for none.
+	PartitionKey string
+}
+
+func (m Message) clone() Message {
+	m.Data = cloneRaw(m.Data)
+	m.Metadata = cloneRaw(m.Metadata)
+	return m
+}
+
+func cloneRaw(r json.RawMessage) json.RawMessage {
+	if r == nil {
+		return nil
+	}
+	return append(json.RawMessage{}, r...)
+}
+
+// Delivery is a message handed to one consumer group. Until it is acked or
+// nacked it is in flight.
+type Delivery struct {
+	Message
+	Group string
+	// Attempt is 1 on the first delivery to Group and grows by one with each
+	// redelivery after a Nack. Replay starts it again at 1.
+	Attempt int
+	// DeliveredAt is when this attempt was handed out.
+	DeliveredAt time.Time
+}
+
+// Reasons a message is dead-lettered.
+const (
+	// ReasonMaxRetries: nacked after its last retry.
+	ReasonMaxRetries = "max_retries"
+	// ReasonTimeout: in flight for longer than Options.MessageTimeout.
+	ReasonTimeout = "timeout"
+)
+
+// DeadLetter is a message in a consumer group's dead-letter queue.
+type DeadLetter struct {
+	Message
+	Group string
+	// Reason is ReasonMaxRetries or ReasonTimeout.
+	Reason string
+	// Attempts is how many times the message had been delivered.
+	Attempts int
+	FailedAt time.Time
+}
+
+// Stats describes one stream as one consumer group sees it.
+type Stats struct {
+	// Depth counts the messages waiting for delivery to the group: never
+	// delivered, plus requeued after a Nack.
+	Depth int
+	// Requeued counts the messages of Depth that wait for a redelivery.
+	Requeued int
+	// InFlight counts the messages delivered and neither acked nor nacked.
+	InFlight int
+	// DeadLetters counts the group's dead-letter queue for the stream.
+	DeadLetters int
+}
+
+// Capability is a set of guarantees a broker advertises.
+type Capability uint
+
+// Capabilities.
+const (
+	// ReliableMessaging: a delivered message stays the group's until it is
+	// acked; a nacked one is redelivered (at-least-once).
+	ReliableMessaging Capability = 1 << iota
+	// DeadLetterQueue: exhausted messages are kept for inspection and
+	// replay; the broker implements [DeadLetterer].
+	DeadLetterQueue
+	// OrderedMessaging: each group receives a stream's messages in publish
+	// order.
+	OrderedMessaging
+	// BlockingRead: the broker implements [Waiter].
+	BlockingRead
+	// StreamPartitioning: the broker carries per-key partition streams
+	// ({category}:{key}) with leases, as sequential_by needs.
+	StreamPartitioning
+)
+
+var capabilityNames = []string{"ReliableMessaging", "DeadLetterQueue", "OrderedMessaging", "BlockingRead", "StreamPartitioning"}
+
+// Has reports whether c includes every capability of want.
+func (c Capability) Has(want Capability) bool { return c&want == want }
+
+// String joins the names of the capabilities in c with "|".
+func (c Capability) String() string {
+	var names []string
+	for i, n := range capabilityNames {
+		if c&(1<<i) != 0 {
+			names = append(names, n)
+			c &^= 1 << i
+		}
+	}
+	if c != 0 {
+		names = append(names, fmt.Sprintf("Capability(%#x)", uint(c)))
+	}
+	if len(names) == 0 {
+		return "0"
+	}
+	return strings.Join(names, "|")
+}
+
+// Publisher is what the outbox relay publishes to.
+type Publisher interface {
+	// Publish appends msgs to their streams, all or nothing.
+	Publish(ctx context.Context, msgs ...Message) error
+	// Capabilities returns what the broker guarantees.
+	Capabilities() Capability
+}
+
+// Consumer hands a stream's messages to consumer groups. Every group has
+// its own position in every stream: each group receives each message, and
+// within a group each message goes to one consumer at a time.
+type Consumer interface {
+	// Next delivers the group's next message of stream, or returns ErrEmpty
+	// at once if none is ready.
+	Next(ctx context.Context, stream, group string) (Delivery, error)
+	// Ack settles a delivered message. Acking twice is not an error.
+	Ack(ctx context.Context, stream, group, id string) error
+	// Nack gives a delivered message back: it is redelivered later, or
+	// dead-lettered once its retries are used up. Nacking twice counts once.
+	Nack(ctx context.Context, stream, group, id string) error
+}
+
+// Broker is a Publisher and a Consumer with a lifetime.
+type Broker interface {
+	Publisher
+	Consumer
+	// Close ends the broker; blocked calls return ErrClosed. Closing twice
+	// is not an error.
+	Close() error
+}
+
+// Waiter is implemented by brokers with the BlockingRead capability.
+type Waiter interface {
+	// Wait is Next that blocks until a message is ready, ctx is done or the
+	// broker is closed.
+	Wait(ctx context.Context, stream, group string) (Delivery, error)
+}
+
+// DeadLetterer is implemented by brokers with the DeadLetterQueue
+// capability.
+type DeadLetterer interface {
+	// DLQ lists the group's dead letters of stream, oldest failure first.
+	DLQ(ctx context.Context, stream, group string) ([]DeadLetter, error)
+	// Replay moves a dead letter back to the head of the group's line,
+	// ready at once, with its attempts reset.
+	Replay(ctx context.Context, stream, group, id string) error
+}
+
+// Inspector is implemented by brokers that report Stats for metrics.
+type Inspector interface {
+	Stats(ctx context.Context, stream, group string) (Stats, error)
+}
+
+// Errors. Calls wrap them with the stream, group and message id; test with
+// errors.Is.
+var (
+	// ErrClosed: the broker was closed.
+	ErrClosed = errors.New("broker closed")
+	// ErrEmpty: no message is ready for the group.
+	ErrEmpty = errors.New("no message ready")
+	// ErrInvalid: a message or an argument is malformed (empty ID, stream
+	// or group).
+	ErrInvalid = errors.New("invalid argument")
+	// ErrNotDelivered: Ack or Nack of a message the group never received.
+	ErrNotDelivered = errors.New("message not delivered to group")
+	// ErrAcked: Nack of a message the group acked.
+	ErrAcked = errors.New("message already acked")
+	// ErrNotInFlight: Ack of a message the group nacked, or that was
+	// dead-lettered or discarded.
+	ErrNotInFlight = errors.New("message not in flight")
+	// ErrNotDeadLettered: Replay of a message not in the group's DLQ.
+	ErrNotDeadLettered = errors.New("message not in dead-letter queue")
+)
+
+// Options are the delivery settings of a broker. Start from DefaultOptions.
+type Options struct {
+	// MaxRetries is how many redeliveries a nacked message gets; the nack
+	// after the last one dead-letters it. 0 dead-letters on the first nack.
+	MaxRetries int
+	// RetryDelay is the wait before the first redelivery; each further one
+	// waits BackoffMultiplier times longer.
+	RetryDelay        time.Duration
+	BackoffMultiplier float64
+	// MessageTimeout is how long a message may stay in flight; after it the
+	// message is dead-lettered with ReasonTimeout.
+	MessageTimeout time.Duration
+	// EnableDLQ keeps exhausted and timed-out messages in the group's
+	// dead-letter queue; without it they are discarded.
+	EnableDLQ bool
+	// Now and After are the clock (time.Now and time.After when nil). A test
+	// that controls time sets both.
+	Now   func() time.Time
+	After func(d time.Duration) <-chan time.Time
+	// Logger receives a warning for every dead-lettered or discarded
+	// message; nil discards.
+	Logger *slog.Logger
+}
+
+// DefaultOptions returns Protean's defaults for the inline broker.
+func DefaultOptions() Options {
+	return Options{
+		MaxRetries:        3,
+		RetryDelay:        time.Second,
+		BackoffMultiplier: 2,
+		MessageTimeout:    300 * time.Second,
+		EnableDLQ:         true,
+	}
+}
+
+// Validate reports the first setting out of range.
+func (o Options) Validate() error {
+	switch {
+	case o.MaxRetries < 0:
+		return fmt.Errorf("broker: MaxRetries must be >= 0, got %d", o.MaxRetries)
+	case o.RetryDelay < 0:
+		return fmt.Errorf("broker: RetryDelay must be >= 0, got %s", o.RetryDelay)
+	case !(o.BackoffMultiplier >= 1) || o.BackoffMultiplier > 1e6: // also NaN
+		return fmt.Errorf("broker: BackoffMultiplier must be in [1, 1e6], got %g", o.BackoffMultiplier)
+	case o.MessageTimeout <= 0:
+		return fmt.Errorf("broker: MessageTimeout must be > 0, got %s", o.MessageTimeout)
+	}
+	return nil
+}
+
+// RetryBackoff is the wait before redelivering a message nacked for the
+// retries-th time (1-based): RetryDelay * BackoffMultiplier^(retries-1),
+// saturating instead of overflowing.
+func (o Options) RetryBackoff(retries int) time.Duration {
+	d := float64(o.RetryDelay)
+	for i := 1; i < retries && d < float64(maxDuration); i++ {
+		d *= o.BackoffMultiplier
+	}
+	if d >= float64(maxDuration) {
+		return maxDuration
+	}
+	return time.Duration(d)
+}
+
+const maxDuration = time.Duration(1<<63 - 1)

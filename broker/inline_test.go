@@ -1,0 +1,125 @@
+package broker_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/broker/brokertest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestInlineConformance(t *testing.T) {
+	features := brokertest.Features{
+		Ordered:        true,
+		HoldTheLine:    true,
+		DeadLetters:    true,
+		MessageTimeout: true,
+		Blocking:       true,
+		Stats:          true,
+		Deduplicates:   true,
+		Clock:          true,
+	}
+	brokertest.Run(t, features, func(t *testing.T, opts broker.Options) broker.Broker {
+		b, err := broker.NewInline(opts)
+		require.NoError(t, err)
+		return b
+	})
+}
+
+func TestOptionsValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		mod  func(*broker.Options)
+		want string // "" for valid
+	}{
+		{"defaults", func(*broker.Options) {}, ""},
+		{"no retries", func(o *broker.Options) { o.MaxRetries = 0 }, ""},
+		{"no delay", func(o *broker.Options) { o.RetryDelay = 0 }, ""},
+		{"constant delay", func(o *broker.Options) { o.BackoffMultiplier = 1 }, ""},
+		{"negative retries", func(o *broker.Options) { o.MaxRetries = -1 }, "MaxRetries must be >= 0"},
+		{"negative delay", func(o *broker.Options) { o.RetryDelay = -time.Second }, "RetryDelay must be >= 0"},
+		{"shrinking backoff", func(o *broker.Options) { o.BackoffMultiplier = 0.5 }, "BackoffMultiplier must be in [1, 1e6]"},
+		{"unset backoff", func(o *broker.Options) { o.BackoffMultiplier = 0 }, "BackoffMultiplier"},
+		{"huge backoff", func(o *broker.Options) { o.BackoffMultiplier = 1e7 }, "BackoffMultiplier"},
+		{"zero timeout", func(o *broker.Options) { o.MessageTimeout = 0 }, "MessageTimeout must be > 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o := broker.DefaultOptions()
+			tt.mod(&o)
+			_, err := broker.NewInline(o)
+			if tt.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+	_, err := broker.NewInline(broker.Options{})
+	require.Error(t, err, "the zero Options are not valid: start from DefaultOptions")
+}
+
+func TestDefaultOptions(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, broker.Options{
+		MaxRetries:        3,
+		RetryDelay:        time.Second,
+		BackoffMultiplier: 2,
+		MessageTimeout:    300 * time.Second,
+		EnableDLQ:         true,
+	}, broker.DefaultOptions())
+}
+
+func TestRetryBackoff(t *testing.T) {
+	t.Parallel()
+	o := broker.DefaultOptions()
+	for retries, want := range map[int]time.Duration{
+		0: time.Second, // not reached by Nack; the base delay
+		1: time.Second,
+		2: 2 * time.Second,
+		3: 4 * time.Second,
+		4: 8 * time.Second,
+	} {
+		require.Equal(t, want, o.RetryBackoff(retries), "retries %d", retries)
+	}
+	require.Equal(t, time.Duration(1<<63-1), o.RetryBackoff(1000), "saturates")
+	o.BackoffMultiplier = 1.5
+	require.Equal(t, 2250*time.Millisecond, o.RetryBackoff(3))
+	o.RetryDelay = 0
+	require.Zero(t, o.RetryBackoff(1000))
+}
+
+func TestCapabilityString(t *testing.T) {
+	t.Parallel()
+	for c, want := range map[broker.Capability]string{
+		0:                        "0",
+		broker.ReliableMessaging: "ReliableMessaging",
+		broker.ReliableMessaging | broker.StreamPartitioning: "ReliableMessaging|StreamPartitioning",
+		broker.DeadLetterQueue | 1<<10:                       "DeadLetterQueue|Capability(0x400)",
+	} {
+		require.Equal(t, want, c.String())
+	}
+	c := broker.ReliableMessaging | broker.OrderedMessaging
+	require.True(t, c.Has(broker.OrderedMessaging))
+	require.True(t, c.Has(broker.ReliableMessaging|broker.OrderedMessaging))
+	require.False(t, c.Has(broker.OrderedMessaging|broker.BlockingRead))
+}
+
+func TestInlineCapabilities(t *testing.T) {
+	t.Parallel()
+	b, err := broker.NewInline(broker.DefaultOptions())
+	require.NoError(t, err)
+	defer b.Close()
+	c := b.Capabilities()
+	require.Equal(t, broker.ReliableMessaging|broker.DeadLetterQueue|broker.OrderedMessaging|broker.BlockingRead, c)
+	require.False(t, c.Has(broker.StreamPartitioning), "inline processes in order; it has no partition streams")
+}
