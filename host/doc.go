@@ -1,0 +1,36 @@
+// Package host loads handler modules and runs them in a sandbox.
+//
+// A Loader compiles each *.wasm file of the plugins directory through the
+// Extism SDK on wazero (with a compilation cache, on disk when
+// [plugins] cache_dir is set), instantiates it once to call
+// protean_manifest under a deadline and a size limit, and decodes the
+// manifest strictly (package abi). Every failure is a *LoadError naming the
+// file: an empty file, bytes that are not WebAssembly, a truncated module,
+// a module without the export, a manifest that is malformed, too large,
+// traps or never returns.
+//
+// Validate checks a whole module set, as at start and on every reload, and
+// returns every Problem it finds, each naming the module file and, where
+// they apply, the handler, message type and field:
+//
+//   - abi_version: the module was built for this host's ABI;
+//   - field_existence: every type a partitioned handler handles declares
+//     its sequential_by field (for a process manager with sequential_by =
+//     true, the correlate field of each event);
+//   - one_key: a stream category is partitioned by one key across all
+//     modules (a process manager's correlate fields count);
+//   - broker: the outbox broker advertises STREAM_PARTITIONING (redis) or
+//     is the inline broker, where sequential_by is an accepted no-op;
+//   - event_key: every module that declares an event of a partitioned
+//     category declares the key field too;
+//   - consistency: module and handler names are unique, a message type has
+//     one kind and one category, a command has one handler.
+//
+// A Set is a validated module set with the lookups the engine needs.
+// Module.Handle runs a batch through a pooled instance (at most
+// GOMAXPROCS per module by default; instances are not goroutine-safe) under
+// the module's deadline, with the guest's host-function calls answered by
+// the Session carried in the call's context. A trap, a non-zero return, a
+// deadline or an unusable output is a *CallError; the instance is then
+// discarded, because a trapped instance is dead even if it looks open.
+package host

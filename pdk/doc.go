@@ -1,0 +1,37 @@
+// Package pdk is the Go kit for writing protean-host handler modules.
+//
+// A module declares, from init, its name, the message types it handles or
+// emits (fields come from the payload struct's json tags), and its
+// handlers; pdk.On routes a message type to a typed function:
+//
+//	func init() {
+//		pdk.Module("orders", "1.0.0")
+//		pdk.Command[PlaceOrder]("PlaceOrder", "order")
+//		pdk.Event[OrderPlaced]("OrderPlaced", "order")
+//		pdk.On(pdk.CommandHandler("orders", "order"), "PlaceOrder", placeOrder)
+//	}
+//
+//	func placeOrder(ctx *pdk.Context, cmd PlaceOrder) error {
+//		var o Order
+//		v, err := ctx.Load(pdk.Aggregate, "order", cmd.OrderID, &o)
+//		...
+//		ctx.Save(pdk.Aggregate, "order", cmd.OrderID, v, o)
+//		return ctx.EmitExpecting("order-"+cmd.OrderID, "OrderPlaced", ev, abi.NoStream)
+//	}
+//
+//	func main() {}
+//
+// Build with the plain Go toolchain:
+//
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o orders.wasm .
+//
+// The kit exports protean_manifest and protean_handle (package abi) and
+// calls the host through github.com/extism/go-pdk. A handler's effects
+// (Save, Emit, Dispatch) take effect only if it returns nil; within a batch,
+// Load sees the writes of the batch's earlier messages. Return Rejected
+// when the domain says no, Transient when a retry may help; any other error
+// (or a panic) fails the message permanently.
+//
+// Only export_wasm.go needs wasip1; the rest builds natively, so handler
+// logic can be unit-tested with go test.
+package pdk
