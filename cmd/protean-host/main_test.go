@@ -13,12 +13,6 @@ import (
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	wasmbuild.Cleanup()
-	os.Exit(code)
-}
-
 func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer

@@ -87,7 +87,3 @@ func contains(s []string, v string) bool {
 	}
 	return false
 }
-
-func cmdRun(ctx context.Context, e *env, args []string) error {
-	return fmt.Errorf("not implemented yet")
-}

@@ -24,8 +24,37 @@ var sink []byte
 
 func recurse(n int) int { return recurse(n+1) + 1 }
 
+// Increment adds one to a counter aggregate: a read-modify-write that
+// loses updates unless optimistic concurrency holds.
+type Increment struct {
+	ID string `json:"id"`
+}
+
+type Incremented struct {
+	ID string `json:"id"`
+	N  int    `json:"n"`
+}
+
+type counter struct {
+	N int `json:"n"`
+}
+
 func init() {
 	pdk.Module("behave", "1.0.0")
+	pdk.Command[Increment]("Increment", "counter")
+	pdk.Event[Incremented]("Incremented", "counter")
+	pdk.On(pdk.CommandHandler("counter", "counter"), "Increment", func(ctx *pdk.Context, cmd Increment) error {
+		var c counter
+		v, err := ctx.Load(pdk.Aggregate, "counter", cmd.ID, &c)
+		if err != nil {
+			return err
+		}
+		c.N++
+		if err := ctx.Save(pdk.Aggregate, "counter", cmd.ID, v, c); err != nil {
+			return err
+		}
+		return ctx.Emit("counter-"+cmd.ID, "Incremented", Incremented{ID: cmd.ID, N: c.N})
+	})
 	pdk.Event[Op]("Op", "ops")
 	pdk.On(pdk.EventHandler("behave", "ops"), "Op", func(ctx *pdk.Context, m Op) error {
 		switch m.Op {

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/config"
+	"github.com/proteanhq/protean-host/engine"
+	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/httpapi"
+	"github.com/proteanhq/protean-host/outbox"
+	"github.com/proteanhq/protean-host/record"
+	"github.com/proteanhq/protean-host/unitofwork"
+)
+
+// shutdownTimeout bounds the soft stop (drain) before work is canceled.
+const shutdownTimeout = 15 * time.Second
+
+// keysFunc adapts a function to unitofwork.Keys.
+type keysFunc func(string) (string, bool)
+
+func (f keysFunc) PartitionField(c string) (string, bool) { return f(c) }
+
+// stores are the three stores and the unit-of-work backend over them.
+type stores struct {
+	events  eventstore.Store
+	records record.Store
+	outbox  interface {
+		outbox.RelayStore
+		outbox.Store
+	}
+	backend unitofwork.Backend
+	close   func()
+}
+
+func openStores(_ context.Context, cfg config.Config) (*stores, error) {
+	db := cfg.Databases[config.DefaultName]
+	if db.Provider != config.ProviderMemory || cfg.EventStore.Provider != config.ProviderMemory {
+		return nil, fmt.Errorf("databases.default.provider %q with event_store.provider %q: only \"memory\" is available in this build",
+			db.Provider, cfg.EventStore.Provider)
+	}
+	mem := unitofwork.NewMemory()
+	return &stores{events: mem.Events, records: mem.Records, outbox: mem.Outbox, backend: mem, close: func() {}}, nil
+}
+
+// openBroker returns the outbox broker the config names, as publisher and
+// consumer source.
+func openBroker(cfg config.Config) (broker.Publisher, engine.Source, func() error, error) {
+	b := cfg.OutboxBroker()
+	switch b.Provider {
+	case config.ProviderInline:
+		opts := broker.DefaultOptions()
+		sub := cfg.Server.StreamSubscription
+		opts.MaxRetries = sub.MaxRetries
+		opts.RetryDelay = sub.RetryDelay()
+		in, err := broker.NewInline(opts)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return in, in, in.Close, nil
+	}
+	return nil, nil, nil, fmt.Errorf("brokers.%s.provider %q: not available in this build (use \"inline\")", cfg.Outbox.Broker, b.Provider)
+}
+
+func cmdRun(ctx context.Context, e *env, args []string) error {
+	fs := e.flags("run")
+	listen := fs.String("listen", "", "HTTP listen `ADDR` (overrides [http] listen)")
+	if err := e.parse(fs, args); err != nil {
+		return err
+	}
+	if *listen != "" {
+		e.cfg.HTTP.Listen = *listen
+	}
+	h, err := start(ctx, e)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		e.log.Info("shutting down: draining in-flight work", "timeout", shutdownTimeout)
+	case err := <-h.served:
+		h.serveErr = err
+	}
+	return h.shutdown()
+}
+
+// hostProcess is a started host: what shutdown stops, in order.
+type hostProcess struct {
+	addr     string
+	served   chan error
+	serveErr error
+	srv      *http.Server
+	eng      *engine.Engine
+	relay    *outbox.Relay
+	closers  []func()
+	log      *slog.Logger
+}
+
+// start opens the stores and the broker, loads and validates the plugins,
+// and starts the relay, the delivery consumers and the HTTP server.
+func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
+	cfg := e.cfg
+	h := &hostProcess{log: e.log, served: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			h.close()
+		}
+	}()
+	st, err := openStores(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	h.closers = append(h.closers, st.close)
+	pub, source, closeBroker, err := openBroker(cfg)
+	if err != nil {
+		return nil, err
+	}
+	h.closers = append(h.closers, func() { _ = closeBroker() })
+	loader, err := e.loader(nil)
+	if err != nil {
+		return nil, err
+	}
+	h.closers = append(h.closers, func() { _ = loader.Close(context.Background()) })
+	set, errs := host.LoadSet(ctx, loader, cfg.Plugins.Dir, e.broker())
+	if len(errs) > 0 {
+		for _, err := range errs {
+			fmt.Fprintln(e.stderr, err)
+		}
+		return nil, fmt.Errorf("%d problem(s) in %s; nothing started", len(errs), cfg.Plugins.Dir)
+	}
+	h.closers = append(h.closers, func() { _ = set.Close(context.Background()) })
+	e.log.Info("plugins loaded", "dir", cfg.Plugins.Dir, "modules", len(set.Modules), "partitioned_categories", len(set.Keys))
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	hostname, _ := os.Hostname()
+	h.relay = outbox.NewRelay(st.outbox, outbox.RelayOptions{
+		Broker: cfg.Outbox.Broker, Owner: fmt.Sprintf("%s:%d", hostname, os.Getpid()), Publisher: pub,
+		BatchSize: cfg.Outbox.MessagesPerTick, Tick: cfg.Outbox.TickInterval(), LockFor: cfg.Outbox.LockTimeout(),
+		BaseDelay: cfg.Outbox.BaseRetryDelay(), MaxDelay: cfg.Outbox.MaxRetryDelay(), Jitter: cfg.Outbox.BackoffJitter,
+		BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix, LanesEnabled: cfg.Server.PriorityLanes.Enabled,
+		LaneThreshold: cfg.Server.PriorityLanes.Threshold, Logger: e.log,
+	})
+	reg.MustRegister(newOutboxCollector(st.outbox))
+	var eng *engine.Engine
+	uow := unitofwork.New(st.backend, unitofwork.Options{
+		Keys:           keysFunc(func(c string) (string, bool) { return eng.PartitionField(c) }),
+		BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix,
+		Broker:         cfg.Outbox.Broker, MaxRetries: cfg.Outbox.MaxRetries, Committed: h.relay.Notify,
+	})
+	eng = engine.New(set, engine.Options{Events: st.events, Records: st.records, UnitOfWork: uow, Logger: e.log, Metrics: engine.NewMetrics(reg)})
+	h.eng = eng
+
+	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
+	}
+	h.addr = ln.Addr().String()
+	if err := h.relay.Start(ctx); err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	if err := eng.Start(ctx, source); err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	h.srv = &http.Server{Handler: httpapi.New(eng, httpapi.Options{Logger: e.log, Registry: reg}), ReadHeaderTimeout: 10 * time.Second}
+	go func() { h.served <- h.srv.Serve(ln) }()
+	e.log.Info("listening", "addr", h.addr, "config", e.configPath)
+	return h, nil
+}
+
+// shutdown stops taking requests, drains the engine (commands and the
+// messages in hand), stops the relay, then closes everything, within
+// shutdownTimeout; past it, work in progress is canceled.
+func (h *hostProcess) shutdown() error {
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	var errs []error
+	if err := h.srv.Shutdown(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("http: %w", err))
+	}
+	if err := h.eng.Stop(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("engine: %w", err))
+	}
+	if err := h.relay.Stop(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("outbox relay: %w", err))
+	}
+	if h.serveErr != nil && !errors.Is(h.serveErr, http.ErrServerClosed) {
+		errs = append(errs, h.serveErr)
+	}
+	h.close()
+	h.log.Info("stopped")
+	return errors.Join(errs...)
+}
+
+// close runs the closers in reverse order of opening.
+func (h *hostProcess) close() {
+	for i := len(h.closers) - 1; i >= 0; i-- {
+		h.closers[i]()
+	}
+	h.closers = nil
+}
+
+// outboxCollector exports the outbox's row counts and oldest pending age.
+type outboxCollector struct {
+	store interface {
+		Stats(ctx context.Context) (outbox.Stats, error)
+	}
+	rows   *prometheus.Desc
+	oldest *prometheus.Desc
+}
+
+func newOutboxCollector(s outbox.Store) *outboxCollector {
+	return &outboxCollector{store: s,
+		rows:   prometheus.NewDesc("protean_outbox_rows", "Outbox rows by status.", []string{"status"}, nil),
+		oldest: prometheus.NewDesc("protean_outbox_oldest_pending_seconds", "Age of the oldest pending outbox row (0 when none).", nil, nil)}
+}
+
+func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.rows; ch <- c.oldest }
+
+func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st, err := c.store.Stats(ctx)
+	if err != nil {
+		return
+	}
+	for status, n := range st.Counts {
+		ch <- prometheus.MustNewConstMetric(c.rows, prometheus.GaugeValue, float64(n), string(status))
+	}
+	age := 0.0
+	if st.OldestPending != nil {
+		age = time.Since(*st.OldestPending).Seconds()
+	}
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age)
+}
