@@ -128,6 +128,10 @@
 //     {"stream","from","limit"} → ReadStreamResponse {"messages"} or
 //     {"error"}.
 //
+// WASI clocks are the host's real wall and monotonic clocks; randomness
+// is WASI's. Prefer the envelope's time for anything that must replay the
+// same way.
+//
 // Logging uses Extism's own log functions (extism:host/env log_info, …);
 // the host tags each line with the module. WASI is provided with no
 // preopened directories, no environment, no sockets: a module has no files,

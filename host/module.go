@@ -232,7 +232,10 @@ func (l *Loader) readManifest(ctx context.Context, m *Module) (*abi.Manifest, er
 
 // instance makes a fresh instance of the module with its logs routed to log.
 func (m *Module) instance(ctx context.Context, log *slog.Logger) (*extism.Plugin, error) {
-	inst, err := m.compiled.Instance(ctx, extism.PluginInstanceConfig{ModuleConfig: wazero.NewModuleConfig()})
+	// wazero's default clocks are fake (they step on each read); handlers
+	// stamp events with time.Now, so give them the real ones.
+	mc := wazero.NewModuleConfig().WithSysWalltime().WithSysNanotime()
+	inst, err := m.compiled.Instance(ctx, extism.PluginInstanceConfig{ModuleConfig: mc})
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w", err)
 	}

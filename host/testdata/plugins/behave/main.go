@@ -6,6 +6,7 @@ package main
 import (
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/proteanhq/protean-host/pdk"
 )
@@ -39,8 +40,26 @@ type counter struct {
 	N int `json:"n"`
 }
 
+// Slow loads aggregate slow/ID (so a test sees it start), then spins for
+// MS milliseconds of wall time.
+type Slow struct {
+	ID string `json:"id"`
+	MS int    `json:"ms"`
+}
+
 func init() {
 	pdk.Module("behave", "1.0.0")
+	pdk.Command[Slow]("Slow", "slow")
+	pdk.Event[Slow]("SlowDone", "slow")
+	pdk.On(pdk.CommandHandler("slow", "slow"), "Slow", func(ctx *pdk.Context, cmd Slow) error {
+		var v struct{}
+		if _, err := ctx.Load(pdk.Aggregate, "slow", cmd.ID, &v); err != nil {
+			return err
+		}
+		for end := time.Now().Add(time.Duration(cmd.MS) * time.Millisecond); time.Now().Before(end); {
+		}
+		return ctx.Emit("slow-"+cmd.ID, "SlowDone", cmd)
+	})
 	pdk.Command[Increment]("Increment", "counter")
 	pdk.Event[Incremented]("Incremented", "counter")
 	pdk.On(pdk.CommandHandler("counter", "counter"), "Increment", func(ctx *pdk.Context, cmd Increment) error {
@@ -85,6 +104,12 @@ func init() {
 			}
 			d.Seen = append(d.Seen, m.Arg)
 			return ctx.Save(pdk.Projection, "behave", m.ID, v, d)
+		case "foreign": // another module's projection: outside this module's scope
+			return ctx.Save(pdk.Projection, "client_orders", m.ID, 0, map[string]int{"orders": 99})
+		case "foreign_load":
+			var d doc
+			_, err := ctx.Load(pdk.Aggregate, "order", m.ID, &d)
+			return err
 		case "read":
 			evs, err := ctx.ReadStream(m.Arg, 0, 10)
 			if err != nil {
