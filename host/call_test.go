@@ -48,7 +48,7 @@ func ops(ops ...string) []abi.Envelope {
 
 func behave(t *testing.T, lim host.Limits) *host.Module {
 	t.Helper()
-	l, err := host.NewLoader(host.LoaderOptions{Limits: lim, Instances: 2})
+	l, err := host.NewLoader(host.LoaderOptions{Limits: lim, Instances: 2, CacheDir: cacheDir})
 	require.NoError(t, err)
 	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/behave"))
 	require.NoError(t, err)

@@ -17,17 +17,26 @@ import (
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
-var loader *host.Loader
+var (
+	loader *host.Loader
+	// cacheDir is shared by the package's loaders, so each module
+	// compiles once per run.
+	cacheDir string
+)
 
 func TestMain(m *testing.M) {
 	var err error
-	loader, err = host.NewLoader(host.LoaderOptions{Limits: host.Limits{ManifestTimeout: 2 * time.Second}})
+	if cacheDir, err = os.MkdirTemp("", "protean-host-cache-"); err != nil {
+		panic(err)
+	}
+	loader, err = host.NewLoader(host.LoaderOptions{Limits: host.Limits{ManifestTimeout: 2 * time.Second}, CacheDir: cacheDir})
 	if err != nil {
 		panic(err)
 	}
 	code := m.Run()
 	_ = loader.Close(context.Background())
 	wasmbuild.Cleanup()
+	os.RemoveAll(cacheDir)
 	os.Exit(code)
 }
 

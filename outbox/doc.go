@@ -7,12 +7,26 @@
 // when that transaction commits. (MessageID, TargetBroker) is unique, so a
 // message is written once per broker ([ErrDuplicate]).
 //
-// A relay calls [Store.Claim] to lease a batch of rows. A row is eligible
-// when it is pending, failed and due (next_retry_at <= now), or processing
-// with an expired lock (locked_until <= now: a lock is free at exactly its
-// expiry instant), and its retry count is below its max retries. Rows are
-// claimed by priority, highest first, then by ID. Racing claimers never get
-// the same row.
+// A relay calls [Store.Claim] to lease a batch of one broker's rows. A row
+// is eligible when it is pending, failed and due (next_retry_at <= now), or
+// processing with an expired lock (locked_until <= now: a lock is free at
+// exactly its expiry instant), and its retry count is below its max
+// retries. Rows are claimed by priority, highest first, then by ID. Racing
+// claimers never get the same row.
+//
+// Rows reach the broker in commit order per key. A row's ordering key is
+// (target broker, category, partition key, or the stream when it has none,
+// priority), and IDs grow with commit order within a category. An eligible
+// row is claimable only while no earlier row of its ordering key is active
+// (pending, processing, or failed and waiting for its retry): so at most
+// one row of a key is out with a relay at a time, however many relays
+// claim, and a failing row holds back the later rows of its own key and no
+// others. Published and abandoned rows hold nothing back. The price is one
+// row of a key per claim: a key's rows flow one publish at a time.
+//
+// Delivery is at least once: a relay that crashes after publishing but
+// before marking leaves the row processing until its lock expires, and the
+// row is then claimed and published again.
 //
 // After publishing, the relay marks the row published or failed. Only the
 // current lock holder may mark a row ([ErrNotOwner]): a relay whose lock

@@ -62,9 +62,12 @@ func (m *Memory) Add(ctx context.Context, rows []Row) error {
 }
 
 // Claim implements Store.
-func (m *Memory) Claim(ctx context.Context, owner string, limit int, lockFor time.Duration) ([]Row, error) {
+func (m *Memory) Claim(ctx context.Context, broker, owner string, limit int, lockFor time.Duration) ([]Row, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if broker == "" {
+		return nil, fmt.Errorf("claim: %w: empty broker", ErrInvalid)
 	}
 	if owner == "" {
 		return nil, fmt.Errorf("claim: %w: empty owner", ErrInvalid)
@@ -79,7 +82,18 @@ func (m *Memory) Claim(ctx context.Context, owner string, limit int, lockFor tim
 	defer m.mu.Unlock()
 	now := m.clock()
 	var picked []*Row
-	for _, r := range m.rows {
+	held := make(map[orderingKey]struct{})
+	for _, r := range m.rows { // ascending ID
+		if r.TargetBroker != broker {
+			continue
+		}
+		k := orderingKeyOf(r)
+		if _, ok := held[k]; ok {
+			continue // an earlier row of its key is still active
+		}
+		if active(r) {
+			held[k] = struct{}{}
+		}
 		if eligible(r, now) {
 			picked = append(picked, r)
 		}

@@ -39,7 +39,7 @@ func ExampleMemory_Claim() {
 	})
 	_ = tx.Commit()
 
-	rows, _ := store.Claim(ctx, "relay-1", 10, time.Minute)
+	rows, _ := store.Claim(ctx, "default", "relay-1", 10, time.Minute)
 	for _, r := range rows {
 		fmt.Println(r.ID, r.MessageID, r.Category, r.Status, r.LockedUntil.Format(time.TimeOnly))
 	}

@@ -101,9 +101,11 @@ type Abandoned struct {
 // Store is what a relay and the operator commands use. Rows are added
 // through a transaction of the store's implementation.
 type Store interface {
-	// Claim leases up to limit eligible rows to owner for lockFor and returns
-	// them as claimed.
-	Claim(ctx context.Context, owner string, limit int, lockFor time.Duration) ([]Row, error)
+	// Claim leases up to limit claimable rows for broker to owner for
+	// lockFor and returns them as claimed, highest priority first, then by
+	// ID. A row is claimable when it is eligible and no earlier row of its
+	// ordering key is active (see the package doc).
+	Claim(ctx context.Context, broker, owner string, limit int, lockFor time.Duration) ([]Row, error)
 	// MarkPublished records a publish by the row's lock owner.
 	MarkPublished(ctx context.Context, id int64, owner string) error
 	// MarkFailed records a failed publish by the row's lock owner: the row
@@ -182,7 +184,33 @@ func prepare(rows []Row, now time.Time) ([]Row, error) {
 	return out, nil
 }
 
-// eligible reports whether r may be claimed at now.
+// active reports whether r still holds back the later rows of its ordering
+// key: it is waiting for its first claim, being published, or failed and
+// waiting for its retry.
+func active(r *Row) bool {
+	switch r.Status {
+	case StatusPending, StatusProcessing, StatusFailed:
+		return true
+	}
+	return false
+}
+
+// orderingKey is what orders rows end to end: rows with one orderingKey
+// reach their broker in ID order.
+type orderingKey struct {
+	broker, category, key string
+	priority              int
+}
+
+func orderingKeyOf(r *Row) orderingKey {
+	k := r.Stream
+	if r.PartitionKey != nil {
+		k = *r.PartitionKey
+	}
+	return orderingKey{broker: r.TargetBroker, category: r.Category, key: k, priority: r.Priority}
+}
+
+// eligible reports whether r may be claimed at now, its ordering key aside.
 func eligible(r *Row, now time.Time) bool {
 	if r.RetryCount >= r.MaxRetries {
 		return false

@@ -70,6 +70,11 @@ func Run(t *testing.T, newHarness func(t *testing.T, now func() time.Time) Harne
 		{"InvalidInput", testInvalidInput},
 		{"CancelledContext", testCancelledContext},
 		{"RowsAreCopies", testRowsAreCopies},
+		{"ClaimIsPerBroker", testClaimPerBroker},
+		{"RacingClaimersNeverHoldTwoRowsOfOneKey", testRacingClaimersPerKey},
+		{"FailingRowHoldsBackOnlyItsKey", testFailingRowHoldsBackItsKey},
+		{"OrderingKeyParts", testOrderingKeyParts},
+		{"CrashBeforeMarkIsRedelivered", testCrashBeforeMark},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,10 +132,19 @@ func add(t *testing.T, h Harness, rows ...outbox.Row) {
 	require.NoError(t, tx.Commit(t.Context()))
 }
 
+// claim claims rows for the "default" broker.
 func claim(t *testing.T, h Harness, owner string, limit int, lockFor time.Duration) []outbox.Row {
 	t.Helper()
-	rows, err := h.Store.Claim(t.Context(), owner, limit, lockFor)
+	return claimFor(t, h, "default", owner, limit, lockFor)
+}
+
+func claimFor(t *testing.T, h Harness, broker, owner string, limit int, lockFor time.Duration) []outbox.Row {
+	t.Helper()
+	rows, err := h.Store.Claim(t.Context(), broker, owner, limit, lockFor)
 	require.NoError(t, err)
+	for _, r := range rows {
+		require.Equal(t, broker, r.TargetBroker, "a claim returns its broker's rows only")
+	}
 	return rows
 }
 
@@ -314,7 +328,7 @@ func testConcurrentClaimers(t *testing.T, h Harness, c *clock) {
 					<-gate
 					owner := fmt.Sprintf("relay-%d", w)
 					for {
-						got, err := h.Store.Claim(ctx, owner, 7, time.Minute)
+						got, err := h.Store.Claim(ctx, "default", owner, 7, time.Minute)
 						if err != nil {
 							errs[w] = err
 							return
@@ -676,9 +690,8 @@ func testDuplicates(t *testing.T, h Harness, c *clock) {
 	require.NoError(t, tx.Add(ctx, []outbox.Row{row("m-5", 0), row("m-2", 0)}))
 	require.NoError(t, tx.Commit(ctx))
 
-	got := claim(t, h, "relay", 10, time.Minute)
-	require.Equal(t, []string{"m-1", "m-3", "m-1", "m-5", "m-2"}, messages(got))
-	require.Equal(t, "external", got[2].TargetBroker)
+	require.Equal(t, []string{"m-1", "m-3", "m-5", "m-2"}, messages(claim(t, h, "relay", 10, time.Minute)))
+	require.Equal(t, []string{"m-1"}, messages(claimFor(t, h, "external", "relay", 10, time.Minute)))
 }
 
 func testTxStaged(t *testing.T, h Harness, c *clock) {
@@ -741,15 +754,17 @@ func testInvalidInput(t *testing.T, h Harness, c *clock) {
 	}
 	require.Empty(t, claim(t, h, "relay", 10, time.Minute), "no invalid batch lands")
 
-	_, err := h.Store.Claim(ctx, "", 10, time.Minute)
+	_, err := h.Store.Claim(ctx, "default", "", 10, time.Minute)
 	require.ErrorIs(t, err, outbox.ErrInvalid, "a claim needs an owner")
+	_, err = h.Store.Claim(ctx, "", "relay", 10, time.Minute)
+	require.ErrorIs(t, err, outbox.ErrInvalid, "a claim needs a broker")
 }
 
 func testCancelledContext(t *testing.T, h Harness, c *clock) {
 	add(t, h, row("m-1", 0))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	_, err := h.Store.Claim(ctx, "relay", 10, time.Minute)
+	_, err := h.Store.Claim(ctx, "default", "relay", 10, time.Minute)
 	require.ErrorIs(t, err, context.Canceled)
 	tx := begin(t, h)
 	require.ErrorIs(t, tx.Add(ctx, []outbox.Row{row("m-2", 0)}), context.Canceled)
@@ -776,4 +791,227 @@ func testRowsAreCopies(t *testing.T, h Harness, c *clock) {
 	requireJSON(t, json.RawMessage(`{"msg": "m-1"}`), got.Data, "data")
 	require.Equal(t, "k-1", *got.PartitionKey)
 	requireTime(t, start.Add(time.Minute), got.LockedUntil, "locked_until")
+}
+
+// keyed is a row of stream with partition key key ("" for none).
+func keyed(msg, stream, key string, priority int) outbox.Row {
+	r := row(msg, priority)
+	r.Stream = stream
+	if key != "" {
+		r.PartitionKey = &key
+	}
+	return r
+}
+
+func testClaimPerBroker(t *testing.T, h Harness, c *clock) {
+	ext := row("m-2", 0)
+	ext.TargetBroker = "external"
+	add(t, h, row("m-1", 0), ext, row("m-3", 0))
+	require.Equal(t, []string{"m-1", "m-3"}, messages(claim(t, h, "relay", 10, time.Minute)))
+	require.Equal(t, []string{"m-2"}, messages(claimFor(t, h, "external", "relay", 10, time.Minute)))
+	require.Empty(t, claimFor(t, h, "other", "relay", 10, time.Minute))
+}
+
+// testRacingClaimersPerKey lets relays race over rows of a few keys: at no
+// moment are two rows of one key out with relays, and each key's rows are
+// claimed in ID (commit) order.
+func testRacingClaimersPerKey(t *testing.T, h Harness, c *clock) {
+	const keys, perKey = 6, 10
+	const total = keys * perKey
+	for _, n := range []int{2, 8, 32} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			ctx := t.Context()
+			want := map[string][]string{}
+			var batch []outbox.Row
+			// Key by key, so that a store that ignores keys hands one relay
+			// several rows of a key at once.
+			for k := range keys {
+				for i := range perKey {
+					key := fmt.Sprintf("key-%d-%d", n, k)
+					msg := fmt.Sprintf("m-%d-%d-%d", n, k, i)
+					// Each row in a stream of its own: the key alone orders them.
+					batch = append(batch, keyed(msg, fmt.Sprintf("order-%d-%d-%d", n, k, i), key, 0))
+					want[key] = append(want[key], msg)
+				}
+				if len(batch) >= 2*keys {
+					add(t, h, batch...)
+					batch = batch[:0]
+				}
+			}
+			add(t, h, batch...)
+
+			var (
+				mu        sync.Mutex
+				inflight  = map[string]int64{}
+				got       = map[string][]string{}
+				published int
+				stop      bool
+				progress  = make(chan struct{})
+			)
+			// signal wakes waiting relays; mu is held.
+			signal := func() {
+				close(progress)
+				progress = make(chan struct{})
+			}
+			fail := func(err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if !stop {
+					stop = true
+					signal()
+				}
+				t.Error(err)
+			}
+			gate := make(chan struct{})
+			var wg sync.WaitGroup
+			for w := range n {
+				wg.Go(func() {
+					<-gate
+					owner := fmt.Sprintf("relay-%d", w)
+					for {
+						mu.Lock()
+						if stop || published == total {
+							mu.Unlock()
+							return
+						}
+						wait := progress
+						mu.Unlock()
+						rows, err := h.Store.Claim(ctx, "default", owner, 3, time.Minute)
+						if err != nil {
+							fail(err)
+							return
+						}
+						if len(rows) == 0 {
+							// Every claimable row is out; wait for a publish.
+							select {
+							case <-wait:
+							case <-time.After(10 * time.Second):
+								fail(fmt.Errorf("%s: no progress for 10s", owner))
+								return
+							}
+							continue
+						}
+						mu.Lock()
+						for _, r := range rows {
+							k := *r.PartitionKey
+							if other, out := inflight[k]; out {
+								mu.Unlock()
+								fail(fmt.Errorf("rows %d and %d of key %s are out at once", other, r.ID, k))
+								return
+							}
+							inflight[k] = r.ID
+							got[k] = append(got[k], r.MessageID)
+						}
+						mu.Unlock()
+						for _, r := range rows {
+							mu.Lock()
+							delete(inflight, *r.PartitionKey)
+							mu.Unlock()
+							if err := h.Store.MarkPublished(ctx, r.ID, owner); err != nil {
+								fail(fmt.Errorf("row %d: %w", r.ID, err))
+								return
+							}
+							mu.Lock()
+							published++
+							signal()
+							mu.Unlock()
+						}
+					}
+				})
+			}
+			close(gate)
+			wg.Wait()
+			require.False(t, t.Failed())
+			require.Equal(t, want, got, "each key's rows are claimed once each, in commit order")
+		})
+	}
+}
+
+func testFailingRowHoldsBackItsKey(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	add(t, h, keyed("a1", "order-1", "A", 0), keyed("b1", "order-2", "B", 0))
+	add(t, h, keyed("a2", "order-3", "A", 0), keyed("b2", "order-4", "B", 0))
+	add(t, h, keyed("a3", "order-1", "A", 0))
+	ids := map[string]int64{}
+	claimed := func(owner string) []string {
+		t.Helper()
+		rows := claim(t, h, owner, 10, time.Minute)
+		for _, r := range rows {
+			ids[r.MessageID] = r.ID
+		}
+		return messages(rows)
+	}
+
+	require.Equal(t, []string{"a1", "b1"}, claimed("relay"), "only the first row of each key")
+	require.NoError(t, h.Store.MarkFailed(ctx, ids["a1"], "relay", "broker down", start.Add(10*time.Second)))
+	require.NoError(t, h.Store.MarkPublished(ctx, ids["b1"], "relay"))
+	add(t, h, keyed("c1", "order-5", "C", 0))
+	require.Equal(t, []string{"b2", "c1"}, claimed("relay"), "other keys flow while a1 waits for its retry")
+	require.NoError(t, h.Store.MarkPublished(ctx, ids["b2"], "relay"))
+	require.NoError(t, h.Store.MarkPublished(ctx, ids["c1"], "relay"))
+	require.Empty(t, claimed("relay"), "a2 and a3 wait behind the failed a1")
+
+	c.Advance(10 * time.Second)
+	require.Equal(t, []string{"a1"}, claimed("relay"), "the retry comes first")
+	require.NoError(t, h.Store.MarkPublished(ctx, ids["a1"], "relay"))
+	require.Equal(t, []string{"a2"}, claimed("relay"), "once a1 is published, a2 is next")
+
+	// An abandoned row holds nothing back.
+	require.NoError(t, h.Store.Abandon(ctx, ids["a2"], "operator"))
+	require.Equal(t, []string{"a3"}, claimed("relay"))
+	require.NoError(t, h.Store.MarkPublished(ctx, ids["a3"], "relay"))
+	require.Empty(t, claimed("relay"))
+
+	// Neither does a row abandoned by its last failure.
+	one := keyed("d1", "order-6", "D", 0)
+	one.MaxRetries = 1
+	add(t, h, one, keyed("d2", "order-7", "D", 0))
+	require.Equal(t, []string{"d1"}, claimed("relay"))
+	require.NoError(t, h.Store.MarkFailed(ctx, ids["d1"], "relay", "gave up", c.Now()))
+	require.Equal(t, outbox.StatusAbandoned, get(t, h, ids["d1"]).Status)
+	require.Equal(t, []string{"d2"}, claimed("relay"))
+}
+
+// testOrderingKeyParts pins the ordering key: broker, category, partition
+// key (else stream) and priority. Rows that differ in any part flow
+// independently.
+func testOrderingKeyParts(t *testing.T, h Harness, c *clock) {
+	ext := keyed("ext", "order-1", "A", 0)
+	ext.TargetBroker = "external"
+	add(t, h,
+		keyed("head", "order-1", "A", 0),
+		keyed("held", "order-2", "A", 0),       // same key, another stream: waits
+		keyed("lane", "order-3", "A", 5),       // another priority
+		keyed("category", "payment-1", "A", 0), // another category
+		ext,                                    // another broker
+		keyed("s1", "order-9", "", 0),
+		keyed("s2", "order-9", "", 0), // no key: its stream orders it
+		keyed("s3", "order-8", "", 0),
+		keyed("k", "order-9", "K", 0), // a key overrides the stream
+	)
+	require.Equal(t, []string{"lane", "head", "category", "s1", "s3", "k"}, messages(claim(t, h, "relay", 100, time.Minute)))
+	require.Equal(t, []string{"ext"}, messages(claimFor(t, h, "external", "relay", 100, time.Minute)))
+}
+
+// testCrashBeforeMark is a relay that publishes a row and dies before it
+// marks it: once the lock expires the row is claimed, and published, again
+// (at least once), and the key's later rows still wait for it.
+func testCrashBeforeMark(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	add(t, h, keyed("k1", "order-1", "K", 0), keyed("k2", "order-2", "K", 0))
+	first := claim(t, h, "relay-a", 10, time.Minute)
+	require.Equal(t, []string{"k1"}, messages(first))
+	// relay-a publishes k1 here, then crashes.
+
+	c.Advance(time.Minute - time.Microsecond)
+	require.Empty(t, claim(t, h, "relay-b", 10, time.Minute), "k1 is still locked, and k2 waits behind it")
+	c.Advance(time.Microsecond)
+	again := claim(t, h, "relay-b", 10, time.Minute)
+	require.Equal(t, []string{"k1"}, messages(again), "the lock expired: k1 goes out again")
+	require.Equal(t, first[0].ID, again[0].ID)
+	require.Zero(t, again[0].RetryCount, "a crash is not a failure")
+
+	require.ErrorIs(t, h.Store.MarkPublished(ctx, first[0].ID, "relay-a"), outbox.ErrNotOwner, "the crashed relay's late mark")
+	require.NoError(t, h.Store.MarkPublished(ctx, again[0].ID, "relay-b"))
+	require.Equal(t, []string{"k2"}, messages(claim(t, h, "relay-b", 10, time.Minute)))
 }
