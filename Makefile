@@ -34,8 +34,8 @@ validate: plugins build ## Validate the example plugins against the config
 	./build/protean-host validate --config $(CONFIG)
 
 .PHONY: test
-test: lint ## Run every test (race detector on), then each fuzz target briefly
-	$(GO) test -race -count=1 -timeout 20m ./...
+test: lint ## Run every test (race detector on) against real PostgreSQL and Redis it starts, then each fuzz target briefly
+	scripts/test-services.sh $(GO) test -race -count=1 -timeout 30m ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(if $(CI),3s,$(FUZZTIME))
 
 .PHONY: lint
@@ -47,16 +47,16 @@ lint: ## gofmt and go vet (host and wasip1 guest builds)
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 5s)
-	@set -e; for pkg in $$($(GO) list ./...); do \
-		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-			echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
-			$(GO) test $$pkg -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) >/tmp/protean-fuzz.log 2>&1 || { cat /tmp/protean-fuzz.log; exit 1; }; \
+	@set -e; for dir in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+		for f in $$(grep -h '^func Fuzz' $$dir/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+			echo "fuzz $$dir $$f ($(FUZZTIME))"; \
+			$(GO) test $$dir -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) >/tmp/protean-fuzz.log 2>&1 || { cat /tmp/protean-fuzz.log; exit 1; }; \
 		done; \
 	done
 
 .PHONY: bench
-bench: ## Run the benchmarks (each beside its baseline)
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
+bench: ## Run the benchmarks, each beside its baseline, against real PostgreSQL and Redis it starts
+	scripts/test-services.sh $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 
 .PHONY: clean
 clean: ## Remove build outputs

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/proteanhq/protean-host/eventstore"
 )
@@ -41,6 +42,10 @@ const (
 	DefaultLockFor = 5 * time.Minute
 	// MaxStatsAbandoned caps the abandoned rows Stats lists.
 	MaxStatsAbandoned = 100
+	// MaxPartitionKeyLength and MaxBrokerLength are the widths, in
+	// characters, of the partition_key and target_broker columns.
+	MaxPartitionKeyLength = 255
+	MaxBrokerLength       = 128
 )
 
 // Row is one message to publish to one broker.
@@ -160,6 +165,10 @@ func prepare(rows []Row, now time.Time) ([]Row, error) {
 			return nil, fmt.Errorf("%s: %w: empty stream", what, ErrInvalid)
 		case r.Type == "":
 			return nil, fmt.Errorf("%s: %w: empty type", what, ErrInvalid)
+		case utf8.RuneCountInString(r.TargetBroker) > MaxBrokerLength:
+			return nil, fmt.Errorf("%s: %w: target broker longer than %d characters", what, ErrInvalid, MaxBrokerLength)
+		case r.PartitionKey != nil && utf8.RuneCountInString(*r.PartitionKey) > MaxPartitionKeyLength:
+			return nil, fmt.Errorf("%s: %w: partition key longer than %d characters", what, ErrInvalid, MaxPartitionKeyLength)
 		case r.MaxRetries < 0:
 			return nil, fmt.Errorf("%s: %w: max retries %d", what, ErrInvalid, r.MaxRetries)
 		case r.Data != nil && !json.Valid(r.Data):

@@ -2,6 +2,8 @@
 //
 //	protean-host run      [--config FILE] [--plugins DIR] [--listen ADDR]
 //	protean-host validate [--config FILE] [--plugins DIR]
+//	protean-host migrate  [--config FILE]
+//	protean-host outbox status | outbox retry ID [--config FILE]
 //
 // Every subcommand takes --config (default configs/domain.toml) and
 // --plugins (overrides [plugins] dir). Exit status 0 is success; failures
@@ -42,6 +44,8 @@ func commands() []command {
 	return []command{
 		{"run", "start the host: load plugins, serve the HTTP API, deliver events", cmdRun},
 		{"validate", "load and validate the plugins against the config, print what they declare", cmdValidate},
+		{"migrate", "create or upgrade the PostgreSQL schema (idempotent)", cmdMigrate},
+		{"outbox", "status: rows by status, oldest pending, abandoned rows; retry ID: requeue a failed or abandoned row", cmdOutbox},
 	}
 }
 

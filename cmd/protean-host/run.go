@@ -16,11 +16,9 @@ import (
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/config"
 	"github.com/proteanhq/protean-host/engine"
-	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/httpapi"
 	"github.com/proteanhq/protean-host/outbox"
-	"github.com/proteanhq/protean-host/record"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
 
@@ -31,28 +29,6 @@ const shutdownTimeout = 15 * time.Second
 type keysFunc func(string) (string, bool)
 
 func (f keysFunc) PartitionField(c string) (string, bool) { return f(c) }
-
-// stores are the three stores and the unit-of-work backend over them.
-type stores struct {
-	events  eventstore.Store
-	records record.Store
-	outbox  interface {
-		outbox.RelayStore
-		outbox.Store
-	}
-	backend unitofwork.Backend
-	close   func()
-}
-
-func openStores(_ context.Context, cfg config.Config) (*stores, error) {
-	db := cfg.Databases[config.DefaultName]
-	if db.Provider != config.ProviderMemory || cfg.EventStore.Provider != config.ProviderMemory {
-		return nil, fmt.Errorf("databases.default.provider %q with event_store.provider %q: only \"memory\" is available in this build",
-			db.Provider, cfg.EventStore.Provider)
-	}
-	mem := unitofwork.NewMemory()
-	return &stores{events: mem.Events, records: mem.Records, outbox: mem.Outbox, backend: mem, close: func() {}}, nil
-}
 
 // openBroker returns the outbox broker the config names, as publisher and
 // consumer source.

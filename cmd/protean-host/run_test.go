@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
@@ -24,15 +25,26 @@ import (
 // inline broker) over the plugins in dir, on a free port.
 func embedded(t *testing.T, dir string) *hostProcess {
 	t.Helper()
+	h, err := startHost(t, "domain.toml", dir)
+	require.NoError(t, err)
+	return h
+}
+
+// startHost starts a host on one of the shipped configs over the plugins
+// in dir, on a free port.
+func startHost(t *testing.T, configName, dir string) (*hostProcess, error) {
+	t.Helper()
 	var stderr bytes.Buffer
 	e := &env{stdout: io.Discard, stderr: &stderr, log: slog.New(slog.NewTextHandler(&stderr, nil))}
-	require.NoError(t, e.parse(e.flags("run"), []string{"--config", filepath.Join(wasmbuild.Root(), "configs", "domain.toml"), "--plugins", dir}))
+	require.NoError(t, e.parse(e.flags("run"), []string{"--config", filepath.Join(wasmbuild.Root(), "configs", configName), "--plugins", dir}))
 	e.cfg.HTTP.Listen = "127.0.0.1:0"
 	e.cfg.Plugins.CacheDir = cacheDir // shared by the binary's tests: compile once
 	h, err := start(context.Background(), e)
-	require.NoError(t, err, stderr.String())
+	if err != nil {
+		return nil, fmt.Errorf("%w\n%s", err, stderr.String())
+	}
 	t.Cleanup(func() { require.NoError(t, h.shutdown()) })
-	return h
+	return h, nil
 }
 
 type reply struct {
@@ -249,6 +261,7 @@ func TestMain(m *testing.M) {
 	cacheDir = d
 	code := m.Run()
 	wasmbuild.Cleanup()
+	testserver.Stop()
 	os.RemoveAll(d)
 	os.Exit(code)
 }

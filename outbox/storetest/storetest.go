@@ -14,6 +14,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -745,6 +746,8 @@ func testInvalidInput(t *testing.T, h Harness, c *clock) {
 		"negative max":        func(r *outbox.Row) { r.MaxRetries = -1 },
 		"data not JSON":       func(r *outbox.Row) { r.Data = json.RawMessage(`{`) },
 		"metadata not JSON":   func(r *outbox.Row) { r.Metadata = json.RawMessage(`x`) },
+		"key too long":        func(r *outbox.Row) { r.PartitionKey = ptr(strings.Repeat("é", outbox.MaxPartitionKeyLength+1)) },
+		"broker too long":     func(r *outbox.Row) { r.TargetBroker = strings.Repeat("b", outbox.MaxBrokerLength+1) },
 	} {
 		bad := row("m-bad", 0)
 		mutate(&bad)
@@ -773,6 +776,12 @@ func testCancelledContext(t *testing.T, h Harness, c *clock) {
 }
 
 func testRowsAreCopies(t *testing.T, h Harness, c *clock) {
+	// (At the column widths exactly, a row is fine.)
+	wide := row("m-wide", 0)
+	wide.PartitionKey = ptr(strings.Repeat("é", outbox.MaxPartitionKeyLength))
+	add(t, h, wide)
+	require.Len(t, claim(t, h, "relay", 10, time.Minute), 1)
+
 	key := "k-1"
 	in := row("m-1", 0)
 	in.PartitionKey = &key

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/proteanhq/protean-host/outbox"
+	"github.com/proteanhq/protean-host/schema"
+)
+
+func cmdOutbox(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 || (args[0] != "status" && args[0] != "retry") {
+		return fmt.Errorf("usage: protean-host outbox status | outbox retry ID [--config FILE]")
+	}
+	sub, args := args[0], args[1:]
+	fs := e.flags("outbox " + sub)
+	var id int64
+	if sub == "retry" {
+		// The ID comes first: protean-host outbox retry 42 --config FILE.
+		if len(args) == 0 {
+			return errors.New("usage: protean-host outbox retry ID")
+		}
+		n, err := strconv.ParseInt(args[0], 10, 64)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("outbox row ID %q must be a positive integer", args[0])
+		}
+		id, args = n, args[1:]
+	}
+	if err := e.parse(fs, args); err != nil {
+		return err
+	}
+	pool, err := openPool(ctx, e.cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := schema.Check(ctx, pool); err != nil {
+		return err
+	}
+	store := outbox.NewPostgres(pool, nil)
+	if sub == "retry" {
+		if err := store.Retry(ctx, id); err != nil {
+			return fmt.Errorf("outbox row %d: %w", id, err)
+		}
+		fmt.Fprintf(e.stdout, "outbox row %d is pending again\n", id)
+		return nil
+	}
+	st, err := store.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "STATUS\tROWS")
+	for _, s := range []outbox.Status{outbox.StatusPending, outbox.StatusProcessing, outbox.StatusFailed, outbox.StatusPublished, outbox.StatusAbandoned} {
+		fmt.Fprintf(w, "%s\t%d\n", s, st.Counts[s])
+	}
+	w.Flush()
+	if st.OldestPending != nil {
+		fmt.Fprintf(e.stdout, "oldest pending: %s ago\n", time.Since(*st.OldestPending).Round(time.Millisecond))
+	} else {
+		fmt.Fprintln(e.stdout, "oldest pending: none")
+	}
+	if len(st.Abandoned) > 0 {
+		fmt.Fprintln(e.stdout, "abandoned rows (retry with: protean-host outbox retry ID):")
+		w = tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "ID\tMESSAGE\tBROKER\tRETRIES\tCREATED\tLAST ERROR")
+		for _, a := range st.Abandoned {
+			fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\t%s\n", a.ID, a.MessageID, a.TargetBroker, a.RetryCount, a.CreatedAt.Format(time.RFC3339), a.LastError)
+		}
+		w.Flush()
+	}
+	return nil
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/config"
+	"github.com/proteanhq/protean-host/internal/testserver"
+	"github.com/proteanhq/protean-host/internal/wasmbuild"
+)
+
+func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+// TestProductionConfig runs the shipped production config against a real
+// PostgreSQL: run refuses an unmigrated database, migrate is idempotent, a
+// command leaves exactly one event row and one outbox row (with its
+// partition key), a rejected key leaves none, and the outbox commands see
+// the rows.
+func TestProductionConfig(t *testing.T) {
+	url := testserver.Postgres(t)
+	t.Setenv(config.EnvDatabaseURL, url)
+	prod := filepath.Join(wasmbuild.Root(), "configs", "production.toml")
+	dir := wasmbuild.Examples(t)
+
+	_, err := startHost(t, "production.toml", dir)
+	require.ErrorContains(t, err, "protean-host migrate")
+
+	code, out, errs := cli(t, "migrate", "--config", prod)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "applied 0001")
+	code, out, errs = cli(t, "migrate", "--config", prod)
+	require.Equal(t, 0, code, errs)
+	require.NotContains(t, out, "applied", "a second migrate applies nothing")
+	require.Contains(t, out, "schema at version")
+
+	h, err := startHost(t, "production.toml", dir)
+	require.NoError(t, err)
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	defer pool.Close()
+
+	r := post(t, h, "PlaceOrder", `{"order_id":"o-1","client_id":"c-1","total":42.5}`)
+	require.Equal(t, 200, r.code, r.raw)
+	require.Equal(t, 1, count(t, pool, `SELECT count(*) FROM message_store.messages WHERE stream_name = 'order-o-1' AND type = 'OrderPlaced'`))
+	require.Equal(t, 1, count(t, pool, `SELECT count(*) FROM message_store.messages`))
+	require.Equal(t, 1, count(t, pool, `SELECT count(*) FROM outbox WHERE partition_key = 'c-1' AND target_broker = 'default'`))
+	require.Equal(t, 1, count(t, pool, `SELECT count(*) FROM outbox`))
+	require.Equal(t, 1, count(t, pool, `SELECT count(*) FROM records WHERE kind = 'aggregate' AND type = 'order' AND id = 'o-1' AND version = 1`))
+
+	r = post(t, h, "PlaceOrder", `{"order_id":"o-2","client_id":"a:b","total":1}`)
+	require.Equal(t, 422, r.code, r.raw)
+	require.Equal(t, 1, count(t, pool, `SELECT count(*) FROM message_store.messages`), "a rejected key leaves no event")
+	require.Equal(t, 1, count(t, pool, `SELECT count(*) FROM outbox`), "a rejected key leaves no outbox row")
+	require.Equal(t, 0, count(t, pool, `SELECT count(*) FROM records WHERE id = 'o-2'`), "a rejected key leaves no aggregate")
+
+	// The projection is delivered through the relay and the broker, and
+	// stored in PostgreSQL too.
+	eventually(t, "the projection", func() bool { return get(t, h, "/v1/projections/client_orders/c-1").code == 200 })
+	require.JSONEq(t, `{"client_id":"c-1","orders":1,"total":42.5,"order_ids":["o-1"]}`, get(t, h, "/v1/projections/client_orders/c-1").raw)
+	eventually(t, "the row published", func() bool {
+		return count(t, pool, `SELECT count(*) FROM outbox WHERE status = 'published'`) == 1
+	})
+
+	code, out, errs = cli(t, "outbox", "status", "--config", prod)
+	require.Equal(t, 0, code, errs)
+	require.Regexp(t, `(?m)^published\s+1$`, out)
+	require.Contains(t, out, "oldest pending: none")
+	code, _, errs = cli(t, "outbox", "retry", "999", "--config", prod)
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, "outbox row 999")
+	code, _, errs = cli(t, "outbox", "retry", "x", "--config", prod)
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, "must be a positive integer")
+}
+
+func TestDatabaseCommandsOnMemoryConfig(t *testing.T) {
+	domain := filepath.Join(wasmbuild.Root(), "configs", "domain.toml")
+	code, out, errs := cli(t, "migrate", "--config", domain)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "nothing to migrate")
+	code, _, errs = cli(t, "outbox", "status", "--config", domain)
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, "no database to act on")
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/proteanhq/protean-host/config"
+	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/outbox"
+	"github.com/proteanhq/protean-host/record"
+	"github.com/proteanhq/protean-host/schema"
+	"github.com/proteanhq/protean-host/unitofwork"
+)
+
+// stores are the three stores and the unit-of-work backend over them.
+type stores struct {
+	events  eventstore.Store
+	records record.Store
+	outbox  interface {
+		outbox.RelayStore
+		outbox.Store
+	}
+	backend unitofwork.Backend
+	close   func()
+}
+
+// errMemoryOnly is returned by commands that need a database when the
+// config has none.
+var errMemoryOnly = errors.New("databases.default.provider is \"memory\": there is no database to act on (the memory stores live inside a running host)")
+
+// postgresURI returns the one PostgreSQL database the config uses, or
+// errMemoryOnly, or an error naming the keys that disagree. Records, events
+// and outbox share one database so a unit of work is one transaction.
+func postgresURI(cfg config.Config) (string, error) {
+	db := cfg.Databases[config.DefaultName]
+	es := cfg.EventStore
+	switch {
+	case db.Provider == config.ProviderMemory && es.Provider == config.ProviderMemory:
+		return "", errMemoryOnly
+	case db.Provider != config.ProviderPostgreSQL || es.Provider != config.ProviderMessageDB:
+		return "", fmt.Errorf("databases.default.provider %q with event_store.provider %q: use memory with memory, or postgresql with message_db",
+			db.Provider, es.Provider)
+	case db.DatabaseURI != es.DatabaseURI:
+		return "", errors.New("event_store.database_uri must equal databases.default.database_uri: events, records and outbox rows commit in one transaction")
+	}
+	return db.DatabaseURI, nil
+}
+
+// openPool connects to the config's PostgreSQL database.
+func openPool(ctx context.Context, cfg config.Config) (*pgxpool.Pool, error) {
+	uri, err := postgresURI(cfg)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.New(ctx, uri)
+	if err != nil {
+		return nil, fmt.Errorf("databases.default.database_uri: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connecting to PostgreSQL (databases.default.database_uri): %w", err)
+	}
+	return pool, nil
+}
+
+func openStores(ctx context.Context, cfg config.Config) (*stores, error) {
+	if _, err := postgresURI(cfg); errors.Is(err, errMemoryOnly) {
+		mem := unitofwork.NewMemory()
+		return &stores{events: mem.Events, records: mem.Records, outbox: mem.Outbox, backend: mem, close: func() {}}, nil
+	}
+	pool, err := openPool(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := schema.Check(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	pg := unitofwork.NewPostgres(pool)
+	return &stores{events: pg.Events, records: pg.Records, outbox: pg.Outbox, backend: pg, close: pool.Close}, nil
+}

@@ -1,0 +1,482 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Postgres is a Store in the outbox table of a database migrated by package
+// schema. It is safe for concurrent use, by many relays in many processes.
+//
+// Rows are added in the caller's transaction through [Postgres.Tx]. Add
+// takes the same per-category advisory lock as the event store's append
+// (MessageDB's), held to commit, so that within a category row IDs grow in
+// commit order, which is what per-key ordering stands on. A unit of work
+// that appended the events first already holds it.
+//
+// Claim is one statement: it picks claimable rows with FOR UPDATE SKIP
+// LOCKED and leases them, so racing relays skip each other's rows instead
+// of waiting or sharing them.
+//
+// Time is the injected clock's, passed to every statement, never the
+// database's now().
+type Postgres struct {
+	pool *pgxpool.Pool
+	now  func() time.Time
+}
+
+var _ Store = (*Postgres)(nil)
+
+// NewPostgres returns a store on pool's database that reads time from now;
+// nil means time.Now.
+func NewPostgres(pool *pgxpool.Pool, now func() time.Time) *Postgres {
+	if now == nil {
+		now = time.Now
+	}
+	return &Postgres{pool: pool, now: now}
+}
+
+// clock returns the current time as the table stores it: UTC, to the
+// microsecond.
+func (p *Postgres) clock() time.Time { return p.now().UTC().Truncate(time.Microsecond) }
+
+// Tx returns a view of the outbox inside tx, the caller's transaction: the
+// rows it adds become claimable when tx commits.
+func (p *Postgres) Tx(tx pgx.Tx) *PostgresTx { return &PostgresTx{p: p, tx: tx} }
+
+// Add adds rows in a transaction of their own.
+func (p *Postgres) Add(ctx context.Context, rows []Row) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tx, err := p.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return fmt.Errorf("outbox: begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if err := p.Tx(tx).Add(ctx, rows); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("outbox: commit: %w", err)
+	}
+	return nil
+}
+
+// PostgresTx is the outbox inside a caller's pgx transaction. Like the
+// pgx.Tx under it, it is for one goroutine at a time.
+type PostgresTx struct {
+	p  *Postgres
+	tx pgx.Tx
+}
+
+// Add checks and inserts rows, all or nothing: a failed Add leaves nothing
+// behind, and the transaction stays usable. Add sets every field the store
+// owns, whatever the caller put there.
+//
+// One row is inserted with ON CONFLICT DO NOTHING, so that a duplicate
+// fails without an error in the database and needs no savepoint; several
+// run under a savepoint. Either way it is one round trip.
+func (t *PostgresTx) Add(ctx context.Context, rows []Row) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	prepared, err := prepare(rows, t.p.clock())
+	if err != nil {
+		return err
+	}
+	if len(prepared) == 0 {
+		return nil
+	}
+	single := len(prepared) == 1
+	var b pgx.Batch
+	if !single {
+		b.Queue(`SAVEPOINT protean_outbox`)
+	}
+	var categories []string
+	for _, r := range prepared {
+		categories = append(categories, r.Category)
+	}
+	slices.Sort(categories) // one lock order for everyone: no deadlocks
+	categories = slices.Compact(categories)
+	for _, c := range categories {
+		b.Queue(`SELECT pg_advisory_xact_lock(message_store.hash_64($1))`, c)
+	}
+	for _, r := range prepared {
+		sql := insertSQL
+		if single {
+			sql += ` ON CONFLICT (message_id, target_broker) DO NOTHING`
+		}
+		b.Queue(sql, r.MessageID, r.Stream, r.Category, r.Type, jsonArg(r.Data), jsonArg(r.Metadata), r.CreatedAt,
+			r.MaxRetries, r.PartitionKey, r.Priority, r.TargetBroker)
+	}
+	if !single {
+		b.Queue(`RELEASE SAVEPOINT protean_outbox`)
+	}
+
+	err = readAdd(t.tx.SendBatch(ctx, &b), prepared, len(categories), single)
+	if err != nil && !single && !errors.Is(err, ErrTxDone) {
+		if _, rbErr := t.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT protean_outbox; RELEASE SAVEPOINT protean_outbox`); rbErr != nil {
+			return errors.Join(err, fmt.Errorf("outbox: roll back to savepoint: %w", rbErr))
+		}
+	}
+	return err
+}
+
+const insertSQL = `INSERT INTO outbox (message_id, stream_name, category, type, data, metadata, created_at,
+		max_retries, partition_key, priority, target_broker, correlation_id, causation_id)
+	VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11,
+		left($6::jsonb->>'correlation_id', 255), left($6::jsonb->>'causation_id', 255))`
+
+// readAdd reads the batch Add queued and closes it.
+func readAdd(br pgx.BatchResults, prepared []Row, locks int, single bool) (err error) {
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = mapAddError(cerr, nil)
+		}
+	}()
+	head := locks
+	if !single {
+		head++
+	}
+	for range head {
+		if _, err := br.Exec(); err != nil {
+			return mapAddError(err, nil)
+		}
+	}
+	for i := range prepared {
+		tag, err := br.Exec()
+		if err != nil {
+			return mapAddError(err, &prepared[i])
+		}
+		if tag.RowsAffected() == 0 { // ON CONFLICT DO NOTHING
+			return fmt.Errorf("outbox: message %s for broker %s: %w", prepared[i].MessageID, prepared[i].TargetBroker, ErrDuplicate)
+		}
+	}
+	if !single {
+		if _, err := br.Exec(); err != nil {
+			return mapAddError(err, nil)
+		}
+	}
+	return nil
+}
+
+func mapAddError(err error, r *Row) error {
+	if errors.Is(err, pgx.ErrTxClosed) {
+		return ErrTxDone
+	}
+	what := "outbox: add"
+	if r != nil {
+		what = fmt.Sprintf("outbox: message %s for broker %s", r.MessageID, r.TargetBroker)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "23505": // unique_violation: (message_id, target_broker)
+			return fmt.Errorf("%s: %w", what, ErrDuplicate)
+		case "22001", "22021": // too long for its column; not valid UTF-8
+			return fmt.Errorf("%s: %w: %s", what, ErrInvalid, pgErr.Message)
+		}
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// rowColumns are the columns scanRow reads, in order.
+const rowColumns = `id, message_id, stream_name, category, type, data, metadata, partition_key, priority,
+	target_broker, status, retry_count, max_retries, next_retry_at, locked_until, coalesce(locked_by, ''),
+	coalesce(last_error->>'message', ''), created_at, published_at`
+
+func scanRow(row pgx.Row) (Row, error) {
+	var (
+		r          Row
+		data, meta []byte
+		status     string
+	)
+	err := row.Scan(&r.ID, &r.MessageID, &r.Stream, &r.Category, &r.Type, &data, &meta, &r.PartitionKey, &r.Priority,
+		&r.TargetBroker, &status, &r.RetryCount, &r.MaxRetries, &r.NextRetryAt, &r.LockedUntil, &r.LockedBy,
+		&r.LastError, &r.CreatedAt, &r.PublishedAt)
+	if err != nil {
+		return Row{}, err
+	}
+	r.Status = Status(status)
+	if data != nil {
+		r.Data = append([]byte(nil), data...)
+	}
+	if meta != nil {
+		r.Metadata = append([]byte(nil), meta...)
+	}
+	r.CreatedAt = r.CreatedAt.UTC()
+	for _, t := range []*time.Time{r.NextRetryAt, r.LockedUntil, r.PublishedAt} {
+		if t != nil {
+			*t = t.UTC()
+		}
+	}
+	return r, nil
+}
+
+// claimSQL leases the claimable rows of a broker: eligible (see eligible),
+// and with no earlier active row of the same ordering key. SKIP LOCKED
+// passes over rows another relay is leasing right now; a row whose lease
+// committed after this statement's snapshot is re-checked under its lock
+// and dropped.
+const claimSQL = `WITH picked AS (
+	SELECT c.id FROM outbox c
+	WHERE c.target_broker = $1
+		AND c.status IN ('pending', 'failed', 'processing')
+		AND c.retry_count < c.max_retries
+		AND (c.status <> 'failed' OR c.next_retry_at IS NULL OR c.next_retry_at <= $2)
+		AND (c.status <> 'processing' OR c.locked_until <= $2)
+		AND NOT EXISTS (
+			SELECT 1 FROM outbox e
+			WHERE e.target_broker = c.target_broker
+				AND e.category = c.category
+				AND e.ordering_key = c.ordering_key
+				AND e.priority = c.priority
+				AND e.id < c.id
+				AND e.status IN ('pending', 'processing', 'failed'))
+	ORDER BY c.priority DESC, c.id
+	LIMIT $3
+	FOR UPDATE OF c SKIP LOCKED
+)
+UPDATE outbox o SET status = 'processing', locked_by = $4, locked_until = $5, last_processed_at = $2
+FROM picked WHERE o.id = picked.id
+RETURNING ` + `o.id, o.message_id, o.stream_name, o.category, o.type, o.data, o.metadata, o.partition_key, o.priority,
+	o.target_broker, o.status, o.retry_count, o.max_retries, o.next_retry_at, o.locked_until, coalesce(o.locked_by, ''),
+	coalesce(o.last_error->>'message', ''), o.created_at, o.published_at`
+
+// Claim implements Store.
+func (p *Postgres) Claim(ctx context.Context, broker, owner string, limit int, lockFor time.Duration) ([]Row, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if broker == "" {
+		return nil, fmt.Errorf("claim: %w: empty broker", ErrInvalid)
+	}
+	if owner == "" {
+		return nil, fmt.Errorf("claim: %w: empty owner", ErrInvalid)
+	}
+	if limit <= 0 {
+		limit = DefaultClaimLimit
+	}
+	if lockFor <= 0 {
+		lockFor = DefaultLockFor
+	}
+	now := p.clock()
+	rows, err := p.pool.Query(ctx, claimSQL, broker, now, limit, owner, now.Add(lockFor))
+	if err != nil {
+		return nil, fmt.Errorf("outbox: claim: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) { return scanRow(r) })
+	if err != nil {
+		return nil, fmt.Errorf("outbox: claim: %w", err)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Priority != out[j].Priority {
+			return out[i].Priority > out[j].Priority
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// MarkPublished implements Store.
+func (p *Postgres) MarkPublished(ctx context.Context, id int64, owner string) error {
+	return p.markOwned(ctx, id, owner, `UPDATE outbox SET status = 'published', published_at = $3,
+		next_retry_at = NULL, locked_by = NULL, locked_until = NULL, last_processed_at = $3
+		WHERE id = $1 AND status = 'processing' AND locked_by = $2`, p.clock())
+}
+
+// MarkFailed implements Store.
+func (p *Postgres) MarkFailed(ctx context.Context, id int64, owner, errMsg string, nextRetryAt time.Time) error {
+	return p.markOwned(ctx, id, owner, `UPDATE outbox SET
+		retry_count = retry_count + 1,
+		status = CASE WHEN retry_count + 1 >= max_retries THEN 'abandoned' ELSE 'failed' END,
+		next_retry_at = CASE WHEN retry_count + 1 >= max_retries THEN NULL ELSE $4::timestamptz END,
+		last_error = jsonb_build_object('message', $5::text, 'failed_at', $3::timestamptz, 'retry_count', retry_count + 1)
+			|| CASE WHEN retry_count + 1 >= max_retries THEN '{"reason": "Max retries exceeded"}'::jsonb ELSE '{}'::jsonb END,
+		locked_by = NULL, locked_until = NULL, last_processed_at = $3
+		WHERE id = $1 AND status = 'processing' AND locked_by = $2`,
+		p.clock(), nextRetryAt.UTC().Truncate(time.Microsecond), errMsg)
+}
+
+// markOwned runs a mark that applies only under owner's lock, and explains
+// a miss.
+func (p *Postgres) markOwned(ctx context.Context, id int64, owner, sql string, args ...any) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tag, err := p.pool.Exec(ctx, sql, append([]any{id, owner}, args...)...)
+	if err != nil {
+		return fmt.Errorf("outbox row %d: %w", id, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	status, lockedBy, err := p.state(ctx, id)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("outbox row %d: %s, locked by %q, not %q: %w", id, status, lockedBy, owner, ErrNotOwner)
+}
+
+// state reads a row's status and lock owner, or ErrNotFound.
+func (p *Postgres) state(ctx context.Context, id int64) (Status, string, error) {
+	var status, lockedBy string
+	err := p.pool.QueryRow(ctx, `SELECT status, coalesce(locked_by, '') FROM outbox WHERE id = $1`, id).Scan(&status, &lockedBy)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", fmt.Errorf("outbox row %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("outbox row %d: %w", id, err)
+	}
+	return Status(status), lockedBy, nil
+}
+
+// Abandon implements Store.
+func (p *Postgres) Abandon(ctx context.Context, id int64, reason string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tag, err := p.pool.Exec(ctx, `UPDATE outbox SET status = 'abandoned',
+		last_error = jsonb_build_object('message', $2::text, 'reason', $2::text, 'failed_at', $3::timestamptz, 'retry_count', retry_count),
+		next_retry_at = NULL, locked_until = NULL, locked_by = NULL
+		WHERE id = $1 AND status <> 'published'`, id, reason, p.clock())
+	if err != nil {
+		return fmt.Errorf("outbox row %d: %w", id, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	status, _, err := p.state(ctx, id)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("outbox row %d: abandon a %s row: %w", id, status, ErrStatus)
+}
+
+// Retry implements Store.
+func (p *Postgres) Retry(ctx context.Context, id int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tag, err := p.pool.Exec(ctx, `UPDATE outbox SET status = 'pending', retry_count = 0,
+		next_retry_at = NULL, locked_until = NULL, locked_by = NULL
+		WHERE id = $1 AND status IN ('failed', 'abandoned')`, id)
+	if err != nil {
+		return fmt.Errorf("outbox row %d: %w", id, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	status, _, err := p.state(ctx, id)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("outbox row %d: retry a %s row: %w", id, status, ErrStatus)
+}
+
+// Cleanup implements Store.
+func (p *Postgres) Cleanup(ctx context.Context, publishedBefore, abandonedBefore time.Time) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	tag, err := p.pool.Exec(ctx, `DELETE FROM outbox
+		WHERE (status = 'published' AND published_at < $1) OR (status = 'abandoned' AND created_at < $2)`,
+		publishedBefore, abandonedBefore)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: cleanup: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Stats implements Store. Its three reads run in one round trip.
+func (p *Postgres) Stats(ctx context.Context) (Stats, error) {
+	if err := ctx.Err(); err != nil {
+		return Stats{}, err
+	}
+	var b pgx.Batch
+	b.Queue(`SELECT status, count(*) FROM outbox GROUP BY status`)
+	b.Queue(`SELECT min(created_at) FROM outbox WHERE status = 'pending'`)
+	b.Queue(`SELECT id, message_id, target_broker, retry_count, coalesce(last_error->>'message', ''), created_at
+		FROM outbox WHERE status = 'abandoned' ORDER BY id LIMIT $1`, MaxStatsAbandoned)
+	br := p.pool.SendBatch(ctx, &b)
+	s, err := readStats(br)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return Stats{}, fmt.Errorf("outbox: stats: %w", err)
+	}
+	return s, nil
+}
+
+func readStats(br pgx.BatchResults) (Stats, error) {
+	s := Stats{Counts: make(map[Status]int, len(statuses))}
+	for _, st := range statuses {
+		s.Counts[st] = 0
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return Stats{}, err
+	}
+	var (
+		status string
+		n      int
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&status, &n}, func() error {
+		s.Counts[Status(status)] = n
+		return nil
+	}); err != nil {
+		return Stats{}, err
+	}
+	if err := br.QueryRow().Scan(&s.OldestPending); err != nil {
+		return Stats{}, err
+	}
+	if s.OldestPending != nil {
+		*s.OldestPending = s.OldestPending.UTC()
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return Stats{}, err
+	}
+	var a Abandoned
+	if _, err := pgx.ForEachRow(rows, []any{&a.ID, &a.MessageID, &a.TargetBroker, &a.RetryCount, &a.LastError, &a.CreatedAt}, func() error {
+		a.CreatedAt = a.CreatedAt.UTC()
+		s.Abandoned = append(s.Abandoned, a)
+		return nil
+	}); err != nil {
+		return Stats{}, err
+	}
+	return s, nil
+}
+
+// Get implements Store.
+func (p *Postgres) Get(ctx context.Context, id int64) (Row, error) {
+	if err := ctx.Err(); err != nil {
+		return Row{}, err
+	}
+	r, err := scanRow(p.pool.QueryRow(ctx, `SELECT `+rowColumns+` FROM outbox WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Row{}, fmt.Errorf("outbox row %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Row{}, fmt.Errorf("outbox row %d: %w", id, err)
+	}
+	return r, nil
+}
+
+// jsonArg passes JSON to a jsonb parameter; nil is SQL NULL.
+func jsonArg(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
+}

@@ -1,0 +1,168 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/outbox"
+)
+
+// fakeBroker records what it is asked to publish and fails while fail is set.
+type fakeBroker struct {
+	mu   sync.Mutex
+	caps broker.Capability
+	fail error
+	got  []broker.Message
+}
+
+func (b *fakeBroker) Publish(_ context.Context, msgs ...broker.Message) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.fail != nil {
+		return b.fail
+	}
+	b.got = append(b.got, msgs...)
+	return nil
+}
+
+func (b *fakeBroker) Capabilities() broker.Capability { return b.caps }
+
+func (b *fakeBroker) streams() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, m := range b.got {
+		out = append(out, m.Stream)
+	}
+	return out
+}
+
+func key(s string) *string { return &s }
+
+func row(id, stream string, k *string, prio int) outbox.Row {
+	return outbox.Row{MessageID: id, Stream: stream, Type: "T", Data: json.RawMessage(`{}`), PartitionKey: k, Priority: prio,
+		TargetBroker: "default", Metadata: json.RawMessage(`{"position": 3, "global_position": 9, "time": "2026-11-30T00:00:00Z"}`)}
+}
+
+func TestRelayPublishesAndRoutes(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		caps  broker.Capability
+		lanes bool
+		want  []string
+	}{
+		{"inline: the category", 0, false, []string{"order", "order", "payment"}},
+		{"partitioning: {category}:{key}", broker.StreamPartitioning, false, []string{"order:c-1", "order:c-2", "payment"}},
+		{"lanes: low priority to the backfill lane", broker.StreamPartitioning, true, []string{"order:c-1", "order:c-2:backfill", "payment"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := outbox.NewMemory(nil)
+			require.NoError(t, store.Add(ctx, []outbox.Row{
+				row("00000000-0000-4000-8000-000000000001", "order-1", key("c-1"), 5),
+				row("00000000-0000-4000-8000-000000000002", "order-2", key("c-2"), 0),
+				row("00000000-0000-4000-8000-000000000003", "payment-1", nil, 0),
+			}))
+			b := &fakeBroker{caps: tc.caps}
+			r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, LanesEnabled: tc.lanes, LaneThreshold: 1})
+			n, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 3, n)
+			require.ElementsMatch(t, tc.want, b.streams())
+			for _, m := range b.got {
+				require.Equal(t, int64(3), m.Position)
+				require.Equal(t, int64(9), m.GlobalPosition)
+			}
+			st, err := store.Stats(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 3, st.Counts[outbox.StatusPublished])
+		})
+	}
+}
+
+func TestRelayFailuresBackOffThenAbandon(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	store := outbox.NewMemory(clock)
+	r0 := row("00000000-0000-4000-8000-000000000001", "order-1", nil, 0)
+	r0.MaxRetries = 3
+	require.NoError(t, store.Add(ctx, []outbox.Row{r0}))
+	b := &fakeBroker{fail: errors.New("broker down")}
+	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b,
+		BaseDelay: time.Second, MaxDelay: time.Minute, Now: clock, Rand: func() float64 { return 0.5 }})
+
+	var delays []time.Duration
+	for attempt := 1; attempt <= 3; attempt++ {
+		n, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "attempt %d", attempt)
+		got, err := store.Get(ctx, 1)
+		require.NoError(t, err)
+		require.Equal(t, "broker down", got.LastError)
+		if got.Status == outbox.StatusAbandoned {
+			require.Equal(t, 3, attempt)
+			break
+		}
+		require.Equal(t, outbox.StatusFailed, got.Status)
+		delays = append(delays, got.NextRetryAt.Sub(now))
+		// Not due yet: nothing to claim.
+		n, err = r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		now = *got.NextRetryAt
+	}
+	require.Len(t, delays, 2)
+	require.Greater(t, delays[1], delays[0], "the delay grows")
+	got, err := store.Get(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, outbox.StatusAbandoned, got.Status)
+}
+
+func TestRelayAbandonsInvalidKeyOnPartitioningBroker(t *testing.T) {
+	ctx := context.Background()
+	store := outbox.NewMemory(nil)
+	require.NoError(t, store.Add(ctx, []outbox.Row{row("00000000-0000-4000-8000-000000000001", "order-1", key("a:b"), 0)}))
+	b := &fakeBroker{caps: broker.StreamPartitioning}
+	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b})
+	_, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, b.streams(), "no publish attempt")
+	got, err := store.Get(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, outbox.StatusAbandoned, got.Status)
+	require.Contains(t, got.LastError, "Invalid partition key: partition key contains a colon")
+
+	// On a broker without partitioning the key is carried, not applied.
+	store = outbox.NewMemory(nil)
+	require.NoError(t, store.Add(ctx, []outbox.Row{row("00000000-0000-4000-8000-000000000001", "order-1", key("a:b"), 0)}))
+	b = &fakeBroker{}
+	_, err = outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b}).RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"order"}, b.streams())
+}
+
+func TestRelayStartStop(t *testing.T) {
+	ctx := context.Background()
+	store := outbox.NewMemory(nil)
+	b := &fakeBroker{}
+	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, Tick: time.Hour})
+	require.NoError(t, r.Stop(ctx), "stop before start")
+	require.NoError(t, r.Start(ctx))
+	require.Error(t, r.Start(ctx), "double start")
+	for i := 1; i <= 20; i++ {
+		require.NoError(t, store.Add(ctx, []outbox.Row{row(fmt.Sprintf("00000000-0000-4000-8000-%012d", i), fmt.Sprintf("order-%d", i), nil, 0)}))
+		r.Notify() // a commit wakes the relay well before its hour-long tick
+	}
+	require.Eventually(t, func() bool { return len(b.streams()) == 20 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, r.Stop(ctx))
+	require.NoError(t, r.Stop(ctx), "double stop")
+}

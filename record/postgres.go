@@ -1,0 +1,189 @@
+package record
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Postgres is a Store in the records table of a database migrated by
+// package schema. It is safe for concurrent use, and needs nothing stronger
+// than READ COMMITTED.
+//
+// Each write is one conditional statement that PostgreSQL re-checks under
+// the row lock against committed state: an update is
+// UPDATE … WHERE version = expected, a first write (expected 0) is
+// INSERT … ON CONFLICT DO NOTHING. Zero rows affected means the record has
+// moved; the version reported in the *VersionError is read afterwards.
+type Postgres struct {
+	pool *pgxpool.Pool
+}
+
+var _ Store = (*Postgres)(nil)
+
+// NewPostgres returns a store on pool's database.
+func NewPostgres(pool *pgxpool.Pool) *Postgres { return &Postgres{pool: pool} }
+
+// Tx returns a view of the store inside tx, the caller's transaction: its
+// writes commit or roll back with tx, and its loads see them.
+func (p *Postgres) Tx(tx pgx.Tx) *PostgresTx { return &PostgresTx{tx: tx} }
+
+// querier is what the store needs of a pool or a transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Load implements Store.
+func (p *Postgres) Load(ctx context.Context, key Key) (Record, error) {
+	return pgLoad(ctx, p.pool, key)
+}
+
+// Commit implements Store. A single write needs no transaction of its own;
+// a batch runs in one.
+func (p *Postgres) Commit(ctx context.Context, writes []Write) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	prepared, err := prepare(writes)
+	if err != nil {
+		return err
+	}
+	switch len(prepared) {
+	case 0:
+		return nil
+	case 1:
+		return pgWrite(ctx, p.pool, prepared[0])
+	}
+	tx, err := p.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return fmt.Errorf("record: begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	for _, w := range prepared {
+		if err := pgWrite(ctx, tx, w); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("record: commit: %w", err)
+	}
+	return nil
+}
+
+// PostgresTx is the record store inside a caller's pgx transaction. Like
+// the pgx.Tx under it, it is for one goroutine at a time.
+type PostgresTx struct {
+	tx pgx.Tx
+}
+
+// Load returns the record as this transaction sees it, its own writes
+// included.
+func (t *PostgresTx) Load(ctx context.Context, key Key) (Record, error) {
+	return pgLoad(ctx, t.tx, key)
+}
+
+// Write checks and applies writes inside the transaction, all or nothing:
+// a batch of several runs under a savepoint, so a failed Write leaves
+// nothing behind and the transaction stays usable. (A single write that
+// fails its version check changes nothing, so it needs no savepoint.)
+func (t *PostgresTx) Write(ctx context.Context, writes []Write) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	prepared, err := prepare(writes)
+	if err != nil {
+		return err
+	}
+	switch len(prepared) {
+	case 0:
+		return nil
+	case 1:
+		return pgWrite(ctx, t.tx, prepared[0])
+	}
+	if _, err := t.tx.Exec(ctx, `SAVEPOINT protean_write`); err != nil {
+		return pgError("savepoint", err)
+	}
+	for _, w := range prepared {
+		if err := pgWrite(ctx, t.tx, w); err != nil {
+			if _, rbErr := t.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT protean_write; RELEASE SAVEPOINT protean_write`); rbErr != nil {
+				return errors.Join(err, pgError("roll back to savepoint", rbErr))
+			}
+			return err
+		}
+	}
+	if _, err := t.tx.Exec(ctx, `RELEASE SAVEPOINT protean_write`); err != nil {
+		return pgError("release savepoint", err)
+	}
+	return nil
+}
+
+func pgLoad(ctx context.Context, q querier, key Key) (Record, error) {
+	if err := ctx.Err(); err != nil {
+		return Record{}, err
+	}
+	if err := validKey(key); err != nil {
+		return Record{}, err
+	}
+	r := Record{Key: key}
+	var data []byte
+	err := q.QueryRow(ctx, `SELECT version, data FROM records WHERE kind = $1 AND type = $2 AND id = $3`,
+		key.Kind, key.Type, key.ID).Scan(&r.Version, &data)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return r, nil
+	case err != nil:
+		return Record{}, pgError("load "+key.String(), err)
+	}
+	r.Data = cloneJSON(data)
+	return r, nil
+}
+
+// pgWrite applies one prepared write as one conditional statement.
+func pgWrite(ctx context.Context, q querier, w Write) error {
+	var (
+		tag pgconn.CommandTag
+		err error
+	)
+	if w.ExpectedVersion == 0 {
+		tag, err = q.Exec(ctx, `INSERT INTO records (kind, type, id, version, data, updated_at)
+			VALUES ($1, $2, $3, 1, $4, now()) ON CONFLICT (kind, type, id) DO NOTHING`,
+			w.Key.Kind, w.Key.Type, w.Key.ID, jsonArg(w.Data))
+	} else {
+		tag, err = q.Exec(ctx, `UPDATE records SET version = version + 1, data = $4, updated_at = now()
+			WHERE kind = $1 AND type = $2 AND id = $3 AND version = $5`,
+			w.Key.Kind, w.Key.Type, w.Key.ID, jsonArg(w.Data), w.ExpectedVersion)
+	}
+	if err != nil {
+		return pgError("write "+w.Key.String(), err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	var actual int64
+	err = q.QueryRow(ctx, `SELECT coalesce((SELECT version FROM records WHERE kind = $1 AND type = $2 AND id = $3), 0)`,
+		w.Key.Kind, w.Key.Type, w.Key.ID).Scan(&actual)
+	if err != nil {
+		return pgError("read version of "+w.Key.String(), err)
+	}
+	return &VersionError{Key: w.Key, Expected: w.ExpectedVersion, Actual: actual}
+}
+
+func pgError(what string, err error) error {
+	if errors.Is(err, pgx.ErrTxClosed) {
+		return ErrTxDone
+	}
+	return fmt.Errorf("record: %s: %w", what, err)
+}
+
+// jsonArg passes JSON to a jsonb parameter; nil is SQL NULL.
+func jsonArg(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
+}
