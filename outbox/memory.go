@@ -81,22 +81,24 @@ func (m *Memory) Claim(ctx context.Context, broker, owner string, limit int, loc
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock()
+	// A key's rows are claimable while every earlier active row of the key
+	// is claimable too; the first active row that is not (locked, waiting
+	// for its retry) blocks the rest of its key.
 	var picked []*Row
-	held := make(map[orderingKey]struct{})
+	blocked := make(map[orderingKey]struct{})
 	for _, r := range m.rows { // ascending ID
-		if r.TargetBroker != broker {
+		if r.TargetBroker != broker || !active(r) {
 			continue
 		}
 		k := orderingKeyOf(r)
-		if _, ok := held[k]; ok {
-			continue // an earlier row of its key is still active
+		if _, ok := blocked[k]; ok {
+			continue
 		}
-		if active(r) {
-			held[k] = struct{}{}
+		if !eligible(r, now) {
+			blocked[k] = struct{}{}
+			continue
 		}
-		if eligible(r, now) {
-			picked = append(picked, r)
-		}
+		picked = append(picked, r)
 	}
 	// m.rows is in ID order, so a stable sort keeps ID order within a
 	// priority.
@@ -121,6 +123,49 @@ func (m *Memory) MarkPublished(ctx context.Context, id int64, owner string) erro
 		r.PublishedAt = &now
 		r.NextRetryAt = nil
 	})
+}
+
+// MarkPublishedBatch implements Store.
+func (m *Memory) MarkPublishedBatch(ctx context.Context, owner string, ids []int64) error {
+	return m.batchOwned(ctx, "mark published", owner, ids, func(r *Row, now time.Time) {
+		r.Status = StatusPublished
+		r.PublishedAt = &now
+		r.NextRetryAt = nil
+	})
+}
+
+// Release implements Store.
+func (m *Memory) Release(ctx context.Context, owner string, ids []int64) error {
+	return m.batchOwned(ctx, "release", owner, ids, func(r *Row, _ time.Time) {
+		r.Status = StatusPending
+		r.NextRetryAt = nil
+	})
+}
+
+// batchOwned applies mark to each row of ids that owner holds, and names
+// the ones it does not.
+func (m *Memory) batchOwned(ctx context.Context, op, owner string, ids []int64, mark func(r *Row, now time.Time)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock()
+	var missed []int64
+	for _, id := range ids {
+		r := m.findLocked(id)
+		if r == nil || r.Status != StatusProcessing || r.LockedBy != owner {
+			missed = append(missed, id)
+			continue
+		}
+		mark(r, now)
+		r.LockedBy = ""
+		r.LockedUntil = nil
+	}
+	if len(missed) > 0 {
+		return fmt.Errorf("%s: outbox rows %v: %w", op, missed, ErrNotOwner)
+	}
+	return nil
 }
 
 // MarkFailed implements Store.

@@ -108,11 +108,21 @@ type Abandoned struct {
 type Store interface {
 	// Claim leases up to limit claimable rows for broker to owner for
 	// lockFor and returns them as claimed, highest priority first, then by
-	// ID. A row is claimable when it is eligible and no earlier row of its
-	// ordering key is active (see the package doc).
+	// ID. A row is claimable when it is eligible and every earlier active
+	// row of its ordering key is claimable too: a key's ready run goes out
+	// in one claim, in order, and no two claims ever hold rows of one key
+	// (see the package doc).
 	Claim(ctx context.Context, broker, owner string, limit int, lockFor time.Duration) ([]Row, error)
 	// MarkPublished records a publish by the row's lock owner.
 	MarkPublished(ctx context.Context, id int64, owner string) error
+	// MarkPublishedBatch records the publish of several rows by their lock
+	// owner in one step. It marks every row owner holds and returns an
+	// error wrapping ErrNotOwner, naming the others, if some were not held.
+	MarkPublishedBatch(ctx context.Context, owner string, ids []int64) error
+	// Release hands rows owner holds back unpublished: they are pending
+	// again and no retry is counted. A relay releases the rest of a key's
+	// run when a row before them failed, so they wait behind it.
+	Release(ctx context.Context, owner string, ids []int64) error
 	// MarkFailed records a failed publish by the row's lock owner: the row
 	// is retried at nextRetryAt, or abandoned if it has reached its max
 	// retries.

@@ -222,35 +222,32 @@ func scanRow(row pgx.Row) (Row, error) {
 	return r, nil
 }
 
-// claimSQL leases the claimable rows of a broker: eligible (see eligible),
-// and with no earlier active row of the same ordering key. SKIP LOCKED
-// passes over rows another relay is leasing right now; a row whose lease
-// committed after this statement's snapshot is re-checked under its lock
-// and dropped.
-const claimSQL = `WITH picked AS (
-	SELECT c.id FROM outbox c
-	WHERE c.target_broker = $1
-		AND c.status IN ('pending', 'failed', 'processing')
-		AND c.retry_count < c.max_retries
-		AND (c.status <> 'failed' OR c.next_retry_at IS NULL OR c.next_retry_at <= $2)
-		AND (c.status <> 'processing' OR c.locked_until <= $2)
-		AND NOT EXISTS (
-			SELECT 1 FROM outbox e
-			WHERE e.target_broker = c.target_broker
-				AND e.category = c.category
-				AND e.ordering_key = c.ordering_key
-				AND e.priority = c.priority
-				AND e.id < c.id
-				AND e.status IN ('pending', 'processing', 'failed'))
-	ORDER BY c.priority DESC, c.id
-	LIMIT $3
-	FOR UPDATE OF c SKIP LOCKED
+// claimSQL leases the claimable rows of a broker. The window walks each
+// ordering key's active rows in ID order and keeps them while every row so
+// far is eligible (see eligible): the first locked or not-yet-due row ends
+// its key's run. It runs under the broker's claim lock (claimLockSQL), so
+// no other claim of the broker is between its snapshot and its commit: two
+// claims never hold rows of one key.
+const claimSQL = `WITH active AS (
+	SELECT id, category, ordering_key, priority,
+		bool_and(retry_count < max_retries
+			AND (status <> 'failed' OR next_retry_at IS NULL OR next_retry_at <= $2)
+			AND (status <> 'processing' OR locked_until <= $2))
+		OVER (PARTITION BY category, ordering_key, priority ORDER BY id ROWS UNBOUNDED PRECEDING) AS runnable
+	FROM outbox
+	WHERE target_broker = $1 AND status IN ('pending', 'failed', 'processing')
+), picked AS (
+	SELECT id FROM active WHERE runnable ORDER BY priority DESC, id LIMIT $3
 )
 UPDATE outbox o SET status = 'processing', locked_by = $4, locked_until = $5, last_processed_at = $2
 FROM picked WHERE o.id = picked.id
 RETURNING ` + `o.id, o.message_id, o.stream_name, o.category, o.type, o.data, o.metadata, o.partition_key, o.priority,
 	o.target_broker, o.status, o.retry_count, o.max_retries, o.next_retry_at, o.locked_until, coalesce(o.locked_by, ''),
 	coalesce(o.last_error->>'message', ''), o.created_at, o.published_at`
+
+// claimLockSQL serialises the claims of one broker until their commit.
+// Claims are one short statement each; publishing happens outside.
+const claimLockSQL = `SELECT pg_advisory_xact_lock(hashtext('protean.outbox.claim'), hashtext($1))`
 
 // Claim implements Store.
 func (p *Postgres) Claim(ctx context.Context, broker, owner string, limit int, lockFor time.Duration) ([]Row, error) {
@@ -270,11 +267,20 @@ func (p *Postgres) Claim(ctx context.Context, broker, owner string, limit int, l
 		lockFor = DefaultLockFor
 	}
 	now := p.clock()
-	rows, err := p.pool.Query(ctx, claimSQL, broker, now, limit, owner, now.Add(lockFor))
-	if err != nil {
-		return nil, fmt.Errorf("outbox: claim: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) { return scanRow(r) })
+	var out []Row
+	err := pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, claimLockSQL, broker); err != nil {
+			return err
+		}
+		// A new statement, so its snapshot follows the previous claim's
+		// commit.
+		rows, err := tx.Query(ctx, claimSQL, broker, now, limit, owner, now.Add(lockFor))
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) { return scanRow(r) })
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: claim: %w", err)
 	}
@@ -292,6 +298,53 @@ func (p *Postgres) MarkPublished(ctx context.Context, id int64, owner string) er
 	return p.markOwned(ctx, id, owner, `UPDATE outbox SET status = 'published', published_at = $3,
 		next_retry_at = NULL, locked_by = NULL, locked_until = NULL, last_processed_at = $3
 		WHERE id = $1 AND status = 'processing' AND locked_by = $2`, p.clock())
+}
+
+// MarkPublishedBatch implements Store.
+func (p *Postgres) MarkPublishedBatch(ctx context.Context, owner string, ids []int64) error {
+	return p.batchOwned(ctx, "mark published", owner, ids, `UPDATE outbox SET status = 'published', published_at = $3,
+		next_retry_at = NULL, locked_by = NULL, locked_until = NULL, last_processed_at = $3
+		WHERE id = ANY($1) AND status = 'processing' AND locked_by = $2 RETURNING id`)
+}
+
+// Release implements Store.
+func (p *Postgres) Release(ctx context.Context, owner string, ids []int64) error {
+	return p.batchOwned(ctx, "release", owner, ids, `UPDATE outbox SET status = 'pending',
+		next_retry_at = NULL, locked_by = NULL, locked_until = NULL, last_processed_at = $3
+		WHERE id = ANY($1) AND status = 'processing' AND locked_by = $2 RETURNING id`)
+}
+
+// batchOwned runs an update of the rows of ids owner holds, and names the
+// ones it did not change.
+func (p *Postgres) batchOwned(ctx context.Context, op, owner string, ids []int64, sql string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := p.pool.Query(ctx, sql, ids, owner, p.clock())
+	if err != nil {
+		return fmt.Errorf("outbox: %s: %w", op, err)
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return fmt.Errorf("outbox: %s: %w", op, err)
+	}
+	if len(done) == len(ids) {
+		return nil
+	}
+	hit := make(map[int64]bool, len(done))
+	for _, id := range done {
+		hit[id] = true
+	}
+	var missed []int64
+	for _, id := range ids {
+		if !hit[id] {
+			missed = append(missed, id)
+		}
+	}
+	return fmt.Errorf("%s: outbox rows %v: %w", op, missed, ErrNotOwner)
 }
 
 // MarkFailed implements Store.

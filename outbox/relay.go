@@ -17,8 +17,9 @@ import (
 // RelayStore is what the relay needs of an outbox store.
 type RelayStore interface {
 	Claim(ctx context.Context, broker, owner string, limit int, lockFor time.Duration) ([]Row, error)
-	MarkPublished(ctx context.Context, id int64, owner string) error
+	MarkPublishedBatch(ctx context.Context, owner string, ids []int64) error
 	MarkFailed(ctx context.Context, id int64, owner, errMsg string, nextRetryAt time.Time) error
+	Release(ctx context.Context, owner string, ids []int64) error
 	Abandon(ctx context.Context, id int64, reason string) error
 }
 
@@ -164,24 +165,61 @@ func (r *Relay) loop(ctx context.Context, done chan struct{}) {
 	}
 }
 
-// RunOnce claims one batch and settles each row. It returns how many rows
-// it claimed.
+// RunOnce claims one batch and settles each row: rows go to the broker in
+// claim order (each key's run in commit order); when a row fails, it is
+// marked failed and the rest of its key's run is released unpublished, so
+// they wait behind it; the published rows are marked in one step. It
+// returns how many rows it claimed.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	rows, err := r.store.Claim(ctx, r.opts.Broker, r.opts.Owner, r.opts.BatchSize, r.opts.LockFor)
 	if err != nil {
 		return 0, fmt.Errorf("claim: %w", err)
 	}
+	partitioning := r.opts.Publisher.Capabilities().Has(broker.StreamPartitioning)
+	var published, released []int64
 	var errs []error
+	failedKeys := map[string]bool{}
 	for _, row := range rows {
-		if err := r.relay(ctx, row); err != nil {
+		k := runKey(row)
+		if failedKeys[k] {
+			released = append(released, row.ID)
+			continue
+		}
+		ok, err := r.relay(ctx, row, partitioning)
+		if err != nil {
 			errs = append(errs, err)
 		}
+		if ok {
+			published = append(published, row.ID)
+		} else {
+			failedKeys[k] = true
+		}
+	}
+	if err := r.store.MarkPublishedBatch(ctx, r.opts.Owner, published); err != nil {
+		// Published but not marked: the locks expire and the rows go
+		// again. Consumers see duplicates, never a loss.
+		errs = append(errs, fmt.Errorf("mark published: %w", err))
+	}
+	if err := r.store.Release(ctx, r.opts.Owner, released); err != nil {
+		errs = append(errs, fmt.Errorf("release: %w", err))
 	}
 	return len(rows), errors.Join(errs...)
 }
 
-func (r *Relay) relay(ctx context.Context, row Row) error {
-	partitioning := r.opts.Publisher.Capabilities().Has(broker.StreamPartitioning)
+// runKey is the ordering key a claim groups rows by (the broker is the
+// relay's own).
+func runKey(r Row) string {
+	k := r.Stream
+	if r.PartitionKey != nil {
+		k = *r.PartitionKey
+	}
+	return fmt.Sprintf("%s\x00%d\x00%s", r.Category, r.Priority, k)
+}
+
+// relay publishes one row. It reports whether the row was published; a
+// row that was not has been marked failed or abandoned (or, if even that
+// failed, stays locked until its lock expires).
+func (r *Relay) relay(ctx context.Context, row Row, partitioning bool) (bool, error) {
 	// The publish-time backstop: a row that reached here with a key the
 	// rules reject is abandoned at once, never retried, so it cannot wedge
 	// its key.
@@ -189,9 +227,9 @@ func (r *Relay) relay(ctx context.Context, row Row) error {
 		if reason := partition.KeyReason(*row.PartitionKey, r.opts.BackfillSuffix); reason != "" {
 			r.opts.Logger.Warn("outbox row abandoned: invalid partition key", "id", row.ID, "reason", reason)
 			if err := r.store.Abandon(ctx, row.ID, "Invalid partition key: "+reason); err != nil {
-				return fmt.Errorf("row %d: abandon: %w", row.ID, err)
+				return false, fmt.Errorf("row %d: abandon: %w", row.ID, err)
 			}
-			return nil
+			return false, nil
 		}
 	}
 	msg := broker.Message{ID: row.MessageID, Stream: r.stream(row, partitioning), Type: row.Type, Data: row.Data,
@@ -204,16 +242,11 @@ func (r *Relay) relay(ctx context.Context, row Row) error {
 		next := r.opts.Now().Add(Backoff(row.RetryCount+1, r.opts.BaseDelay, r.opts.MaxDelay, r.opts.Jitter, r.opts.Rand))
 		r.opts.Logger.Warn("outbox publish failed", "id", row.ID, "retry_count", row.RetryCount+1, "error", err)
 		if merr := r.store.MarkFailed(ctx, row.ID, r.opts.Owner, err.Error(), next); merr != nil {
-			return fmt.Errorf("row %d: mark failed: %w", row.ID, merr)
+			return false, fmt.Errorf("row %d: mark failed: %w", row.ID, merr)
 		}
-		return nil
+		return false, nil
 	}
-	if err := r.store.MarkPublished(ctx, row.ID, r.opts.Owner); err != nil {
-		// Published but not marked: the lock expires and the row goes
-		// again. Consumers see a duplicate, never a loss.
-		return fmt.Errorf("row %d: mark published: %w", row.ID, err)
-	}
-	return nil
+	return true, nil
 }
 
 // stream routes a row: its category, or on a partitioning broker its

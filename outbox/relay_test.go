@@ -166,3 +166,57 @@ func TestRelayStartStop(t *testing.T) {
 	require.NoError(t, r.Stop(ctx))
 	require.NoError(t, r.Stop(ctx), "double stop")
 }
+
+// A failing row holds back the rest of its key's run, in the same pass and
+// until its retry; other keys' rows go out.
+func TestRelayFailureHoldsBackItsKeyOnly(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	store := outbox.NewMemory(clock)
+	var rows []outbox.Row
+	for i, k := range []string{"A", "A", "B", "A", "B"} {
+		rows = append(rows, row(fmt.Sprintf("00000000-0000-4000-8000-%012d", i+1), fmt.Sprintf("order-%d", i+1), key(k), 0))
+	}
+	require.NoError(t, store.Add(ctx, rows))
+	b := &failFirst{fakeBroker: fakeBroker{caps: broker.StreamPartitioning}, failID: rows[0].MessageID}
+	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, BaseDelay: time.Second, Now: clock})
+	n, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 5, n, "both keys' runs were claimed")
+	require.Equal(t, []string{"order:B", "order:B"}, b.streams(), "only B's rows went out")
+	for id, want := range map[int64]outbox.Status{1: outbox.StatusFailed, 2: outbox.StatusPending, 3: outbox.StatusPublished, 4: outbox.StatusPending, 5: outbox.StatusPublished} {
+		got, err := store.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, want, got.Status, "row %d", id)
+	}
+	n, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "A waits for its head's retry")
+
+	now = now.Add(time.Hour)
+	b.failID = ""
+	_, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"order:B", "order:B", "order:A", "order:A", "order:A"}, b.streams())
+	var ids []string
+	for _, m := range b.got[2:] {
+		ids = append(ids, m.EventStream)
+	}
+	require.Equal(t, []string{"order-1", "order-2", "order-4"}, ids, "A's rows in commit order")
+}
+
+// failFirst fails the publish of one message id.
+type failFirst struct {
+	fakeBroker
+	failID string
+}
+
+func (b *failFirst) Publish(ctx context.Context, msgs ...broker.Message) error {
+	for _, m := range msgs {
+		if m.ID == b.failID {
+			return errors.New("broker refused " + m.ID)
+		}
+	}
+	return b.fakeBroker.Publish(ctx, msgs...)
+}

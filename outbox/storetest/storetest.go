@@ -76,6 +76,7 @@ func Run(t *testing.T, newHarness func(t *testing.T, now func() time.Time) Harne
 		{"FailingRowHoldsBackOnlyItsKey", testFailingRowHoldsBackItsKey},
 		{"OrderingKeyParts", testOrderingKeyParts},
 		{"CrashBeforeMarkIsRedelivered", testCrashBeforeMark},
+		{"BatchMarksNeedTheLock", testBatchMarksNeedTheLock},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -824,6 +825,12 @@ func testClaimPerBroker(t *testing.T, h Harness, c *clock) {
 // testRacingClaimersPerKey lets relays race over rows of a few keys: at no
 // moment are two rows of one key out with relays, and each key's rows are
 // claimed in ID (commit) order.
+// held is how many rows of a key one relay holds.
+type held struct {
+	owner string
+	rows  int
+}
+
 func testRacingClaimersPerKey(t *testing.T, h Harness, c *clock) {
 	const keys, perKey = 6, 10
 	const total = keys * perKey
@@ -851,7 +858,7 @@ func testRacingClaimersPerKey(t *testing.T, h Harness, c *clock) {
 
 			var (
 				mu        sync.Mutex
-				inflight  = map[string]int64{}
+				inflight  = map[string]held{}
 				got       = map[string][]string{}
 				published int
 				stop      bool
@@ -903,18 +910,22 @@ func testRacingClaimersPerKey(t *testing.T, h Harness, c *clock) {
 						mu.Lock()
 						for _, r := range rows {
 							k := *r.PartitionKey
-							if other, out := inflight[k]; out {
+							if other, out := inflight[k]; out && other.owner != owner {
 								mu.Unlock()
-								fail(fmt.Errorf("rows %d and %d of key %s are out at once", other, r.ID, k))
+								fail(fmt.Errorf("%s and %s hold rows of key %s at once", other.owner, owner, k))
 								return
 							}
-							inflight[k] = r.ID
+							inflight[k] = held{owner: owner, rows: inflight[k].rows + 1}
 							got[k] = append(got[k], r.MessageID)
 						}
 						mu.Unlock()
 						for _, r := range rows {
 							mu.Lock()
-							delete(inflight, *r.PartitionKey)
+							if h := inflight[*r.PartitionKey]; h.rows == 1 {
+								delete(inflight, *r.PartitionKey)
+							} else {
+								inflight[*r.PartitionKey] = held{owner: owner, rows: h.rows - 1}
+							}
 							mu.Unlock()
 							if err := h.Store.MarkPublished(ctx, r.ID, owner); err != nil {
 								fail(fmt.Errorf("row %d: %w", r.ID, err))
@@ -951,54 +962,89 @@ func testFailingRowHoldsBackItsKey(t *testing.T, h Harness, c *clock) {
 		return messages(rows)
 	}
 
-	require.Equal(t, []string{"a1", "b1"}, claimed("relay"), "only the first row of each key")
+	require.Equal(t, []string{"a1", "b1", "a2", "b2", "a3"}, claimed("relay"), "each key's ready run, in commit order")
+	// a1 fails: the relay gives back the rest of its key's run.
 	require.NoError(t, h.Store.MarkFailed(ctx, ids["a1"], "relay", "broker down", start.Add(10*time.Second)))
-	require.NoError(t, h.Store.MarkPublished(ctx, ids["b1"], "relay"))
+	require.NoError(t, h.Store.Release(ctx, "relay", []int64{ids["a2"], ids["a3"]}))
+	require.NoError(t, h.Store.MarkPublishedBatch(ctx, "relay", []int64{ids["b1"], ids["b2"]}))
+	require.Zero(t, get(t, h, ids["a2"]).RetryCount, "a release is not a failure")
 	add(t, h, keyed("c1", "order-5", "C", 0))
-	require.Equal(t, []string{"b2", "c1"}, claimed("relay"), "other keys flow while a1 waits for its retry")
-	require.NoError(t, h.Store.MarkPublished(ctx, ids["b2"], "relay"))
+	require.Equal(t, []string{"c1"}, claimed("relay"), "other keys flow while a1 waits for its retry")
 	require.NoError(t, h.Store.MarkPublished(ctx, ids["c1"], "relay"))
 	require.Empty(t, claimed("relay"), "a2 and a3 wait behind the failed a1")
 
 	c.Advance(10 * time.Second)
-	require.Equal(t, []string{"a1"}, claimed("relay"), "the retry comes first")
-	require.NoError(t, h.Store.MarkPublished(ctx, ids["a1"], "relay"))
-	require.Equal(t, []string{"a2"}, claimed("relay"), "once a1 is published, a2 is next")
-
-	// An abandoned row holds nothing back.
-	require.NoError(t, h.Store.Abandon(ctx, ids["a2"], "operator"))
-	require.Equal(t, []string{"a3"}, claimed("relay"))
-	require.NoError(t, h.Store.MarkPublished(ctx, ids["a3"], "relay"))
+	require.Equal(t, []string{"a1", "a2", "a3"}, claimed("relay"), "the retry comes first, its run behind it")
+	require.NoError(t, h.Store.MarkPublishedBatch(ctx, "relay", []int64{ids["a1"], ids["a2"], ids["a3"]}))
 	require.Empty(t, claimed("relay"))
 
-	// Neither does a row abandoned by its last failure.
-	one := keyed("d1", "order-6", "D", 0)
+	// An abandoned row holds nothing back: abandoned by an operator…
+	add(t, h, keyed("e1", "order-6", "E", 0), keyed("e2", "order-7", "E", 0))
+	require.Equal(t, []string{"e1", "e2"}, claimed("relay"))
+	require.NoError(t, h.Store.MarkFailed(ctx, ids["e1"], "relay", "broker down", c.Now().Add(time.Hour)))
+	require.NoError(t, h.Store.Release(ctx, "relay", []int64{ids["e2"]}))
+	require.Empty(t, claimed("relay"))
+	require.NoError(t, h.Store.Abandon(ctx, ids["e1"], "operator"))
+	require.Equal(t, []string{"e2"}, claimed("relay"))
+	require.NoError(t, h.Store.MarkPublished(ctx, ids["e2"], "relay"))
+
+	// …or by its last failure.
+	one := keyed("d1", "order-8", "D", 0)
 	one.MaxRetries = 1
-	add(t, h, one, keyed("d2", "order-7", "D", 0))
-	require.Equal(t, []string{"d1"}, claimed("relay"))
+	add(t, h, one, keyed("d2", "order-9", "D", 0))
+	require.Equal(t, []string{"d1", "d2"}, claimed("relay"))
 	require.NoError(t, h.Store.MarkFailed(ctx, ids["d1"], "relay", "gave up", c.Now()))
+	require.NoError(t, h.Store.Release(ctx, "relay", []int64{ids["d2"]}))
 	require.Equal(t, outbox.StatusAbandoned, get(t, h, ids["d1"]).Status)
 	require.Equal(t, []string{"d2"}, claimed("relay"))
+}
+
+// testBatchMarksNeedTheLock pins MarkPublishedBatch and Release: they
+// change the rows the caller holds, name the others, and change nothing of
+// those.
+func testBatchMarksNeedTheLock(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	add(t, h, keyed("m1", "order-1", "", 0), keyed("m2", "order-2", "", 0), keyed("m3", "order-3", "", 0))
+	rows := claim(t, h, "relay-a", 2, time.Minute)
+	require.Equal(t, []string{"m1", "m2"}, messages(rows))
+	third := claim(t, h, "relay-b", 10, time.Minute)
+	require.Equal(t, []string{"m3"}, messages(third))
+
+	err := h.Store.MarkPublishedBatch(ctx, "relay-a", []int64{rows[0].ID, third[0].ID})
+	require.ErrorIs(t, err, outbox.ErrNotOwner)
+	require.ErrorContains(t, err, fmt.Sprint(third[0].ID))
+	require.Equal(t, outbox.StatusPublished, get(t, h, rows[0].ID).Status, "the held row is marked")
+	require.Equal(t, outbox.StatusProcessing, get(t, h, third[0].ID).Status, "the other is untouched")
+
+	err = h.Store.Release(ctx, "relay-a", []int64{rows[1].ID, third[0].ID})
+	require.ErrorIs(t, err, outbox.ErrNotOwner)
+	require.Equal(t, outbox.StatusPending, get(t, h, rows[1].ID).Status)
+	require.Equal(t, "relay-b", get(t, h, third[0].ID).LockedBy)
+	require.NoError(t, h.Store.MarkPublishedBatch(ctx, "relay-a", nil), "nothing to mark")
+	require.Equal(t, []string{"m2"}, messages(claim(t, h, "relay-a", 10, time.Minute)), "a released row is claimable at once")
 }
 
 // testOrderingKeyParts pins the ordering key: broker, category, partition
 // key (else stream) and priority. Rows that differ in any part flow
 // independently.
 func testOrderingKeyParts(t *testing.T, h Harness, c *clock) {
+	// Two rows are held, so their keys are blocked: key A (broker
+	// default, category order, priority 0) and stream order-9 (no key).
+	add(t, h, keyed("head", "order-1", "A", 0), keyed("s1", "order-9", "", 0))
+	require.Equal(t, []string{"head", "s1"}, messages(claim(t, h, "relay", 100, time.Minute)))
+
 	ext := keyed("ext", "order-1", "A", 0)
 	ext.TargetBroker = "external"
 	add(t, h,
-		keyed("head", "order-1", "A", 0),
 		keyed("held", "order-2", "A", 0),       // same key, another stream: waits
 		keyed("lane", "order-3", "A", 5),       // another priority
 		keyed("category", "payment-1", "A", 0), // another category
 		ext,                                    // another broker
-		keyed("s1", "order-9", "", 0),
-		keyed("s2", "order-9", "", 0), // no key: its stream orders it
+		keyed("s2", "order-9", "", 0),          // no key: its stream orders it, waits
 		keyed("s3", "order-8", "", 0),
 		keyed("k", "order-9", "K", 0), // a key overrides the stream
 	)
-	require.Equal(t, []string{"lane", "head", "category", "s1", "s3", "k"}, messages(claim(t, h, "relay", 100, time.Minute)))
+	require.Equal(t, []string{"lane", "category", "s3", "k"}, messages(claim(t, h, "relay", 100, time.Minute)))
 	require.Equal(t, []string{"ext"}, messages(claimFor(t, h, "external", "relay", 100, time.Minute)))
 }
 
@@ -1009,18 +1055,18 @@ func testCrashBeforeMark(t *testing.T, h Harness, c *clock) {
 	ctx := t.Context()
 	add(t, h, keyed("k1", "order-1", "K", 0), keyed("k2", "order-2", "K", 0))
 	first := claim(t, h, "relay-a", 10, time.Minute)
-	require.Equal(t, []string{"k1"}, messages(first))
+	require.Equal(t, []string{"k1", "k2"}, messages(first))
 	// relay-a publishes k1 here, then crashes.
 
 	c.Advance(time.Minute - time.Microsecond)
-	require.Empty(t, claim(t, h, "relay-b", 10, time.Minute), "k1 is still locked, and k2 waits behind it")
+	require.Empty(t, claim(t, h, "relay-b", 10, time.Minute), "the run is still locked")
 	c.Advance(time.Microsecond)
 	again := claim(t, h, "relay-b", 10, time.Minute)
-	require.Equal(t, []string{"k1"}, messages(again), "the lock expired: k1 goes out again")
+	require.Equal(t, []string{"k1", "k2"}, messages(again), "the locks expired: the run goes out again, in order")
 	require.Equal(t, first[0].ID, again[0].ID)
 	require.Zero(t, again[0].RetryCount, "a crash is not a failure")
 
 	require.ErrorIs(t, h.Store.MarkPublished(ctx, first[0].ID, "relay-a"), outbox.ErrNotOwner, "the crashed relay's late mark")
-	require.NoError(t, h.Store.MarkPublished(ctx, again[0].ID, "relay-b"))
-	require.Equal(t, []string{"k2"}, messages(claim(t, h, "relay-b", 10, time.Minute)))
+	require.NoError(t, h.Store.MarkPublishedBatch(ctx, "relay-b", []int64{again[0].ID, again[1].ID}))
+	require.Empty(t, claim(t, h, "relay-b", 10, time.Minute))
 }
