@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/outbox"
 )
 
@@ -88,11 +89,37 @@ func TestRelayPublishesAndRoutes(t *testing.T) {
 	}
 }
 
+// relayStore is what the relay tests need of a store.
+type relayStore interface {
+	outbox.RelayStore
+	outbox.Store
+	adder
+}
+
+// stores runs a relay test on the memory store and on PostgreSQL, each
+// with the test's clock.
+func stores(t *testing.T, test func(t *testing.T, newStore func(clock func() time.Time) relayStore)) {
+	t.Run("memory", func(t *testing.T) {
+		test(t, func(clock func() time.Time) relayStore { return outbox.NewMemory(clock) })
+	})
+	t.Run("postgres", func(t *testing.T) {
+		if err := testserver.PostgresAvailable(); err != nil {
+			t.Skipf("no PostgreSQL server: %v", err)
+		}
+		pool := testserver.PostgresPool(t)
+		test(t, func(clock func() time.Time) relayStore { return outbox.NewPostgres(pool, clock) })
+	})
+}
+
 func TestRelayFailuresBackOffThenAbandon(t *testing.T) {
+	stores(t, testRelayFailuresBackOffThenAbandon)
+}
+
+func testRelayFailuresBackOffThenAbandon(t *testing.T, newStore func(clock func() time.Time) relayStore) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	store := outbox.NewMemory(clock)
+	store := newStore(clock)
 	r0 := row("00000000-0000-4000-8000-000000000001", "order-1", nil, 0)
 	r0.MaxRetries = 3
 	require.NoError(t, store.Add(ctx, []outbox.Row{r0}))
@@ -170,10 +197,14 @@ func TestRelayStartStop(t *testing.T) {
 // A failing row holds back the rest of its key's run, in the same pass and
 // until its retry; other keys' rows go out.
 func TestRelayFailureHoldsBackItsKeyOnly(t *testing.T) {
+	stores(t, testRelayFailureHoldsBackItsKeyOnly)
+}
+
+func testRelayFailureHoldsBackItsKeyOnly(t *testing.T, newStore func(clock func() time.Time) relayStore) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	store := outbox.NewMemory(clock)
+	store := newStore(clock)
 	var rows []outbox.Row
 	for i, k := range []string{"A", "A", "B", "A", "B"} {
 		rows = append(rows, row(fmt.Sprintf("00000000-0000-4000-8000-%012d", i+1), fmt.Sprintf("order-%d", i+1), key(k), 0))
