@@ -18,18 +18,9 @@ import (
 	"github.com/proteanhq/protean-host/unitofwork"
 )
 
-// cache is shared by the package's loaders, so the module compiles once.
-var cache string
-
 func TestMain(m *testing.M) {
-	d, err := os.MkdirTemp("", "protean-engine-cache-")
-	if err != nil {
-		panic(err)
-	}
-	cache = d
 	code := m.Run()
 	wasmbuild.Cleanup()
-	os.RemoveAll(d)
 	os.Exit(code)
 }
 
@@ -52,7 +43,7 @@ func newEngine(t *testing.T, limits ...host.Limits) (*Engine, *signalingRecords)
 	if len(limits) > 0 {
 		lim = limits[0]
 	}
-	l, err := host.NewLoader(host.LoaderOptions{Limits: lim, CacheDir: cache})
+	l, err := host.NewLoader(host.LoaderOptions{Limits: lim, CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/behave"))

@@ -48,7 +48,7 @@ func ops(ops ...string) []abi.Envelope {
 
 func behave(t *testing.T, lim host.Limits) *host.Module {
 	t.Helper()
-	l, err := host.NewLoader(host.LoaderOptions{Limits: lim, Instances: 2, CacheDir: cacheDir})
+	l, err := host.NewLoader(host.LoaderOptions{Limits: lim, Instances: 2, CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
 	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/behave"))
 	require.NoError(t, err)
@@ -87,7 +87,10 @@ func TestHandleResultsAndErrorKinds(t *testing.T) {
 
 func TestHandleSandbox(t *testing.T) {
 	slow := behave(t, host.Limits{Timeout: 300 * time.Millisecond})
-	m := behave(t, host.Limits{Timeout: 20 * time.Second, MemoryMB: 64, MaxOutputBytes: 1 << 20})
+	// A small memory cap makes the stack overflow and the OOM come soon
+	// (growing a guest's stack is slow, most of all under -race).
+	m := behave(t, host.Limits{Timeout: time.Minute, MemoryMB: 16, MaxOutputBytes: 1 << 20})
+	roomy := behave(t, host.Limits{Timeout: time.Minute, MemoryMB: 64, MaxOutputBytes: 1 << 20})
 	ctx := context.Background()
 	tests := []struct {
 		op   string
@@ -102,8 +105,11 @@ func TestHandleSandbox(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.op, func(t *testing.T) {
 			m := m
-			if tc.op == "loop" {
+			switch tc.op {
+			case "loop":
 				m = slow
+			case "big": // room to build the output, which the limit then refuses
+				m = roomy
 			}
 			_, err := m.Handle(ctx, "behave", ops("ok", tc.op), &memSession{})
 			require.ErrorIs(t, err, tc.is)

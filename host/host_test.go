@@ -17,27 +17,29 @@ import (
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
-var (
-	loader *host.Loader
-	// cacheDir is shared by the package's loaders, so each module
-	// compiles once per run.
-	cacheDir string
-)
+var loader *host.Loader
 
 func TestMain(m *testing.M) {
-	var err error
-	if cacheDir, err = os.MkdirTemp("", "protean-host-cache-"); err != nil {
-		panic(err)
-	}
-	loader, err = host.NewLoader(host.LoaderOptions{Limits: host.Limits{ManifestTimeout: 2 * time.Second}, CacheDir: cacheDir})
-	if err != nil {
-		panic(err)
-	}
 	code := m.Run()
-	_ = loader.Close(context.Background())
+	if loader != nil {
+		_ = loader.Close(context.Background())
+	}
 	wasmbuild.Cleanup()
-	os.RemoveAll(cacheDir)
 	os.Exit(code)
+}
+
+// sharedLoader returns the package's loader, on the shared compiled-code
+// cache, so each module compiles once per run.
+func sharedLoader(t testing.TB) *host.Loader {
+	t.Helper()
+	if loader == nil {
+		l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{ManifestTimeout: 2 * time.Second}, CacheDir: wasmbuild.CacheDir(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		loader = l
+	}
+	return loader
 }
 
 func declared(t *testing.T, variant string) string {
@@ -52,7 +54,7 @@ func setOf(t *testing.T, variants ...string) []host.Declared {
 	for _, v := range variants {
 		wasmbuild.Copy(t, declared(t, v), dir, v+".wasm")
 	}
-	mods, errs := loader.LoadDir(context.Background(), dir)
+	mods, errs := sharedLoader(t).LoadDir(context.Background(), dir)
 	require.Empty(t, errs)
 	var out []host.Declared
 	for _, m := range mods {
@@ -138,7 +140,7 @@ func TestValidateAccepts(t *testing.T) {
 }
 
 func TestValidateExamples(t *testing.T) {
-	mods, errs := loader.LoadDir(context.Background(), wasmbuild.Examples(t))
+	mods, errs := sharedLoader(t).LoadDir(context.Background(), wasmbuild.Examples(t))
 	require.Empty(t, errs)
 	var ds []host.Declared
 	for _, m := range mods {
@@ -155,7 +157,7 @@ func TestValidateExamples(t *testing.T) {
 }
 
 func TestABIVersionMismatch(t *testing.T) {
-	m, err := loader.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/raw", "variant=abi2"))
+	m, err := sharedLoader(t).LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/raw", "variant=abi2"))
 	require.NoError(t, err)
 	defer m.Close(context.Background())
 	_, problems := host.Validate([]host.Declared{{File: "future.wasm", Manifest: m.Manifest}}, inline)
@@ -202,7 +204,7 @@ func TestHostileFiles(t *testing.T) {
 			file := strings.ReplaceAll(tc.name, " ", "_") + ".wasm"
 			path := filepath.Join(dir, file)
 			require.NoError(t, os.WriteFile(path, tc.bytes, 0o644))
-			m, err := loader.LoadFile(context.Background(), path)
+			m, err := sharedLoader(t).LoadFile(context.Background(), path)
 			require.Nil(t, m)
 			require.Error(t, err)
 			var le *host.LoadError
@@ -216,7 +218,7 @@ func TestHostileFiles(t *testing.T) {
 		})
 	}
 	// The host is still fine: a good module loads after all of that.
-	m, err := loader.LoadFile(context.Background(), declared(t, "projector"))
+	m, err := sharedLoader(t).LoadFile(context.Background(), declared(t, "projector"))
 	require.NoError(t, err)
 	require.NoError(t, m.Close(context.Background()))
 }
@@ -226,14 +228,14 @@ func TestLoadDirReportsEveryBadFile(t *testing.T) {
 	wasmbuild.Copy(t, declared(t, "projector"), dir, "good.wasm")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "bad.wasm"), []byte("nope"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "README.txt"), []byte("ignored"), 0o644))
-	mods, errs := loader.LoadDir(context.Background(), dir)
+	mods, errs := sharedLoader(t).LoadDir(context.Background(), dir)
 	require.Len(t, mods, 1)
 	require.Len(t, errs, 1)
 	require.Contains(t, errs[0].Error(), "bad.wasm: not a WebAssembly module")
 	require.NoError(t, mods[0].Close(context.Background()))
 
-	_, errs = loader.LoadDir(context.Background(), t.TempDir())
+	_, errs = sharedLoader(t).LoadDir(context.Background(), t.TempDir())
 	require.ErrorContains(t, errs[0], "no *.wasm files")
-	_, errs = loader.LoadDir(context.Background(), filepath.Join(dir, "missing"))
+	_, errs = sharedLoader(t).LoadDir(context.Background(), filepath.Join(dir, "missing"))
 	require.ErrorContains(t, errs[0], "plugins directory")
 }

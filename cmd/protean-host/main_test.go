@@ -20,8 +20,8 @@ func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errb.String()
 }
 
-// configFile writes a config over the embedded default with the plugins
-// dir and broker given, and no disk compile cache.
+// configFile writes a config over the embedded default with the broker
+// given and the tests' shared compile cache.
 func configFile(t *testing.T, broker string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "domain.toml")
@@ -29,7 +29,7 @@ func configFile(t *testing.T, broker string) string {
 [brokers.default]
 provider = "`+broker+`"
 [plugins]
-cache_dir = ""
+cache_dir = "`+wasmbuild.CacheDir(t)+`"
 `), 0o644))
 	return p
 }

@@ -38,7 +38,7 @@ func startHost(t *testing.T, configName, dir string) (*hostProcess, error) {
 	e := &env{stdout: io.Discard, stderr: &stderr, log: slog.New(slog.NewTextHandler(&stderr, nil))}
 	require.NoError(t, e.parse(e.flags("run"), []string{"--config", filepath.Join(wasmbuild.Root(), "configs", configName), "--plugins", dir}))
 	e.cfg.HTTP.Listen = "127.0.0.1:0"
-	e.cfg.Plugins.CacheDir = cacheDir // shared by the binary's tests: compile once
+	e.cfg.Plugins.CacheDir = wasmbuild.CacheDir(t) // shared: compile once
 	h, err := start(context.Background(), e)
 	if err != nil {
 		return nil, fmt.Errorf("%w\n%s", err, stderr.String())
@@ -251,17 +251,9 @@ func TestEmbeddedConcurrentCommands(t *testing.T) {
 		"the counter stream holds one event per increment, none lost")
 }
 
-var cacheDir string
-
 func TestMain(m *testing.M) {
-	d, err := os.MkdirTemp("", "protean-cache-")
-	if err != nil {
-		panic(err)
-	}
-	cacheDir = d
 	code := m.Run()
 	wasmbuild.Cleanup()
 	testserver.Stop()
-	os.RemoveAll(d)
 	os.Exit(code)
 }

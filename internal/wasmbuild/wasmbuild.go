@@ -113,4 +113,39 @@ func Cleanup() {
 		dir = ""
 		built = map[string]string{}
 	}
+	if cacheDir != "" {
+		_ = os.RemoveAll(cacheDir)
+		cacheDir = ""
+	}
+}
+
+// EnvCache names a directory that test loaders share as their compiled-code
+// cache across test binaries (make test sets it). Compiling a Go guest takes
+// ~1.5 s, and ~15 s under the race detector, so a run compiles each module
+// once, in its first (non-race) pass.
+const EnvCache = "PROTEAN_TEST_WASM_CACHE"
+
+var cacheDir string
+
+// CacheDir returns the compiled-code cache directory tests should give
+// their loaders: $PROTEAN_TEST_WASM_CACHE, or one temporary directory per
+// test binary, removed by Cleanup.
+func CacheDir(tb testing.TB) string {
+	tb.Helper()
+	if d := os.Getenv(EnvCache); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			tb.Fatalf("wasmbuild: %v", err)
+		}
+		return d
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if cacheDir == "" {
+		d, err := os.MkdirTemp("", "protean-wasm-cache-")
+		if err != nil {
+			tb.Fatalf("wasmbuild: %v", err)
+		}
+		cacheDir = d
+	}
+	return cacheDir
 }
