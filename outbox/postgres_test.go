@@ -2,7 +2,6 @@ package outbox_test
 
 import (
 	"context"
-	"errors"
 	"os"
 	"testing"
 	"time"
@@ -20,28 +19,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// postgresTx adapts a pgx transaction and the outbox's view of it to
-// storetest.Tx.
+// postgresTx is the store's view of a pgx transaction plus its commit
+// and rollback: a storetest.Tx.
 type postgresTx struct {
 	*outbox.PostgresTx
-	tx pgx.Tx
-}
-
-func (t postgresTx) Commit(ctx context.Context) error {
-	if err := t.tx.Commit(ctx); err != nil {
-		if errors.Is(err, pgx.ErrTxClosed) {
-			return outbox.ErrTxDone
-		}
-		return err
-	}
-	return nil
-}
-
-func (t postgresTx) Rollback(ctx context.Context) error {
-	if err := t.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
-		return err
-	}
-	return nil
+	testserver.PgxTx
 }
 
 func TestPostgresConformance(t *testing.T) {
@@ -56,7 +38,7 @@ func TestPostgresConformance(t *testing.T) {
 				if err != nil {
 					return nil, err
 				}
-				return postgresTx{PostgresTx: s.Tx(tx), tx: tx}, nil
+				return postgresTx{PostgresTx: s.Tx(tx), PgxTx: testserver.PgxTx{Tx: tx, Done: outbox.ErrTxDone}}, nil
 			},
 		}
 	})

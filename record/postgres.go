@@ -43,36 +43,14 @@ func (p *Postgres) Load(ctx context.Context, key Key) (Record, error) {
 	return pgLoad(ctx, p.pool, key)
 }
 
-// Commit implements Store. A single write needs no transaction of its own;
-// a batch runs in one.
+// Commit implements Store: the writes in a transaction of their own.
 func (p *Postgres) Commit(ctx context.Context, writes []Write) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	prepared, err := prepare(writes)
-	if err != nil {
-		return err
-	}
-	switch len(prepared) {
-	case 0:
-		return nil
-	case 1:
-		return pgWrite(ctx, p.pool, prepared[0])
-	}
-	tx, err := p.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if err != nil {
-		return fmt.Errorf("record: begin: %w", err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	for _, w := range prepared {
-		if err := pgWrite(ctx, tx, w); err != nil {
-			return err
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("record: commit: %w", err)
-	}
-	return nil
+	return pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		return p.Tx(tx).Write(ctx, writes)
+	})
 }
 
 // PostgresTx is the record store inside a caller's pgx transaction. Like
