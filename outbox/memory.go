@@ -63,20 +63,9 @@ func (m *Memory) Add(ctx context.Context, rows []Row) error {
 
 // Claim implements Store.
 func (m *Memory) Claim(ctx context.Context, broker, owner string, limit int, lockFor time.Duration) ([]Row, error) {
-	if err := ctx.Err(); err != nil {
+	limit, lockFor, err := claimArgs(ctx, broker, owner, limit, lockFor)
+	if err != nil {
 		return nil, err
-	}
-	if broker == "" {
-		return nil, fmt.Errorf("claim: %w: empty broker", ErrInvalid)
-	}
-	if owner == "" {
-		return nil, fmt.Errorf("claim: %w: empty owner", ErrInvalid)
-	}
-	if limit <= 0 {
-		limit = DefaultClaimLimit
-	}
-	if lockFor <= 0 {
-		lockFor = DefaultLockFor
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

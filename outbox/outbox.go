@@ -206,6 +206,26 @@ func prepare(rows []Row, now time.Time) ([]Row, error) {
 // active reports whether r still holds back the later rows of its ordering
 // key: it is waiting for its first claim, being published, or failed and
 // waiting for its retry.
+// claimArgs checks a Claim's arguments and applies the defaults.
+func claimArgs(ctx context.Context, broker, owner string, limit int, lockFor time.Duration) (int, time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	if broker == "" {
+		return 0, 0, fmt.Errorf("claim: %w: empty broker", ErrInvalid)
+	}
+	if owner == "" {
+		return 0, 0, fmt.Errorf("claim: %w: empty owner", ErrInvalid)
+	}
+	if limit <= 0 {
+		limit = DefaultClaimLimit
+	}
+	if lockFor <= 0 {
+		lockFor = DefaultLockFor
+	}
+	return limit, lockFor, nil
+}
+
 func active(r *Row) bool {
 	switch r.Status {
 	case StatusPending, StatusProcessing, StatusFailed:

@@ -251,24 +251,13 @@ const claimLockSQL = `SELECT pg_advisory_xact_lock(hashtext('protean.outbox.clai
 
 // Claim implements Store.
 func (p *Postgres) Claim(ctx context.Context, broker, owner string, limit int, lockFor time.Duration) ([]Row, error) {
-	if err := ctx.Err(); err != nil {
+	limit, lockFor, err := claimArgs(ctx, broker, owner, limit, lockFor)
+	if err != nil {
 		return nil, err
-	}
-	if broker == "" {
-		return nil, fmt.Errorf("claim: %w: empty broker", ErrInvalid)
-	}
-	if owner == "" {
-		return nil, fmt.Errorf("claim: %w: empty owner", ErrInvalid)
-	}
-	if limit <= 0 {
-		limit = DefaultClaimLimit
-	}
-	if lockFor <= 0 {
-		lockFor = DefaultLockFor
 	}
 	now := p.clock()
 	var out []Row
-	err := pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+	err = pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, claimLockSQL, broker); err != nil {
 			return err
 		}
