@@ -35,4 +35,13 @@
 //
 // The conformance suite in package storetest pins all of this; every Store
 // implementation runs it.
+//
+// # PostgreSQL
+//
+// [Postgres] is MessageDB's schema and functions (message_store.messages,
+// write_message, category, hash_64; package schema migrates them, and an
+// existing MessageDB database is adopted as it is): an append takes the
+// per-category advisory lock MessageDB takes, held to commit, so a
+// category's global positions commit in order and category reads have no
+// holes. [Postgres.Tx] appends inside a caller's pgx transaction.
 package eventstore

@@ -22,6 +22,12 @@
 // staged writes, and merges them record by record at Commit. Readers outside
 // the transaction never wait for it and see committed records only.
 //
-// The conformance suite in package storetest pins all of this; every Store
-// implementation runs it.
+// [Postgres] keeps records in the records table (package schema migrates
+// it): an update is one UPDATE ... WHERE version = expected and a create one
+// INSERT ... ON CONFLICT DO NOTHING, so a stale write matches zero rows and
+// fails with a VersionError; READ COMMITTED is enough. [Postgres.Tx] is the
+// same store inside a caller's pgx transaction, seeing its own writes.
+//
+// The conformance suite in package storetest pins all of this; the memory
+// and PostgreSQL stores both run it.
 package record
