@@ -55,12 +55,23 @@ func subscriptions(set *host.Set) []subscription {
 	return out
 }
 
-// consumers is the running delivery side.
+// consumers is the running delivery side: one goroutine per subscription.
 type consumers struct {
-	wait   context.CancelFunc // stops waiting for new messages
-	work   context.CancelFunc // cancels messages in progress
-	wg     sync.WaitGroup
 	source Source
+	base   context.Context // Start's context, without its cancellation
+	work   context.Context // canceled at a hard stop
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	// running and stopping hold each consumer's wait cancel and done;
+	// a subscription restarted by a reload waits for its stopping
+	// predecessor, so one group never has two consumers.
+	running  map[subscription]*consumer
+	stopping map[subscription]*consumer
+}
+
+type consumer struct {
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 // Start begins delivering events from source to the set's event handlers,
@@ -69,31 +80,67 @@ type consumers struct {
 // before Stop is an error.
 func (e *Engine) Start(ctx context.Context, source Source) error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.running != nil {
+		e.mu.Unlock()
 		return errors.New("engine: already started")
 	}
 	base := context.WithoutCancel(ctx)
-	waitCtx, wait := context.WithCancel(base)
-	workCtx, work := context.WithCancel(base)
-	c := &consumers{wait: wait, work: work, source: source}
+	work, cancel := context.WithCancel(base)
+	e.running = &consumers{source: source, base: base, work: work, cancel: cancel,
+		running: map[subscription]*consumer{}, stopping: map[subscription]*consumer{}}
+	e.mu.Unlock()
+	e.resubscribe()
+	return nil
+}
+
+// resubscribe makes the running consumers match the running set.
+func (e *Engine) resubscribe() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.running
+	if c == nil {
+		return
+	}
+	want := map[subscription]bool{}
 	for _, s := range subscriptions(e.Set()) {
+		want[s] = true
+	}
+	for s, cons := range c.running {
+		if !want[s] {
+			cons.stop()
+			c.stopping[s] = cons
+			delete(c.running, s)
+		}
+	}
+	started := 0
+	for _, s := range subscriptions(e.Set()) {
+		if _, ok := c.running[s]; ok {
+			continue
+		}
+		waitCtx, stop := context.WithCancel(c.base)
+		cons := &consumer{stop: stop, done: make(chan struct{})}
+		prev := c.stopping[s]
+		delete(c.stopping, s)
+		c.running[s] = cons
 		c.wg.Add(1)
+		started++
 		go func() {
 			defer c.wg.Done()
-			e.consume(waitCtx, workCtx, source, s)
+			defer close(cons.done)
+			if prev != nil {
+				<-prev.done
+			}
+			e.consume(waitCtx, c.work, c.source, s)
 		}()
 	}
-	e.running = c
-	e.log.Info("delivery started", "consumers", len(subscriptions(e.Set())))
-	return nil
+	e.log.Info("delivery consumers", "running", len(c.running), "started", started)
 }
 
 // Stop stops accepting commands and drains: consumers finish the message
 // in hand and stop; in-flight commands finish. If ctx ends first, work in
 // progress is canceled (a canceled message is redelivered later) and Stop
-// returns ctx's error. Stop before Start, and a second Stop, only drain
-// commands.
+// returns ctx's error. Then the running module set is closed. Stop before
+// Start, and a second Stop, only drain commands.
 func (e *Engine) Stop(ctx context.Context) error {
 	e.stopOnce.Do(func() { close(e.stopped) })
 	drained := e.commands.close()
@@ -104,25 +151,26 @@ func (e *Engine) Stop(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		if c != nil {
-			c.wait()
+			for _, cons := range c.running {
+				cons.stop()
+			}
 			c.wg.Wait()
 		}
 		<-drained
 		close(done)
 	}()
+	var err error
 	select {
 	case <-done:
-		if c != nil {
-			c.work()
-		}
-		return nil
 	case <-ctx.Done():
-		if c != nil {
-			c.work()
-		}
-		<-done
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	if c != nil {
+		c.cancel()
+	}
+	<-done
+	e.closeOnce.Do(func() { e.retire(e.loaded.Load()) })
+	return err
 }
 
 // consume is one consumer's loop.
@@ -144,7 +192,8 @@ func (e *Engine) consume(waitCtx, workCtx context.Context, src Source, s subscri
 // handler does not handle the type), nack on failure, so the broker retries
 // with backoff and dead-letters after its retries.
 func (e *Engine) deliver(ctx context.Context, src Source, s subscription, d broker.Delivery) {
-	l := e.loaded.Load()
+	l := e.acquire()
+	defer l.users.leave()
 	route, ok := l.route(s.handler, d.Type)
 	if !ok {
 		e.settle(ctx, src, s, d, "skip", nil)

@@ -45,14 +45,29 @@ type Engine struct {
 	mu      sync.Mutex
 	running *consumers
 	// stopped is closed when Stop begins.
-	stopped  chan struct{}
-	stopOnce sync.Once
+	stopped   chan struct{}
+	stopOnce  sync.Once
+	closeOnce sync.Once
 }
 
 // loaded is one module set and what is derived from it, swapped whole.
+// users admits the calls that use its modules; a retired set is closed
+// once its last call has left.
 type loaded struct {
 	set    *host.Set
 	scopes map[*host.Module]*scope
+	users  *gate
+}
+
+// acquire returns the running set, admitted for a call; release it with
+// l.users.leave(). A set retired in between is skipped for its successor.
+func (e *Engine) acquire() *loaded {
+	for {
+		l := e.loaded.Load()
+		if l.users.enter() {
+			return l
+		}
+	}
 }
 
 // New returns an Engine running set.
@@ -71,18 +86,32 @@ func New(set *host.Set, opts Options) *Engine {
 	return e
 }
 
-// Swap makes set the running module set and returns the previous one (nil
-// at first). Calls already in flight finish on the set they started with.
-func (e *Engine) Swap(set *host.Set) *host.Set {
-	l := &loaded{set: set, scopes: map[*host.Module]*scope{}}
+// Swap makes set the running module set; the engine owns it from here and
+// closes it when it is retired or the engine stops. Calls in flight finish
+// on the set they started with, which is closed once they have all left.
+// If consumers are running, those of handlers the new set no longer has
+// stop after their message in hand, and new ones start.
+func (e *Engine) Swap(set *host.Set) {
+	l := &loaded{set: set, scopes: map[*host.Module]*scope{}, users: newGate()}
 	for _, m := range set.Modules {
 		l.scopes[m] = newScope(m.File, m.Manifest)
 	}
 	old := e.loaded.Swap(l)
-	if old == nil {
-		return nil
+	e.resubscribe()
+	if old != nil {
+		e.retire(old)
 	}
-	return old.set
+}
+
+// retire closes a set once the calls using it have left.
+func (e *Engine) retire(l *loaded) {
+	idle := l.users.close()
+	go func() {
+		<-idle
+		if err := l.set.Close(context.Background()); err != nil {
+			e.log.Warn("closing a retired module set", "error", err)
+		}
+	}()
 }
 
 // Set returns the running module set.
@@ -133,7 +162,8 @@ func (e *Engine) Dispatch(ctx context.Context, typ string, data json.RawMessage,
 // dispatch is Dispatch without the gate: follow-up commands of work already
 // admitted run even while the engine drains.
 func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage, md abi.Metadata) (*CommandResult, error) {
-	l := e.loaded.Load()
+	l := e.acquire()
+	defer l.users.leave()
 	route, ok := l.set.Command(typ)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownCommand, typ)

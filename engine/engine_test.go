@@ -163,3 +163,35 @@ func TestDispatchErrors(t *testing.T) {
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+func TestSwapRetiresTheOldSetAfterItsCalls(t *testing.T) {
+	e, recs := newEngine(t)
+	old := e.Set()
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Dispatch(context.Background(), "Slow", json.RawMessage(`{"id":"a","ms":300}`), abi.Metadata{})
+		done <- err
+	}()
+	require.Equal(t, "a", <-recs.loaded, "the command runs on the old set")
+
+	// A reload swaps in a new set while the command is in its handler.
+	l, err := host.NewLoader(host.LoaderOptions{CacheDir: wasmbuild.CacheDir(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/behave"))
+	require.NoError(t, err)
+	next, problems := host.NewSet([]*host.Module{m}, host.Broker{Name: "default", Provider: "inline"})
+	require.Empty(t, problems)
+	e.Swap(next)
+	require.Same(t, next, e.Set())
+
+	require.NoError(t, <-done, "the old set was not closed under the running command")
+	// Once its last call has left, the old set is closed.
+	require.Eventually(t, func() bool {
+		_, err := old.Modules[0].Handle(context.Background(), "behave", nil, nil)
+		return err != nil
+	}, 10*time.Second, 5*time.Millisecond)
+	// New work runs on the new set.
+	_, err = e.Dispatch(context.Background(), "Increment", json.RawMessage(`{"id":"x"}`), abi.Metadata{})
+	require.NoError(t, err)
+}

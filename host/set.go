@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"sync"
 
 	"github.com/proteanhq/protean-host/abi"
 )
@@ -25,6 +26,9 @@ type Set struct {
 	subscribers map[string][]Route
 	messages    map[string]abi.Message
 	projections map[string]Route
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // ErrInvalidSet wraps the problems of a module set that cannot run.
@@ -117,11 +121,14 @@ func (s *Set) PartitionField(category string) (string, bool) {
 	return k.Field, ok
 }
 
-// Close releases every module.
+// Close releases every module. Closing twice is a no-op.
 func (s *Set) Close(ctx context.Context) error {
-	var errs []error
-	for _, m := range s.Modules {
-		errs = append(errs, m.Close(ctx))
-	}
-	return errors.Join(errs...)
+	s.closeOnce.Do(func() {
+		var errs []error
+		for _, m := range s.Modules {
+			errs = append(errs, m.Close(ctx))
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
 }

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,13 +64,22 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	select {
-	case <-ctx.Done():
-		e.log.Info("shutting down: draining in-flight work", "timeout", shutdownTimeout)
-	case err := <-h.served:
-		h.serveErr = err
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			e.log.Info("shutting down: draining in-flight work", "timeout", shutdownTimeout)
+			return h.shutdown()
+		case err := <-h.served:
+			h.serveErr = err
+			return h.shutdown()
+		case <-hup:
+			e.log.Info("SIGHUP: reloading plugins", "dir", e.cfg.Plugins.Dir)
+			h.reloader.Reload(ctx)
+		}
 	}
-	return h.shutdown()
 }
 
 // hostProcess is a started host: what shutdown stops, in order.
@@ -79,6 +90,7 @@ type hostProcess struct {
 	srv      *http.Server
 	eng      *engine.Engine
 	relay    *outbox.Relay
+	reloader *host.Reloader
 	closers  []func()
 	log      *slog.Logger
 }
@@ -151,6 +163,18 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		_ = ln.Close()
 		return nil, err
 	}
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_plugin_reloads_total",
+		Help: "Plugin directory reloads, by outcome (applied, unchanged, rejected)."}, []string{"outcome"})
+	reg.MustRegister(reloads)
+	h.reloader = host.NewReloader(host.ReloaderOptions{Loader: loader, Dir: cfg.Plugins.Dir, Broker: e.broker(),
+		Running: set, Apply: eng.Swap, Logger: e.log,
+		Observe: func(o host.Outcome) { reloads.WithLabelValues(string(o)).Inc() }})
+	if cfg.Plugins.Watch {
+		if err := h.reloader.Start(ctx); err != nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("plugins.watch: %w", err)
+		}
+	}
 	h.srv = &http.Server{Handler: httpapi.New(eng, httpapi.Options{Logger: e.log, Registry: reg}), ReadHeaderTimeout: 10 * time.Second}
 	go func() { h.served <- h.srv.Serve(ln) }()
 	e.log.Info("listening", "addr", h.addr, "config", e.configPath)
@@ -164,6 +188,9 @@ func (h *hostProcess) shutdown() error {
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	var errs []error
+	if err := h.reloader.Stop(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("plugin reloader: %w", err))
+	}
 	if err := h.srv.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("http: %w", err))
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/proteanhq/protean-host/config"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
@@ -34,11 +35,20 @@ func embedded(t *testing.T, dir string) *hostProcess {
 // in dir, on a free port.
 func startHost(t *testing.T, configName, dir string) (*hostProcess, error) {
 	t.Helper()
+	return startHostWith(t, configName, dir, nil)
+}
+
+// startHostWith is startHost with a change to the loaded config.
+func startHostWith(t *testing.T, configName, dir string, change func(*config.Config)) (*hostProcess, error) {
+	t.Helper()
 	var stderr bytes.Buffer
 	e := &env{stdout: io.Discard, stderr: &stderr, log: slog.New(slog.NewTextHandler(&stderr, nil))}
 	require.NoError(t, e.parse(e.flags("run"), []string{"--config", filepath.Join(wasmbuild.Root(), "configs", configName), "--plugins", dir}))
 	e.cfg.HTTP.Listen = "127.0.0.1:0"
 	e.cfg.Plugins.CacheDir = wasmbuild.CacheDir(t) // shared: compile once
+	if change != nil {
+		change(&e.cfg)
+	}
 	h, err := start(context.Background(), e)
 	if err != nil {
 		return nil, fmt.Errorf("%w\n%s", err, stderr.String())
