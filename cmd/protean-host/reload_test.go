@@ -46,6 +46,12 @@ func TestEmbeddedHotReload(t *testing.T) {
 	eventually(t, "c-2 projected by the new module", func() bool {
 		return get(t, h, "/v1/projections/client_orders/c-2").code == 200
 	})
+	// A new consumer group on the inline broker starts at the stream's
+	// first message, so the order placed before the module came is
+	// projected too.
+	eventually(t, "c-1 projected from the start of the stream", func() bool {
+		return get(t, h, "/v1/projections/client_orders/c-1").code == 200
+	})
 
 	// A bad file is refused as a whole; the running set keeps serving.
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "junk.wasm"), []byte("junk"), 0o644))
