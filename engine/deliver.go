@@ -211,7 +211,7 @@ func (e *Engine) deliver(ctx context.Context, src Source, s subscription, d brok
 			Metadata: abi.Metadata{CorrelationID: correlation(env), CausationID: env.ID}})
 		e.opts.Metrics.commit(route, err)
 		if err == nil {
-			e.followUp(ctx, committed.Commands, env)
+			e.followUp(ctx, committed.Commands, env, 1)
 		}
 	}
 	if err != nil {

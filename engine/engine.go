@@ -156,12 +156,23 @@ func (e *Engine) Dispatch(ctx context.Context, typ string, data json.RawMessage,
 		return nil, ErrStopped
 	}
 	defer e.commands.leave()
-	return e.dispatch(ctx, typ, data, md)
+	return e.dispatch(ctx, typ, data, md, 0)
 }
+
+// MaxFollowUpDepth bounds chains of follow-up commands (a command whose
+// handler dispatches a command whose handler dispatches…), so a handler
+// that re-dispatches what it handles cannot recurse without end.
+const MaxFollowUpDepth = 16
+
+// ErrFollowUpDepth: a follow-up chain exceeded MaxFollowUpDepth.
+var ErrFollowUpDepth = fmt.Errorf("follow-up commands nested deeper than %d", MaxFollowUpDepth)
 
 // dispatch is Dispatch without the gate: follow-up commands of work already
 // admitted run even while the engine drains.
-func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage, md abi.Metadata) (*CommandResult, error) {
+func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage, md abi.Metadata, depth int) (*CommandResult, error) {
+	if depth > MaxFollowUpDepth {
+		return nil, fmt.Errorf("command %s: %w", typ, ErrFollowUpDepth)
+	}
 	l := e.acquire()
 	defer l.users.leave()
 	route, ok := l.set.Command(typ)
@@ -189,17 +200,17 @@ func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage,
 	for i, ev := range committed.Events {
 		out.Events[i] = AppendedEvent{ID: ev.ID, Type: ev.Type, Stream: ev.Stream, Position: ev.Position, GlobalPosition: ev.GlobalPosition}
 	}
-	out.Dispatched = e.followUp(ctx, committed.Commands, env)
+	out.Dispatched = e.followUp(ctx, committed.Commands, env, depth+1)
 	return out, nil
 }
 
 // followUp dispatches the commands a committed unit of work asked for. Their
 // failures are logged and reported, not returned: the cause has committed.
-func (e *Engine) followUp(ctx context.Context, cmds []abi.NewCommand, cause abi.Envelope) []DispatchedCommand {
+func (e *Engine) followUp(ctx context.Context, cmds []abi.NewCommand, cause abi.Envelope, depth int) []DispatchedCommand {
 	var out []DispatchedCommand
 	for _, c := range cmds {
 		d := DispatchedCommand{Type: c.Type}
-		_, err := e.dispatch(ctx, c.Type, c.Data, abi.Metadata{CorrelationID: cause.Metadata.CorrelationID, CausationID: cause.ID})
+		_, err := e.dispatch(ctx, c.Type, c.Data, abi.Metadata{CorrelationID: correlation(cause), CausationID: cause.ID}, depth)
 		if err != nil {
 			d.Error = err.Error()
 			e.log.Warn("follow-up command failed", "type", c.Type, "causation_id", cause.ID, "error", err)

@@ -195,3 +195,14 @@ func TestSwapRetiresTheOldSetAfterItsCalls(t *testing.T) {
 	_, err = e.Dispatch(context.Background(), "Increment", json.RawMessage(`{"id":"x"}`), abi.Metadata{})
 	require.NoError(t, err)
 }
+
+func TestFollowUpChainsAreBounded(t *testing.T) {
+	e, _ := newEngine(t)
+	ctx := context.Background()
+	res, err := e.Dispatch(ctx, "Again", json.RawMessage(`{"id":"x"}`), abi.Metadata{})
+	require.NoError(t, err, "the first command commits")
+	require.Len(t, res.Dispatched, 1)
+	r, err := e.opts.Records.Load(ctx, record.Key{Kind: "aggregate", Type: "again", ID: "x"})
+	require.NoError(t, err)
+	require.Equal(t, int64(MaxFollowUpDepth+1), r.Version, "the command and %d follow-ups ran, then the chain was cut", MaxFollowUpDepth)
+}

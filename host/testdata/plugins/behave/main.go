@@ -74,6 +74,21 @@ func init() {
 		}
 		return ctx.Emit("counter-"+cmd.ID, "Incremented", Incremented{ID: cmd.ID, N: c.N})
 	})
+	// Again counts itself on aggregate again/ID and dispatches itself
+	// again: a follow-up chain with no end of its own.
+	pdk.Command[Increment]("Again", "again")
+	pdk.On(pdk.CommandHandler("again", "again"), "Again", func(ctx *pdk.Context, cmd Increment) error {
+		var c counter
+		v, err := ctx.Load(pdk.Aggregate, "again", cmd.ID, &c)
+		if err != nil {
+			return err
+		}
+		c.N++
+		if err := ctx.Save(pdk.Aggregate, "again", cmd.ID, v, c); err != nil {
+			return err
+		}
+		return ctx.Dispatch("Again", cmd)
+	})
 	pdk.Event[Op]("Op", "ops")
 	pdk.On(pdk.EventHandler("behave", "ops"), "Op", func(ctx *pdk.Context, m Op) error {
 		switch m.Op {
