@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"runtime"
 
 	extism "github.com/extism/go-sdk"
@@ -77,16 +78,20 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 	case callCtx.Err() != nil:
 		m.discard(inst)
 		return fail(fmt.Errorf("%w (limit %s)", ErrTimeout, m.Limits.Timeout))
-	case err != nil && rc == 0:
-		m.discard(inst)
-		return fail(fmt.Errorf("%w: %v", ErrTrap, err))
-	case rc != 0:
-		msg := inst.GetError()
-		// A Go guest that panics traps; one that returns an error sets it.
+	case err != nil || rc != 0:
 		// Either way the instance's state is suspect: replace it.
 		m.discard(inst)
-		if msg == "" && err != nil {
-			msg = err.Error()
+		// A trap (out of memory, stack overflow, unreachable) comes from
+		// wazero, whose trap errors read "wasm error: …" (the type is
+		// internal to wazero, so the text is the only mark); anything else
+		// is a failure the guest reported with error_set and a non-zero
+		// return, which Extism hands back as the error.
+		if err != nil && strings.HasPrefix(err.Error(), "wasm error:") {
+			return fail(fmt.Errorf("%w: %v", ErrTrap, err))
+		}
+		msg := fmt.Sprint(err)
+		if err == nil {
+			msg = inst.GetError()
 		}
 		return fail(fmt.Errorf("%w (code %d): %s", ErrFailed, rc, msg))
 	}

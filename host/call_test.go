@@ -98,8 +98,8 @@ func TestHandleSandbox(t *testing.T) {
 		want string
 	}{
 		{"loop", host.ErrTimeout, "call exceeded its deadline (limit 300ms)"},
-		{"oom", host.ErrFailed, "plugin"},
-		{"stack", host.ErrFailed, "plugin"},
+		{"oom", host.ErrTrap, "module trapped"},
+		{"stack", host.ErrTrap, "module trapped"},
 		{"big", host.ErrOutput, "exceeds the 1048576-byte limit"},
 	}
 	for _, tc := range tests {
@@ -123,6 +123,18 @@ func TestHandleSandbox(t *testing.T) {
 			require.Len(t, res, 1)
 		})
 	}
+}
+
+func TestHandleGuestReportedFailure(t *testing.T) {
+	m := behave(t, host.Limits{})
+	// The kit refuses a handler it does not have by returning non-zero with
+	// an error string: a failure the guest reports, not a trap.
+	_, err := m.Handle(context.Background(), "nobody", ops("ok"), &memSession{})
+	require.ErrorIs(t, err, host.ErrFailed)
+	require.ErrorContains(t, err, `module behave has no handler "nobody"`)
+	res, err := m.Handle(context.Background(), "behave", ops("ok"), &memSession{})
+	require.NoError(t, err)
+	require.Len(t, res, 1)
 }
 
 func TestHandleCanceled(t *testing.T) {
