@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"runtime"
+	"strings"
 
 	extism "github.com/extism/go-sdk"
 
