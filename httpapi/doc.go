@@ -7,7 +7,8 @@
 //	GET  /metrics                     Prometheus text format
 //
 // Errors are JSON {"error": "..."}: 400 malformed body, 404 unknown command
-// type, projection or document, 409 expected-version conflict, 413 body over
-// MaxBodyBytes, 422 validation (a rejected partition key, or a handler's
-// rejection), 500 handler failure, 503 stopping.
+// type, projection or document, 405 a known path with another method, 409
+// expected-version conflict, 413 body over MaxBodyBytes, 422 validation (a
+// rejected partition key, or a handler's rejection), 500 handler failure,
+// 503 stopping.
 package httpapi

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,10 +68,30 @@ func New(e Engine, opts Options) http.Handler {
 	a.route(mux, "GET /v1/plugins", a.plugins)
 	a.route(mux, "GET /healthz", a.healthz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))
+	// Unmatched requests get JSON too: 405 with Allow for a known path
+	// used with another method, else 404.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowed(r.URL.Path); allow != "" {
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: use %s", r.Method, r.URL.Path, allow))
+			return
+		}
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})
 	return mux
+}
+
+// allowed returns the method a known path takes, or "".
+func allowed(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) == 3 && parts[0] == "v1" && parts[1] == "commands":
+		return http.MethodPost
+	case len(parts) == 4 && parts[0] == "v1" && parts[1] == "projections",
+		path == "/v1/plugins", path == "/healthz", path == "/metrics":
+		return http.MethodGet
+	}
+	return ""
 }
 
 // statusWriter remembers the status code for metrics.
