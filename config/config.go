@@ -172,6 +172,10 @@ type Limits struct {
 	TimeoutMS         int   `toml:"timeout_ms"`          // one handle call
 	MaxOutputBytes    int64 `toml:"max_output_bytes"`    // one handle response
 	ManifestTimeoutMS int   `toml:"manifest_timeout_ms"` // reading a module's manifest at load
+	// Interruptible makes timeout_ms (and cancellation) able to stop a
+	// runaway guest. It costs guest code 3-5x; set it false only for
+	// trusted modules, whose calls then run to completion.
+	Interruptible bool `toml:"interruptible"`
 }
 
 // Timeout is timeout_ms as a duration.
@@ -183,10 +187,14 @@ func (l Limits) ManifestTimeout() time.Duration { return ms(l.ManifestTimeoutMS)
 // Tenant is one [tenants.NAME] table: the modules that belong to the tenant
 // and the limits that differ from [plugins.limits]. A nil limit inherits.
 type Tenant struct {
-	Modules        []string `toml:"modules"` // module names (from their manifests)
+	// Modules are the tenant's module files, named without ".wasm" (limits
+	// apply before a module's manifest is read, so the file name is what
+	// is known).
+	Modules        []string `toml:"modules"`
 	MemoryMB       *int     `toml:"memory_mb"`
 	TimeoutMS      *int     `toml:"timeout_ms"`
 	MaxOutputBytes *int64   `toml:"max_output_bytes"`
+	Interruptible  *bool    `toml:"interruptible"`
 }
 
 // HTTP is the [http] table.
@@ -241,6 +249,7 @@ func Default() Config {
 				TimeoutMS:         5000,
 				MaxOutputBytes:    16 << 20,
 				ManifestTimeoutMS: 2000,
+				Interruptible:     true,
 			},
 		},
 		Tenants: map[string]Tenant{},
@@ -363,6 +372,9 @@ func (c Config) ModuleLimits(module string) Limits {
 	}
 	if t.MaxOutputBytes != nil {
 		l.MaxOutputBytes = *t.MaxOutputBytes
+	}
+	if t.Interruptible != nil {
+		l.Interruptible = *t.Interruptible
 	}
 	return l
 }

@@ -67,7 +67,7 @@ func TestDefault(t *testing.T) {
 
 	require.Equal(t, config.Plugins{
 		Dir: "build/plugins", CacheDir: ".cache/wasm",
-		Limits: config.Limits{MemoryMB: 64, TimeoutMS: 5000, MaxOutputBytes: 16 << 20, ManifestTimeoutMS: 2000},
+		Limits: config.Limits{MemoryMB: 64, TimeoutMS: 5000, MaxOutputBytes: 16 << 20, ManifestTimeoutMS: 2000, Interruptible: true},
 	}, c.Plugins)
 	require.Empty(t, c.Tenants)
 	require.Equal(t, "127.0.0.1:8080", c.HTTP.Listen)
@@ -526,6 +526,7 @@ func TestHelpers(t *testing.T) {
 	c.Outbox.Broker = "events"
 	c.Tenants["acme"] = config.Tenant{Modules: []string{"orders"}, MemoryMB: ptr(128), MaxOutputBytes: ptr[int64](1024)}
 	c.Tenants["beta"] = config.Tenant{Modules: []string{"billing"}}
+	c.Tenants["trusted"] = config.Tenant{Modules: []string{"ledger"}, Interruptible: ptr(false)}
 
 	b, ok := c.Broker("events")
 	require.True(t, ok)
@@ -540,8 +541,9 @@ func TestHelpers(t *testing.T) {
 	_, ok = c.TenantOf("shipping")
 	require.False(t, ok)
 
-	require.Equal(t, config.Limits{MemoryMB: 128, TimeoutMS: 5000, MaxOutputBytes: 1024, ManifestTimeoutMS: 2000},
+	require.Equal(t, config.Limits{MemoryMB: 128, TimeoutMS: 5000, MaxOutputBytes: 1024, ManifestTimeoutMS: 2000, Interruptible: true},
 		c.ModuleLimits("orders"))
+	require.False(t, c.ModuleLimits("ledger").Interruptible, "a trusted tenant opts out")
 	require.Equal(t, c.Plugins.Limits, c.ModuleLimits("billing"), "a tenant without overrides inherits")
 	require.Equal(t, c.Plugins.Limits, c.ModuleLimits("shipping"), "a module without a tenant inherits")
 

@@ -20,8 +20,8 @@
 //	[server.priority_lanes]   enabled, threshold, backfill_suffix
 //	[server.stream_subscription]  max_retries, retry_delay_seconds
 //	[plugins]                 dir, watch, cache_dir
-//	[plugins.limits]          memory_mb, timeout_ms, max_output_bytes, manifest_timeout_ms
-//	[tenants.NAME]            modules, and memory_mb / timeout_ms / max_output_bytes overrides
+//	[plugins.limits]          memory_mb, timeout_ms, max_output_bytes, manifest_timeout_ms, interruptible
+//	[tenants.NAME]            modules (file names without .wasm), and memory_mb / timeout_ms / max_output_bytes / interruptible overrides
 //	[http]                    listen
 //
 // Relative paths (plugins.dir, plugins.cache_dir) are used as written, that

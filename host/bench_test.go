@@ -52,8 +52,14 @@ func events(n int) []abi.Envelope {
 
 var startDoc = json.RawMessage(`{"client_id":"c-1","orders":2,"total":85,"order_ids":["a","b"]}`)
 
-func BenchmarkHandleWASM(b *testing.B) {
-	l, err := host.NewLoader(host.LoaderOptions{CacheDir: wasmbuild.CacheDir(b)})
+func BenchmarkHandleWASM(b *testing.B) { benchHandle(b, false) }
+
+// BenchmarkHandleWASMUninterruptible is the same without deadline
+// enforcement ([plugins.limits] interruptible = false, trusted modules).
+func BenchmarkHandleWASMUninterruptible(b *testing.B) { benchHandle(b, true) }
+
+func benchHandle(b *testing.B, uninterruptible bool) {
+	l, err := host.NewLoader(host.LoaderOptions{CacheDir: wasmbuild.CacheDir(b), Limits: host.Limits{Uninterruptible: uninterruptible}})
 	if err != nil {
 		b.Fatal(err)
 	}

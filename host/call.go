@@ -75,7 +75,7 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 	case ctx.Err() != nil:
 		m.discard(inst)
 		return fail(fmt.Errorf("%w: %v", ErrCanceled, ctx.Err()))
-	case callCtx.Err() != nil:
+	case callCtx.Err() != nil && !m.Limits.Uninterruptible:
 		m.discard(inst)
 		return fail(fmt.Errorf("%w (limit %s)", ErrTimeout, m.Limits.Timeout))
 	case err != nil || rc != 0:

@@ -182,3 +182,18 @@ func TestHandleConcurrent(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+func TestUninterruptibleModulesRunToCompletion(t *testing.T) {
+	slow := []abi.Envelope{{ID: "1", Type: "Slow", Data: json.RawMessage(`{"id":"a","ms":400}`)}}
+	// Deadlines are enforced by default…
+	m := behave(t, host.Limits{Timeout: 100 * time.Millisecond})
+	_, err := m.Handle(context.Background(), "slow", slow, &memSession{})
+	require.ErrorIs(t, err, host.ErrTimeout)
+	// …and not for a module marked uninterruptible (a trusted tenant's):
+	// its call runs to the end and its result stands.
+	u := behave(t, host.Limits{Timeout: 100 * time.Millisecond, Uninterruptible: true})
+	res, err := u.Handle(context.Background(), "slow", slow, &memSession{})
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.Equal(t, "slow-a", res[0].Effects.Events[0].Stream)
+}

@@ -138,7 +138,8 @@ func (e *env) loader(funcs host.Session) (*host.Loader, error) {
 	cfg := e.cfg
 	limits := func(module string) host.Limits {
 		l := cfg.ModuleLimits(module)
-		return host.Limits{MemoryMB: l.MemoryMB, Timeout: l.Timeout(), ManifestTimeout: l.ManifestTimeout(), MaxOutputBytes: int(l.MaxOutputBytes)}
+		return host.Limits{MemoryMB: l.MemoryMB, Timeout: l.Timeout(), ManifestTimeout: l.ManifestTimeout(),
+			MaxOutputBytes: int(l.MaxOutputBytes), Uninterruptible: !l.Interruptible}
 	}
 	return host.NewLoader(host.LoaderOptions{
 		Limits:        limits(""),
