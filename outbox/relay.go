@@ -21,6 +21,7 @@ type RelayStore interface {
 	MarkFailed(ctx context.Context, id int64, owner, errMsg string, nextRetryAt time.Time) error
 	Release(ctx context.Context, owner string, ids []int64) error
 	Abandon(ctx context.Context, id int64, reason string) error
+	Cleanup(ctx context.Context, publishedBefore, abandonedBefore time.Time) (int, error)
 }
 
 // RelayOptions configure a Relay. Zero fields take defaults.
@@ -45,9 +46,14 @@ type RelayOptions struct {
 	BackfillSuffix string
 	LanesEnabled   bool
 	LaneThreshold  int
-	Logger         *slog.Logger
-	Now            func() time.Time
-	Rand           func() float64
+	// PublishedRetention and AbandonedRetention are how long published and
+	// abandoned rows are kept (0 keeps them forever); the relay deletes
+	// older ones every CleanupEvery (default one minute).
+	PublishedRetention, AbandonedRetention time.Duration
+	CleanupEvery                           time.Duration
+	Logger                                 *slog.Logger
+	Now                                    func() time.Time
+	Rand                                   func() float64
 }
 
 // Relay moves outbox rows to the broker: claim, publish outside any
@@ -87,6 +93,9 @@ func NewRelay(store RelayStore, opts RelayOptions) *Relay {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.CleanupEvery <= 0 {
+		opts.CleanupEvery = time.Minute
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -144,7 +153,16 @@ func (r *Relay) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	t := time.NewTimer(0)
 	defer t.Stop()
+	var cleaned time.Time
 	for {
+		if now := r.opts.Now(); now.Sub(cleaned) >= r.opts.CleanupEvery {
+			cleaned = now
+			if n, err := r.Cleanup(ctx); err != nil {
+				r.opts.Logger.Warn("outbox cleanup failed", "broker", r.opts.Broker, "error", err)
+			} else if n > 0 {
+				r.opts.Logger.Info("outbox cleanup", "deleted", n)
+			}
+		}
 		n, err := r.RunOnce(ctx)
 		if ctx.Err() != nil {
 			return
@@ -163,6 +181,24 @@ func (r *Relay) loop(ctx context.Context, done chan struct{}) {
 		case <-t.C:
 		}
 	}
+}
+
+// Cleanup deletes published and abandoned rows older than their retention
+// (a retention of 0 keeps them) and returns how many it deleted. The
+// background loop runs it every CleanupEvery.
+func (r *Relay) Cleanup(ctx context.Context) (int, error) {
+	now := r.opts.Now()
+	var published, abandoned time.Time // the zero time deletes nothing
+	if r.opts.PublishedRetention > 0 {
+		published = now.Add(-r.opts.PublishedRetention)
+	}
+	if r.opts.AbandonedRetention > 0 {
+		abandoned = now.Add(-r.opts.AbandonedRetention)
+	}
+	if published.IsZero() && abandoned.IsZero() {
+		return 0, nil
+	}
+	return r.store.Cleanup(ctx, published, abandoned)
 }
 
 // RunOnce claims one batch and settles each row: rows go to the broker in

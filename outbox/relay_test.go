@@ -251,3 +251,53 @@ func (b *failFirst) Publish(ctx context.Context, msgs ...broker.Message) error {
 	}
 	return b.fakeBroker.Publish(ctx, msgs...)
 }
+
+func TestRelayCleanupHonoursRetention(t *testing.T) {
+	stores(t, testRelayCleanupHonoursRetention)
+}
+
+func testRelayCleanupHonoursRetention(t *testing.T, newStore func(clock func() time.Time) relayStore) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	store := newStore(clock)
+	var rows []outbox.Row
+	for i := 1; i <= 3; i++ {
+		rows = append(rows, row(fmt.Sprintf("00000000-0000-4000-8000-%012d", i), fmt.Sprintf("order-%d", i), nil, 0))
+	}
+	require.NoError(t, store.Add(ctx, rows))
+	b := &failFirst{fakeBroker: fakeBroker{}, failID: rows[2].MessageID}
+	opts := outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, Now: clock,
+		PublishedRetention: time.Hour, AbandonedRetention: 2 * time.Hour}
+	r := outbox.NewRelay(store, opts)
+	_, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.NoError(t, store.Abandon(ctx, 3, "operator"))
+
+	now = now.Add(time.Hour - time.Second)
+	n, err := r.Cleanup(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing is past its retention yet")
+	now = now.Add(2 * time.Second)
+	n, err = r.Cleanup(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "the two published rows, an hour old")
+	_, err = store.Get(ctx, 3)
+	require.NoError(t, err, "the abandoned row is kept for two hours")
+	now = now.Add(time.Hour)
+	n, err = r.Cleanup(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	_, err = store.Get(ctx, 3)
+	require.ErrorIs(t, err, outbox.ErrNotFound)
+
+	// A retention of 0 keeps rows forever.
+	require.NoError(t, store.Add(ctx, []outbox.Row{row("00000000-0000-4000-8000-000000000009", "order-9", nil, 0)}))
+	keep := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: &fakeBroker{}, Now: clock})
+	_, err = keep.RunOnce(ctx)
+	require.NoError(t, err)
+	now = now.Add(10000 * time.Hour)
+	n, err = keep.Cleanup(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
