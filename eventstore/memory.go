@@ -6,6 +6,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/proteanhq/protean-host/internal/memtx"
 )
 
 // Memory is an in-process Store. It is safe for concurrent use.
@@ -48,8 +50,7 @@ func NewMemory(now func() time.Time) *Memory {
 // Begin opens a transaction. It blocks until no other transaction on m is
 // open, and holds m's write lock until Commit or Rollback.
 func (m *Memory) Begin() *MemoryTx {
-	m.writeMu.Lock()
-	return &MemoryTx{m: m, versions: make(map[string]int64), ids: make(map[string]struct{})}
+	return &MemoryTx{m: m, life: memtx.Begin(&m.writeMu, ErrTxDone), versions: make(map[string]int64), ids: make(map[string]struct{})}
 }
 
 // Append appends events in a transaction of their own.
@@ -158,9 +159,7 @@ func (m *Memory) copyAt(idx []int) []Event {
 type MemoryTx struct {
 	m *Memory
 
-	mu       sync.Mutex
-	done     bool
-	rolled   bool
+	life     *memtx.Life
 	staged   []Event
 	versions map[string]int64 // streams touched by staged events
 	ids      map[string]struct{}
@@ -172,11 +171,10 @@ func (tx *MemoryTx) Append(ctx context.Context, events []NewEvent) ([]Event, err
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	tx.mu.Lock()
-	defer tx.mu.Unlock()
-	if tx.done {
-		return nil, ErrTxDone
+	if !tx.life.Enter() {
+		return nil, tx.life.Done()
 	}
+	defer tx.life.Leave()
 	prepared, err := prepare(events)
 	if err != nil {
 		return nil, err
@@ -236,11 +234,10 @@ func (tx *MemoryTx) StreamVersion(ctx context.Context, stream string) (int64, er
 	if err := validStream(stream); err != nil {
 		return 0, err
 	}
-	tx.mu.Lock()
-	defer tx.mu.Unlock()
-	if tx.done {
-		return 0, ErrTxDone
+	if !tx.life.Enter() {
+		return 0, tx.life.Done()
 	}
+	defer tx.life.Leave()
 	tx.m.mu.RLock()
 	defer tx.m.mu.RUnlock()
 	return tx.versionLocked(stream), nil
@@ -255,11 +252,10 @@ func (tx *MemoryTx) ReadStream(ctx context.Context, stream string, fromPosition 
 	if err := validStream(stream); err != nil {
 		return nil, err
 	}
-	tx.mu.Lock()
-	defer tx.mu.Unlock()
-	if tx.done {
-		return nil, ErrTxDone
+	if !tx.life.Enter() {
+		return nil, tx.life.Done()
 	}
+	defer tx.life.Leave()
 	limit = limitOrDefault(limit)
 	tx.m.mu.RLock()
 	out := tx.m.streamLocked(stream, fromPosition, limit)
@@ -275,8 +271,8 @@ func (tx *MemoryTx) ReadStream(ctx context.Context, stream string, fromPosition 
 	return out, nil
 }
 
-// versionLocked returns the stream's version counting staged events; tx.mu
-// and tx.m.mu are held.
+// versionLocked returns the stream's version counting staged events, inside
+// one of the tx's operations and with tx.m.mu held.
 func (tx *MemoryTx) versionLocked(stream string) int64 {
 	if v, ok := tx.versions[stream]; ok {
 		return v
@@ -287,42 +283,26 @@ func (tx *MemoryTx) versionLocked(stream string) int64 {
 // Commit publishes the staged events and releases the store's write lock.
 // Committing twice is a no-op; committing after Rollback returns ErrTxDone.
 func (tx *MemoryTx) Commit() error {
-	tx.mu.Lock()
-	defer tx.mu.Unlock()
-	if tx.done {
-		if tx.rolled {
-			return ErrTxDone
+	return tx.life.Commit(func() {
+		m := tx.m
+		m.mu.Lock()
+		for _, e := range tx.staged {
+			k := len(m.events)
+			m.events = append(m.events, e)
+			m.streams[e.Stream] = append(m.streams[e.Stream], k)
+			c := Category(e.Stream)
+			m.categories[c] = append(m.categories[c], k)
+			m.ids[e.ID] = struct{}{}
 		}
-		return nil
-	}
-	tx.done = true
-	m := tx.m
-	m.mu.Lock()
-	for _, e := range tx.staged {
-		k := len(m.events)
-		m.events = append(m.events, e)
-		m.streams[e.Stream] = append(m.streams[e.Stream], k)
-		c := Category(e.Stream)
-		m.categories[c] = append(m.categories[c], k)
-		m.ids[e.ID] = struct{}{}
-	}
-	m.mu.Unlock()
-	tx.staged = nil
-	m.writeMu.Unlock()
-	return nil
+		m.mu.Unlock()
+		tx.staged = nil
+	})
 }
 
 // Rollback discards the staged events and releases the store's write lock.
 // It is a no-op after Commit or Rollback.
 func (tx *MemoryTx) Rollback() {
-	tx.mu.Lock()
-	defer tx.mu.Unlock()
-	if tx.done {
-		return
-	}
-	tx.done, tx.rolled = true, true
-	tx.staged = nil
-	tx.m.writeMu.Unlock()
+	tx.life.Rollback(func() { tx.staged = nil })
 }
 
 func copyEvent(e Event) Event {

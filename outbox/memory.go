@@ -6,6 +6,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/proteanhq/protean-host/internal/memtx"
 )
 
 // Memory is an in-process Store. It is safe for concurrent use.
@@ -44,8 +46,7 @@ func (m *Memory) clock() time.Time { return m.now().UTC().Truncate(time.Microsec
 // Begin opens a transaction. It blocks until no other transaction on m is
 // open, and holds m's write lock until Commit or Rollback.
 func (m *Memory) Begin() *MemoryTx {
-	m.writeMu.Lock()
-	return &MemoryTx{m: m, keys: make(map[dedupKey]struct{})}
+	return &MemoryTx{m: m, life: memtx.Begin(&m.writeMu, ErrTxDone), keys: make(map[dedupKey]struct{})}
 }
 
 // Add adds rows in a transaction of their own.
@@ -317,9 +318,7 @@ func (m *Memory) findLocked(id int64) *Row {
 type MemoryTx struct {
 	m *Memory
 
-	mu     sync.Mutex
-	done   bool
-	rolled bool
+	life   *memtx.Life
 	staged []Row
 	keys   map[dedupKey]struct{}
 }
@@ -336,11 +335,10 @@ func (tx *MemoryTx) Add(ctx context.Context, rows []Row) error {
 	if err != nil {
 		return err
 	}
-	tx.mu.Lock()
-	defer tx.mu.Unlock()
-	if tx.done {
-		return ErrTxDone
+	if !tx.life.Enter() {
+		return tx.life.Done()
 	}
+	defer tx.life.Leave()
 	local := make(map[dedupKey]struct{}, len(prepared))
 	tx.m.mu.Lock()
 	for _, r := range prepared {
@@ -366,39 +364,23 @@ func (tx *MemoryTx) Add(ctx context.Context, rows []Row) error {
 // lock. Committing twice is a no-op; committing after Rollback returns
 // ErrTxDone.
 func (tx *MemoryTx) Commit() error {
-	tx.mu.Lock()
-	defer tx.mu.Unlock()
-	if tx.done {
-		if tx.rolled {
-			return ErrTxDone
+	return tx.life.Commit(func() {
+		m := tx.m
+		m.mu.Lock()
+		for i := range tx.staged {
+			r := tx.staged[i]
+			m.lastID++
+			r.ID = m.lastID
+			m.rows = append(m.rows, &r)
+			m.keys[dedupKey{r.MessageID, r.TargetBroker}] = struct{}{}
 		}
-		return nil
-	}
-	tx.done = true
-	m := tx.m
-	m.mu.Lock()
-	for i := range tx.staged {
-		r := tx.staged[i]
-		m.lastID++
-		r.ID = m.lastID
-		m.rows = append(m.rows, &r)
-		m.keys[dedupKey{r.MessageID, r.TargetBroker}] = struct{}{}
-	}
-	m.mu.Unlock()
-	tx.staged = nil
-	m.writeMu.Unlock()
-	return nil
+		m.mu.Unlock()
+		tx.staged = nil
+	})
 }
 
 // Rollback discards the staged rows and releases the store's write lock.
 // It is a no-op after Commit or Rollback.
 func (tx *MemoryTx) Rollback() {
-	tx.mu.Lock()
-	defer tx.mu.Unlock()
-	if tx.done {
-		return
-	}
-	tx.done, tx.rolled = true, true
-	tx.staged = nil
-	tx.m.writeMu.Unlock()
+	tx.life.Rollback(func() { tx.staged = nil })
 }

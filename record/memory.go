@@ -3,6 +3,8 @@ package record
 import (
 	"context"
 	"sync"
+
+	"github.com/proteanhq/protean-host/internal/memtx"
 )
 
 // Memory is an in-process Store. It is safe for concurrent use.
@@ -33,8 +35,7 @@ func NewMemory() *Memory {
 // Begin opens a transaction. It blocks until no other transaction on m is
 // open, and holds m's write lock until Commit or Rollback.
 func (m *Memory) Begin() *MemoryTx {
-	m.writeMu.Lock()
-	return &MemoryTx{m: m, staged: make(map[Key]entry)}
+	return &MemoryTx{m: m, life: memtx.Begin(&m.writeMu, ErrTxDone), staged: make(map[Key]entry)}
 }
 
 // Load implements Store.
@@ -73,9 +74,7 @@ func (e entry) record(key Key) Record {
 type MemoryTx struct {
 	m *Memory
 
-	mu     sync.Mutex
-	done   bool
-	rolled bool
+	life   *memtx.Life
 	staged map[Key]entry
 }
 
@@ -88,11 +87,10 @@ func (tx *MemoryTx) Load(ctx context.Context, key Key) (Record, error) {
 	if err := validKey(key); err != nil {
 		return Record{}, err
 	}
-	tx.mu.Lock()
-	defer tx.mu.Unlock()
-	if tx.done {
-		return Record{}, ErrTxDone
+	if !tx.life.Enter() {
+		return Record{}, tx.life.Done()
 	}
+	defer tx.life.Leave()
 	return tx.currentLocked(key).record(key), nil
 }
 
@@ -107,11 +105,10 @@ func (tx *MemoryTx) Write(ctx context.Context, writes []Write) error {
 	if err != nil {
 		return err
 	}
-	tx.mu.Lock()
-	defer tx.mu.Unlock()
-	if tx.done {
-		return ErrTxDone
+	if !tx.life.Enter() {
+		return tx.life.Done()
 	}
+	defer tx.life.Leave()
 	local := make(map[Key]entry, len(prepared))
 	for _, w := range prepared {
 		cur, ok := local[w.Key]
@@ -129,8 +126,8 @@ func (tx *MemoryTx) Write(ctx context.Context, writes []Write) error {
 	return nil
 }
 
-// currentLocked returns the staged or committed entry for key; tx.mu is
-// held. The committed records cannot change meanwhile: tx holds the write
+// currentLocked returns the staged or committed entry for key, inside one of
+// the tx's operations. The committed records cannot change meanwhile: tx holds the write
 // lock.
 func (tx *MemoryTx) currentLocked(key Key) entry {
 	if e, ok := tx.staged[key]; ok {
@@ -145,35 +142,19 @@ func (tx *MemoryTx) currentLocked(key Key) entry {
 // releases the store's write lock. Committing twice is a no-op; committing
 // after Rollback returns ErrTxDone.
 func (tx *MemoryTx) Commit() error {
-	tx.mu.Lock()
-	defer tx.mu.Unlock()
-	if tx.done {
-		if tx.rolled {
-			return ErrTxDone
+	return tx.life.Commit(func() {
+		m := tx.m
+		m.mu.Lock()
+		for k, e := range tx.staged {
+			m.records[k] = e
 		}
-		return nil
-	}
-	tx.done = true
-	m := tx.m
-	m.mu.Lock()
-	for k, e := range tx.staged {
-		m.records[k] = e
-	}
-	m.mu.Unlock()
-	tx.staged = nil
-	m.writeMu.Unlock()
-	return nil
+		m.mu.Unlock()
+		tx.staged = nil
+	})
 }
 
 // Rollback discards the staged writes and releases the store's write lock.
 // It is a no-op after Commit or Rollback.
 func (tx *MemoryTx) Rollback() {
-	tx.mu.Lock()
-	defer tx.mu.Unlock()
-	if tx.done {
-		return
-	}
-	tx.done, tx.rolled = true, true
-	tx.staged = nil
-	tx.m.writeMu.Unlock()
+	tx.life.Rollback(func() { tx.staged = nil })
 }
