@@ -1,0 +1,55 @@
+package memtx_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/internal/memtx"
+)
+
+var errDone = errors.New("tx done")
+
+func TestLife(t *testing.T) {
+	var write sync.Mutex
+	l := memtx.Begin(&write, errDone)
+	require.False(t, write.TryLock(), "Begin holds the store's write lock")
+	require.True(t, l.Enter())
+	l.Leave()
+
+	applied := 0
+	require.NoError(t, l.Commit(func() { applied++ }))
+	require.True(t, write.TryLock(), "Commit released the write lock")
+	write.Unlock()
+	require.NoError(t, l.Commit(func() { applied++ }), "a second Commit is a no-op")
+	require.Equal(t, 1, applied)
+	require.False(t, l.Enter(), "operations fail after the end")
+	require.ErrorIs(t, l.Done(), errDone)
+	l.Rollback(func() { t.Fatal("Rollback after Commit must not discard") })
+
+	l = memtx.Begin(&write, errDone)
+	discarded := false
+	l.Rollback(func() { discarded = true })
+	require.True(t, discarded)
+	require.True(t, write.TryLock(), "Rollback released the write lock")
+	write.Unlock()
+	require.ErrorIs(t, l.Commit(func() { t.Fatal("Commit after Rollback must not apply") }), errDone)
+	l.Rollback(func() { t.Fatal("a second Rollback must not discard") })
+}
+
+func TestBeginWaitsForTheOpenTransaction(t *testing.T) {
+	var write sync.Mutex
+	first := memtx.Begin(&write, errDone)
+	second := make(chan *memtx.Life)
+	go func() { second <- memtx.Begin(&write, errDone) }()
+	select {
+	case <-second:
+		t.Fatal("a second transaction began while the first was open")
+	default:
+	}
+	first.Rollback(func() {})
+	l := <-second
+	require.NoError(t, l.Commit(func() {}))
+}
