@@ -175,6 +175,18 @@ func (m *Memory) MarkFailed(ctx context.Context, id int64, owner, errMsg string,
 }
 
 func (m *Memory) markOwned(ctx context.Context, id int64, owner string, mark func(r *Row, now time.Time)) error {
+	return m.withRow(ctx, id, func(r *Row) error {
+		if r.Status != StatusProcessing || r.LockedBy != owner {
+			return fmt.Errorf("outbox row %d: %s, locked by %q, not %q: %w", id, r.Status, r.LockedBy, owner, ErrNotOwner)
+		}
+		mark(r, m.clock())
+		r.LockedBy, r.LockedUntil = "", nil
+		return nil
+	})
+}
+
+// withRow runs fn on row id under the store's lock, or returns ErrNotFound.
+func (m *Memory) withRow(ctx context.Context, id int64, fn func(r *Row) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -184,52 +196,33 @@ func (m *Memory) markOwned(ctx context.Context, id int64, owner string, mark fun
 	if r == nil {
 		return fmt.Errorf("outbox row %d: %w", id, ErrNotFound)
 	}
-	if r.Status != StatusProcessing || r.LockedBy != owner {
-		return fmt.Errorf("outbox row %d: %s, locked by %q, not %q: %w", id, r.Status, r.LockedBy, owner, ErrNotOwner)
-	}
-	mark(r, m.clock())
-	r.LockedBy, r.LockedUntil = "", nil
-	return nil
+	return fn(r)
 }
 
 // Abandon implements Store.
 func (m *Memory) Abandon(ctx context.Context, id int64, reason string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	r := m.findLocked(id)
-	if r == nil {
-		return fmt.Errorf("outbox row %d: %w", id, ErrNotFound)
-	}
-	if r.Status == StatusPublished {
-		return fmt.Errorf("outbox row %d: abandon a %s row: %w", id, r.Status, ErrStatus)
-	}
-	r.Status = StatusAbandoned
-	r.LastError = reason
-	r.NextRetryAt, r.LockedUntil, r.LockedBy = nil, nil, ""
-	return nil
+	return m.withRow(ctx, id, func(r *Row) error {
+		if r.Status == StatusPublished {
+			return fmt.Errorf("outbox row %d: abandon a %s row: %w", id, r.Status, ErrStatus)
+		}
+		r.Status = StatusAbandoned
+		r.LastError = reason
+		r.NextRetryAt, r.LockedUntil, r.LockedBy = nil, nil, ""
+		return nil
+	})
 }
 
 // Retry implements Store.
 func (m *Memory) Retry(ctx context.Context, id int64) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	r := m.findLocked(id)
-	if r == nil {
-		return fmt.Errorf("outbox row %d: %w", id, ErrNotFound)
-	}
-	if r.Status != StatusFailed && r.Status != StatusAbandoned {
-		return fmt.Errorf("outbox row %d: retry a %s row: %w", id, r.Status, ErrStatus)
-	}
-	r.Status = StatusPending
-	r.RetryCount = 0
-	r.NextRetryAt, r.LockedUntil, r.LockedBy = nil, nil, ""
-	return nil
+	return m.withRow(ctx, id, func(r *Row) error {
+		if r.Status != StatusFailed && r.Status != StatusAbandoned {
+			return fmt.Errorf("outbox row %d: retry a %s row: %w", id, r.Status, ErrStatus)
+		}
+		r.Status = StatusPending
+		r.RetryCount = 0
+		r.NextRetryAt, r.LockedUntil, r.LockedBy = nil, nil, ""
+		return nil
+	})
 }
 
 // Cleanup implements Store.

@@ -384,34 +384,27 @@ func (p *Postgres) state(ctx context.Context, id int64) (Status, string, error) 
 
 // Abandon implements Store.
 func (p *Postgres) Abandon(ctx context.Context, id int64, reason string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	tag, err := p.pool.Exec(ctx, `UPDATE outbox SET status = 'abandoned',
+	return p.transition(ctx, id, "abandon", `UPDATE outbox SET status = 'abandoned',
 		last_error = jsonb_build_object('message', $2::text, 'reason', $2::text, 'failed_at', $3::timestamptz, 'retry_count', retry_count),
 		next_retry_at = NULL, locked_until = NULL, locked_by = NULL
-		WHERE id = $1 AND status <> 'published'`, id, reason, p.clock())
-	if err != nil {
-		return fmt.Errorf("outbox row %d: %w", id, err)
-	}
-	if tag.RowsAffected() == 1 {
-		return nil
-	}
-	status, _, err := p.state(ctx, id)
-	if err != nil {
-		return err
-	}
-	return fmt.Errorf("outbox row %d: abandon a %s row: %w", id, status, ErrStatus)
+		WHERE id = $1 AND status <> 'published'`, reason, p.clock())
 }
 
 // Retry implements Store.
 func (p *Postgres) Retry(ctx context.Context, id int64) error {
+	return p.transition(ctx, id, "retry", `UPDATE outbox SET status = 'pending', retry_count = 0,
+		next_retry_at = NULL, locked_until = NULL, locked_by = NULL
+		WHERE id = $1 AND status IN ('failed', 'abandoned')`)
+}
+
+// transition runs an operator's UPDATE of row id ($1), whose WHERE admits
+// only the statuses op allows, and explains a miss: ErrNotFound, or
+// ErrStatus naming the row's status.
+func (p *Postgres) transition(ctx context.Context, id int64, op, sql string, args ...any) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	tag, err := p.pool.Exec(ctx, `UPDATE outbox SET status = 'pending', retry_count = 0,
-		next_retry_at = NULL, locked_until = NULL, locked_by = NULL
-		WHERE id = $1 AND status IN ('failed', 'abandoned')`, id)
+	tag, err := p.pool.Exec(ctx, sql, append([]any{id}, args...)...)
 	if err != nil {
 		return fmt.Errorf("outbox row %d: %w", id, err)
 	}
@@ -422,7 +415,7 @@ func (p *Postgres) Retry(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
-	return fmt.Errorf("outbox row %d: retry a %s row: %w", id, status, ErrStatus)
+	return fmt.Errorf("outbox row %d: %s a %s row: %w", id, op, status, ErrStatus)
 }
 
 // Cleanup implements Store.
