@@ -101,8 +101,9 @@ func (e *Engine) resubscribe() {
 	if c == nil {
 		return
 	}
+	subs := subscriptions(e.Set())
 	want := map[subscription]bool{}
-	for _, s := range subscriptions(e.Set()) {
+	for _, s := range subs {
 		want[s] = true
 	}
 	for s, cons := range c.running {
@@ -113,7 +114,7 @@ func (e *Engine) resubscribe() {
 		}
 	}
 	started := 0
-	for _, s := range subscriptions(e.Set()) {
+	for _, s := range subs {
 		if _, ok := c.running[s]; ok {
 			continue
 		}
