@@ -1,0 +1,5 @@
+//go:build !race
+
+package testwait
+
+const raceScale = 1
