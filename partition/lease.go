@@ -1,0 +1,392 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Errors of the lease protocol. Calls wrap them with the group and unit;
+// test with errors.Is.
+var (
+	// ErrLeaseLost: the caller's lease expired or another owner holds the
+	// unit now. Every fenced call refuses a stale token with it; the owner
+	// must stop working on the unit at once.
+	ErrLeaseLost = errors.New("partition lease lost")
+	// ErrLeaseHeld: Acquire found the unit leased by another owner.
+	ErrLeaseHeld = errors.New("partition lease held by another owner")
+	// ErrHalted: Acquire found the unit halted on a poison message; it stays
+	// unowned until an operator resumes, skips or dead-letters the head.
+	ErrHalted = errors.New("partition halted")
+)
+
+// Lease is one owner's hold on a unit, at one generation.
+type Lease struct {
+	Group, Unit string
+	Owner       string
+	// Generation is the Redis fencing generation: one more than the last
+	// acquirer's, never reused.
+	Generation int64
+}
+
+// Token is the fence token "{owner}:{generation}", also the owner's Redis
+// consumer name, so each generation has its own pending entries list.
+func (l Lease) Token() string { return l.Owner + ":" + strconv.FormatInt(l.Generation, 10) }
+
+// Entry is a stream entry as a fenced read returns it.
+type Entry struct {
+	ID     string
+	Values map[string]any
+}
+
+// Leases runs the lease protocol on one Redis: every step that must be
+// atomic with the lease check is one Lua script.
+type Leases struct {
+	rdb    redis.UniversalClient
+	prefix string
+}
+
+// NewLeases returns the protocol over rdb, with every key prefixed by
+// prefix (empty in production: keys are exactly the DESIGN names).
+func NewLeases(rdb redis.UniversalClient, prefix string) *Leases {
+	return &Leases{rdb: rdb, prefix: prefix}
+}
+
+func (s *Leases) key(k string) string { return s.prefix + k }
+
+// acquireScript: KEYS lease, generation, halt; ARGV owner, ttl_ms.
+// -2 halted, -1 held, else the new generation.
+var acquireScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[3]) == 1 then return -2 end
+if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+local gen = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. gen, 'PX', ARGV[2])
+return gen
+`)
+
+// Acquire takes the unit's lease for ttl at the next generation. It fails
+// with ErrLeaseHeld when another owner holds it and ErrHalted when the unit
+// is halted.
+func (s *Leases) Acquire(ctx context.Context, group, unit, owner string, ttl time.Duration) (Lease, error) {
+	n, err := acquireScript.Run(ctx, s.rdb, []string{s.key(LeaseKey(group, unit)), s.key(GenerationKey(group, unit)), s.key(HaltKey(group, unit))},
+		owner, ttl.Milliseconds()).Int64()
+	switch {
+	case err != nil:
+		return Lease{}, fmt.Errorf("partition %s %s: acquire: %w", group, unit, err)
+	case n == -2:
+		return Lease{}, fmt.Errorf("partition %s %s: %w", group, unit, ErrHalted)
+	case n == -1:
+		return Lease{}, fmt.Errorf("partition %s %s: %w", group, unit, ErrLeaseHeld)
+	}
+	return Lease{Group: group, Unit: unit, Owner: owner, Generation: n}, nil
+}
+
+// renewScript: KEYS lease; ARGV token, ttl_ms.
+var renewScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`)
+
+// Renew extends the lease by ttl from now; a lease that was lost cannot be
+// renewed (ErrLeaseLost).
+func (s *Leases) Renew(ctx context.Context, l Lease, ttl time.Duration) error {
+	n, err := renewScript.Run(ctx, s.rdb, []string{s.key(LeaseKey(l.Group, l.Unit))}, l.Token(), ttl.Milliseconds()).Int64()
+	return s.fenced(l, "renew", n, err)
+}
+
+// releaseScript: KEYS lease; ARGV token.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+`)
+
+// Release gives the lease up so a successor can take over at once. It
+// fails with ErrLeaseLost when the lease was no longer the caller's.
+func (s *Leases) Release(ctx context.Context, l Lease) error {
+	n, err := releaseScript.Run(ctx, s.rdb, []string{s.key(LeaseKey(l.Group, l.Unit))}, l.Token()).Int64()
+	return s.fenced(l, "release", n, err)
+}
+
+// fenced turns a script's 0/1 answer into nil or ErrLeaseLost.
+func (s *Leases) fenced(l Lease, op string, n int64, err error) error {
+	if err != nil {
+		if isFenced(err) {
+			return fmt.Errorf("partition %s %s: %s at generation %d: %w", l.Group, l.Unit, op, l.Generation, ErrLeaseLost)
+		}
+		return fmt.Errorf("partition %s %s: %s: %w", l.Group, l.Unit, op, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("partition %s %s: %s at generation %d: %w", l.Group, l.Unit, op, l.Generation, ErrLeaseLost)
+	}
+	return nil
+}
+
+func isFenced(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "FENCED")
+}
+
+// ensureGroup is the Lua that creates the consumer group of a stream from
+// its first entry when it does not exist (NOGROUP), then retries the call.
+// A group created at 0 reads the whole stream: a new handler sees every
+// message still in its partitions.
+const ensureGroup = `
+local function call_group(...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, 'NOGROUP', 1, true) then
+      redis.call('XGROUP', 'CREATE', KEYS[2], ARGV[2], '0', 'MKSTREAM')
+      return redis.call(...)
+    end
+    return redis.error_reply(r.err)
+  end
+  return r
+end
+`
+
+// readScript: KEYS lease, stream; ARGV token, group, count, id ('0' for
+// the owner's pending entries, '>' for new ones).
+var readScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED') end
+` + ensureGroup + `
+return call_group('XREADGROUP', 'GROUP', ARGV[2], ARGV[1], 'COUNT', ARGV[3], 'STREAMS', KEYS[2], ARGV[4])
+`)
+
+// Read is a fenced XREADGROUP of up to count entries of stream as the
+// lease's consumer: its own pending entries (retries and reclaimed ones)
+// when pending, new entries otherwise. It never blocks.
+func (s *Leases) Read(ctx context.Context, l Lease, stream string, pending bool, count int) ([]Entry, error) {
+	id := ">"
+	if pending {
+		id = "0"
+	}
+	res, err := readScript.Run(ctx, s.rdb, []string{s.key(LeaseKey(l.Group, l.Unit)), s.key(stream)},
+		l.Token(), l.Group, count, id).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.fenced(l, "read "+stream, 1, err)
+	}
+	return parseRead(res)
+}
+
+// parseRead reads XREADGROUP's reply: [[stream, [[id, [f, v, ...]], ...]]].
+// An entry with no fields (deleted while pending) comes back with nil
+// Values; the caller acks it.
+func parseRead(res any) ([]Entry, error) {
+	streams, ok := res.([]any)
+	if !ok || len(streams) == 0 {
+		return nil, nil
+	}
+	st, ok := streams[0].([]any)
+	if !ok || len(st) != 2 {
+		return nil, fmt.Errorf("partition: unexpected XREADGROUP reply %T", streams[0])
+	}
+	items, _ := st[1].([]any)
+	out := make([]Entry, 0, len(items))
+	for _, it := range items {
+		pair, ok := it.([]any)
+		if !ok || len(pair) != 2 {
+			return nil, fmt.Errorf("partition: unexpected XREADGROUP entry %v", it)
+		}
+		id, _ := pair[0].(string)
+		e := Entry{ID: id}
+		if fields, ok := pair[1].([]any); ok && len(fields) > 0 {
+			e.Values = make(map[string]any, len(fields)/2)
+			for i := 0; i+1 < len(fields); i += 2 {
+				k, _ := fields[i].(string)
+				e.Values[k] = fields[i+1]
+			}
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// reclaimScript: KEYS lease, stream; ARGV token, group, cursor, count.
+// One XAUTOCLAIM step moving any consumer's pending entries to the token's
+// consumer; returns the next cursor.
+var reclaimScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED') end
+` + ensureGroup + `
+local r = call_group('XAUTOCLAIM', KEYS[2], ARGV[2], ARGV[1], 0, ARGV[3], 'COUNT', ARGV[4], 'JUSTID')
+return {r[1], #r[2]}
+`)
+
+// Reclaim moves every pending entry of the group on stream (a previous
+// owner's) to the lease's consumer, fenced at every step: an owner that
+// lost its lease between acquiring and reclaiming must not steal its
+// successor's pending entries, or the successor would read past them. It
+// returns how many entries it moved.
+func (s *Leases) Reclaim(ctx context.Context, l Lease, stream string) (int, error) {
+	cursor, moved := "0-0", 0
+	for {
+		res, err := reclaimScript.Run(ctx, s.rdb, []string{s.key(LeaseKey(l.Group, l.Unit)), s.key(stream)},
+			l.Token(), l.Group, cursor, 100).Slice()
+		if err != nil {
+			return moved, s.fenced(l, "reclaim "+stream, 1, err)
+		}
+		if len(res) != 2 {
+			return moved, fmt.Errorf("partition: unexpected XAUTOCLAIM reply %v", res)
+		}
+		cursor, _ = res[0].(string)
+		n, _ := res[1].(int64)
+		moved += int(n)
+		if cursor == "0-0" || cursor == "" {
+			return moved, nil
+		}
+	}
+}
+
+// ackScript: KEYS lease, stream, attempts; ARGV token, group, attempts
+// field prefix, ids...
+var ackScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED') end
+local n = 0
+for i = 4, #ARGV do
+  n = n + redis.call('XACK', KEYS[2], ARGV[2], ARGV[i])
+  redis.call('HDEL', KEYS[3], ARGV[3] .. ARGV[i])
+end
+return n
+`)
+
+// Ack is a fenced XACK of ids on stream; it also forgets their failed
+// attempts. It returns how many were pending.
+func (s *Leases) Ack(ctx context.Context, l Lease, stream string, ids ...string) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	args := make([]any, 0, 3+len(ids))
+	args = append(args, l.Token(), l.Group, stream+"/")
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	n, err := ackScript.Run(ctx, s.rdb, []string{s.key(LeaseKey(l.Group, l.Unit)), s.key(stream), s.key(AttemptsKey(l.Group, l.Unit))}, args...).Int64()
+	if err != nil {
+		return 0, s.fenced(l, "ack "+stream, 1, err)
+	}
+	return int(n), nil
+}
+
+// attemptScript: KEYS lease, attempts; ARGV token, field.
+var attemptScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED') end
+return redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+`)
+
+// Attempt records a failed attempt at entry id of stream and returns how
+// many there have been, across owners: the count lives in Redis, so a
+// failover does not reset it.
+func (s *Leases) Attempt(ctx context.Context, l Lease, stream, id string) (int, error) {
+	n, err := attemptScript.Run(ctx, s.rdb, []string{s.key(LeaseKey(l.Group, l.Unit)), s.key(AttemptsKey(l.Group, l.Unit))},
+		l.Token(), stream+"/"+id).Int64()
+	if err != nil {
+		return 0, s.fenced(l, "attempt "+stream, 1, err)
+	}
+	return int(n), nil
+}
+
+// Halt is a unit's durable halt record: the poison message at its head.
+type Halt struct {
+	Group, Unit string
+	Stream      string
+	Entry       string
+	MessageID   string
+	Reason      string
+	Attempts    int
+	HaltedAt    time.Time
+	// Generation is the lease generation that halted the unit.
+	Generation int64
+}
+
+// haltScript: KEYS lease, halt; ARGV token, field/value pairs.
+var haltScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED') end
+redis.call('DEL', KEYS[2])
+for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i+1]) end
+redis.call('DEL', KEYS[1])
+return 1
+`)
+
+// Halt records h durably and releases the lease, in one step: from then on
+// no instance acquires the unit until an operator acts on it.
+func (s *Leases) Halt(ctx context.Context, l Lease, h Halt) error {
+	reason := h.Reason
+	if len(reason) > 2000 {
+		reason = reason[:2000] + "…"
+	}
+	_, err := haltScript.Run(ctx, s.rdb, []string{s.key(LeaseKey(l.Group, l.Unit)), s.key(HaltKey(l.Group, l.Unit))},
+		l.Token(), "stream", h.Stream, "entry", h.Entry, "message_id", h.MessageID, "reason", reason,
+		"attempts", h.Attempts, "halted_at", h.HaltedAt.UTC().Format(time.RFC3339Nano), "generation", l.Generation).Result()
+	if err != nil {
+		return s.fenced(l, "halt", 1, err)
+	}
+	return nil
+}
+
+// reapScript: KEYS lease, index, streams...; ARGV token, key, min_idle_ms.
+// Removes the key from the index and deletes its streams only when each is
+// empty, or idle for min_idle_ms with every group caught up and nothing
+// pending. The generation counter is kept.
+var reapScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED') end
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+for i = 3, #KEYS do
+  local last = redis.call('XREVRANGE', KEYS[i], '+', '-', 'COUNT', 1)
+  if #last > 0 then
+    local id = last[1][1]
+    local ms = tonumber(string.match(id, '^(%d+)-'))
+    if now_ms - ms < tonumber(ARGV[3]) then return 0 end
+    local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[i])
+    if not ok or #groups == 0 then return 0 end
+    for _, g in ipairs(groups) do
+      local info = {}
+      for j = 1, #g, 2 do info[g[j]] = g[j+1] end
+      if tonumber(info['pending']) > 0 then return 0 end
+      local ld = info['last-delivered-id']
+      local a1, a2 = string.match(ld, '^(%d+)-(%d+)$')
+      local b1, b2 = string.match(id, '^(%d+)-(%d+)$')
+      a1, a2, b1, b2 = tonumber(a1), tonumber(a2), tonumber(b1), tonumber(b2)
+      if a1 < b1 or (a1 == b1 and a2 < b2) then return 0 end
+    end
+  end
+end
+redis.call('SREM', KEYS[2], ARGV[2])
+for i = 3, #KEYS do redis.call('DEL', KEYS[i]) end
+return 1
+`)
+
+// Reap retires an idle partition key of category: if every one of its
+// streams is empty, or idle for minIdle with every consumer group caught up
+// and nothing pending, the key leaves the index and its streams are
+// deleted, in one step fenced by the caller's lease. A publish re-creates
+// both atomically (the publish script does XADD and SADD together), so a
+// reap never strands a message.
+func (s *Leases) Reap(ctx context.Context, l Lease, category, key string, streams []string, minIdle time.Duration) (bool, error) {
+	keys := []string{s.key(LeaseKey(l.Group, l.Unit)), s.key(IndexKey(category))}
+	for _, st := range streams {
+		keys = append(keys, s.key(st))
+	}
+	n, err := reapScript.Run(ctx, s.rdb, keys, l.Token(), key, minIdle.Milliseconds()).Int64()
+	if err != nil {
+		return false, s.fenced(l, "reap", 1, err)
+	}
+	return n == 1, nil
+}
+
+// Members lists the live keys of category's partition index.
+func (s *Leases) Members(ctx context.Context, category string) ([]string, error) {
+	keys, err := s.rdb.SMembers(ctx, s.key(IndexKey(category))).Result()
+	if err != nil {
+		return nil, fmt.Errorf("partition: index of %s: %w", category, err)
+	}
+	return keys, nil
+}
