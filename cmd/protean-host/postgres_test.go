@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -64,10 +65,11 @@ func TestProductionConfig(t *testing.T) {
 
 	// The projection is delivered through the relay and the broker, and
 	// stored in PostgreSQL too.
-	eventually(t, "the projection", func() bool { return get(t, h, "/v1/projections/client_orders/c-1").code == 200 })
-	require.JSONEq(t, `{"client_id":"c-1","orders":1,"total":42.5,"order_ids":["o-1"]}`, get(t, h, "/v1/projections/client_orders/c-1").raw)
-	eventually(t, "the row published", func() bool {
-		return count(t, pool, `SELECT count(*) FROM outbox WHERE status = 'published'`) == 1
+	doc := projected(t, h, "the projection", "/v1/projections/client_orders/c-1")
+	require.JSONEq(t, `{"client_id":"c-1","orders":1,"total":42.5,"order_ids":["o-1"]}`, doc.raw)
+	eventually(t, h, "the row published", func() (bool, string) {
+		n := count(t, pool, `SELECT count(*) FROM outbox WHERE status = 'published'`)
+		return n == 1, fmt.Sprintf("%d published rows", n)
 	})
 
 	code, out, errs = cli(t, "outbox", "status", "--config", prod)

@@ -13,18 +13,53 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/config"
 	"github.com/proteanhq/protean-host/internal/testserver"
+	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
+// testHost is a started host and its log, which waits quote when they
+// give up.
+type testHost struct {
+	*hostProcess
+	logs *logBuffer
+}
+
+// logBuffer is the host's log output, written by the host's goroutines
+// and read by the test's.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// tail returns the last n lines of the log.
+func (l *logBuffer) tail(n int) string {
+	lines := strings.Split(strings.TrimRight(l.String(), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
 // embedded starts a host on the embedded default config (memory stores,
 // inline broker) over the plugins in dir, on a free port.
-func embedded(t *testing.T, dir string) *hostProcess {
+func embedded(t *testing.T, dir string) *testHost {
 	t.Helper()
 	h, err := startHost(t, "domain.toml", dir)
 	require.NoError(t, err)
@@ -33,16 +68,16 @@ func embedded(t *testing.T, dir string) *hostProcess {
 
 // startHost starts a host on one of the shipped configs over the plugins
 // in dir, on a free port.
-func startHost(t *testing.T, configName, dir string) (*hostProcess, error) {
+func startHost(t *testing.T, configName, dir string) (*testHost, error) {
 	t.Helper()
 	return startHostWith(t, configName, dir, nil)
 }
 
 // startHostWith is startHost with a change to the loaded config.
-func startHostWith(t *testing.T, configName, dir string, change func(*config.Config)) (*hostProcess, error) {
+func startHostWith(t *testing.T, configName, dir string, change func(*config.Config)) (*testHost, error) {
 	t.Helper()
-	var stderr bytes.Buffer
-	e := &env{stdout: io.Discard, stderr: &stderr, log: slog.New(slog.NewTextHandler(&stderr, nil))}
+	logs := &logBuffer{}
+	e := &env{stdout: io.Discard, stderr: logs, log: slog.New(slog.NewTextHandler(logs, nil))}
 	require.NoError(t, e.parse(e.flags("run"), []string{"--config", filepath.Join(wasmbuild.Root(), "configs", configName), "--plugins", dir}))
 	e.cfg.HTTP.Listen = "127.0.0.1:0"
 	e.cfg.Plugins.CacheDir = wasmbuild.CacheDir(t) // shared: compile once
@@ -51,10 +86,10 @@ func startHostWith(t *testing.T, configName, dir string, change func(*config.Con
 	}
 	h, err := start(context.Background(), e)
 	if err != nil {
-		return nil, fmt.Errorf("%w\n%s", err, stderr.String())
+		return nil, fmt.Errorf("%w\n%s", err, logs.String())
 	}
-	t.Cleanup(func() { require.NoError(t, h.shutdown()) })
-	return h, nil
+	t.Cleanup(func() { require.NoError(t, h.shutdown(), "shutdown; log:\n%s", logs.tail(20)) })
+	return &testHost{hostProcess: h, logs: logs}, nil
 }
 
 type reply struct {
@@ -63,38 +98,66 @@ type reply struct {
 	raw  string
 }
 
-func do(t *testing.T, method, url, body string) reply {
-	t.Helper()
+func (r reply) String() string { return fmt.Sprintf("%d %s", r.code, r.raw) }
+
+// send makes one request; it is safe on any goroutine (it does not fail
+// the test itself).
+func send(method, url, body string) (reply, error) {
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	require.NoError(t, err)
+	if err != nil {
+		return reply{}, err
+	}
 	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	if err != nil {
+		return reply{}, err
+	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
+	if err != nil {
+		return reply{}, fmt.Errorf("%s %s: read body: %w", method, url, err)
+	}
 	r := reply{code: resp.StatusCode, raw: string(b)}
-	_ = json.Unmarshal(b, &r.body)
+	_ = json.Unmarshal(b, &r.body) // not every answer is a JSON object (/metrics)
+	return r, nil
+}
+
+// do is send on the test goroutine.
+func do(t *testing.T, method, url, body string) reply {
+	t.Helper()
+	r, err := send(method, url, body)
+	require.NoError(t, err)
 	return r
 }
 
-func post(t *testing.T, h *hostProcess, typ, body string) reply {
+func post(t *testing.T, h *testHost, typ, body string) reply {
+	t.Helper()
 	return do(t, "POST", "http://"+h.addr+"/v1/commands/"+typ, body)
 }
 
-func get(t *testing.T, h *hostProcess, path string) reply {
+func get(t *testing.T, h *testHost, path string) reply {
+	t.Helper()
 	return do(t, "GET", "http://"+h.addr+path, "")
 }
 
-// eventually polls cond until it holds or 10 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
+// eventually waits until cond holds; if it never does, the failure quotes
+// what cond last saw and the host's last log lines.
+func eventually(t *testing.T, h *testHost, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.For(t, what, func() (bool, string) {
+		ok, seen := cond()
+		return ok, seen + "\nhost log (last lines):\n" + h.logs.tail(15)
+	})
+}
+
+// projected waits until GET path answers 200 and returns that answer.
+func projected(t *testing.T, h *testHost, what, path string) reply {
+	t.Helper()
+	var r reply
+	eventually(t, h, what, func() (bool, string) {
+		r = get(t, h, path)
+		return r.code == 200, "GET " + path + ": " + r.String()
+	})
+	return r
 }
 
 func TestEmbeddedQuickstart(t *testing.T) {
@@ -103,18 +166,14 @@ func TestEmbeddedQuickstart(t *testing.T) {
 	require.Equal(t, 200, r.code, r.raw)
 	require.Equal(t, "order-o-1", r.body["events"].([]any)[0].(map[string]any)["stream"])
 
-	var doc reply
-	eventually(t, "the client_orders projection", func() bool {
-		doc = get(t, h, "/v1/projections/client_orders/c-1")
-		return doc.code == 200
-	})
+	doc := projected(t, h, "the client_orders projection", "/v1/projections/client_orders/c-1")
 	require.JSONEq(t, `{"client_id":"c-1","orders":1,"total":42.5,"order_ids":["o-1"]}`, doc.raw)
 
 	r = post(t, h, "PlaceOrder", `{"order_id":"o-2","client_id":"c-1","total":7.5}`)
 	require.Equal(t, 200, r.code, r.raw)
-	eventually(t, "the second order projected", func() bool {
+	eventually(t, h, "the second order projected", func() (bool, string) {
 		doc = get(t, h, "/v1/projections/client_orders/c-1")
-		return doc.body["orders"] == 2.0
+		return doc.body["orders"] == 2.0, doc.String()
 	})
 	require.JSONEq(t, `{"client_id":"c-1","orders":2,"total":50,"order_ids":["o-1","o-2"]}`, doc.raw)
 
@@ -149,8 +208,9 @@ func TestEmbeddedRejectsBadInput(t *testing.T) {
 	require.Equal(t, 200, r.code, r.raw)
 	require.Equal(t, 0.0, r.body["events"].([]any)[0].(map[string]any)["position"], "the stream was empty")
 	require.Equal(t, 1.0, r.body["events"].([]any)[0].(map[string]any)["global_position"], "no earlier event exists")
-	eventually(t, "one published row", func() bool {
-		return strings.Contains(get(t, h, "/metrics").raw, `protean_outbox_rows{status="published"} 1`)
+	eventually(t, h, "one published row", func() (bool, string) {
+		m := get(t, h, "/metrics").raw
+		return strings.Contains(m, `protean_outbox_rows{status="published"} 1`), metricLines(m, "protean_outbox_rows")
 	})
 
 	for _, tc := range []struct {
@@ -185,23 +245,28 @@ func TestEmbeddedFulfillmentEitherOrder(t *testing.T) {
 		}
 		return r.body["status"].(string)
 	}
+	waitStatus := func(order, want string) {
+		t.Helper()
+		eventually(t, h, order+" "+want, func() (bool, string) {
+			r := get(t, h, "/v1/projections/fulfillment/"+order)
+			return r.code == 200 && r.body["status"] == want, r.String()
+		})
+	}
 	// Paid first, then shipped.
 	require.Equal(t, 200, post(t, h, "RecordPayment", `{"payment_id":"p-1","order_id":"o-1","amount":10}`).code)
-	eventually(t, "o-1 paid", func() bool { return status("o-1") == "paid" })
+	waitStatus("o-1", "paid")
 	require.Equal(t, 200, post(t, h, "ShipOrder", `{"shipment_id":"s-1","order_id":"o-1"}`).code)
-	eventually(t, "o-1 fulfilled", func() bool { return status("o-1") == "fulfilled" })
+	waitStatus("o-1", "fulfilled")
 	// Shipped first, then paid.
 	require.Equal(t, 200, post(t, h, "ShipOrder", `{"shipment_id":"s-2","order_id":"o-2"}`).code)
-	eventually(t, "o-2 shipped", func() bool { return status("o-2") == "shipped" })
+	waitStatus("o-2", "shipped")
 	require.Equal(t, 200, post(t, h, "RecordPayment", `{"payment_id":"p-2","order_id":"o-2","amount":10}`).code)
-	eventually(t, "o-2 fulfilled", func() bool { return status("o-2") == "fulfilled" })
+	waitStatus("o-2", "fulfilled")
 	// One of the two alone does not fulfil.
 	require.Equal(t, 200, post(t, h, "RecordPayment", `{"payment_id":"p-3","order_id":"o-3","amount":10}`).code)
 	require.Equal(t, 200, post(t, h, "PlaceOrder", `{"order_id":"o-3","client_id":"c-3","total":1}`).code)
-	eventually(t, "o-3 paid", func() bool { return status("o-3") == "paid" })
-	eventually(t, "c-3 projected (everything before it was delivered)", func() bool {
-		return get(t, h, "/v1/projections/client_orders/c-3").code == 200
-	})
+	waitStatus("o-3", "paid")
+	projected(t, h, "c-3 projected (everything before it was delivered)", "/v1/projections/client_orders/c-3")
 	require.Equal(t, "paid", status("o-3"))
 }
 
@@ -209,56 +274,86 @@ func TestEmbeddedConcurrentCommands(t *testing.T) {
 	dir := wasmbuild.Examples(t)
 	wasmbuild.Copy(t, wasmbuild.Build(t, "./host/testdata/plugins/behave"), dir, "behave.wasm")
 	h := embedded(t, dir)
+	url := "http://" + h.addr + "/v1/commands/"
 
 	// Exactly one of N racing PlaceOrders for one order wins; the others
 	// conflict (409) or, having read the winner's write, are rejected (422).
 	const n = 16
-	codes := make(chan int, n)
-	var wg sync.WaitGroup
+	type answer struct {
+		r   reply
+		err error
+	}
+	answers := make(chan answer, n)
 	for i := 0; i < n; i++ {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
-			codes <- post(t, h, "PlaceOrder", fmt.Sprintf(`{"order_id":"race","client_id":"c-%d","total":1}`, i)).code
+			r, err := send("POST", url+"PlaceOrder", fmt.Sprintf(`{"order_id":"race","client_id":"c-%d","total":1}`, i))
+			answers <- answer{r, err}
 		}()
 	}
-	wg.Wait()
-	close(codes)
 	count := map[int]int{}
-	for c := range codes {
-		count[c]++
+	for range n {
+		a := testwait.Recv(t, "a racing PlaceOrder's answer", answers)
+		require.NoError(t, a.err)
+		count[a.r.code]++
 	}
 	require.Equal(t, 1, count[200], "%v", count)
 	require.Equal(t, n-1, count[409]+count[422], "%v", count)
 
 	// No lost update: racing increments, each retried on 409 until it
-	// lands, add up exactly.
+	// lands, add up exactly. A round in which no increment conflicted raced nothing and proves
+	// nothing, so rounds repeat until one saw a conflict.
 	const workers, each = 8, 10
-	var conflicts sync.Map
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < each; i++ {
-				for {
-					r := post(t, h, "Increment", `{"id":"hits"}`)
-					if r.code == 200 {
-						break
+	total := 0
+	rounds := 0
+	testwait.For(t, "a round of racing increments with a conflict", func() (bool, string) {
+		rounds++
+		conflicts := make(chan int, workers)
+		for range workers {
+			go func() {
+				c := 0
+				defer func() { conflicts <- c }()
+				for range each {
+					for {
+						r, err := send("POST", url+"Increment", `{"id":"hits"}`)
+						if err != nil {
+							t.Errorf("increment: %v", err)
+							return
+						}
+						if r.code == 200 {
+							break
+						}
+						if r.code != 409 {
+							t.Errorf("increment: %s", r)
+							return
+						}
+						c++
 					}
-					if r.code != 409 {
-						t.Errorf("increment: %d %s", r.code, r.raw)
-						return
-					}
-					conflicts.Store(w, true)
 				}
-			}
-		}()
-	}
-	wg.Wait()
+			}()
+		}
+		seen := 0
+		for range workers {
+			seen += testwait.Recv(t, "an incrementing worker to finish", conflicts)
+		}
+		require.False(t, t.Failed(), "a worker failed")
+		total += workers * each
+		return seen > 0, fmt.Sprintf("%d rounds without a conflict", rounds)
+	})
 	last := post(t, h, "Increment", `{"id":"hits"}`)
-	require.Equal(t, 200, last.code)
-	require.Equal(t, float64(workers*each), last.body["events"].([]any)[0].(map[string]any)["position"],
-		"the counter stream holds one event per increment, none lost")
+	require.Equal(t, 200, last.code, last.raw)
+	ev := last.body["events"].([]any)[0].(map[string]any)
+	require.Equal(t, float64(total), ev["position"], "the counter stream holds one event per increment, none lost")
+}
+
+// metricLines returns the lines of a /metrics answer for one metric.
+func metricLines(metrics, name string) string {
+	var out []string
+	for _, l := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(l, name) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func TestMain(m *testing.M) {
