@@ -25,6 +25,11 @@ type Message struct {
 	// EventStream is the event-store stream the event was appended to
 	// ("order-o-1"); empty for a message that is not a stored event.
 	EventStream string
+	// Category is the event's stream category ("order"), which names the
+	// partition index ({category}:__partitions__) a partitioned message is
+	// registered in. The relay sets it from the outbox row; when empty,
+	// brokers take the part of EventStream before the first '-'.
+	Category string
 	// Position is the event's position in EventStream, GlobalPosition its
 	// position in the store.
 	Position       int64

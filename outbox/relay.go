@@ -269,7 +269,7 @@ func (r *Relay) relay(ctx context.Context, row Row, partitioning bool) (bool, er
 		}
 	}
 	msg := broker.Message{ID: row.MessageID, Stream: r.stream(row, partitioning), Type: row.Type, Data: row.Data,
-		Metadata: row.Metadata, EventStream: row.Stream}
+		Metadata: row.Metadata, EventStream: row.Stream, Category: row.Category}
 	if row.PartitionKey != nil {
 		msg.PartitionKey = *row.PartitionKey
 	}
