@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 	"github.com/proteanhq/protean-host/record"
 	"github.com/proteanhq/protean-host/unitofwork"
@@ -24,15 +26,44 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// signalingRecords reports each load of an aggregate of type "slow".
+// signalingRecords reports each load of an aggregate of type "slow" (the
+// Slow command's first step), so a test knows the command is in its
+// handler, and holds the load there until the test releases it, so the
+// command stays in flight for as long as the test needs, however slow the
+// machine.
 type signalingRecords struct {
 	record.Store
 	loaded chan string
+	mu     sync.Mutex
+	held   map[string]chan struct{}
+}
+
+// hold makes the next loads of slow/id wait for release(id).
+func (s *signalingRecords) hold(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held[id] = make(chan struct{})
+}
+
+func (s *signalingRecords) release(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.held[id])
 }
 
 func (s *signalingRecords) Load(ctx context.Context, k record.Key) (record.Record, error) {
 	if k.Type == "slow" {
 		s.loaded <- k.ID
+		s.mu.Lock()
+		held := s.held[k.ID]
+		s.mu.Unlock()
+		if held != nil {
+			select {
+			case <-held:
+			case <-ctx.Done():
+				return record.Record{}, ctx.Err()
+			}
+		}
 	}
 	return s.Store.Load(ctx, k)
 }
@@ -52,7 +83,7 @@ func newEngine(t *testing.T, limits ...host.Limits) (*Engine, *signalingRecords)
 	require.Empty(t, problems)
 	t.Cleanup(func() { _ = set.Close(context.Background()) })
 	mem := unitofwork.NewMemory()
-	recs := &signalingRecords{Store: mem.Records, loaded: make(chan string, 16)}
+	recs := &signalingRecords{Store: mem.Records, loaded: make(chan string, 16), held: map[string]chan struct{}{}}
 	e := New(set, Options{Events: mem.Events, Records: recs, UnitOfWork: unitofwork.New(mem, unitofwork.Options{Broker: "default"})})
 	return e, recs
 }
@@ -64,24 +95,48 @@ func TestStopDrainsCommandsInFlight(t *testing.T) {
 		res *CommandResult
 		err error
 	}
+	recs.hold("a")
 	done := make(chan out, 1)
 	go func() {
-		res, err := e.Dispatch(ctx, "Slow", json.RawMessage(`{"id":"a","ms":300}`), abi.Metadata{})
+		res, err := e.Dispatch(ctx, "Slow", json.RawMessage(`{"id":"a","ms":0}`), abi.Metadata{})
 		done <- out{res, err}
 	}()
-	require.Equal(t, "a", <-recs.loaded, "the command is in its handler")
+	require.Equal(t, "a", testwait.Recv(t, "the command in its handler", recs.loaded))
 
-	stopped := make(chan error, 1)
-	go func() { stopped <- e.Stop(ctx) }()
+	// What Stop saw when it returned: its error and whether the command's
+	// event had been committed by then.
+	type stop struct {
+		err       error
+		committed int
+	}
+	stopped := make(chan stop, 1)
+	go func() {
+		err := e.Stop(ctx)
+		evs, rerr := e.opts.Events.ReadStream(context.Background(), "slow-a", 0, 0)
+		stopped <- stop{errors.Join(err, rerr), len(evs)}
+	}()
 	// New work is refused as soon as Stop begins…
-	require.Eventually(t, func() bool { return errors.Is(e.Healthy(), ErrStopped) }, 10*time.Second, time.Millisecond)
+	testwait.For(t, "the engine to report it is stopping", func() (bool, string) {
+		err := e.Healthy()
+		return errors.Is(err, ErrStopped), fmt.Sprintf("Healthy() = %v", err)
+	})
 	_, err := e.Dispatch(ctx, "Slow", json.RawMessage(`{"id":"b","ms":0}`), abi.Metadata{})
 	require.ErrorIs(t, err, ErrStopped)
-	// …while the command in flight finishes and commits.
-	o := <-done
+	// …while the command in flight, still held in its handler, keeps Stop
+	// waiting…
+	select {
+	case s := <-stopped:
+		t.Fatalf("Stop returned (%v) while a command was in flight", s.err)
+	default:
+	}
+	// …and, released, finishes and commits before Stop returns.
+	recs.release("a")
+	s := testwait.Recv(t, "Stop to return", stopped)
+	require.NoError(t, s.err)
+	require.Equal(t, 1, s.committed, "Stop returned before the command in flight committed")
+	o := testwait.Recv(t, "the command's result", done)
 	require.NoError(t, o.err)
 	require.Len(t, o.res.Events, 1)
-	require.NoError(t, <-stopped)
 	require.NoError(t, e.Stop(ctx), "a second Stop is a no-op")
 }
 
@@ -92,14 +147,14 @@ func TestStopCancelsAtItsDeadline(t *testing.T) {
 		_, err := e.Dispatch(context.Background(), "Slow", json.RawMessage(`{"id":"a","ms":60000}`), abi.Metadata{})
 		done <- err
 	}()
-	<-recs.loaded
+	testwait.Recv(t, "the command in its handler", recs.loaded)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	// Stop does not cancel a command's own context; the module's deadline
 	// (1 s here) ends the runaway call. Stop reports that the drain timed
 	// out.
 	require.ErrorIs(t, e.Stop(ctx), context.DeadlineExceeded)
-	err := <-done
+	err := testwait.Recv(t, "the runaway command to end", done)
 	require.ErrorIs(t, err, host.ErrTimeout)
 }
 
@@ -138,24 +193,23 @@ func TestDispatchErrors(t *testing.T) {
 
 	// Racing dispatches on one aggregate: every one either commits or
 	// conflicts, and the commits are exactly the counter's value.
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	ok := 0
-	for i := 0; i < 12; i++ {
-		wg.Add(1)
+	const n = 12
+	errs := make(chan error, n)
+	for range n {
 		go func() {
-			defer wg.Done()
 			_, err := e.Dispatch(ctx, "Increment", json.RawMessage(`{"id":"c"}`), abi.Metadata{})
-			if err != nil {
-				require.True(t, unitofwork.Conflict(err), "%v", err)
-				return
-			}
-			mu.Lock()
-			ok++
-			mu.Unlock()
+			errs <- err
 		}()
 	}
-	wg.Wait()
+	ok := 0
+	for range n {
+		err := testwait.Recv(t, "a racing dispatch's outcome", errs)
+		if err != nil {
+			require.True(t, unitofwork.Conflict(err), "%v", err)
+			continue
+		}
+		ok++
+	}
 	r, err := e.opts.Records.Load(ctx, record.Key{Kind: "aggregate", Type: "counter", ID: "c"})
 	require.NoError(t, err)
 	require.Equal(t, int64(ok), r.Version)
@@ -167,12 +221,13 @@ func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 func TestSwapRetiresTheOldSetAfterItsCalls(t *testing.T) {
 	e, recs := newEngine(t)
 	old := e.Set()
+	recs.hold("a") // in flight until the swap is done
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.Dispatch(context.Background(), "Slow", json.RawMessage(`{"id":"a","ms":300}`), abi.Metadata{})
+		_, err := e.Dispatch(context.Background(), "Slow", json.RawMessage(`{"id":"a","ms":0}`), abi.Metadata{})
 		done <- err
 	}()
-	require.Equal(t, "a", <-recs.loaded, "the command runs on the old set")
+	require.Equal(t, "a", testwait.Recv(t, "the command in its handler", recs.loaded), "the command runs on the old set")
 
 	// A reload swaps in a new set while the command is in its handler.
 	l, err := host.NewLoader(host.LoaderOptions{CacheDir: wasmbuild.CacheDir(t)})
@@ -185,12 +240,15 @@ func TestSwapRetiresTheOldSetAfterItsCalls(t *testing.T) {
 	e.Swap(next)
 	require.Same(t, next, e.Set())
 
-	require.NoError(t, <-done, "the old set was not closed under the running command")
+	_, err = old.Modules[0].Handle(context.Background(), "behave", nil, nil)
+	require.NoError(t, err, "the old set stays open while a command runs on it")
+	recs.release("a")
+	require.NoError(t, testwait.Recv(t, "the command's result", done), "the old set was not closed under the running command")
 	// Once its last call has left, the old set is closed.
-	require.Eventually(t, func() bool {
+	testwait.For(t, "the old set closed", func() (bool, string) {
 		_, err := old.Modules[0].Handle(context.Background(), "behave", nil, nil)
-		return err != nil
-	}, 10*time.Second, 5*time.Millisecond)
+		return err != nil, "the old set's module still answers"
+	})
 	// New work runs on the new set.
 	_, err = e.Dispatch(context.Background(), "Increment", json.RawMessage(`{"id":"x"}`), abi.Metadata{})
 	require.NoError(t, err)
