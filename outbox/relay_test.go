@@ -13,6 +13,7 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/internal/testserver"
+	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/outbox"
 )
 
@@ -103,9 +104,6 @@ func stores(t *testing.T, test func(t *testing.T, newStore func(clock func() tim
 		test(t, func(clock func() time.Time) relayStore { return outbox.NewMemory(clock) })
 	})
 	t.Run("postgres", func(t *testing.T) {
-		if err := testserver.PostgresAvailable(); err != nil {
-			t.Skipf("no PostgreSQL server: %v", err)
-		}
 		pool := testserver.PostgresPool(t)
 		test(t, func(clock func() time.Time) relayStore { return outbox.NewPostgres(pool, clock) })
 	})
@@ -189,7 +187,10 @@ func TestRelayStartStop(t *testing.T) {
 		require.NoError(t, store.Add(ctx, []outbox.Row{row(fmt.Sprintf("00000000-0000-4000-8000-%012d", i), fmt.Sprintf("order-%d", i), nil, 0)}))
 		r.Notify() // a commit wakes the relay well before its hour-long tick
 	}
-	require.Eventually(t, func() bool { return len(b.streams()) == 20 }, 10*time.Second, time.Millisecond)
+	testwait.For(t, "the 20 rows published", func() (bool, string) {
+		got := b.streams()
+		return len(got) == 20, fmt.Sprintf("%d published: %v", len(got), got)
+	})
 	require.NoError(t, r.Stop(ctx))
 	require.NoError(t, r.Stop(ctx), "double stop")
 }
