@@ -1,0 +1,515 @@
+package redisstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/partition"
+)
+
+// Options configure a Broker.
+type Options struct {
+	// Options are the delivery settings (retries, backoff, timeout, DLQ,
+	// clock, logger), as for every broker.
+	broker.Options
+	// Prefix is prepended to every Redis key the broker touches. Production
+	// leaves it empty, so keys are exactly the design's names; tests use a
+	// prefix of their own.
+	Prefix string
+	// Consumer is this host instance's consumer name in ordinary consumer
+	// groups (what XPENDING shows). Default: hostname-pid.
+	Consumer string
+	// BlockSlice bounds one blocking read of Wait, and so how long Wait
+	// takes to notice a cancelled context or Close (default 200ms).
+	BlockSlice time.Duration
+}
+
+// Broker is the Redis Streams broker. Its methods are safe for concurrent
+// use, and several Brokers (host instances) may share one Redis and one
+// consumer group.
+type Broker struct {
+	rdb   redis.UniversalClient
+	opts  Options
+	now   func() time.Time
+	after func(time.Duration) <-chan time.Time
+	log   *slog.Logger
+
+	closeOnce sync.Once
+	done      chan struct{}
+}
+
+// Compile-time checks of what Broker offers.
+var (
+	_ broker.Broker       = (*Broker)(nil)
+	_ broker.Waiter       = (*Broker)(nil)
+	_ broker.DeadLetterer = (*Broker)(nil)
+	_ broker.Inspector    = (*Broker)(nil)
+)
+
+// New returns a broker on client, which the caller owns (Close does not
+// close it). opts.Options must be valid.
+func New(client redis.UniversalClient, opts Options) (*Broker, error) {
+	if client == nil {
+		return nil, errors.New("redisstream: nil client")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Consumer == "" {
+		host, _ := os.Hostname()
+		opts.Consumer = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if opts.BlockSlice <= 0 {
+		opts.BlockSlice = 200 * time.Millisecond
+	}
+	b := &Broker{rdb: client, opts: opts, now: opts.Now, after: opts.After, log: opts.Logger, done: make(chan struct{})}
+	if b.now == nil {
+		b.now = time.Now
+	}
+	if b.after == nil {
+		b.after = time.After
+	}
+	if b.log == nil {
+		b.log = slog.New(slog.DiscardHandler)
+	}
+	return b, nil
+}
+
+// Capabilities returns ReliableMessaging, OrderedMessaging, BlockingRead,
+// StreamPartitioning, and DeadLetterQueue unless Options.EnableDLQ is off.
+func (b *Broker) Capabilities() broker.Capability {
+	c := broker.ReliableMessaging | broker.OrderedMessaging | broker.BlockingRead | broker.StreamPartitioning
+	if b.opts.EnableDLQ {
+		c |= broker.DeadLetterQueue
+	}
+	return c
+}
+
+// Close makes every later call but Capabilities and Close return
+// broker.ErrClosed and ends blocked Waits within one BlockSlice. It does
+// not close the Redis client.
+func (b *Broker) Close() error {
+	b.closeOnce.Do(func() { close(b.done) })
+	return nil
+}
+
+func (b *Broker) closed() bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// check returns the error a call must return before it starts.
+func (b *Broker) check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if b.closed() {
+		return broker.ErrClosed
+	}
+	return nil
+}
+
+// Key names (without Prefix). The stream is the caller's name; the rest
+// sit beside it.
+func idsKey(stream string) string          { return stream + ":__ids__" }
+func dlqKey(stream string) string          { return stream + ":dlq" }
+func groupKey(stream, group string) string { return stream + ":__group__:" + group }
+
+// Category returns msg.Category, or the part of EventStream before its
+// first '-'.
+func Category(msg broker.Message) string {
+	if msg.Category != "" {
+		return msg.Category
+	}
+	c, _, _ := strings.Cut(msg.EventStream, "-")
+	return c
+}
+
+// Publish appends msgs to their streams with one Lua script: all or
+// nothing, in the order given. A message whose ID its stream already holds
+// is dropped (a relay's republish after a crash delivers once). A message
+// with a PartitionKey also adds the key to its category's partition index
+// ({category}:__partitions__) in the same script, so a reaper that sees
+// the index never misses a stream that has entries. It returns the entry
+// ids, "" for a dropped duplicate.
+func (b *Broker) Publish(ctx context.Context, msgs ...broker.Message) error {
+	_, err := b.PublishIDs(ctx, msgs...)
+	return err
+}
+
+// PublishIDs is Publish that returns the Redis entry ids, "" for each
+// dropped duplicate.
+func (b *Broker) PublishIDs(ctx context.Context, msgs ...broker.Message) ([]string, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	keys := make([]string, 0, 3*len(msgs))
+	args := make([]any, 0, 24*len(msgs))
+	for i, m := range msgs {
+		if m.ID == "" || m.Stream == "" {
+			return nil, fmt.Errorf("redisstream: publish: message %d (id %q, stream %q): %w: id and stream are required", i, m.ID, m.Stream, broker.ErrInvalid)
+		}
+		idx := b.opts.Prefix + m.Stream
+		if m.PartitionKey != "" {
+			c := Category(m)
+			if c == "" {
+				return nil, fmt.Errorf("redisstream: publish: message %s: %w: partition key %q without a category", m.ID, broker.ErrInvalid, m.PartitionKey)
+			}
+			idx = b.opts.Prefix + partition.IndexKey(c)
+		}
+		keys = append(keys, b.opts.Prefix+m.Stream, b.opts.Prefix+idsKey(m.Stream), idx)
+		f := Encode(m)
+		args = append(args, m.ID, m.PartitionKey, len(f))
+		args = append(args, f...)
+	}
+	res, err := publishScript.Run(ctx, b.rdb, keys, args...).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("redisstream: publish %d messages (first %s to %s): %w", len(msgs), msgs[0].ID, msgs[0].Stream, err)
+	}
+	return res, nil
+}
+
+// reply is a group script's reply.
+type reply struct {
+	status string
+	rest   []any
+}
+
+// run runs a group script for stream and group with extra ARGV, logs what
+// it dead-lettered, and returns its reply.
+func (b *Broker) run(ctx context.Context, s *redis.Script, op, stream, group string, now time.Time, extra ...any) (reply, error) {
+	p := b.opts.Prefix
+	g := groupKey(stream, group)
+	keys := []string{p + stream, p + g, p + g + ":requeued", p + g + ":inflight", p + dlqKey(stream), p + idsKey(stream), p + g + ":wake"}
+	ns, nn := timePair(now)
+	cs, cn := timePair(now.Add(-b.opts.MessageTimeout))
+	dlq := "0"
+	if b.opts.EnableDLQ {
+		dlq = "1"
+	}
+	args := append([]any{group, b.opts.Consumer, ns, nn, cs, cn, dlq}, extra...)
+	v, err := s.Run(ctx, b.rdb, keys, args...).Slice()
+	if err != nil {
+		return reply{}, err
+	}
+	if len(v) < 2 {
+		return reply{}, fmt.Errorf("redisstream: %s: stream %s: group %s: short script reply %v", op, stream, group, v)
+	}
+	st, _ := v[0].(string)
+	killed, _ := v[1].([]any)
+	for i := 0; i+2 < len(killed); i += 3 {
+		action := "dead-lettered"
+		if !b.opts.EnableDLQ {
+			action = "discarded"
+		}
+		b.log.Warn("broker: message "+action, "stream", stream, "group", group,
+			"message_id", killed[i], "reason", killed[i+1], "attempts", killed[i+2])
+	}
+	return reply{status: st, rest: v[2:]}, nil
+}
+
+func isNoGroup(err error) bool { return err != nil && strings.Contains(err.Error(), "NOGROUP") }
+
+// next runs the next script, creating the group (from the stream's first
+// entry) when it does not exist yet.
+func (b *Broker) next(ctx context.Context, stream, group string, now time.Time) (reply, error) {
+	r, err := b.run(ctx, nextScript, "next", stream, group, now)
+	if isNoGroup(err) {
+		err = b.rdb.XGroupCreateMkStream(ctx, b.opts.Prefix+stream, group, "0").Err()
+		if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
+			return reply{}, fmt.Errorf("redisstream: create group: stream %s: group %s: %w", stream, group, err)
+		}
+		r, err = b.run(ctx, nextScript, "next", stream, group, now)
+	}
+	if err != nil {
+		return reply{}, fmt.Errorf("redisstream: next: stream %s: group %s: %w", stream, group, err)
+	}
+	return r, nil
+}
+
+// delivery decodes a "msg" reply.
+func (b *Broker) delivery(stream, group string, now time.Time, r reply) (broker.Delivery, error) {
+	if len(r.rest) < 3 {
+		return broker.Delivery{}, fmt.Errorf("redisstream: next: stream %s: group %s: short reply %v", stream, group, r.rest)
+	}
+	eid, _ := r.rest[0].(string)
+	fields, _ := r.rest[1].([]any)
+	attempt, _ := r.rest[2].(int64)
+	m, err := decodeFlat(eid, fields)
+	if err != nil {
+		return broker.Delivery{}, fmt.Errorf("redisstream: next: stream %s: group %s: %w", stream, group, err)
+	}
+	m.Stream = stream
+	return broker.Delivery{Message: m, Group: group, Attempt: int(attempt), DeliveredAt: now}, nil
+}
+
+// Next delivers the group's next ready message of stream, or returns
+// broker.ErrEmpty: the head of the group's requeued line when it is due
+// (while it is not, nothing later is delivered: it holds the line), else a
+// new entry. Messages in flight longer than MessageTimeout are dead-lettered
+// first. A malformed entry is returned as a *DecodeError (ErrMalformed);
+// without a message id to Nack it by, it stays in flight until
+// MessageTimeout dead-letters it, and does not block the group meanwhile.
+func (b *Broker) Next(ctx context.Context, stream, group string) (broker.Delivery, error) {
+	if err := checkGroup("next", stream, group); err != nil {
+		return broker.Delivery{}, err
+	}
+	if err := b.check(ctx); err != nil {
+		return broker.Delivery{}, err
+	}
+	now := b.now()
+	r, err := b.next(ctx, stream, group, now)
+	if err != nil {
+		return broker.Delivery{}, err
+	}
+	if r.status != "msg" {
+		return broker.Delivery{}, broker.ErrEmpty
+	}
+	return b.delivery(stream, group, now, r)
+}
+
+// Wait is Next that blocks until a message is ready, ctx is done or the
+// broker is closed. It blocks in Redis (XREAD BLOCK on the stream and on
+// the group's wake stream, which Nack and Replay write to), in slices of
+// BlockSlice so that it notices ctx and Close; while a requeued message
+// holds the line it waits for the message's due time on Options.After,
+// rechecking once a slice for a Replay by another instance.
+func (b *Broker) Wait(ctx context.Context, stream, group string) (broker.Delivery, error) {
+	if err := checkGroup("wait", stream, group); err != nil {
+		return broker.Delivery{}, err
+	}
+	var (
+		timer   <-chan time.Time
+		timerAt time.Time
+	)
+	for {
+		if err := b.check(ctx); err != nil {
+			return broker.Delivery{}, err
+		}
+		now := b.now()
+		r, err := b.next(ctx, stream, group, now)
+		if err != nil {
+			if ctx.Err() != nil {
+				return broker.Delivery{}, ctx.Err()
+			}
+			return broker.Delivery{}, err
+		}
+		switch r.status {
+		case "msg":
+			return b.delivery(stream, group, now, r)
+		case "held":
+			s, _ := r.rest[0].(string)
+			due, err := parsePair(s)
+			if err != nil {
+				return broker.Delivery{}, fmt.Errorf("redisstream: wait: stream %s: group %s: %w", stream, group, err)
+			}
+			if timer == nil || !due.Equal(timerAt) {
+				timer, timerAt = b.after(due.Sub(now)), due
+			}
+			select {
+			case <-ctx.Done():
+				return broker.Delivery{}, ctx.Err()
+			case <-b.done:
+				return broker.Delivery{}, broker.ErrClosed
+			case <-timer:
+				timer = nil
+			case <-time.After(b.opts.BlockSlice):
+			}
+		default: // empty
+			timer = nil
+			lastS, _ := r.rest[0].(string)
+			lastW, _ := r.rest[1].(string)
+			if err := b.block(ctx, stream, group, lastS, lastW); err != nil {
+				return broker.Delivery{}, err
+			}
+		}
+	}
+}
+
+// block waits up to one BlockSlice (less if ctx's deadline is nearer) for
+// an entry after lastS on the stream or after lastW on the wake stream. It
+// reads without a group, so it takes nothing: Next does the delivering.
+func (b *Broker) block(ctx context.Context, stream, group, lastS, lastW string) error {
+	d := b.opts.BlockSlice
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	if d < time.Millisecond {
+		if d <= 0 {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		d = time.Millisecond // BLOCK 0 would block for ever
+	}
+	p := b.opts.Prefix
+	err := b.rdb.XRead(ctx, &redis.XReadArgs{
+		Streams: []string{p + stream, p + groupKey(stream, group) + ":wake", lastS, lastW},
+		Count:   1,
+		Block:   d,
+	}).Err()
+	switch {
+	case err == nil, errors.Is(err, redis.Nil):
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	default:
+		return fmt.Errorf("redisstream: wait: stream %s: group %s: %w", stream, group, err)
+	}
+}
+
+// settle runs an Ack, Nack or Replay script and maps its status.
+func (b *Broker) settle(ctx context.Context, op, stream, group, id string, s *redis.Script, extra ...any) (reply, error) {
+	if err := checkGroup(op, stream, group); err != nil {
+		return reply{}, err
+	}
+	if id == "" {
+		return reply{}, fmt.Errorf("redisstream: %s: stream %s: group %s: %w: empty message id", op, stream, group, broker.ErrInvalid)
+	}
+	if err := b.check(ctx); err != nil {
+		return reply{}, err
+	}
+	r, err := b.run(ctx, s, op, stream, group, b.now(), append([]any{id}, extra...)...)
+	if err != nil {
+		return reply{}, fmt.Errorf("redisstream: %s: stream %s: group %s: message %s: %w", op, stream, group, id, err)
+	}
+	var serr error
+	switch r.status {
+	case "ok":
+		return r, nil
+	case "not_delivered":
+		serr = broker.ErrNotDelivered
+	case "acked":
+		serr = broker.ErrAcked
+	case "not_dead":
+		serr = broker.ErrNotDeadLettered
+	case "not_in_flight":
+		detail := ""
+		if len(r.rest) > 0 {
+			detail, _ = r.rest[0].(string)
+		}
+		serr = fmt.Errorf("%w: %s", broker.ErrNotInFlight, detail)
+	default:
+		serr = fmt.Errorf("unexpected script status %q", r.status)
+	}
+	return r, fmt.Errorf("redisstream: %s: stream %s: group %s: message %s: %w", op, stream, group, id, serr)
+}
+
+// Ack settles a delivered message (XACK). Acking an acked message returns
+// nil; one never delivered broker.ErrNotDelivered; one nacked,
+// dead-lettered or discarded broker.ErrNotInFlight.
+func (b *Broker) Ack(ctx context.Context, stream, group, id string) error {
+	_, err := b.settle(ctx, "ack", stream, group, id, ackScript)
+	return err
+}
+
+// Nack gives a delivered message back: it is requeued at its place in the
+// group's line, due after Options.RetryBackoff(retries), or, past
+// MaxRetries, dead-lettered (XADD to {stream}:dlq and XACK in one script)
+// or discarded without a DLQ. The message stays in the group's pending
+// entries list while it waits.
+func (b *Broker) Nack(ctx context.Context, stream, group, id string) error {
+	_, err := b.settle(ctx, "nack", stream, group, id, nackScript,
+		b.opts.MaxRetries, int64(b.opts.RetryDelay), strconv.FormatFloat(b.opts.BackoffMultiplier, 'g', -1, 64))
+	return err
+}
+
+// Replay moves a dead letter back to the head of the group's line (in
+// entry order among requeued messages), due at once, attempts reset.
+func (b *Broker) Replay(ctx context.Context, stream, group, id string) error {
+	_, err := b.settle(ctx, "replay", stream, group, id, replayScript)
+	return err
+}
+
+// DLQ lists the group's dead letters of stream ({stream}:dlq holds every
+// group's), oldest failure first.
+func (b *Broker) DLQ(ctx context.Context, stream, group string) ([]broker.DeadLetter, error) {
+	if err := checkGroup("dlq", stream, group); err != nil {
+		return nil, err
+	}
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	r, err := b.run(ctx, dlqScript, "dlq", stream, group, b.now())
+	if err != nil {
+		return nil, fmt.Errorf("redisstream: dlq: stream %s: group %s: %w", stream, group, err)
+	}
+	var entries []any
+	if len(r.rest) > 0 {
+		entries, _ = r.rest[0].([]any)
+	}
+	var out []broker.DeadLetter
+	for _, e := range entries {
+		pair, _ := e.([]any)
+		if len(pair) < 2 {
+			continue
+		}
+		did, _ := pair[0].(string)
+		flat, _ := pair[1].([]any)
+		vals := flatMap(flat)
+		if g, _ := vals["dl_group"].(string); g != group {
+			continue
+		}
+		m, err := Decode(did, vals)
+		if err != nil {
+			return nil, fmt.Errorf("redisstream: dlq: stream %s: group %s: %w", stream, group, err)
+		}
+		m.Stream = stream
+		dl := broker.DeadLetter{Message: m, Group: group}
+		dl.Reason, _ = vals["dl_reason"].(string)
+		a, _ := vals["dl_attempts"].(string)
+		dl.Attempts, _ = strconv.Atoi(a)
+		fa, _ := vals["dl_failed_at"].(string)
+		if dl.FailedAt, err = parsePair(fa); err != nil {
+			return nil, fmt.Errorf("redisstream: dlq: stream %s: group %s: entry %s: %w", stream, group, did, err)
+		}
+		out = append(out, dl)
+	}
+	return out, nil
+}
+
+// Stats counts the group's messages of stream by state, after expiring
+// timed-out ones. Depth uses the group's lag (Redis 7).
+func (b *Broker) Stats(ctx context.Context, stream, group string) (broker.Stats, error) {
+	if err := checkGroup("stats", stream, group); err != nil {
+		return broker.Stats{}, err
+	}
+	if err := b.check(ctx); err != nil {
+		return broker.Stats{}, err
+	}
+	r, err := b.run(ctx, statsScript, "stats", stream, group, b.now())
+	if err != nil {
+		return broker.Stats{}, fmt.Errorf("redisstream: stats: stream %s: group %s: %w", stream, group, err)
+	}
+	n := make([]int, 4)
+	for i := range n {
+		if i < len(r.rest) {
+			v, _ := r.rest[i].(int64)
+			n[i] = int(v)
+		}
+	}
+	return broker.Stats{Depth: n[0], Requeued: n[1], InFlight: n[2], DeadLetters: n[3]}, nil
+}
+
+func checkGroup(op, stream, group string) error {
+	if stream == "" || group == "" {
+		return fmt.Errorf("redisstream: %s: stream %q: group %q: %w: stream and group are required", op, stream, group, broker.ErrInvalid)
+	}
+	return nil
+}

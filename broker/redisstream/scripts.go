@@ -1,0 +1,289 @@
+package redisstream
+
+import "github.com/redis/go-redis/v9"
+
+// The Lua scripts. Each runs atomically on the server, so a group's state
+// (the consumer group plus the hash and sorted sets beside it) changes in
+// one step even with many host instances sharing the group. The "#!lua"
+// shebang (Redis 7) makes the server refuse a script up front when it is out
+// of memory, instead of failing it half way: together with the type checks
+// in publish, a script writes all or nothing.
+//
+// Times are passed and stored as "seconds nanoseconds": Lua numbers are
+// doubles and cannot hold a Unix time in nanoseconds exactly, and the
+// injected clock (broker.Options.Now) is compared to the nanosecond.
+
+// publishScript appends every message of a Publish call. KEYS come in
+// threes per message: stream, id index, partition index (the stream key
+// again when the message has no partition key; it is not touched then).
+// ARGV per message: message id, partition key or "", field count, fields.
+// It returns the entry ids, "" for a message dropped as a duplicate.
+var publishScript = redis.NewScript(`#!lua
+local want = {'stream', 'hash', 'set'}
+local n = #KEYS / 3
+local a = 1
+local msgs = {}
+for i = 1, n do
+  local id, pkey, nf = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  local fields = {}
+  for j = 1, nf do fields[j] = ARGV[a + 2 + j] end
+  a = a + 3 + nf
+  msgs[i] = {id = id, pkey = pkey, fields = fields}
+  for k = 1, 3 do
+    if k < 3 or pkey ~= '' then
+      local key = KEYS[(i - 1) * 3 + k]
+      local t = redis.call('TYPE', key)['ok']
+      if t ~= 'none' and t ~= want[k] then
+        return redis.error_reply('WRONGTYPE key ' .. key .. ' holds a ' .. t .. ', want a ' .. want[k])
+      end
+    end
+  end
+end
+local out = {}
+for i = 1, n do
+  local m = msgs[i]
+  local s, ids, idx = KEYS[(i - 1) * 3 + 1], KEYS[(i - 1) * 3 + 2], KEYS[(i - 1) * 3 + 3]
+  if redis.call('HEXISTS', ids, m.id) == 1 then
+    out[i] = ''
+  else
+    local eid = redis.call('XADD', s, '*', unpack(m.fields))
+    redis.call('HSET', ids, m.id, eid)
+    out[i] = eid
+  end
+  if m.pkey ~= '' then redis.call('SADD', idx, m.pkey) end
+end
+return out
+`)
+
+// groupPrelude is shared by the scripts of an ordinary consumer group.
+// KEYS: 1 stream, 2 group state hash, 3 requeued (sorted set, lexical by
+// padded entry id), 4 in flight (sorted set, score = delivery second),
+// 5 dead-letter stream, 6 id index, 7 wake stream.
+// ARGV: 1 group, 2 consumer, 3-4 now, 5-6 the MessageTimeout cutoff
+// (now - timeout), 7 "1" to dead-letter or "0" to discard.
+//
+// The state hash holds, per entry id E: a:E deliveries so far, t:E when
+// the current delivery went out, q:E when a requeued entry is due, x:E
+// "dead <dlq entry id>" or "discarded"; and n:dead, the DLQ count.
+const groupPrelude = `#!lua
+local S, H, Q, F, D, I, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local G, C = ARGV[1], ARGV[2]
+local now_s, now_n = tonumber(ARGV[3]), tonumber(ARGV[4])
+local now = ARGV[3] .. ' ' .. ARGV[4]
+local cut_s, cut_n = tonumber(ARGV[5]), tonumber(ARGV[6])
+local DLQ = ARGV[7] == '1'
+local killed = {}
+
+local function tpair(v)
+  local s, n = string.match(v or '', '^(%-?%d+) (%d+)$')
+  return tonumber(s), tonumber(n)
+end
+local function before(as, an, bs, bn) return as < bs or (as == bs and an < bn) end
+-- pad makes entry ids compare as strings in numeric order.
+local function pad(id)
+  local ms, seq = string.match(id, '^(%d+)%-(%d+)$')
+  return string.rep('0', 20 - #ms) .. ms .. '-' .. string.rep('0', 20 - #seq) .. seq
+end
+local function field(fields, name)
+  for i = 1, #fields, 2 do if fields[i] == name then return fields[i + 1] end end
+  return ''
+end
+
+-- kill dead-letters an entry (XADD to the DLQ stream, then XACK, in this
+-- one script: nothing is lost between them) or discards it.
+local function kill(eid, reason, attempts)
+  local e = redis.call('XRANGE', S, eid, eid)[1]
+  local fields = {}
+  if e and e[2] then fields = e[2] end
+  redis.call('XACK', S, G, eid)
+  redis.call('ZREM', F, eid)
+  redis.call('HDEL', H, 'a:' .. eid, 't:' .. eid)
+  if DLQ then
+    local args = {}
+    for _, v in ipairs(fields) do args[#args + 1] = v end
+    for _, v in ipairs({'dl_group', G, 'dl_reason', reason, 'dl_attempts', attempts, 'dl_failed_at', now, 'dl_entry', eid}) do
+      args[#args + 1] = v
+    end
+    local did = redis.call('XADD', D, '*', unpack(args))
+    redis.call('HSET', H, 'x:' .. eid, 'dead ' .. did)
+    redis.call('HINCRBY', H, 'n:dead', 1)
+  else
+    redis.call('HSET', H, 'x:' .. eid, 'discarded')
+  end
+  killed[#killed + 1] = field(fields, 'id')
+  killed[#killed + 1] = reason
+  killed[#killed + 1] = attempts
+end
+
+-- expire dead-letters the entries in flight since before the cutoff.
+local function expire()
+  for _, eid in ipairs(redis.call('ZRANGEBYSCORE', F, '-inf', cut_s)) do
+    local s, n = tpair(redis.call('HGET', H, 't:' .. eid))
+    if not s or before(s, n, cut_s, cut_n) then
+      kill(eid, 'timeout', tonumber(redis.call('HGET', H, 'a:' .. eid) or '1'))
+    end
+  end
+end
+
+-- delivered returns the entry id of message id if the group has read it.
+local function delivered(id)
+  local eid = redis.call('HGET', I, id)
+  if not eid or redis.call('EXISTS', S) == 0 then return nil end
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', S)) do
+    local name, last
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then last = g[i + 1] end
+    end
+    if name == G then
+      if pad(eid) <= pad(last) then return eid end
+      return nil
+    end
+  end
+  return nil
+end
+
+local function wake() redis.call('XADD', W, 'MAXLEN', 1, '*', 'n', '1') end
+`
+
+// nextScript delivers the group's next message: the head of the requeued
+// line if it is due (if it is not, nothing: it holds the line), else a new
+// entry (XREADGROUP COUNT 1). Replies {"msg", killed, entry id, fields,
+// attempt}, {"held", killed, due} or {"empty", killed, last stream id, last
+// wake id}.
+var nextScript = redis.NewScript(groupPrelude + `
+expire()
+while true do
+  local m = redis.call('ZRANGE', Q, 0, 0)[1]
+  if not m then break end
+  local eid = string.match(m, ' (.+)$')
+  local due = redis.call('HGET', H, 'q:' .. eid)
+  local rs, rn = tpair(due)
+  if rs and before(now_s, now_n, rs, rn) then return {'held', killed, due} end
+  redis.call('ZREM', Q, m)
+  redis.call('HDEL', H, 'q:' .. eid)
+  local e = redis.call('XRANGE', S, eid, eid)[1]
+  if e then
+    -- Keep XPENDING honest about who holds it (a no-op for a replayed
+    -- entry, which left the pending list when it was dead-lettered).
+    redis.call('XCLAIM', S, G, C, 0, eid, 'JUSTID')
+    local a = redis.call('HINCRBY', H, 'a:' .. eid, 1)
+    redis.call('HSET', H, 't:' .. eid, now)
+    redis.call('ZADD', F, now_s, eid)
+    return {'msg', killed, eid, e[2], a}
+  end
+  redis.call('HDEL', H, 'a:' .. eid) -- trimmed away: nothing to deliver
+end
+local r = redis.call('XREADGROUP', 'GROUP', G, C, 'COUNT', 1, 'STREAMS', S, '>')
+if r then
+  local e = r[1][2][1]
+  redis.call('HSET', H, 'a:' .. e[1], 1, 't:' .. e[1], now)
+  redis.call('ZADD', F, now_s, e[1])
+  return {'msg', killed, e[1], e[2], 1}
+end
+local last = redis.call('XREVRANGE', S, '+', '-', 'COUNT', 1)[1]
+local lw = redis.call('XREVRANGE', W, '+', '-', 'COUNT', 1)[1]
+return {'empty', killed, last and last[1] or '0-0', lw and lw[1] or '0-0'}
+`)
+
+// ackScript: ARGV[8] message id. Replies {status, killed, detail}.
+var ackScript = redis.NewScript(groupPrelude + `
+expire()
+local eid = delivered(ARGV[8])
+if not eid then return {'not_delivered', killed} end
+if redis.call('ZSCORE', F, eid) then
+  redis.call('XACK', S, G, eid)
+  redis.call('ZREM', F, eid)
+  redis.call('HDEL', H, 'a:' .. eid, 't:' .. eid)
+  return {'ok', killed}
+end
+if redis.call('HEXISTS', H, 'q:' .. eid) == 1 then return {'not_in_flight', killed, 'nacked, awaiting redelivery'} end
+local x = redis.call('HGET', H, 'x:' .. eid)
+if x then
+  if string.sub(x, 1, 5) == 'dead ' then return {'not_in_flight', killed, 'dead-lettered'} end
+  return {'not_in_flight', killed, 'discarded'}
+end
+return {'ok', killed}
+`)
+
+// nackScript: ARGV[8] message id, 9 MaxRetries, 10 RetryDelay in
+// nanoseconds, 11 BackoffMultiplier.
+var nackScript = redis.NewScript(groupPrelude + `
+expire()
+local eid = delivered(ARGV[8])
+if not eid then return {'not_delivered', killed} end
+if not redis.call('ZSCORE', F, eid) then
+  if redis.call('HEXISTS', H, 'q:' .. eid) == 1 or redis.call('HEXISTS', H, 'x:' .. eid) == 1 then
+    return {'ok', killed} -- nacked before, or given up on
+  end
+  return {'acked', killed}
+end
+local a = tonumber(redis.call('HGET', H, 'a:' .. eid) or '1')
+if a > tonumber(ARGV[9]) then
+  kill(eid, 'max_retries', a)
+  return {'ok', killed}
+end
+redis.call('ZREM', F, eid)
+redis.call('HDEL', H, 't:' .. eid)
+-- RetryDelay * BackoffMultiplier^(a-1), saturating like Options.RetryBackoff.
+local d, mult, max = tonumber(ARGV[10]), tonumber(ARGV[11]), 9.2e18
+for i = 2, a do
+  if d >= max then break end
+  d = d * mult
+end
+if d > max then d = max end
+local ds = math.floor(d / 1e9)
+local rs, rn = now_s + ds, now_n + math.floor(d - ds * 1e9)
+if rn >= 1e9 then rs, rn = rs + 1, rn - 1e9 end
+redis.call('HSET', H, 'q:' .. eid, string.format('%d %d', rs, rn))
+redis.call('ZADD', Q, 0, pad(eid) .. ' ' .. eid)
+wake()
+return {'ok', killed}
+`)
+
+// replayScript: ARGV[8] message id. Moves a dead letter back to the head
+// of the line, due now, attempts reset.
+var replayScript = redis.NewScript(groupPrelude + `
+expire()
+local eid = redis.call('HGET', I, ARGV[8])
+local x = eid and redis.call('HGET', H, 'x:' .. eid)
+if not x or string.sub(x, 1, 5) ~= 'dead ' then return {'not_dead', killed} end
+redis.call('XDEL', D, string.sub(x, 6))
+redis.call('HDEL', H, 'x:' .. eid)
+redis.call('HINCRBY', H, 'n:dead', -1)
+redis.call('HSET', H, 'a:' .. eid, 0, 'q:' .. eid, now)
+redis.call('ZADD', Q, 0, pad(eid) .. ' ' .. eid)
+wake()
+return {'ok', killed}
+`)
+
+// dlqScript lists the dead-letter stream's entries (the caller keeps the
+// group's): {"ok", killed, entries}.
+var dlqScript = redis.NewScript(groupPrelude + `
+expire()
+return {'ok', killed, redis.call('XRANGE', D, '-', '+')}
+`)
+
+// statsScript: {"ok", killed, depth, requeued, in flight, dead letters}.
+var statsScript = redis.NewScript(groupPrelude + `
+expire()
+if redis.call('EXISTS', S) == 0 then return {'ok', killed, 0, 0, 0, 0} end
+local found, lag, last = false, nil, nil
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', S)) do
+  local name, l, ld
+  for i = 1, #g, 2 do
+    if g[i] == 'name' then name = g[i + 1]
+    elseif g[i] == 'lag' then l = g[i + 1]
+    elseif g[i] == 'last-delivered-id' then ld = g[i + 1] end
+  end
+  if name == G then found, lag, last = true, l, ld end
+end
+if not found then
+  -- A group's first read starts at the stream's first entry.
+  return {'ok', killed, redis.call('XLEN', S), 0, 0, 0}
+end
+if not lag then -- unknown after deletions: count what is left past the group
+  lag = #redis.call('XRANGE', S, '(' .. last, '+')
+end
+local rq = redis.call('ZCARD', Q)
+return {'ok', killed, lag + rq, rq, redis.call('ZCARD', F), tonumber(redis.call('HGET', H, 'n:dead') or '0')}
+`)
