@@ -1,6 +1,7 @@
 package abi_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 
@@ -8,7 +9,21 @@ import (
 )
 
 // The decoders take bytes a guest wrote: they must never panic, and what
-// they accept must re-encode and decode to the same value.
+// they accept must re-encode and decode to the same value. "The same" is
+// compared on the encodings (encode, decode, encode again: the two
+// encodings are equal), since json.RawMessage fields come back compacted.
+
+// sameEncoding fails t unless v, decoded from first, encodes to first.
+func sameEncoding(t *testing.T, first []byte, v any) {
+	t.Helper()
+	again, err := json.Marshal(v)
+	if err != nil {
+		t.Fatalf("decoded value does not encode: %v", err)
+	}
+	if !bytes.Equal(first, again) {
+		t.Fatalf("round trip changed the value:\nfirst:  %s\nsecond: %s", first, again)
+	}
+}
 
 func FuzzDecodeManifest(f *testing.F) {
 	f.Add([]byte(validManifest))
@@ -24,9 +39,11 @@ func FuzzDecodeManifest(f *testing.F) {
 		if err != nil {
 			t.Fatalf("accepted manifest does not encode: %v", err)
 		}
-		if _, err := abi.DecodeManifest(out); err != nil {
+		m2, err := abi.DecodeManifest(out)
+		if err != nil {
 			t.Fatalf("re-encoded manifest rejected: %v\n%s", err, out)
 		}
+		sameEncoding(t, out, m2)
 	})
 }
 
@@ -49,9 +66,11 @@ func FuzzDecodeHandleResponse(f *testing.F) {
 		if err != nil {
 			t.Fatalf("accepted response does not encode: %v", err)
 		}
-		if _, err := abi.DecodeHandleResponse(out, n, 1<<20); err != nil {
+		r2, err := abi.DecodeHandleResponse(out, n, 1<<20)
+		if err != nil {
 			t.Fatalf("re-encoded response rejected: %v\n%s", err, out)
 		}
+		sameEncoding(t, out, r2)
 	})
 }
 
