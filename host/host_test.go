@@ -14,6 +14,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
@@ -33,7 +34,11 @@ func TestMain(m *testing.M) {
 func sharedLoader(t testing.TB) *host.Loader {
 	t.Helper()
 	if loader == nil {
-		l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{ManifestTimeout: 2 * time.Second}, CacheDir: wasmbuild.CacheDir(t)})
+		// The manifest deadline covers instantiating the module, which
+		// under -race on a loaded machine can take seconds: give it the
+		// suite's wait limit. The test of the deadline itself has its own
+		// loader.
+		l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{ManifestTimeout: testwait.Limit()}, CacheDir: wasmbuild.CacheDir(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,13 +203,22 @@ func TestHostileFiles(t *testing.T) {
 		{"manifest traps", raw("trap"), nil, "protean_manifest trapped"},
 		{"manifest reports failure", raw("fail"), nil, "refusing on purpose"},
 	}
+	// A manifest that never returns must hit a deadline; a short one keeps
+	// the test quick, and only a guest that loops forever meets it.
+	short, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{ManifestTimeout: 500 * time.Millisecond}, CacheDir: wasmbuild.CacheDir(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = short.Close(context.Background()) })
 	dir := t.TempDir()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			file := strings.ReplaceAll(tc.name, " ", "_") + ".wasm"
 			path := filepath.Join(dir, file)
 			require.NoError(t, os.WriteFile(path, tc.bytes, 0o644))
-			m, err := sharedLoader(t).LoadFile(context.Background(), path)
+			l := sharedLoader(t)
+			if errors.Is(tc.is, host.ErrManifestTimeout) {
+				l = short
+			}
+			m, err := l.LoadFile(context.Background(), path)
 			require.Nil(t, m)
 			require.Error(t, err)
 			var le *host.LoadError
