@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/proteanhq/protean-host/broker/brokertest"
+	"github.com/proteanhq/protean-host/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -39,14 +40,13 @@ func TestClock(t *testing.T) {
 func TestClockWaitTimers(t *testing.T) {
 	t.Parallel()
 	c := brokertest.NewClock(brokertest.Epoch)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := testwait.Context(t)
 	armed := make(chan (<-chan time.Time))
 	go func() { armed <- c.After(time.Minute) }()
 	require.NoError(t, c.WaitTimers(ctx, 1))
-	ch := <-armed
+	ch := testwait.Recv(t, "the timer armed", armed)
 	c.Advance(time.Minute)
-	<-ch
+	testwait.Recv(t, "the timer to fire", ch)
 
 	short, cancelShort := context.WithCancel(context.Background())
 	cancelShort()

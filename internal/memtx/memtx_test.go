@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/internal/memtx"
+	"github.com/proteanhq/protean-host/internal/testwait"
 )
 
 var errDone = errors.New("tx done")
@@ -47,6 +48,6 @@ func TestBeginAfterTheOpenTransactionEnds(t *testing.T) {
 	second := make(chan *memtx.Life)
 	go func() { second <- memtx.Begin(&write, errDone) }()
 	first.Rollback(func() {})
-	l := <-second
+	l := testwait.Recv(t, "the second transaction to begin", second)
 	require.NoError(t, l.Commit(func() {}))
 }
