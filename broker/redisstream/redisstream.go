@@ -468,7 +468,13 @@ func (b *Broker) DLQ(ctx context.Context, stream, group string) ([]broker.DeadLe
 		}
 		m, err := Decode(did, vals)
 		if err != nil {
-			return nil, fmt.Errorf("redisstream: dlq: stream %s: group %s: %w", stream, group, err)
+			// A poison message is exactly what a DLQ is for: list what
+			// can be read of it rather than hide it or fail the listing.
+			b.log.Warn("broker: malformed dead letter", "stream", stream, "group", group, "entry", did, "error", err)
+			m = broker.Message{ID: did}
+			if id, ok := vals[FieldID].(string); ok && id != "" {
+				m.ID = id
+			}
 		}
 		m.Stream = stream
 		dl := broker.DeadLetter{Message: m, Group: group}
