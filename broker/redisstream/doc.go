@@ -1,0 +1,98 @@
+// Package redisstream is the Redis Streams broker: the production broker
+// behind the seam of package broker, shared by every host instance of a
+// deployment. It advertises ReliableMessaging, OrderedMessaging,
+// BlockingRead, StreamPartitioning and (with Options.EnableDLQ)
+// DeadLetterQueue, and passes the broker conformance suite
+// (broker/brokertest) with every feature the inline broker claims.
+//
+// It has two parts: Publish, which the outbox relay calls for every row,
+// and ordinary consumer groups (Next, Wait, Ack, Nack, DLQ, Replay, Stats)
+// for unpartitioned streams. Partitioned streams are consumed by package
+// partition under leases; it reuses this package's entry codec ([Encode],
+// [Decode]) and nothing else.
+//
+// # Keys
+//
+// Every key below is prefixed with Options.Prefix (empty in production,
+// so the names are exactly the design's; tests use one prefix each).
+//
+//	{stream}                       stream    the messages ({category}, {category}:{key}, {category}:{key}:{lane})
+//	{category}:__partitions__      set       partition keys with a stream (partition.IndexKey); SADD by Publish
+//	{stream}:__ids__               hash      message id -> entry id: publish dedup and Ack/Nack by message id
+//	{stream}:dlq                   stream    dead letters of every group, fields dl_group, dl_reason, dl_attempts, dl_failed_at, dl_entry
+//	{stream}:__group__:{group}     hash      the group's delivery state: attempts, delivery times, due times, dead/discarded marks
+//	  ...:requeued                 zset      nacked or replayed entries, in entry order (the group's line)
+//	  ...:inflight                 zset      delivered, unsettled entries by delivery second (for MessageTimeout)
+//	  ...:wake                     stream    MAXLEN 1; Nack and Replay append to it to wake blocked Waits
+//
+// The consumer group itself is Redis's (XGROUP CREATE {stream} {group} 0
+// MKSTREAM, made by the first Next or Wait of the group; a NOGROUP later
+// re-creates it once). Whoever deletes a stream (the partition reaper)
+// deletes its __ids__ hash too.
+//
+// # Entries
+//
+// A message is one stream entry with the fields id, type, data, metadata,
+// event_stream, category, position, global_position, time (RFC 3339,
+// nanoseconds, UTC) and partition_key; empty fields are left out. The
+// stream name is the key, not a field. [Decode] fails with a
+// [*DecodeError] (ErrMalformed) on anything it cannot read: a malformed
+// entry is a poison message, never a panic. Next returns that error and
+// leaves the entry in flight, where MessageTimeout dead-letters it; the
+// group's later messages still flow.
+//
+// # Lua scripts, and why
+//
+// Every operation is one Lua script (EVALSHA, loaded on NOSCRIPT), because
+// a step that spans several commands must not be seen half done by another
+// host instance or lost half way by a crash:
+//
+//   - publish: XADD of every message of the call, each to its stream,
+//     skipping an id its stream's __ids__ hash already holds, and SADD of
+//     each partitioned message's key to {category}:__partitions__. The XADD
+//     and the SADD in one script close Protean's publish/reap race: a
+//     reaper that removes an empty partition's key from the index (SREM,
+//     DEL) can never run between a publish's XADD and its SADD, so a stream
+//     with entries is always indexed and its key is always discovered. Key
+//     types are checked before the first write, and the #!lua shebang
+//     makes an out-of-memory server refuse the script up front, so a call
+//     publishes all of its messages or none.
+//   - next: expire timed-out deliveries, then deliver the head of the
+//     requeued line if it is due, else nothing if it is not (it holds the
+//     line), else one new entry (XREADGROUP COUNT 1).
+//   - ack, nack, replay: check the message's state and change it in one
+//     step. A nack past MaxRetries does XADD to {stream}:dlq and XACK in the
+//     same script, so a dead letter is never lost between the two.
+//   - dlq, stats: expire first, as the suite requires of every touch.
+//
+// Times are the injected clock's (broker.Options.Now), passed to the
+// scripts as seconds and nanoseconds, since Lua's numbers are doubles.
+// MessageTimeout is therefore judged on the in-flight set's delivery
+// times, not on XPENDING's idle time (Redis's own clock): the result is
+// the same in production and exact under a test clock.
+//
+// # Guarantees
+//
+// The same as the inline broker's (see package broker), across any number
+// of host instances sharing the groups, plus durability as far as Redis's
+// persistence goes:
+//
+//   - Order: each group receives a stream's messages in publish order; a
+//     nacked message holds the line for its group (stream and group) until
+//     it is redelivered, dead-lettered or discarded.
+//   - At least once: a message is the group's until acked; a consumer that
+//     dies leaves it in flight until MessageTimeout moves it to the DLQ
+//     (with reason timeout) — it is not silently redelivered to another
+//     consumer, as ordered processing requires.
+//   - One copy per id and stream: a relay's republish after a crash is
+//     dropped, as long as the stream's __ids__ hash is kept.
+//   - Ack, Nack and Replay errors as the broker package defines them.
+//   - Wait blocks in Redis (XREAD BLOCK on the stream and the wake stream,
+//     which takes nothing) in slices of Options.BlockSlice, so a cancelled
+//     context or Close ends it within one slice; a lost connection is an
+//     error, never a hang.
+//
+// It assumes one Redis primary (or a cluster where all of a call's keys
+// share a slot): the publish script spans several streams. Redis 7 or
+// newer is required (script shebangs, XINFO GROUPS lag).
+package redisstream
