@@ -39,7 +39,7 @@ validate: plugins build ## Validate the example plugins against the config
 # finds them compiled.
 export PROTEAN_TEST_WASM_CACHE ?= $(CURDIR)/build/test-wasm-cache
 
-test: lint ## Run every test, then again under the race detector, against real PostgreSQL and Redis it starts; then each fuzz target briefly
+test: lint verify ## Run every test, then again under the race detector, against real PostgreSQL and Redis it starts; then each fuzz target briefly
 	scripts/test-services.sh sh -c "$(GO) test -count=1 -timeout 20m ./... && $(GO) test -race -count=1 -timeout 30m ./..."
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(if $(CI),3s,$(FUZZTIME))
 
@@ -49,6 +49,10 @@ lint: ## gofmt and go vet (host and wasip1 guest builds)
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./pdk/... ./plugins/...
+
+.PHONY: verify
+verify: ## Model-check the partition lease/fence protocol with spin (model/verify.sh; installs spin as root)
+	model/verify.sh
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each (default 5s)

@@ -74,19 +74,20 @@ bool finished;           /* some owner ran to completion */
 #endif
 
 /* An owner may vanish between any two of its steps: its lease is no
- * longer renewed (held false) and lapses through Clock. */
-#define CRASHPOINT \
-	if \
-	:: faults < MAXFAULTS -> d_step { faults++; held[me] = false; printf("MSC: owner %d crashes\n", me) }; goto crashed \
-	:: true \
-	fi
+ * longer renewed (held false) and lapses through Clock. CRASH is one more
+ * option of the choice before each step, so a crash point costs no state of
+ * its own; a crashed owner's locals are cleared so its dead states merge. */
+#define CRASH \
+	:: res != LOST && faults < MAXFAULTS -> \
+		d_step { faults++; held[me] = false; printf("MSC: owner %d crashes\n", me); \
+		         tok = 0; myPg = 0; myPos = 0; bn = 0; b[0] = 0; b[1] = 0; rn = 0; r[0] = 0; r[1] = 0; k = 0; res = 0 }; \
+		goto crashed
 
 /* CLAIM the positions row: generation + 1, read the position. By default
  * after the reclaim; -DCLAIM_FIRST checks the other order. */
 #define CLAIM \
 	d_step { pgGen++; myPg = pgGen; myPos = pgPos; \
-	         printf("MSC: owner %d claims the row: pg gen %d, position %d\n", me, myPg, myPos) }; \
-	CRASHPOINT
+	         printf("MSC: owner %d claims the row: pg gen %d, position %d\n", me, myPg, myPos) }
 
 proctype Owner(byte me)
 {
@@ -96,48 +97,60 @@ proctype Owner(byte me)
 	byte b[2]; byte bn;  /* the batch a read returned, in id order */
 	byte r[2]; byte rn;  /* its entries past myPos, to hand to the handler */
 	byte k;              /* how many of r this transaction commits */
-	byte res;
+	byte res;            /* the outcome of the last step */
 	byte i;
 
 acquire:
+	/* ACQUIRE: if no lease, generation + 1 and SET lease token */
 	if
-	:: d_step { lease == 0 -> genCounter++; tok = genCounter; lease = tok; leaseOwner = me; held[me] = true;
-		                       printf("MSC: owner %d acquires gen %d\n", me, tok) }
+	:: d_step { lease == 0 -> genCounter++; tok = genCounter; lease = tok; leaseOwner = me; held[me] = true; res = OK;
+	            printf("MSC: owner %d acquires gen %d\n", me, tok) }
 	:: finished -> goto stop   /* another owner drained everything */
 	fi;
-	CRASHPOINT;
 #ifdef CLAIM_FIRST
-	CLAIM;
+	if
+	CRASH
+	:: res != LOST -> CLAIM
+	fi;
 #endif
 
 	/* RECLAIM: XAUTOCLAIM every pending entry of the group into my consumer */
-	d_step {
+	if
+	CRASH
+	:: res != LOST ->
+		d_step {
 #ifndef UNFENCED_RECLAIM
-		if
-		:: lease != tok -> res = LOST
-		:: else ->
+			if
+			:: lease != tok -> res = LOST
+			:: else ->
 #endif
-			res = OK;
-			i = 1;
-			do
-			:: i <= N -> if :: pel[i] != 0 -> pel[i] = tok :: else fi; i++
-			:: else -> break
-			od;
-			i = 0;
-			printf("MSC: owner %d (gen %d) reclaims every pending entry\n", me, tok)
+				res = OK;
+				i = 1;
+				do
+				:: i <= N -> if :: pel[i] != 0 -> pel[i] = tok :: else fi; i++
+				:: else -> break
+				od;
+				i = 0;
+				printf("MSC: owner %d (gen %d) reclaims every pending entry\n", me, tok)
 #ifndef UNFENCED_RECLAIM
-		fi
+			fi
 #endif
-	}
-	if :: res == LOST -> goto lost :: else fi;
-	CRASHPOINT;
-
+		}
+	fi;
 #ifndef CLAIM_FIRST
-	CLAIM;
+	if
+	:: res == LOST -> goto lost
+	CRASH
+	:: res != LOST -> CLAIM
+	fi;
 #endif
 
-loop: skip;
+loop:
 	/* READ: fenced XREADGROUP, my pending entries ('0') first, else new ones ('>') */
+	if
+	:: res == LOST -> goto lost
+	CRASH
+	:: res != LOST ->
 	d_step {
 		bn = 0; b[0] = 0; b[1] = 0; rn = 0; r[0] = 0; r[1] = 0; k = 0;
 		if
@@ -180,24 +193,23 @@ loop: skip;
 			fi
 		fi
 	}
+	fi;
+
+	/* the run to commit: all of r, or (the guest failed at the second) the first */
 	if
 	:: res == LOST -> goto lost
 	:: res == EMPTY -> goto loop
 	:: res == DONE -> goto finish
-	:: res == OK
-	fi;
-	CRASHPOINT;
-
-	if
-	:: rn == 0 -> goto ack   /* all duplicates: ack without effects */
-	:: rn > 0 -> k = rn
-	:: rn > 1 -> k = 1
+	CRASH
+	:: res == OK && rn == 0 -> goto ack   /* all duplicates: ack without effects */
+	:: res == OK && rn > 0 -> k = rn
+	:: res == OK && rn > 1 -> k = 1
 	fi;
 
 	/* EFFECT transaction: the handler's effects and the position, atomically */
 	d_step {
 		if
-		:: !GEN_OK -> res = FENCED; printf("MSC: owner %d: commit refused, fenced\n", me)
+		:: !GEN_OK -> res = LOST; printf("MSC: owner %d: commit refused, fenced\n", me)
 		:: else ->
 			if
 			:: !POS_OK -> res = APPLIED; myPos = pgPos; printf("MSC: owner %d: commit refused, applied\n", me)
@@ -206,9 +218,9 @@ loop: skip;
 				i = 0;
 				do
 				:: i < k ->
+					printf("MSC: owner %d (pg gen %d) applies %d\n", me, myPg, r[i]);
 					assert(applied[r[i]] == 0);    /* invariant 2: exactly-once effect */
 					assert(r[i] > maxApplied);     /* invariant 1: publish order */
-					printf("MSC: owner %d (pg gen %d) applies %d\n", me, myPg, r[i]);
 					applied[r[i]]++; maxApplied = r[i]; i++
 				:: else -> break
 				od;
@@ -216,12 +228,14 @@ loop: skip;
 				pgPos = r[k-1]; myPos = pgPos
 			fi
 		fi
-	}
-	if :: res == FENCED -> goto lost :: else fi;
-	CRASHPOINT;
+	};
 
-ack: skip;
+ack:
 	/* ACK (fenced XACK): the batch but for the uncommitted tail */
+	if
+	:: res == LOST -> goto lost
+	CRASH
+	:: res != LOST ->
 	d_step {
 		if
 		:: lease != tok -> res = LOST
@@ -235,18 +249,19 @@ ack: skip;
 			i = 0
 		fi
 	}
-	if :: res == LOST -> goto lost :: else fi;
-	CRASHPOINT;
+	fi;
 	goto loop;
 
-lost: skip;
+lost:
 	/* fenced out (Redis or PostgreSQL): drop the unit, stop renewing, start over */
-	d_step { printf("MSC: owner %d (gen %d) fenced out, drops the unit\n", me, tok); held[me] = false; tok = 0; myPg = 0; myPos = 0; bn = 0; b[0] = 0; b[1] = 0; rn = 0; r[0] = 0; r[1] = 0; k = 0; res = 0 };
+	atomic { printf("MSC: owner %d (gen %d) fenced out, drops the unit\n", me, tok); held[me] = false;
+	         tok = 0; myPg = 0; myPos = 0; bn = 0; b[0] = 0; b[1] = 0; rn = 0; r[0] = 0; r[1] = 0; k = 0; res = 0 };
 	goto acquire;
 
-finish: skip;
+finish:
 	/* RELEASE: graceful hand-off */
-	d_step { if :: lease == tok -> lease = 0; leaseOwner = 0 :: else fi; held[me] = false; finished = true };
+	atomic { if :: lease == tok -> lease = 0; leaseOwner = 0 :: else fi; held[me] = false; finished = true;
+	         tok = 0; myPg = 0; myPos = 0; res = 0 };
 stop:
 crashed:
 	skip
