@@ -53,12 +53,12 @@ byte faults;             /* crashes and stalls so far */
 bool held[OWNERS];       /* the owner believes it owns the unit (and renews its lease) */
 bool finished;           /* some owner ran to completion */
 
-#define LOST    0
-#define OK      1
+/* outcomes of a step (res) */
+#define OK      0
+#define LOST    1        /* fenced out: in Redis (lease) or PostgreSQL (generation) */
 #define EMPTY   2
 #define DONE    3
-#define FENCED  4
-#define APPLIED 5
+#define APPLIED 4
 
 #ifdef NO_GEN_CHECK
 #define GEN_OK  true
