@@ -1,0 +1,213 @@
+package position
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Postgres is a Store in the consumer_positions table of a database
+// migrated by package schema. It is safe for concurrent use, by many hosts.
+//
+// Claim and Set are one statement each, in a transaction of their own. The
+// fenced advance runs in the caller's effect transaction through
+// [Postgres.Tx]: its UPDATE takes the row lock, so a concurrent Claim waits
+// for the effect transaction to end and then sees what it committed, and a
+// stale owner's advance waits for the Claim and then finds the new
+// generation.
+//
+// Time is the injected clock's, never the database's now().
+type Postgres struct {
+	pool *pgxpool.Pool
+	now  func() time.Time
+}
+
+var _ Store = (*Postgres)(nil)
+
+// NewPostgres returns a store on pool's database that reads time from now;
+// nil means time.Now.
+func NewPostgres(pool *pgxpool.Pool, now func() time.Time) *Postgres {
+	if now == nil {
+		now = time.Now
+	}
+	return &Postgres{pool: pool, now: now}
+}
+
+func (p *Postgres) clock() time.Time { return p.now().UTC().Truncate(time.Microsecond) }
+
+// Tx returns a view of the table inside tx, the caller's transaction.
+func (p *Postgres) Tx(tx pgx.Tx) *PostgresTx { return &PostgresTx{p: p, tx: tx} }
+
+const rowColumns = `consumer_group, unit, generation, positions, updated_at`
+
+func scanRow(row pgx.Row) (Row, error) {
+	var r Row
+	if err := row.Scan(&r.Group, &r.Unit, &r.Generation, &r.Positions, &r.UpdatedAt); err != nil {
+		return Row{}, err
+	}
+	if r.Positions == nil {
+		r.Positions = map[string]int64{}
+	}
+	r.UpdatedAt = r.UpdatedAt.UTC()
+	return r, nil
+}
+
+// Claim implements Store: one INSERT ... ON CONFLICT DO UPDATE.
+func (p *Postgres) Claim(ctx context.Context, group, unit string) (Row, error) {
+	if err := ctx.Err(); err != nil {
+		return Row{}, err
+	}
+	if err := validUnit(group, unit); err != nil {
+		return Row{}, err
+	}
+	r, err := scanRow(p.pool.QueryRow(ctx, `INSERT INTO consumer_positions (consumer_group, unit, generation, positions, updated_at)
+		VALUES ($1, $2, 1, '{}', $3)
+		ON CONFLICT (consumer_group, unit) DO UPDATE
+		SET generation = consumer_positions.generation + 1, updated_at = EXCLUDED.updated_at
+		RETURNING `+rowColumns, group, unit, p.clock()))
+	if err != nil {
+		return Row{}, fmt.Errorf("position %s/%s: claim: %w", group, unit, err)
+	}
+	return r, nil
+}
+
+// Set implements Store: one INSERT ... ON CONFLICT DO UPDATE.
+func (p *Postgres) Set(ctx context.Context, group, unit, source string, pos int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := validSet(group, unit, source, pos); err != nil {
+		return err
+	}
+	_, err := p.pool.Exec(ctx, `INSERT INTO consumer_positions (consumer_group, unit, generation, positions, updated_at)
+		VALUES ($1, $2, 0, jsonb_build_object($3::text, $4::bigint), $5)
+		ON CONFLICT (consumer_group, unit) DO UPDATE
+		SET positions = consumer_positions.positions || EXCLUDED.positions, updated_at = EXCLUDED.updated_at`,
+		group, unit, source, pos, p.clock())
+	if err != nil {
+		return fmt.Errorf("position %s/%s: set %s: %w", group, unit, source, err)
+	}
+	return nil
+}
+
+// Get implements Store.
+func (p *Postgres) Get(ctx context.Context, group, unit string) (Row, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return Row{}, false, err
+	}
+	if err := validUnit(group, unit); err != nil {
+		return Row{}, false, err
+	}
+	r, err := scanRow(p.pool.QueryRow(ctx, `SELECT `+rowColumns+` FROM consumer_positions WHERE consumer_group = $1 AND unit = $2`, group, unit))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Row{}, false, nil
+	}
+	if err != nil {
+		return Row{}, false, fmt.Errorf("position %s/%s: get: %w", group, unit, err)
+	}
+	return r, true, nil
+}
+
+// List implements Store. Byte order (COLLATE "C"), as the memory store
+// sorts, whatever the database's collation.
+func (p *Postgres) List(ctx context.Context, group string) ([]Row, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rows, err := p.pool.Query(ctx, `SELECT `+rowColumns+` FROM consumer_positions
+		WHERE $1 = '' OR consumer_group = $1
+		ORDER BY consumer_group COLLATE "C", unit COLLATE "C"`, group)
+	if err != nil {
+		return nil, fmt.Errorf("position: list %q: %w", group, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Row, error) { return scanRow(row) })
+	if err != nil {
+		return nil, fmt.Errorf("position: list %q: %w", group, err)
+	}
+	if out == nil {
+		out = []Row{}
+	}
+	return out, nil
+}
+
+// PostgresTx is the table inside a caller's pgx transaction. Like the
+// pgx.Tx under it, it is for one goroutine at a time.
+type PostgresTx struct {
+	p  *Postgres
+	tx pgx.Tx
+}
+
+// advanceSQL moves the positions only while the generation is the fence's
+// and every advanced source moves forward; a source the row lacks moves
+// from nothing. It matches no row otherwise, and fails no statement, so the
+// transaction needs no savepoint.
+const advanceSQL = `UPDATE consumer_positions c
+	SET positions = c.positions || $4::jsonb, updated_at = $5
+	WHERE c.consumer_group = $1 AND c.unit = $2 AND c.generation = $3
+	  AND NOT EXISTS (
+	    SELECT 1 FROM jsonb_each_text($4::jsonb) AS n(source, pos)
+	    WHERE (c.positions ->> n.source)::bigint >= n.pos::bigint)`
+
+// maxAdvanceTries bounds the re-runs of the UPDATE when the diagnosis finds
+// nothing wrong: an operator's Set moved a position back between the two
+// statements. Twice is already rare.
+const maxAdvanceTries = 3
+
+// Advance checks f and moves the positions, in the caller's transaction:
+// one UPDATE when it succeeds; when it matches no row, a SELECT finds which
+// error applies: *FenceError if the generation differs or the row is
+// missing, *AppliedError if a source would not move forward. A failed
+// Advance changes nothing, and the transaction stays usable.
+func (t *PostgresTx) Advance(ctx context.Context, f Fence) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := validFence(f); err != nil {
+		return err
+	}
+	advance := f.Advance
+	if advance == nil {
+		advance = map[string]int64{}
+	}
+	js, err := json.Marshal(advance)
+	if err != nil {
+		return err
+	}
+	for range maxAdvanceTries {
+		tag, err := t.tx.Exec(ctx, advanceSQL, f.Group, f.Unit, f.Generation, string(js), t.p.clock())
+		if err != nil {
+			return t.mapError(f, err)
+		}
+		if tag.RowsAffected() == 1 {
+			return nil
+		}
+		var (
+			gen       int64
+			positions map[string]int64
+		)
+		err = t.tx.QueryRow(ctx, `SELECT generation, positions FROM consumer_positions WHERE consumer_group = $1 AND unit = $2`,
+			f.Group, f.Unit).Scan(&gen, &positions)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return check(f, false, 0, nil)
+		case err != nil:
+			return t.mapError(f, err)
+		}
+		if err := check(f, true, gen, positions); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("position %s/%s: advance: the row kept changing under the check", f.Group, f.Unit)
+}
+
+func (t *PostgresTx) mapError(f Fence, err error) error {
+	if errors.Is(err, pgx.ErrTxClosed) {
+		return ErrTxDone
+	}
+	return fmt.Errorf("position %s/%s: advance: %w", f.Group, f.Unit, err)
+}

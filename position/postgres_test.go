@@ -1,0 +1,45 @@
+package position_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/proteanhq/protean-host/internal/testserver"
+	"github.com/proteanhq/protean-host/position"
+	"github.com/proteanhq/protean-host/position/positiontest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testserver.Stop()
+	os.Exit(code)
+}
+
+// postgresTx is the store's view of a pgx transaction plus its commit and
+// rollback: a positiontest.Tx.
+type postgresTx struct {
+	*position.PostgresTx
+	testserver.PgxTx
+}
+
+func TestPostgresConformance(t *testing.T) {
+	t.Parallel()
+	positiontest.Run(t, func(t *testing.T, now func() time.Time) positiontest.Harness {
+		pool := testserver.PostgresPool(t)
+		s := position.NewPostgres(pool, now)
+		return positiontest.Harness{
+			Store: s,
+			Begin: func(ctx context.Context) (positiontest.Tx, error) {
+				tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+				if err != nil {
+					return nil, err
+				}
+				return postgresTx{PostgresTx: s.Tx(tx), PgxTx: testserver.PgxTx{Tx: tx, Done: position.ErrTxDone}}, nil
+			},
+		}
+	})
+}
