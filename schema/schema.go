@@ -17,7 +17,8 @@
 //     acquire_lock, stream_version and write_message, as MessageDB defines
 //     them (package eventstore);
 //   - records (package record);
-//   - outbox (package outbox).
+//   - outbox (package outbox);
+//   - consumer_positions (package position).
 package schema
 
 import (

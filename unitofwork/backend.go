@@ -5,11 +5,12 @@ import (
 
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/outbox"
+	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/record"
 )
 
-// Tx is one transaction across the three stores a unit of work writes:
-// records, the event store and the outbox. Nothing it stages is visible to
+// Tx is one transaction across the stores a unit of work writes: records,
+// the event store, the outbox and the consumer positions. Nothing it stages is visible to
 // others until Commit; Rollback discards all of it. On PostgreSQL it is one
 // database transaction; in memory it holds each store's write lock.
 type Tx interface {
@@ -21,6 +22,9 @@ type Tx interface {
 	Append(ctx context.Context, events []eventstore.NewEvent) ([]eventstore.Event, error)
 	// Add stages outbox rows.
 	Add(ctx context.Context, rows []outbox.Row) error
+	// Advance checks a consumer's fence and stages its new positions
+	// (position.ErrFenced, position.ErrApplied otherwise).
+	Advance(ctx context.Context, f position.Fence) error
 	Commit(ctx context.Context) error
 	Rollback(ctx context.Context) error
 }
@@ -30,28 +34,34 @@ type Backend interface {
 	Begin(ctx context.Context) (Tx, error)
 }
 
-// Memory is the embedded backend over the three memory stores.
+// Memory is the embedded backend over the four memory stores.
 type Memory struct {
-	Events  *eventstore.Memory
-	Records *record.Memory
-	Outbox  *outbox.Memory
+	Events    *eventstore.Memory
+	Records   *record.Memory
+	Outbox    *outbox.Memory
+	Positions *position.Memory
 }
 
 // NewMemory returns a Memory backend with fresh stores.
 func NewMemory() *Memory {
-	return &Memory{Events: eventstore.NewMemory(nil), Records: record.NewMemory(), Outbox: outbox.NewMemory(nil)}
+	return &Memory{Events: eventstore.NewMemory(nil), Records: record.NewMemory(), Outbox: outbox.NewMemory(nil),
+		Positions: position.NewMemory(nil)}
 }
 
 // Begin takes the stores' write locks, always in the same order (records,
-// events, outbox) so concurrent units of work cannot deadlock.
+// events, outbox, positions) so concurrent units of work cannot deadlock.
+// Every unit of work takes the positions lock, fenced or not: they are
+// serialised by the records lock already, so it costs no concurrency.
 func (m *Memory) Begin(context.Context) (Tx, error) {
-	return &memoryTx{records: m.Records.Begin(), events: m.Events.Begin(), outbox: m.Outbox.Begin()}, nil
+	return &memoryTx{records: m.Records.Begin(), events: m.Events.Begin(), outbox: m.Outbox.Begin(),
+		positions: m.Positions.Begin()}, nil
 }
 
 type memoryTx struct {
-	records *record.MemoryTx
-	events  *eventstore.MemoryTx
-	outbox  *outbox.MemoryTx
+	records   *record.MemoryTx
+	events    *eventstore.MemoryTx
+	outbox    *outbox.MemoryTx
+	positions *position.MemoryTx
 }
 
 func (tx *memoryTx) Load(ctx context.Context, key record.Key) (record.Record, error) {
@@ -70,23 +80,34 @@ func (tx *memoryTx) Add(ctx context.Context, rows []outbox.Row) error {
 	return tx.outbox.Add(ctx, rows)
 }
 
-// Commit publishes the staged changes of all three stores. Each store's
+func (tx *memoryTx) Advance(ctx context.Context, f position.Fence) error {
+	return tx.positions.Advance(ctx, f)
+}
+
+// Commit publishes the staged changes of all four stores. Each store's
 // commit only applies what staging already checked under its lock, so it
 // cannot fail midway except after a Rollback.
 func (tx *memoryTx) Commit(context.Context) error {
 	if err := tx.records.Commit(); err != nil {
 		tx.events.Rollback()
 		tx.outbox.Rollback()
+		tx.positions.Rollback()
 		return err
 	}
 	if err := tx.events.Commit(); err != nil {
 		tx.outbox.Rollback()
+		tx.positions.Rollback()
 		return err
 	}
-	return tx.outbox.Commit()
+	if err := tx.outbox.Commit(); err != nil {
+		tx.positions.Rollback()
+		return err
+	}
+	return tx.positions.Commit()
 }
 
 func (tx *memoryTx) Rollback(context.Context) error {
+	tx.positions.Rollback()
 	tx.outbox.Rollback()
 	tx.events.Rollback()
 	tx.records.Rollback()

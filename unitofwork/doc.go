@@ -13,7 +13,14 @@
 // fails the whole unit of work with a *KeyError, and nothing is written.
 // An expected-version mismatch fails it with a conflict (Conflict(err)).
 //
+// CommitFenced does the same and, in the same transaction, checks and
+// advances a consumer's position.Fence: a partition worker or an
+// event-store subscription moves its position with the effects of what it
+// handled, so a message is applied once however often it is delivered,
+// and an owner that lost its unit cannot commit. A failed fence
+// (position.ErrFenced, position.ErrApplied) rolls the effects back.
+//
 // The Backend seam has a memory implementation (the embedded default,
-// holding the three memory stores' write locks in a fixed order) and a
+// holding the four memory stores' write locks in a fixed order) and a
 // PostgreSQL one (one READ COMMITTED transaction).
 package unitofwork

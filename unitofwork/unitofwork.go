@@ -11,6 +11,7 @@ import (
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/record"
 )
 
@@ -93,7 +94,23 @@ func (e *KeyError) Error() string {
 func (e *KeyError) Unwrap() error { return e.Err }
 
 // Commit writes the changes in one transaction: everything or nothing.
+// Changes with nothing to write open no transaction.
 func (u *UnitOfWork) Commit(ctx context.Context, changes ...Change) (Committed, error) {
+	return u.commit(ctx, nil, changes)
+}
+
+// CommitFenced writes the changes and applies fence in one transaction:
+// the consumer's position moves with the effects of the messages it
+// handled, or neither does. A fence that fails rolls the effects back:
+// position.ErrFenced (a newer owner claimed the unit: stop, do not ack) or
+// position.ErrApplied (the message was applied already: ack it). The
+// transaction runs even when the changes write nothing, because a handler
+// that wrote nothing has still handled its message.
+func (u *UnitOfWork) CommitFenced(ctx context.Context, fence position.Fence, changes ...Change) (Committed, error) {
+	return u.commit(ctx, &fence, changes)
+}
+
+func (u *UnitOfWork) commit(ctx context.Context, fence *position.Fence, changes []Change) (Committed, error) {
 	var writes []record.Write
 	var events []eventstore.NewEvent
 	var keys []*string
@@ -129,7 +146,7 @@ func (u *UnitOfWork) Commit(ctx context.Context, changes ...Change) (Committed, 
 		}
 		out.Commands = append(out.Commands, c.Effects.Commands...)
 	}
-	if len(writes) == 0 && len(events) == 0 {
+	if len(writes) == 0 && len(events) == 0 && fence == nil {
 		return out, nil
 	}
 	tx, err := u.backend.Begin(ctx)
@@ -137,6 +154,14 @@ func (u *UnitOfWork) Commit(ctx context.Context, changes ...Change) (Committed, 
 		return Committed{}, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	// The fence goes first: a stale owner or a redelivery fails before
+	// anything is staged, and on PostgreSQL the row lock is taken before
+	// the category locks of the appends, in every fenced unit of work alike.
+	if fence != nil {
+		if err := tx.Advance(ctx, *fence); err != nil {
+			return Committed{}, err
+		}
+	}
 	if len(writes) > 0 {
 		if err := tx.Write(ctx, writes); err != nil {
 			return Committed{}, err
