@@ -11,6 +11,7 @@ import (
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/outbox"
+	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/record"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
@@ -80,5 +81,52 @@ func BenchmarkUnitOfWorkCommit(b *testing.B) {
 		if err := tx.Commit(ctx); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkCommitFenced compares, on one database in one run, a plain
+// UnitOfWork.Commit of one handled message (a record write, an event, its
+// outbox row) with CommitFenced of the same change (one more statement:
+// the fence's UPDATE), and a fence-only commit (a handler that wrote
+// nothing: BEGIN, the UPDATE, COMMIT).
+func BenchmarkCommitFenced(b *testing.B) {
+	pool := benchDatabase(b)
+	u := unitofwork.New(unitofwork.NewPostgres(pool), unitofwork.Options{Keys: keys{"order": "client_id"}, Broker: "default", MaxRetries: 3})
+	positions := unitofwork.NewPostgres(pool).Positions
+	ctx := context.Background()
+	change := func(id string) unitofwork.Change {
+		return unitofwork.Change{Effects: placeOrder(id, `"c-1"`)}
+	}
+	// -count runs each sub-benchmark again on the same database: fresh
+	// records, streams and units every time.
+	b.Run("plain", func(b *testing.B) {
+		run := eventstore.NewID()[:8]
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := u.Commit(ctx, change(fmt.Sprintf("%sp%d", run, i))); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, mode := range []string{"fenced", "fence-only"} {
+		b.Run(mode, func(b *testing.B) {
+			run := eventstore.NewID()[:8]
+			unit := run + ":" + mode
+			row, err := positions.Claim(ctx, "bench", unit)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				f := position.Fence{Group: "bench", Unit: unit, Generation: row.Generation, Advance: map[string]int64{"order:c-1": int64(i + 1)}}
+				var changes []unitofwork.Change
+				if mode == "fenced" {
+					changes = append(changes, change(fmt.Sprintf("%s%s%d", run, mode, i)))
+				}
+				if _, err := u.CommitFenced(ctx, f, changes...); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
