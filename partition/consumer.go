@@ -1,0 +1,755 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/position"
+)
+
+// Subscription is one consumer group (a handler) reading partitioned
+// categories.
+type Subscription struct {
+	Group      string
+	Categories []string
+	// Correlated makes one unit per key value across all Categories (a
+	// process manager with sequential_by = true, whose categories are all
+	// partitioned by its correlate field); otherwise each category's keys
+	// are units of their own.
+	Correlated bool
+}
+
+// Batch is a run of one unit's messages from one source stream, in publish
+// order, for one consumer group.
+type Batch struct {
+	Group, Unit string
+	// Source is the stream the messages come from (a partition stream or
+	// its backfill lane), as the positions row names it.
+	Source string
+	// Generation is the unit's positions-row generation this owner claimed:
+	// the fence of every effect transaction.
+	Generation int64
+	Messages   []broker.Message
+}
+
+// Handler handles batches. Handle commits the effects of a prefix of the
+// batch's messages, each message's together with the unit's position
+// (fenced by Generation), and returns how many it committed and, when that
+// is not all of them, the error of the next one. An error wrapping
+// position.ErrFenced means a newer owner claimed the unit.
+type Handler interface {
+	Handle(ctx context.Context, b Batch) (done int, err error)
+}
+
+// Positions is the consumer-positions store a new owner claims its unit in.
+type Positions interface {
+	Claim(ctx context.Context, group, unit string) (position.Row, error)
+	Get(ctx context.Context, group, unit string) (position.Row, bool, error)
+}
+
+// Retryable is implemented by errors that say whether a retry can help
+// (engine.HandlerError). Other handler errors count as retryable.
+type Retryable interface{ Retryable() bool }
+
+// ConsumerOptions configure a Consumer. Leases, Positions, Handler, Decode
+// and Subscriptions are required.
+type ConsumerOptions struct {
+	Leases    *Leases
+	Positions Positions
+	Handler   Handler
+	// Decode turns a stream entry back into a message; an entry it fails
+	// on is poison (it halts its unit at once).
+	Decode func(id string, values map[string]any) (broker.Message, error)
+	// Subscriptions lists the groups to run; it is called on every
+	// discovery pass, so a plugin reload takes effect on the next one.
+	Subscriptions func() []Subscription
+	// Owner identifies this host instance in lease tokens.
+	Owner string
+
+	LeaseTTL  time.Duration
+	Heartbeat time.Duration // renew and discovery cadence
+	Poll      time.Duration // a worker's pause after an empty pass
+	ReapIdle  time.Duration // idle time before a worker tries to reap its unit
+	// MaxRetries is the attempts at one message before its unit halts; a
+	// non-retryable error halts at once.
+	MaxRetries int
+	RetryDelay time.Duration
+	// BatchSize caps a run handed to the handler.
+	BatchSize int
+	// Lanes enables the backfill lane {stream}:{BackfillSuffix}, drained
+	// after the primary stream.
+	Lanes          bool
+	BackfillSuffix string
+	// WarnLivePartitions logs a warning when a category has more live
+	// keys; 0 turns it off.
+	WarnLivePartitions int
+
+	Metrics *Metrics
+	Logger  *slog.Logger
+	Now     func() time.Time
+}
+
+// Consumer is the partitioned consumer of one host instance: it discovers
+// units from the partition indexes, holds leases on as many as it can
+// acquire, and runs one worker per owned unit. Start and Stop it once;
+// Stop before Start and a second Stop are no-ops.
+type Consumer struct {
+	opts ConsumerOptions
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	owned   map[unitID]*worker
+	started bool
+	stopped bool
+
+	soft       context.Context // canceled when Stop begins: finish the batch in hand
+	stopNow    context.CancelFunc
+	work       context.Context // canceled at the hard stop: abandon work in hand
+	cancelWork context.CancelFunc
+	wg         sync.WaitGroup
+	warned     map[string]bool
+}
+
+type unitID struct{ group, unit string }
+
+// worker is one owned unit.
+type worker struct {
+	lease Lease
+	sub   Subscription
+	// key is the partition key or correlation value.
+	key string
+	mu  sync.Mutex
+	// sources are the unit's partition streams (without lanes), in a
+	// stable order; a correlated unit gains streams as they appear.
+	sources []string
+	cat     map[string]string // source -> category
+
+	stop context.CancelFunc
+	ctx  context.Context
+	done chan struct{}
+	// lost is set when the lease was lost: the worker must not release.
+	lost bool
+}
+
+// NewConsumer returns a consumer; Start runs it.
+func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
+	switch {
+	case opts.Leases == nil, opts.Positions == nil, opts.Handler == nil, opts.Decode == nil, opts.Subscriptions == nil:
+		return nil, errors.New("partition: consumer needs Leases, Positions, Handler, Decode and Subscriptions")
+	case opts.Owner == "":
+		return nil, errors.New("partition: consumer needs an Owner")
+	case opts.LeaseTTL <= 0 || opts.Heartbeat <= 0 || opts.Heartbeat >= opts.LeaseTTL:
+		return nil, fmt.Errorf("partition: heartbeat %s must be > 0 and below the lease TTL %s", opts.Heartbeat, opts.LeaseTTL)
+	case opts.Poll <= 0:
+		return nil, fmt.Errorf("partition: poll interval must be > 0, got %s", opts.Poll)
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = DefaultBatchSize
+	}
+	if opts.BackfillSuffix == "" {
+		opts.BackfillSuffix = DefaultBackfillSuffix
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	return &Consumer{opts: opts, log: opts.Logger, owned: map[unitID]*worker{}, warned: map[string]bool{}}, nil
+}
+
+// DefaultBatchSize is the most messages handed to a handler in one call.
+const DefaultBatchSize = 64
+
+// Start begins discovery and work. The consumer's goroutines live until
+// Stop; ctx's values are kept, its cancellation is not.
+func (c *Consumer) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return errors.New("partition: consumer already started")
+	}
+	if c.stopped {
+		return errors.New("partition: consumer stopped")
+	}
+	c.started = true
+	base := context.WithoutCancel(ctx)
+	c.soft, c.stopNow = context.WithCancel(base)
+	c.work, c.cancelWork = context.WithCancel(base)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.discover()
+	}()
+	return nil
+}
+
+// Stop stops discovery, lets every worker finish the batch in hand, and
+// releases every lease so successors take over at once. If ctx ends first,
+// work in hand is canceled (its messages stay pending and are redelivered
+// to the next owner) and Stop returns ctx's error once every goroutine has
+// returned.
+func (c *Consumer) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	if !c.started || c.stopped {
+		c.stopped = true
+		c.mu.Unlock()
+		return nil
+	}
+	c.stopped = true
+	c.mu.Unlock()
+	c.stopNow()
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		c.cancelWork()
+		<-done
+	}
+	c.cancelWork()
+	return err
+}
+
+// Owned lists the units this instance holds, for status and tests.
+func (c *Consumer) Owned() []Lease {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Lease, 0, len(c.owned))
+	for _, w := range c.owned {
+		out = append(out, w.lease)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Group != out[j].Group {
+			return out[i].Group < out[j].Group
+		}
+		return out[i].Unit < out[j].Unit
+	})
+	return out
+}
+
+// discover is the heartbeat loop: renew, discover, acquire.
+func (c *Consumer) discover() {
+	failures := 0
+	for {
+		err := c.pass()
+		wait := c.opts.Heartbeat
+		if err != nil {
+			failures++
+			wait = min(c.opts.Heartbeat<<min(failures-1, 5), 30*time.Second)
+			c.log.Warn("partition discovery failed", "error", err, "failures", failures)
+		} else {
+			failures = 0
+		}
+		select {
+		case <-c.soft.Done():
+			c.shutdownWorkers()
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// shutdownWorkers stops every worker and waits; each releases its lease.
+func (c *Consumer) shutdownWorkers() {
+	c.mu.Lock()
+	ws := make([]*worker, 0, len(c.owned))
+	for _, w := range c.owned {
+		ws = append(ws, w)
+	}
+	c.mu.Unlock()
+	for _, w := range ws {
+		w.stop()
+	}
+	for _, w := range ws {
+		<-w.done
+	}
+}
+
+// pass is one heartbeat: renew held leases (a lost one stops its worker),
+// then find every unit of every subscription and try to acquire those not
+// held here.
+func (c *Consumer) pass() error {
+	ctx := c.soft
+	subs := c.opts.Subscriptions()
+	wanted := map[string]Subscription{}
+	for _, s := range subs {
+		wanted[s.Group] = s
+	}
+	c.mu.Lock()
+	held := make([]*worker, 0, len(c.owned))
+	for _, w := range c.owned {
+		held = append(held, w)
+	}
+	c.mu.Unlock()
+	for _, w := range held {
+		if _, ok := wanted[w.sub.Group]; !ok {
+			w.stop() // the handler is gone: release and stop
+			continue
+		}
+		if err := c.opts.Leases.Renew(ctx, w.lease, c.opts.LeaseTTL); err != nil {
+			if errors.Is(err, ErrLeaseLost) {
+				c.lose(w, err)
+				continue
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			c.log.Warn("partition lease renew failed", "group", w.lease.Group, "partition", w.lease.Unit, "error", err)
+		}
+	}
+	var errs []error
+	halted := map[string]int{}
+	for _, s := range subs {
+		units, err := c.units(ctx, s)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, u := range units {
+			if ctx.Err() != nil {
+				return nil
+			}
+			id := unitID{s.Group, u.unit}
+			c.mu.Lock()
+			w := c.owned[id]
+			c.mu.Unlock()
+			if w != nil {
+				w.merge(u.sources, u.cat)
+				continue
+			}
+			lease, err := c.opts.Leases.Acquire(ctx, s.Group, u.unit, c.opts.Owner, c.opts.LeaseTTL)
+			switch {
+			case errors.Is(err, ErrLeaseHeld):
+				continue
+			case errors.Is(err, ErrHalted):
+				halted[s.Group]++
+				continue
+			case err != nil:
+				errs = append(errs, err)
+				continue
+			}
+			c.opts.Metrics.acquired(s.Group)
+			c.spawn(lease, s, u)
+		}
+	}
+	for _, s := range subs {
+		c.opts.Metrics.setHalted(s.Group, halted[s.Group])
+	}
+	return errors.Join(errs...)
+}
+
+// unit is a discovered unit: its name, key and source streams.
+type unit struct {
+	unit    string
+	key     string
+	sources []string
+	cat     map[string]string
+}
+
+// units lists a subscription's units from its categories' indexes.
+func (c *Consumer) units(ctx context.Context, s Subscription) ([]unit, error) {
+	byKey := map[string]*unit{}
+	var order []string
+	var errs []error
+	for _, cat := range s.Categories {
+		keys, err := c.opts.Leases.Members(ctx, cat)
+		if err != nil {
+			errs = append(errs, err) // skip this category this pass
+			continue
+		}
+		if n := c.opts.WarnLivePartitions; n > 0 && len(keys) > n && !c.warned[cat] {
+			c.warned[cat] = true
+			c.log.Warn("many live partitions: sequential_by is meant for bounded key sets", "category", cat, "live_partitions", len(keys), "warn_live_partitions", n)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			name := PartitionUnit(cat, k)
+			if s.Correlated {
+				name = CorrelationUnit(s.Group, k)
+			}
+			u := byKey[name]
+			if u == nil {
+				u = &unit{unit: name, key: k, cat: map[string]string{}}
+				byKey[name] = u
+				order = append(order, name)
+			}
+			st := StreamName(cat, k)
+			u.sources = append(u.sources, st)
+			u.cat[st] = cat
+		}
+	}
+	out := make([]unit, 0, len(order))
+	for _, n := range order {
+		out = append(out, *byKey[n])
+	}
+	return out, errors.Join(errs...)
+}
+
+func (w *worker) merge(sources []string, cat map[string]string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range sources {
+		if _, ok := w.cat[s]; !ok {
+			w.sources = append(w.sources, s)
+			w.cat[s] = cat[s]
+		}
+	}
+}
+
+func (w *worker) snapshot() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.sources...)
+}
+
+// spawn starts the worker of a freshly acquired unit.
+func (c *Consumer) spawn(lease Lease, s Subscription, u unit) {
+	ctx, stop := context.WithCancel(c.soft)
+	w := &worker{lease: lease, sub: s, key: u.key, sources: u.sources, cat: u.cat, stop: stop, ctx: ctx, done: make(chan struct{})}
+	c.mu.Lock()
+	c.owned[unitID{lease.Group, lease.Unit}] = w
+	c.mu.Unlock()
+	c.opts.Metrics.setOwned(s.Group, c.countOwned(s.Group))
+	c.log.Info("partition acquired", "group", lease.Group, "partition", lease.Unit, "generation", lease.Generation)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer close(w.done)
+		c.run(w)
+		c.mu.Lock()
+		delete(c.owned, unitID{lease.Group, lease.Unit})
+		c.mu.Unlock()
+		c.opts.Metrics.setOwned(s.Group, c.countOwned(s.Group))
+	}()
+}
+
+func (c *Consumer) countOwned(group string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for id := range c.owned {
+		if id.group == group {
+			n++
+		}
+	}
+	return n
+}
+
+// lose marks a worker's lease lost and stops it without a release.
+func (c *Consumer) lose(w *worker, err error) {
+	w.mu.Lock()
+	first := !w.lost
+	w.lost = true
+	w.mu.Unlock()
+	if first {
+		c.opts.Metrics.lost(w.lease.Group)
+		c.log.Warn("partition lease lost", "group", w.lease.Group, "partition", w.lease.Unit, "generation", w.lease.Generation, "error", err)
+	}
+	w.stop()
+}
+
+// errStop ends a worker without an error to report.
+var errStop = errors.New("worker stopping")
+
+// run is one owned unit's worker: claim the positions row, reclaim the
+// previous owner's pending entries, then drain until stopped, the lease is
+// lost, the unit halts or it is reaped.
+func (c *Consumer) run(w *worker) {
+	release := true
+	defer func() {
+		w.mu.Lock()
+		lost := w.lost
+		w.mu.Unlock()
+		if release && !lost {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(c.work), min(c.opts.LeaseTTL, 2*time.Second))
+			if err := c.opts.Leases.Release(rctx, w.lease); err != nil && !errors.Is(err, ErrLeaseLost) {
+				c.log.Warn("partition lease release failed", "group", w.lease.Group, "partition", w.lease.Unit, "error", err)
+			}
+			cancel()
+		}
+	}()
+	st, err := c.start(w)
+	if err != nil {
+		c.fail(w, err)
+		return
+	}
+	idleSince := c.opts.Now()
+	for {
+		if w.ctx.Err() != nil {
+			return
+		}
+		n, err := c.drainAll(w, st)
+		if err != nil {
+			if errors.Is(err, errHalted) {
+				release = false // the halt released the lease
+				return
+			}
+			c.fail(w, err)
+			return
+		}
+		if n > 0 {
+			idleSince = c.opts.Now()
+			continue
+		}
+		if c.opts.Now().Sub(idleSince) >= c.opts.ReapIdle {
+			reaped, err := c.reap(w)
+			if err != nil {
+				c.fail(w, err)
+				return
+			}
+			if reaped {
+				c.log.Info("partition reaped", "group", w.lease.Group, "partition", w.lease.Unit)
+				return
+			}
+			idleSince = c.opts.Now()
+		}
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-time.After(c.opts.Poll):
+		}
+	}
+}
+
+// fail ends a worker on an error: a lost lease or fence is logged as such;
+// anything else is logged and the lease is left to lapse, so the unit is
+// retried (by whoever acquires it next) no sooner than the TTL.
+func (c *Consumer) fail(w *worker, err error) {
+	if w.ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return
+	}
+	if errors.Is(err, ErrLeaseLost) || errors.Is(err, position.ErrFenced) {
+		c.lose(w, err)
+		return
+	}
+	w.mu.Lock()
+	w.lost = true // do not release: let the TTL pace the retry
+	w.mu.Unlock()
+	c.log.Error("partition worker failed", "group", w.lease.Group, "partition", w.lease.Unit, "error", err)
+}
+
+// state is a worker's view of its unit after the claim.
+type state struct {
+	generation int64
+	positions  map[string]int64
+	// retryHead makes the next read of a source hand only its head to the
+	// handler: after a failure at message k, k is retried alone.
+	retryHead map[string]bool
+}
+
+// start claims the positions row (a new generation, before anything is
+// handled) and reclaims the previous owners' pending entries.
+func (c *Consumer) start(w *worker) (*state, error) {
+	row, err := c.opts.Positions.Claim(c.work, w.lease.Group, w.lease.Unit)
+	if err != nil {
+		return nil, fmt.Errorf("claim positions: %w", err)
+	}
+	st := &state{generation: row.Generation, positions: row.Positions, retryHead: map[string]bool{}}
+	if st.positions == nil {
+		st.positions = map[string]int64{}
+	}
+	for _, s := range c.streams(w.snapshot()) {
+		if _, err := c.opts.Leases.Reclaim(c.work, w.lease, s); err != nil {
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
+// streams lists each source followed by its backfill lane when lanes are on.
+func (c *Consumer) streams(sources []string) []string {
+	if !c.opts.Lanes {
+		return sources
+	}
+	out := make([]string, 0, 2*len(sources))
+	for _, s := range sources {
+		out = append(out, s, s+":"+c.opts.BackfillSuffix)
+	}
+	return out
+}
+
+var errHalted = errors.New("partition halted")
+
+// drainAll handles at most one batch per source: the primary stream, or
+// its backfill lane when the primary had nothing. For a correlated unit
+// this round-robins across its categories.
+func (c *Consumer) drainAll(w *worker, st *state) (int, error) {
+	total := 0
+	for _, src := range w.snapshot() {
+		n, err := c.drain(w, st, src)
+		if err != nil {
+			return total, err
+		}
+		if n == 0 && c.opts.Lanes {
+			n, err = c.drain(w, st, src+":"+c.opts.BackfillSuffix)
+			if err != nil {
+				return total, err
+			}
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// drain reads one run of stream (own pending entries first, then new
+// ones), acks what was applied already, hands the rest to the handler, and
+// acks what it committed. On a failure it counts the attempt and halts the
+// unit once the attempts are used up.
+func (c *Consumer) drain(w *worker, st *state, stream string) (int, error) {
+	count := c.opts.BatchSize
+	if st.retryHead[stream] {
+		count = 1
+	}
+	entries, err := c.opts.Leases.Read(c.work, w.lease, stream, true, count)
+	if err != nil {
+		return 0, err
+	}
+	if len(entries) == 0 {
+		if entries, err = c.opts.Leases.Read(c.work, w.lease, stream, false, count); err != nil {
+			return 0, err
+		}
+	}
+	if len(entries) == 0 {
+		return 0, nil
+	}
+	// Already applied (redelivered after a crash between commit and ack),
+	// or deleted while pending: ack without handling.
+	var skip []string
+	var msgs []broker.Message
+	var ids []string
+	var poison error
+	for _, e := range entries {
+		if e.Values == nil {
+			skip = append(skip, e.ID)
+			continue
+		}
+		m, err := c.opts.Decode(e.ID, e.Values)
+		if err != nil {
+			poison = fmt.Errorf("entry %s of %s: %w", e.ID, stream, err)
+			ids = append(ids, e.ID)
+			break
+		}
+		m.Stream = stream
+		if m.GlobalPosition > 0 && m.GlobalPosition <= st.positions[stream] {
+			skip = append(skip, e.ID)
+			c.opts.Metrics.handled(w.lease.Group, "duplicate", 1)
+			continue
+		}
+		msgs = append(msgs, m)
+		ids = append(ids, e.ID)
+	}
+	if len(skip) > 0 {
+		if _, err := c.opts.Leases.Ack(c.work, w.lease, stream, skip...); err != nil {
+			return 0, err
+		}
+	}
+	done := 0
+	var herr error
+	if len(msgs) > 0 {
+		start := c.opts.Now()
+		done, herr = c.opts.Handler.Handle(c.work, Batch{Group: w.lease.Group, Unit: w.lease.Unit, Source: stream, Generation: st.generation, Messages: msgs})
+		c.opts.Metrics.batch(w.lease.Group, c.opts.Now().Sub(start))
+		if done > 0 {
+			if gp := lastPosition(msgs[:done]); gp > 0 {
+				st.positions[stream] = gp
+			}
+			if _, err := c.opts.Leases.Ack(c.work, w.lease, stream, ids[:done]...); err != nil {
+				return done, err
+			}
+			c.opts.Metrics.handled(w.lease.Group, "ok", done)
+		}
+	}
+	if herr == nil && poison != nil && done == len(msgs) {
+		return done + len(skip), c.halt(w, stream, ids[len(msgs)], "", poison, 1)
+	}
+	if herr == nil {
+		delete(st.retryHead, stream)
+		return done + len(skip), nil
+	}
+	if errors.Is(herr, position.ErrFenced) {
+		return done, herr
+	}
+	if errors.Is(herr, position.ErrApplied) {
+		// Our view of the positions was behind the table's: reload it.
+		row, ok, err := c.opts.Positions.Get(c.work, w.lease.Group, w.lease.Unit)
+		if err != nil {
+			return done, err
+		}
+		if !ok || row.Generation != st.generation {
+			return done, fmt.Errorf("positions row moved: %w", position.ErrFenced)
+		}
+		st.positions = row.Positions
+		return done + 1, nil
+	}
+	if c.work.Err() != nil {
+		return done, c.work.Err() // canceled at a hard stop: the message stays pending
+	}
+	c.opts.Metrics.handled(w.lease.Group, "failed", 1)
+	failed := msgs[done]
+	attempts, err := c.opts.Leases.Attempt(c.work, w.lease, stream, ids[done])
+	if err != nil {
+		return done, err
+	}
+	var r Retryable
+	retryable := !errors.As(herr, &r) || r.Retryable()
+	if !retryable || attempts >= c.opts.MaxRetries {
+		return done, c.halt(w, stream, ids[done], failed.ID, herr, attempts)
+	}
+	c.log.Warn("partition message failed; retrying", "group", w.lease.Group, "partition", w.lease.Unit, "stream", stream,
+		"entry", ids[done], "message_id", failed.ID, "attempt", attempts, "max_retries", c.opts.MaxRetries, "error", herr)
+	st.retryHead[stream] = true
+	select {
+	case <-w.ctx.Done():
+	case <-time.After(c.opts.RetryDelay):
+	}
+	return done + 1, nil // progress for the idle clock: not idle while retrying
+}
+
+func (c *Consumer) halt(w *worker, stream, entry, messageID string, cause error, attempts int) error {
+	h := Halt{Group: w.lease.Group, Unit: w.lease.Unit, Stream: stream, Entry: entry, MessageID: messageID,
+		Reason: cause.Error(), Attempts: attempts, HaltedAt: c.opts.Now()}
+	if err := c.opts.Leases.Halt(c.work, w.lease, h); err != nil {
+		return err
+	}
+	c.log.Error("partition halted on poison message", "group", w.lease.Group, "partition", w.lease.Unit, "stream", stream,
+		"entry", entry, "message_id", messageID, "attempts", attempts, "max_retries", c.opts.MaxRetries, "error", cause)
+	return errHalted
+}
+
+func lastPosition(msgs []broker.Message) int64 {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].GlobalPosition > 0 {
+			return msgs[i].GlobalPosition
+		}
+	}
+	return 0
+}
+
+// reap tries to retire an idle unit: each of its partition keys leaves its
+// category's index and its streams are deleted when every group is caught
+// up. A correlated unit is retired only when all its categories reap.
+func (c *Consumer) reap(w *worker) (bool, error) {
+	all := true
+	for _, src := range w.snapshot() {
+		w.mu.Lock()
+		cat := w.cat[src]
+		w.mu.Unlock()
+		ok, err := c.opts.Leases.Reap(c.work, w.lease, cat, w.key, c.streams([]string{src}), c.opts.ReapIdle)
+		if err != nil {
+			return false, err
+		}
+		all = all && ok
+	}
+	return all, nil
+}

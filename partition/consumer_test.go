@@ -1,0 +1,381 @@
+package partition_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/broker/redisstream"
+	"github.com/proteanhq/protean-host/internal/testwait"
+	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/position"
+)
+
+// effects is a native handler whose "effects" are an applied log,
+// committed with the unit's fenced position in one memory transaction, as
+// the engine commits real effects with the unit of work. It records every
+// overlap of two batches of one unit.
+type effects struct {
+	store *position.Memory
+
+	mu       sync.Mutex
+	applied  map[string][]int64 // unit -> global positions, in commit order
+	inFlight map[string]int
+	overlaps []string
+	// calls counts Handle calls per message id (attempts).
+	calls map[string]int
+	// fail decides a message's error; nil handles it.
+	fail func(m broker.Message, attempt int) error
+	// gate, if set, is called before a batch commits (to stall an owner).
+	gate func(ctx context.Context, b partition.Batch)
+}
+
+func newEffects(store *position.Memory) *effects {
+	return &effects{store: store, applied: map[string][]int64{}, inFlight: map[string]int{}, calls: map[string]int{}}
+}
+
+func (h *effects) Handle(ctx context.Context, b partition.Batch) (int, error) {
+	h.mu.Lock()
+	h.inFlight[b.Unit]++
+	if h.inFlight[b.Unit] > 1 {
+		h.overlaps = append(h.overlaps, b.Unit)
+	}
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.inFlight[b.Unit]--
+		h.mu.Unlock()
+	}()
+	if h.gate != nil {
+		h.gate(ctx, b)
+	}
+	done := len(b.Messages)
+	var herr error
+	for i, m := range b.Messages {
+		h.mu.Lock()
+		h.calls[m.ID]++
+		attempt := h.calls[m.ID]
+		h.mu.Unlock()
+		if h.fail != nil {
+			if err := h.fail(m, attempt); err != nil {
+				done, herr = i, err
+				break
+			}
+		}
+	}
+	if done == 0 {
+		return 0, herr
+	}
+	tx := h.store.Begin()
+	defer tx.Rollback()
+	last := b.Messages[done-1].GlobalPosition
+	if err := tx.Advance(ctx, position.Fence{Group: b.Group, Unit: b.Unit, Generation: b.Generation, Advance: map[string]int64{b.Source: last}}); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	h.mu.Lock()
+	for _, m := range b.Messages[:done] {
+		h.applied[b.Unit] = append(h.applied[b.Unit], m.GlobalPosition)
+	}
+	h.mu.Unlock()
+	return done, herr
+}
+
+func (h *effects) snapshot() (map[string][]int64, []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string][]int64{}
+	for k, v := range h.applied {
+		out[k] = append([]int64(nil), v...)
+	}
+	return out, append([]string(nil), h.overlaps...)
+}
+
+// publisher appends messages to partition streams with increasing global
+// positions, as the outbox relay does through the broker.
+type publisher struct {
+	t      *testing.T
+	rdb    *redis.Client
+	prefix string
+	mu     sync.Mutex
+	gp     int64
+	sent   map[string][]int64 // unit -> positions
+}
+
+func (p *publisher) publish(category, key string, n int) {
+	p.t.Helper()
+	for i := 0; i < n; i++ {
+		p.mu.Lock()
+		p.gp++
+		gp := p.gp
+		p.mu.Unlock()
+		msg := broker.Message{ID: fmt.Sprintf("m-%d", gp), Type: "Happened", Category: category, EventStream: category + "-" + key,
+			Data: []byte(`{"k":"` + key + `"}`), GlobalPosition: gp, PartitionKey: key}
+		ctx := context.Background()
+		_, err := p.rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.prefix + partition.StreamName(category, key), Values: redisstream.Encode(msg)}).Result()
+		require.NoError(p.t, err)
+		require.NoError(p.t, p.rdb.SAdd(ctx, p.prefix+partition.IndexKey(category), key).Err())
+		p.mu.Lock()
+		unit := partition.PartitionUnit(category, key)
+		p.sent[unit] = append(p.sent[unit], gp)
+		p.mu.Unlock()
+	}
+}
+
+type rig struct {
+	t      *testing.T
+	rdb    *redis.Client
+	prefix string
+	leases *partition.Leases
+	store  *position.Memory
+	pub    *publisher
+}
+
+func newRig(t *testing.T) *rig {
+	ls, rdb, prefix := newLeases(t)
+	return &rig{t: t, rdb: rdb, prefix: prefix, leases: ls, store: position.NewMemory(nil),
+		pub: &publisher{t: t, rdb: rdb, prefix: prefix, sent: map[string][]int64{}}}
+}
+
+func (r *rig) consumer(owner string, h partition.Handler, ttl time.Duration, tweak ...func(*partition.ConsumerOptions)) *partition.Consumer {
+	opts := partition.ConsumerOptions{
+		Leases: r.leases, Positions: r.store, Handler: h, Decode: redisstream.Decode, Owner: owner,
+		Subscriptions: func() []partition.Subscription {
+			return []partition.Subscription{{Group: "proj", Categories: []string{"order"}}}
+		},
+		LeaseTTL: ttl, Heartbeat: ttl / 5, Poll: 5 * time.Millisecond, ReapIdle: time.Hour,
+		MaxRetries: 3, RetryDelay: time.Millisecond, BatchSize: 8,
+	}
+	for _, f := range tweak {
+		f(&opts)
+	}
+	c, err := partition.NewConsumer(opts)
+	require.NoError(r.t, err)
+	return c
+}
+
+func start(t *testing.T, c *partition.Consumer) {
+	t.Helper()
+	require.NoError(t, c.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Stop(ctx)
+	})
+}
+
+// waitApplied waits until every published message was applied.
+func (r *rig) waitApplied(h *effects) {
+	r.t.Helper()
+	testwait.For(r.t, "every published message applied", func() (bool, string) {
+		got, _ := h.snapshot()
+		r.pub.mu.Lock()
+		defer r.pub.mu.Unlock()
+		for unit, sent := range r.pub.sent {
+			if len(got[unit]) < len(sent) {
+				return false, fmt.Sprintf("%s: applied %d of %d", unit, len(got[unit]), len(sent))
+			}
+		}
+		return true, ""
+	})
+}
+
+// requireExactlyOnceInOrder checks that each unit's applied log is exactly
+// what was published to it, in order.
+func (r *rig) requireExactlyOnceInOrder(h *effects) {
+	r.t.Helper()
+	got, overlaps := h.snapshot()
+	require.Empty(r.t, overlaps, "two batches of one partition ran at once")
+	r.pub.mu.Lock()
+	defer r.pub.mu.Unlock()
+	for unit, sent := range r.pub.sent {
+		require.Equal(r.t, sent, got[unit], "partition %s: applied log differs from publish order", unit)
+	}
+}
+
+func TestConsumerHandlesEachKeyInOrderAcrossInstances(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	h := newEffects(r.store)
+	for k := 0; k < 6; k++ {
+		r.pub.publish("order", "c-"+strconv.Itoa(k), 5)
+	}
+	a := r.consumer("host-a", h, 2*time.Second)
+	b := r.consumer("host-b", h, 2*time.Second)
+	start(t, a)
+	start(t, b)
+	for k := 0; k < 6; k++ {
+		r.pub.publish("order", "c-"+strconv.Itoa(k), 5)
+	}
+	r.waitApplied(h)
+	r.requireExactlyOnceInOrder(h)
+	require.Len(t, append(a.Owned(), b.Owned()...), 6, "each partition owned by exactly one instance")
+}
+
+func TestConsumerStopReleasesForAnImmediateTakeover(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	h := newEffects(r.store)
+	r.pub.publish("order", "c-1", 3)
+	// A lease TTL far longer than the test: only a release lets b in.
+	a := r.consumer("host-a", h, time.Hour)
+	require.NoError(t, a.Start(context.Background()))
+	r.waitApplied(h)
+	require.NoError(t, a.Stop(context.Background()))
+	b := r.consumer("host-b", h, time.Hour)
+	start(t, b)
+	r.pub.publish("order", "c-1", 3)
+	r.waitApplied(h)
+	r.requireExactlyOnceInOrder(h)
+	require.Equal(t, int64(2), b.Owned()[0].Generation)
+}
+
+// An owner stalled past its TTL is replaced; when it resumes, its commit
+// is refused by the positions fence and its reads and acks by the lease,
+// so nothing is applied twice and nothing is reordered.
+func TestStalledOwnerIsFencedOutOfRedisAndThePositions(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	release := make(chan struct{})
+	stalled := make(chan struct{}, 1)
+	var once sync.Once
+	ha := newEffects(r.store)
+	ha.gate = func(ctx context.Context, _ partition.Batch) {
+		once.Do(func() { stalled <- struct{}{} })
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	}
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	hb := newEffects(r.store)
+	r.pub.publish("order", "c-1", 4)
+	a := r.consumer("host-a", ha, 300*time.Millisecond)
+	start(t, a)
+	testwait.Recv(t, "host-a stalls inside its first batch", stalled)
+	// The whole instance freezes (a GC pause, a stopped VM): its lease
+	// lapses. Deleting the key plays the expiry without waiting for it.
+	require.NoError(t, r.rdb.Del(context.Background(), r.prefix+partition.LeaseKey("proj", "order:c-1")).Err())
+	b := r.consumer("host-b", hb, 300*time.Millisecond)
+	start(t, b)
+	r.waitApplied(hb)
+	close(release) // a resumes with its old generation
+	testwait.For(t, "host-a gives the partition up", func() (bool, string) {
+		return len(a.Owned()) == 0, fmt.Sprintf("a owns %v", a.Owned())
+	})
+	got, _ := ha.snapshot()
+	require.Empty(t, got, "the stale owner's late commit must be rejected")
+	r.pub.publish("order", "c-1", 2)
+	r.waitApplied(hb)
+	r.requireExactlyOnceInOrder(hb)
+}
+
+// A crash between commit and ack leaves the entry pending; the next owner
+// reclaims it, recognises it as applied and acks it without handling it.
+func TestRedeliveredAfterCommitIsNotAppliedTwice(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	h := newEffects(r.store)
+	r.pub.publish("order", "c-1", 3)
+	// Play the crashed owner by hand: read all three, commit their effects
+	// and position, and die before acking.
+	l, err := r.leases.Acquire(context.Background(), "proj", "order:c-1", "dead", time.Hour)
+	require.NoError(t, err)
+	row, err := r.store.Claim(context.Background(), "proj", "order:c-1")
+	require.NoError(t, err)
+	entries, err := r.leases.Read(context.Background(), l, "order:c-1", false, 10)
+	require.NoError(t, err)
+	require.Len(t, entries, 3)
+	var msgs []broker.Message
+	for _, e := range entries[:2] {
+		m, err := redisstream.Decode(e.ID, e.Values)
+		require.NoError(t, err)
+		msgs = append(msgs, m)
+	}
+	n, err := h.Handle(context.Background(), partition.Batch{Group: "proj", Unit: "order:c-1", Source: "order:c-1", Generation: row.Generation, Messages: msgs})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	// The crash: the lease lapses.
+	require.NoError(t, r.rdb.Del(context.Background(), r.prefix+partition.LeaseKey("proj", "order:c-1")).Err())
+
+	c := r.consumer("host-b", h, time.Hour)
+	start(t, c)
+	r.waitApplied(h)
+	r.requireExactlyOnceInOrder(h)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Equal(t, 1, h.calls["m-1"], "an applied message is acked, not handled again")
+	require.Equal(t, 1, h.calls["m-3"])
+}
+
+func TestPoisonHaltsOnlyItsKeyDurably(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	h := newEffects(r.store)
+	boom := errors.New("boom")
+	h.fail = func(m broker.Message, _ int) error {
+		if m.ID == "m-2" {
+			return boom
+		}
+		return nil
+	}
+	r.pub.publish("order", "bad", 3) // m-1, m-2 (poison), m-3
+	r.pub.publish("order", "good", 3)
+	a := r.consumer("host-a", h, time.Hour)
+	require.NoError(t, a.Start(context.Background()))
+	testwait.For(t, "the bad key halts", func() (bool, string) {
+		n, err := r.rdb.Exists(context.Background(), r.prefix+partition.HaltKey("proj", "order:bad")).Result()
+		return err == nil && n == 1, fmt.Sprintf("halt key exists: %d %v", n, err)
+	})
+	testwait.For(t, "the good key flows", func() (bool, string) {
+		got, _ := h.snapshot()
+		return len(got["order:good"]) == 3, fmt.Sprint(got)
+	})
+	got, _ := h.snapshot()
+	require.Equal(t, []int64{1}, got["order:bad"], "only the message before the poison is applied")
+	h.mu.Lock()
+	require.Equal(t, 3, h.calls["m-2"], "max_retries attempts, then halt")
+	h.mu.Unlock()
+	halt, err := r.rdb.HGetAll(context.Background(), r.prefix+partition.HaltKey("proj", "order:bad")).Result()
+	require.NoError(t, err)
+	require.Contains(t, halt["reason"], "boom")
+	require.Equal(t, "3", halt["attempts"])
+
+	// The halt survives a restart of every instance.
+	require.NoError(t, a.Stop(context.Background()))
+	b := r.consumer("host-b", h, time.Hour)
+	start(t, b)
+	r.pub.publish("order", "good", 1)
+	testwait.For(t, "the good key flows after the restart", func() (bool, string) {
+		got, _ := h.snapshot()
+		return len(got["order:good"]) == 4, fmt.Sprint(got)
+	})
+	for _, l := range b.Owned() {
+		require.NotEqual(t, "order:bad", l.Unit, "a halted partition is not acquired")
+	}
+	h.mu.Lock()
+	require.Equal(t, 3, h.calls["m-2"], "no attempt after the halt")
+	h.mu.Unlock()
+}
+
+func TestConsumerOptionsAreChecked(t *testing.T) {
+	t.Parallel()
+	_, err := partition.NewConsumer(partition.ConsumerOptions{})
+	require.Error(t, err)
+}
