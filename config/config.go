@@ -63,6 +63,10 @@ type EventStore struct {
 type Broker struct {
 	Provider string `toml:"provider"` // "inline" | "redis" (others are rejected by the host, not here)
 	URI      string `toml:"uri"`      // required for redis
+	// KeyPrefix is prepended to every Redis key the host uses (streams,
+	// indexes, leases), so several deployments can share one Redis. Empty
+	// by default: the keys are then exactly the names in the docs.
+	KeyPrefix string `toml:"key_prefix"`
 }
 
 // Outbox is the [outbox] table: how the relay claims rows and retries them.

@@ -291,8 +291,8 @@ func TestShippedConfigs(t *testing.T) {
 	const uri = "postgres://protean:protean@127.0.0.1:5432/protean?sslmode=disable"
 	require.Equal(t, config.Database{Provider: "postgresql", DatabaseURI: uri}, p.Databases["default"])
 	require.Equal(t, config.EventStore{Provider: "message_db", DatabaseURI: uri}, p.EventStore)
-	// The inline broker serves until the Redis Streams broker lands.
-	require.Equal(t, config.Broker{Provider: "inline"}, p.OutboxBroker())
+	// Production relays to Redis Streams, which partitions delivery.
+	require.Equal(t, config.Broker{Provider: "redis", URI: "redis://127.0.0.1:6379/0"}, p.OutboxBroker())
 	// Every other value in production.toml repeats a default.
 	want := config.Default()
 	want.Databases = p.Databases

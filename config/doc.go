@@ -14,7 +14,7 @@
 //
 //	[databases.NAME]          provider = "memory" | "postgresql", database_uri
 //	[event_store]             provider = "memory" | "message_db", database_uri
-//	[brokers.NAME]            provider = "inline" | "redis" | ..., uri
+//	[brokers.NAME]            provider = "inline" | "redis" | ..., uri, key_prefix
 //	[outbox]                  broker, batching, retry/backoff, lock, retention
 //	[server.partitioning]     lease_ttl_ms, heartbeat_interval_seconds, poll_interval_seconds, reap_idle_ms, warn_live_partitions
 //	[server.priority_lanes]   enabled, threshold, backfill_suffix

@@ -27,8 +27,8 @@ type subscription struct {
 }
 
 // subscriptions lists every (handler, category) pair of the set, in a
-// stable order.
-func subscriptions(set *host.Set) []subscription {
+// stable order; with partitioned, not the partitioned categories.
+func subscriptions(set *host.Set, partitioned bool) []subscription {
 	seen := map[subscription]bool{}
 	var out []subscription
 	for _, m := range set.Modules {
@@ -38,6 +38,9 @@ func subscriptions(set *host.Set) []subscription {
 			}
 			for _, t := range h.Handles {
 				msg, _ := set.Message(t)
+				if _, ok := set.PartitionField(msg.Category); ok && partitioned {
+					continue // the partition workers deliver it
+				}
 				s := subscription{handler: h.Name, stream: msg.Category}
 				if !seen[s] {
 					seen[s] = true
@@ -101,7 +104,7 @@ func (e *Engine) resubscribe() {
 	if c == nil {
 		return
 	}
-	subs := subscriptions(e.Set())
+	subs := subscriptions(e.Set(), e.opts.Partitioned)
 	want := map[subscription]bool{}
 	for _, s := range subs {
 		want[s] = true
@@ -200,11 +203,7 @@ func (e *Engine) deliver(ctx context.Context, src Source, s subscription, d brok
 		e.settle(ctx, src, s, d, "skip", nil)
 		return
 	}
-	env := abi.Envelope{ID: d.ID, Type: d.Type, Stream: d.EventStream, Position: d.Position,
-		GlobalPosition: d.GlobalPosition, Time: d.Time, Data: d.Data}
-	if md := parseMetadata(d.Metadata); md != nil {
-		env.Metadata = md
-	}
+	env := messageEnvelope(d.Message)
 	res, err := e.handleOne(ctx, l, route, env)
 	if err == nil {
 		var committed unitofwork.Committed
@@ -248,6 +247,12 @@ func (l *loaded) route(handler, typ string) (host.Route, bool) {
 		}
 	}
 	return host.Route{}, false
+}
+
+// messageEnvelope is the ABI envelope of a broker message.
+func messageEnvelope(m broker.Message) abi.Envelope {
+	return abi.Envelope{ID: m.ID, Type: m.Type, Stream: m.EventStream, Position: m.Position,
+		GlobalPosition: m.GlobalPosition, Time: m.Time, Data: m.Data, Metadata: parseMetadata(m.Metadata)}
 }
 
 func correlation(env abi.Envelope) string {

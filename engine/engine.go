@@ -27,6 +27,10 @@ type Options struct {
 	Logger     *slog.Logger
 	Metrics    *Metrics
 	Now        func() time.Time
+	// Partitioned says partitioned categories are delivered by partition
+	// workers (package partition, through [Engine.Partitions]), so Start's
+	// consumers leave them alone.
+	Partitioned bool
 }
 
 // Engine runs handler modules: it dispatches commands to command handlers

@@ -38,6 +38,9 @@ func (e *HandlerError) Error() string {
 // Unwrap returns the cause.
 func (e *HandlerError) Unwrap() error { return e.Err }
 
+// Retryable reports whether a retry of the message may succeed.
+func (e *HandlerError) Retryable() bool { return e.Kind.Retryable() }
+
 // Rejected reports whether the handler rejected the message on domain
 // grounds (a command answers 422).
 func (e *HandlerError) Rejected() bool { return e.Kind == abi.ErrorRejected }

@@ -29,8 +29,13 @@ func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 func TestProductionConfig(t *testing.T) {
 	url := testserver.Postgres(t)
 	t.Setenv(config.EnvDatabaseURL, url)
+	redisURL, prefix := testserver.Redis(t)
+	t.Setenv(config.EnvRedisURL, redisURL)
 	prod := filepath.Join(wasmbuild.Root(), "configs", "production.toml")
 	dir := wasmbuild.Examples(t)
+	startHost := func(t *testing.T, name, dir string) (*testHost, error) {
+		return startHostWith(t, name, dir, func(c *config.Config) { withKeyPrefix(c, prefix) })
+	}
 
 	_, err := startHost(t, "production.toml", dir)
 	require.ErrorContains(t, err, "protean-host migrate")
@@ -92,4 +97,11 @@ func TestDatabaseCommandsOnMemoryConfig(t *testing.T) {
 	code, _, errs = cli(t, "outbox", "status", "--config", domain)
 	require.Equal(t, 1, code)
 	require.Contains(t, errs, "no database to act on")
+}
+
+// withKeyPrefix namespaces the Redis broker's keys under a test's prefix.
+func withKeyPrefix(c *config.Config, prefix string) {
+	b := c.Brokers[c.Outbox.Broker]
+	b.KeyPrefix = prefix
+	c.Brokers[c.Outbox.Broker] = b
 }

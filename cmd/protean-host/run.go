@@ -14,13 +14,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/broker/redisstream"
 	"github.com/proteanhq/protean-host/config"
 	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/httpapi"
 	"github.com/proteanhq/protean-host/outbox"
+	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
 
@@ -32,23 +35,51 @@ type keysFunc func(string) (string, bool)
 
 func (f keysFunc) PartitionField(c string) (string, bool) { return f(c) }
 
-// openBroker returns the outbox broker the config names, as publisher and
-// consumer source.
-func openBroker(cfg config.Config) (broker.Publisher, engine.Source, func() error, error) {
+// openedBroker is the outbox broker the config names: what the relay
+// publishes to, what the engine's ordinary consumers read, and, on Redis,
+// the client the partition workers share.
+type openedBroker struct {
+	pub    broker.Publisher
+	source engine.Source
+	redis  redis.UniversalClient // nil for the inline broker
+	prefix string                // of every Redis key
+	close  func() error
+}
+
+// openBroker opens the outbox broker the config names.
+func openBroker(ctx context.Context, cfg config.Config, owner string) (*openedBroker, error) {
 	b := cfg.OutboxBroker()
+	opts := broker.DefaultOptions()
+	sub := cfg.Server.StreamSubscription
+	opts.MaxRetries = sub.MaxRetries
+	opts.RetryDelay = sub.RetryDelay()
 	switch b.Provider {
 	case config.ProviderInline:
-		opts := broker.DefaultOptions()
-		sub := cfg.Server.StreamSubscription
-		opts.MaxRetries = sub.MaxRetries
-		opts.RetryDelay = sub.RetryDelay()
 		in, err := broker.NewInline(opts)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, err
 		}
-		return in, in, in.Close, nil
+		return &openedBroker{pub: in, source: in, close: in.Close}, nil
+	case config.ProviderRedis:
+		ropts, err := redis.ParseURL(b.URI)
+		if err != nil {
+			return nil, fmt.Errorf("brokers.%s.uri: %w", cfg.Outbox.Broker, err)
+		}
+		rdb := redis.NewClient(ropts)
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			_ = rdb.Close()
+			return nil, fmt.Errorf("connecting to Redis (brokers.%s.uri): %w", cfg.Outbox.Broker, err)
+		}
+		rb, err := redisstream.New(rdb, redisstream.Options{Options: opts, Consumer: owner, Prefix: b.KeyPrefix})
+		if err != nil {
+			_ = rdb.Close()
+			return nil, err
+		}
+		return &openedBroker{pub: rb, source: rb, redis: rdb, prefix: b.KeyPrefix, close: func() error {
+			return errors.Join(rb.Close(), rdb.Close())
+		}}, nil
 	}
-	return nil, nil, nil, fmt.Errorf("brokers.%s.provider %q: not available in this build (use \"inline\")", cfg.Outbox.Broker, b.Provider)
+	return nil, fmt.Errorf("brokers.%s.provider %q: not available (use \"inline\" or \"redis\")", cfg.Outbox.Broker, b.Provider)
 }
 
 func cmdRun(ctx context.Context, e *env, args []string) error {
@@ -90,9 +121,11 @@ type hostProcess struct {
 	srv      *http.Server
 	eng      *engine.Engine
 	relay    *outbox.Relay
-	reloader *host.Reloader
-	closers  []func()
-	log      *slog.Logger
+	// partitions is the partitioned consumer; nil without a Redis broker.
+	partitions *partition.Consumer
+	reloader   *host.Reloader
+	closers    []func()
+	log        *slog.Logger
 }
 
 // start opens the stores and the broker, loads and validates the plugins,
@@ -110,11 +143,13 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		return nil, err
 	}
 	h.closers = append(h.closers, st.close)
-	pub, source, closeBroker, err := openBroker(cfg)
+	hostname, _ := os.Hostname()
+	owner := fmt.Sprintf("%s:%d", hostname, os.Getpid())
+	br, err := openBroker(ctx, cfg, owner)
 	if err != nil {
 		return nil, err
 	}
-	h.closers = append(h.closers, func() { _ = closeBroker() })
+	h.closers = append(h.closers, func() { _ = br.close() })
 	loader, err := e.loader(nil)
 	if err != nil {
 		return nil, err
@@ -132,9 +167,8 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	hostname, _ := os.Hostname()
 	h.relay = outbox.NewRelay(st.outbox, outbox.RelayOptions{
-		Broker: cfg.Outbox.Broker, Owner: fmt.Sprintf("%s:%d", hostname, os.Getpid()), Publisher: pub,
+		Broker: cfg.Outbox.Broker, Owner: owner, Publisher: br.pub,
 		BatchSize: cfg.Outbox.MessagesPerTick, Tick: cfg.Outbox.TickInterval(), LockFor: cfg.Outbox.LockTimeout(),
 		BaseDelay: cfg.Outbox.BaseRetryDelay(), MaxDelay: cfg.Outbox.MaxRetryDelay(), Jitter: cfg.Outbox.BackoffJitter,
 		BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix, LanesEnabled: cfg.Server.PriorityLanes.Enabled,
@@ -148,8 +182,24 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix,
 		Broker:         cfg.Outbox.Broker, MaxRetries: cfg.Outbox.MaxRetries, Committed: h.relay.Notify,
 	})
-	eng = engine.New(set, engine.Options{Events: st.events, Records: st.records, UnitOfWork: uow, Logger: e.log, Metrics: engine.NewMetrics(reg)})
+	eng = engine.New(set, engine.Options{Events: st.events, Records: st.records, UnitOfWork: uow, Logger: e.log,
+		Metrics: engine.NewMetrics(reg), Partitioned: br.redis != nil})
 	h.eng = eng
+	if br.redis != nil {
+		p := cfg.Server.Partitioning
+		lanes := cfg.Server.PriorityLanes
+		h.partitions, err = partition.NewConsumer(partition.ConsumerOptions{
+			Leases: partition.NewLeases(br.redis, br.prefix), Positions: st.positions, Handler: eng.Partitions(),
+			Decode: redisstream.Decode, Subscriptions: eng.PartitionSubscriptions, Owner: owner,
+			LeaseTTL: p.LeaseTTL(), Heartbeat: p.HeartbeatInterval(), Poll: p.PollInterval(), ReapIdle: p.ReapIdle(),
+			MaxRetries: cfg.Server.StreamSubscription.MaxRetries, RetryDelay: cfg.Server.StreamSubscription.RetryDelay(),
+			Lanes: lanes.Enabled, BackfillSuffix: lanes.BackfillSuffix, WarnLivePartitions: p.WarnLivePartitions,
+			Metrics: partition.NewMetrics(reg), Logger: e.log,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
@@ -160,9 +210,15 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		_ = ln.Close()
 		return nil, err
 	}
-	if err := eng.Start(ctx, source); err != nil {
+	if err := eng.Start(ctx, br.source); err != nil {
 		_ = ln.Close()
 		return nil, err
+	}
+	if h.partitions != nil {
+		if err := h.partitions.Start(ctx); err != nil {
+			_ = ln.Close()
+			return nil, err
+		}
 	}
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_plugin_reloads_total",
 		Help: "Plugin directory reloads, by outcome (applied, unchanged, rejected)."}, []string{"outcome"})
@@ -194,6 +250,11 @@ func (h *hostProcess) shutdown() error {
 	}
 	if err := h.srv.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("http: %w", err))
+	}
+	if h.partitions != nil {
+		if err := h.partitions.Stop(sctx); err != nil {
+			errs = append(errs, fmt.Errorf("partition workers: %w", err))
+		}
 	}
 	if err := h.eng.Stop(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("engine: %w", err))

@@ -10,6 +10,8 @@ import (
 	"github.com/proteanhq/protean-host/config"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/outbox"
+	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/record"
 	"github.com/proteanhq/protean-host/schema"
 	"github.com/proteanhq/protean-host/unitofwork"
@@ -22,6 +24,12 @@ type stores struct {
 	outbox  interface {
 		outbox.RelayStore
 		outbox.Store
+	}
+	// positions is the table of consumer positions the partition workers
+	// claim and fence in; the backend advances it in effect transactions.
+	positions interface {
+		partition.Positions
+		List(ctx context.Context, group string) ([]position.Row, error)
 	}
 	backend unitofwork.Backend
 	close   func()
@@ -69,7 +77,7 @@ func openPool(ctx context.Context, cfg config.Config) (*pgxpool.Pool, error) {
 func openStores(ctx context.Context, cfg config.Config) (*stores, error) {
 	if _, err := postgresURI(cfg); errors.Is(err, errMemoryOnly) {
 		mem := unitofwork.NewMemory()
-		return &stores{events: mem.Events, records: mem.Records, outbox: mem.Outbox, backend: mem, close: func() {}}, nil
+		return &stores{events: mem.Events, records: mem.Records, outbox: mem.Outbox, positions: mem.Positions, backend: mem, close: func() {}}, nil
 	}
 	pool, err := openPool(ctx, cfg)
 	if err != nil {
@@ -80,5 +88,5 @@ func openStores(ctx context.Context, cfg config.Config) (*stores, error) {
 		return nil, err
 	}
 	pg := unitofwork.NewPostgres(pool)
-	return &stores{events: pg.Events, records: pg.Records, outbox: pg.Outbox, backend: pg, close: pool.Close}, nil
+	return &stores{events: pg.Events, records: pg.Records, outbox: pg.Outbox, positions: pg.Positions, backend: pg, close: pool.Close}, nil
 }

@@ -1,0 +1,134 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sort"
+
+	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/position"
+	"github.com/proteanhq/protean-host/unitofwork"
+)
+
+// PartitionSubscriptions lists the consumer groups the partition workers
+// run for the running set: every event handler, projector and process
+// manager that reads a partitioned category (whether or not it declared
+// sequential_by itself: the category's events live on partition streams).
+// A process manager with sequential_by = true owns a correlation value
+// across all its partitioned categories.
+func (e *Engine) PartitionSubscriptions() []partition.Subscription {
+	set := e.Set()
+	var out []partition.Subscription
+	for _, m := range set.Modules {
+		for _, h := range m.Manifest.Handlers {
+			if h.Kind == abi.KindCommandHandler {
+				continue
+			}
+			seen := map[string]bool{}
+			var cats []string
+			for _, t := range h.Handles {
+				msg, _ := set.Message(t)
+				if _, ok := set.PartitionField(msg.Category); ok && !seen[msg.Category] {
+					seen[msg.Category] = true
+					cats = append(cats, msg.Category)
+				}
+			}
+			if len(cats) == 0 {
+				continue
+			}
+			sort.Strings(cats)
+			out = append(out, partition.Subscription{Group: h.Name, Categories: cats,
+				Correlated: h.Kind == abi.KindProcessManager && h.SequentialBy.Correlation})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Group < out[j].Group })
+	return out
+}
+
+// Partitions returns the engine as the partition workers' handler.
+func (e *Engine) Partitions() partition.Handler { return partitionHandler{e} }
+
+type partitionHandler struct{ e *Engine }
+
+// Handle runs one partition's run of messages through its group's handler
+// as one guest call, then commits the effects of every message before the
+// first failure, with the unit's position advanced past them, in one
+// fenced unit of work. Messages of types the handler does not handle
+// advance the position without a call. It returns how many messages
+// committed and the failure of the next one.
+func (p partitionHandler) Handle(ctx context.Context, b partition.Batch) (int, error) {
+	e := p.e
+	l := e.acquire()
+	defer l.users.leave()
+	var route host.Route
+	var envs []abi.Envelope
+	var idx []int // index in b.Messages of each envelope
+	for i, m := range b.Messages {
+		r, ok := l.route(b.Group, m.Type)
+		if !ok {
+			continue
+		}
+		route = r
+		envs = append(envs, messageEnvelope(m))
+		idx = append(idx, i)
+	}
+	fail, failErr := len(b.Messages), error(nil)
+	var results []abi.Result
+	if len(envs) > 0 {
+		var err error
+		results, err = e.call(ctx, l, route, envs)
+		if err != nil {
+			fail, failErr, results = idx[0], err, nil
+		}
+	}
+	var changes []unitofwork.Change
+	var causes []abi.Envelope
+	for j, r := range results {
+		if err := resultError(route, envs[j], r); err != nil {
+			fail, failErr = idx[j], err
+			break
+		}
+		changes = append(changes, unitofwork.Change{Effects: r.Effects,
+			Metadata: abi.Metadata{CorrelationID: correlation(envs[j]), CausationID: envs[j].ID}})
+		causes = append(causes, envs[j])
+	}
+	if fail == 0 {
+		return 0, failErr
+	}
+	fence := position.Fence{Group: b.Group, Unit: b.Unit, Generation: b.Generation}
+	if gp := lastGlobalPosition(b.Messages[:fail]); gp > 0 {
+		fence.Advance = map[string]int64{b.Source: gp}
+	}
+	_, err := e.opts.UnitOfWork.CommitFenced(ctx, fence, changes...)
+	if len(changes) > 0 {
+		e.opts.Metrics.commit(route, err)
+	}
+	if err != nil {
+		var ke *unitofwork.KeyError
+		if errors.As(err, &ke) && len(changes) == 1 {
+			// An event with a rejected key can never commit: a poison
+			// message, not a transient failure. (In a longer run the
+			// head is retried alone first, to find the message.)
+			err = &HandlerError{File: route.Module.File, Handler: route.Handler.Name, Type: causes[0].Type, Kind: abi.ErrorPermanent, Err: err}
+		}
+		return 0, err
+	}
+	for j, c := range changes {
+		if c.Effects != nil && len(c.Effects.Commands) > 0 {
+			e.followUp(ctx, c.Effects.Commands, causes[j], 1)
+		}
+	}
+	return fail, failErr
+}
+
+func lastGlobalPosition(msgs []broker.Message) int64 {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].GlobalPosition > 0 {
+			return msgs[i].GlobalPosition
+		}
+	}
+	return 0
+}
