@@ -331,15 +331,18 @@ func (s *Leases) Halt(ctx context.Context, l Lease, h Halt) error {
 	return nil
 }
 
-// reapScript: KEYS lease, index, streams...; ARGV token, key, min_idle_ms.
-// Removes the key from the index and deletes its streams only when each is
-// empty, or idle for min_idle_ms with every group caught up and nothing
-// pending. The generation counter is kept.
+// reapScript: KEYS lease, index, streams..., their id indexes...; ARGV
+// token, key, min_idle_ms, number of streams. Removes the key from the
+// index and deletes its streams, with the broker's id index of each
+// (IDIndexKey: publish dedupe, which would otherwise outlive its stream),
+// only when each stream is empty, or idle for min_idle_ms with every group
+// caught up and nothing pending. The generation counter is kept.
 var reapScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED') end
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-for i = 3, #KEYS do
+local ns = tonumber(ARGV[4])
+for i = 3, 2 + ns do
   local last = redis.call('XREVRANGE', KEYS[i], '+', '-', 'COUNT', 1)
   if #last > 0 then
     local id = last[1][1]
@@ -366,8 +369,8 @@ return 1
 
 // Reap retires an idle partition key of category: if every one of its
 // streams is empty, or idle for minIdle with every consumer group caught up
-// and nothing pending, the key leaves the index and its streams are
-// deleted, in one step fenced by the caller's lease. A publish re-creates
+// and nothing pending, the key leaves the index and its streams (with their
+// id indexes) are deleted, in one step fenced by the caller's lease. A publish re-creates
 // both atomically (the publish script does XADD and SADD together), so a
 // reap never strands a message.
 func (s *Leases) Reap(ctx context.Context, l Lease, category, key string, streams []string, minIdle time.Duration) (bool, error) {
@@ -375,7 +378,10 @@ func (s *Leases) Reap(ctx context.Context, l Lease, category, key string, stream
 	for _, st := range streams {
 		keys = append(keys, s.key(st))
 	}
-	n, err := reapScript.Run(ctx, s.rdb, keys, l.Token(), key, minIdle.Milliseconds()).Int64()
+	for _, st := range streams {
+		keys = append(keys, s.key(IDIndexKey(st)))
+	}
+	n, err := reapScript.Run(ctx, s.rdb, keys, l.Token(), key, minIdle.Milliseconds(), len(streams)).Int64()
 	if err != nil {
 		return false, s.fenced(l, "reap", 1, err)
 	}

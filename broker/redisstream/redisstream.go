@@ -32,7 +32,16 @@ type Options struct {
 	// BlockSlice bounds one blocking read of Wait, and so how long Wait
 	// takes to notice a cancelled context or Close (default 200ms).
 	BlockSlice time.Duration
+	// TrimEvery is how many successful Acks of one stream this instance
+	// makes between two trims of it (Trim, run by the Ack that reaches the
+	// count). Default 128: a trim costs one script of O(groups + removed
+	// entries), so its cost per ack stays small and a stream's acked
+	// prefix stays short. Negative: never trim on Ack (call Trim yourself).
+	TrimEvery int
 }
+
+// DefaultTrimEvery is Options.TrimEvery's default.
+const DefaultTrimEvery = 128
 
 // Broker is the Redis Streams broker. Its methods are safe for concurrent
 // use, and several Brokers (host instances) may share one Redis and one
@@ -43,6 +52,10 @@ type Broker struct {
 	now   func() time.Time
 	after func(time.Duration) <-chan time.Time
 	log   *slog.Logger
+	trim  *partition.Leases // Trim's script, on the same client and prefix
+
+	acksMu sync.Mutex
+	acks   map[string]int // successful Acks per stream since its last trim
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -72,7 +85,11 @@ func New(client redis.UniversalClient, opts Options) (*Broker, error) {
 	if opts.BlockSlice <= 0 {
 		opts.BlockSlice = 200 * time.Millisecond
 	}
-	b := &Broker{rdb: client, opts: opts, now: opts.Now, after: opts.After, log: opts.Logger, done: make(chan struct{})}
+	if opts.TrimEvery == 0 {
+		opts.TrimEvery = DefaultTrimEvery
+	}
+	b := &Broker{rdb: client, opts: opts, now: opts.Now, after: opts.After, log: opts.Logger, done: make(chan struct{}),
+		trim: partition.NewLeases(client, opts.Prefix), acks: make(map[string]int)}
 	if b.now == nil {
 		b.now = time.Now
 	}
@@ -125,7 +142,7 @@ func (b *Broker) check(ctx context.Context) error {
 
 // Key names (without Prefix). The stream is the caller's name; the rest
 // sit beside it.
-func idsKey(stream string) string          { return stream + ":__ids__" }
+func idsKey(stream string) string          { return partition.IDIndexKey(stream) }
 func dlqKey(stream string) string          { return stream + ":dlq" }
 func groupKey(stream, group string) string { return stream + ":__group__:" + group }
 
@@ -414,9 +431,56 @@ func (b *Broker) settle(ctx context.Context, op, stream, group, id string, s *re
 // Ack settles a delivered message (XACK). Acking an acked message returns
 // nil; one never delivered broker.ErrNotDelivered; one nacked,
 // dead-lettered or discarded broker.ErrNotInFlight.
+//
+// Every Options.TrimEvery successful Acks of a stream, the Ack also trims
+// the stream (see Trim); a failed trim is logged, not returned: the ack
+// itself took effect, and the next trim removes what this one left.
 func (b *Broker) Ack(ctx context.Context, stream, group, id string) error {
-	_, err := b.settle(ctx, "ack", stream, group, id, ackScript)
-	return err
+	if _, err := b.settle(ctx, "ack", stream, group, id, ackScript); err != nil {
+		return err
+	}
+	if b.opts.TrimEvery > 0 && b.countAck(stream) {
+		if n, err := b.Trim(ctx, stream); err != nil {
+			b.log.Warn("broker: trim failed", "stream", stream, "error", err)
+		} else if n > 0 {
+			b.log.Debug("broker: trimmed", "stream", stream, "entries", n)
+		}
+	}
+	return nil
+}
+
+// countAck counts an Ack of stream and reports whether it is time to trim.
+// The map holds one small counter per stream this instance acks on.
+func (b *Broker) countAck(stream string) bool {
+	b.acksMu.Lock()
+	defer b.acksMu.Unlock()
+	b.acks[stream]++
+	if b.acks[stream] < b.opts.TrimEvery {
+		return false
+	}
+	b.acks[stream] = 0
+	return true
+}
+
+// Trim removes the entries of stream that every consumer group of it has
+// acked, with their fields in the id index, and returns how many it
+// removed: package partition's Leases.Trim, the one trimming rule for
+// ordinary and partition streams. A stream without a group is not trimmed;
+// retention is "until every existing group acked it", so a group created
+// later starts at the entries left. Dead letters survive the trim of their
+// entries (see the DLQ copy kept by Replay).
+func (b *Broker) Trim(ctx context.Context, stream string) (int64, error) {
+	if stream == "" {
+		return 0, fmt.Errorf("redisstream: trim: %w: stream is required", broker.ErrInvalid)
+	}
+	if err := b.check(ctx); err != nil {
+		return 0, err
+	}
+	n, err := b.trim.Trim(ctx, stream)
+	if err != nil {
+		return n, fmt.Errorf("redisstream: trim: stream %s: %w", stream, err)
+	}
+	return n, nil
 }
 
 // Nack gives a delivered message back: it is requeued at its place in the

@@ -64,7 +64,17 @@ return out
 //
 // The state hash holds, per entry id E: a:E deliveries so far, t:E when
 // the current delivery went out, q:E when a requeued entry is due, x:E
-// "dead <dlq entry id>" or "discarded"; and n:dead, the DLQ count.
+// "dead <dlq entry id>" or "discarded", r:E the fields of a replayed dead
+// letter (MessagePack); per message id M of a dead letter, d:M its entry
+// id; and n:dead, the DLQ count.
+//
+// Trimming (package partition's Trim) removes entries every group has
+// acked, and their id index fields. A dead letter is acked (XACK when it
+// is dead-lettered), so its entry and index field may be trimmed while it
+// waits in the DLQ: d:M keeps its message id reachable for Replay, Ack and
+// Nack, and Replay copies its fields from the DLQ entry into r:E, from
+// which Next delivers it when the stream entry is gone. Both go when the
+// replayed message is acked or given up on again.
 const groupPrelude = `#!lua
 local S, H, Q, F, D, I, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local G, C = ARGV[1], ARGV[2]
@@ -88,16 +98,29 @@ local function field(fields, name)
   for i = 1, #fields, 2 do if fields[i] == name then return fields[i + 1] end end
   return ''
 end
+-- entry_of returns the entry id of message id: from the id index, or for a
+-- dead letter whose entry was trimmed, from d:id.
+local function entry_of(id)
+  return redis.call('HGET', I, id) or redis.call('HGET', H, 'd:' .. id)
+end
+-- fields_of returns an entry's fields: from the stream, or for a replayed
+-- dead letter whose entry was trimmed, from r:eid; nil if neither has it.
+local function fields_of(eid)
+  local e = redis.call('XRANGE', S, eid, eid)[1]
+  if e then return e[2], true end
+  local r = redis.call('HGET', H, 'r:' .. eid)
+  if r then return cmsgpack.unpack(r), false end
+  return nil, false
+end
 
 -- kill dead-letters an entry (XADD to the DLQ stream, then XACK, in this
 -- one script: nothing is lost between them) or discards it.
 local function kill(eid, reason, attempts)
-  local e = redis.call('XRANGE', S, eid, eid)[1]
-  local fields = {}
-  if e and e[2] then fields = e[2] end
+  local fields = fields_of(eid) or {}
+  local mid = field(fields, 'id')
   redis.call('XACK', S, G, eid)
   redis.call('ZREM', F, eid)
-  redis.call('HDEL', H, 'a:' .. eid, 't:' .. eid)
+  redis.call('HDEL', H, 'a:' .. eid, 't:' .. eid, 'r:' .. eid)
   if DLQ then
     local args = {}
     for _, v in ipairs(fields) do args[#args + 1] = v end
@@ -106,11 +129,13 @@ local function kill(eid, reason, attempts)
     end
     local did = redis.call('XADD', D, '*', unpack(args))
     redis.call('HSET', H, 'x:' .. eid, 'dead ' .. did)
+    if mid ~= '' then redis.call('HSET', H, 'd:' .. mid, eid) end
     redis.call('HINCRBY', H, 'n:dead', 1)
   else
     redis.call('HSET', H, 'x:' .. eid, 'discarded')
+    if mid ~= '' then redis.call('HDEL', H, 'd:' .. mid) end
   end
-  killed[#killed + 1] = field(fields, 'id')
+  killed[#killed + 1] = mid
   killed[#killed + 1] = reason
   killed[#killed + 1] = attempts
 end
@@ -127,7 +152,7 @@ end
 
 -- delivered returns the entry id of message id if the group has read it.
 local function delivered(id)
-  local eid = redis.call('HGET', I, id)
+  local eid = entry_of(id)
   if not eid or redis.call('EXISTS', S) == 0 then return nil end
   for _, g in ipairs(redis.call('XINFO', 'GROUPS', S)) do
     local name, last
@@ -161,15 +186,15 @@ while true do
   if rs and before(now_s, now_n, rs, rn) then return {'held', killed, due} end
   redis.call('ZREM', Q, m)
   redis.call('HDEL', H, 'q:' .. eid)
-  local e = redis.call('XRANGE', S, eid, eid)[1]
-  if e then
+  local fields, in_stream = fields_of(eid)
+  if fields then
     -- Keep XPENDING honest about who holds it (a no-op for a replayed
     -- entry, which left the pending list when it was dead-lettered).
-    redis.call('XCLAIM', S, G, C, 0, eid, 'JUSTID')
+    if in_stream then redis.call('XCLAIM', S, G, C, 0, eid, 'JUSTID') end
     local a = redis.call('HINCRBY', H, 'a:' .. eid, 1)
     redis.call('HSET', H, 't:' .. eid, now)
     redis.call('ZADD', F, now_s, eid)
-    return {'msg', killed, eid, e[2], a}
+    return {'msg', killed, eid, fields, a}
   end
   redis.call('HDEL', H, 'a:' .. eid) -- trimmed away: nothing to deliver
 end
@@ -189,13 +214,13 @@ return {'empty', killed, last and last[1] or '0-0', lw and lw[1] or '0-0'}
 var ackScript = redis.NewScript(groupPrelude + `
 expire()
 -- The common case first: in flight means delivered, without XINFO.
-local eid = redis.call('HGET', I, ARGV[8])
+local eid = entry_of(ARGV[8])
 if not (eid and redis.call('ZSCORE', F, eid)) then eid = delivered(ARGV[8]) end
 if not eid then return {'not_delivered', killed} end
 if redis.call('ZSCORE', F, eid) then
   redis.call('XACK', S, G, eid)
   redis.call('ZREM', F, eid)
-  redis.call('HDEL', H, 'a:' .. eid, 't:' .. eid)
+  redis.call('HDEL', H, 'a:' .. eid, 't:' .. eid, 'r:' .. eid, 'd:' .. ARGV[8])
   return {'ok', killed}
 end
 if redis.call('HEXISTS', H, 'q:' .. eid) == 1 then return {'not_in_flight', killed, 'nacked, awaiting redelivery'} end
@@ -211,7 +236,7 @@ return {'ok', killed}
 // nanoseconds, 11 BackoffMultiplier.
 var nackScript = redis.NewScript(groupPrelude + `
 expire()
-local eid = redis.call('HGET', I, ARGV[8])
+local eid = entry_of(ARGV[8])
 if not (eid and redis.call('ZSCORE', F, eid)) then eid = delivered(ARGV[8]) end
 if not eid then return {'not_delivered', killed} end
 if not redis.call('ZSCORE', F, eid) then
@@ -247,10 +272,25 @@ return {'ok', killed}
 // of the line, due now, attempts reset.
 var replayScript = redis.NewScript(groupPrelude + `
 expire()
-local eid = redis.call('HGET', I, ARGV[8])
+local eid = entry_of(ARGV[8])
 local x = eid and redis.call('HGET', H, 'x:' .. eid)
 if not x or string.sub(x, 1, 5) ~= 'dead ' then return {'not_dead', killed} end
-redis.call('XDEL', D, string.sub(x, 6))
+-- Keep the message's fields (the DLQ copy's, less the dl_ ones): the
+-- stream entry is acked by this group and may be trimmed before the
+-- replayed message is delivered.
+local did = string.sub(x, 6)
+local de = redis.call('XRANGE', D, did, did)[1]
+if de then
+  local keep = {}
+  for i = 1, #de[2], 2 do
+    if string.sub(de[2][i], 1, 3) ~= 'dl_' then
+      keep[#keep + 1] = de[2][i]
+      keep[#keep + 1] = de[2][i + 1]
+    end
+  end
+  redis.call('HSET', H, 'r:' .. eid, cmsgpack.pack(keep))
+end
+redis.call('XDEL', D, did)
 redis.call('HDEL', H, 'x:' .. eid)
 redis.call('HINCRBY', H, 'n:dead', -1)
 redis.call('HSET', H, 'a:' .. eid, 0, 'q:' .. eid, now)
