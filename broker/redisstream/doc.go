@@ -18,9 +18,9 @@
 //
 //	{stream}                       stream    the messages ({category}, {category}:{key}, {category}:{key}:{lane})
 //	{category}:__partitions__      set       partition keys with a stream (partition.IndexKey); SADD by Publish
-//	{stream}:__ids__               hash      message id -> entry id: publish dedup and Ack/Nack by message id
+//	{stream}:__ids__               hash      message id -> entry id of each entry still in the stream: publish dedup and Ack/Nack by message id
 //	{stream}:dlq                   stream    dead letters of every group, fields dl_group, dl_reason, dl_attempts, dl_failed_at, dl_entry
-//	{stream}:__group__:{group}     hash      the group's delivery state: attempts, delivery times, due times, dead/discarded marks
+//	{stream}:__group__:{group}     hash      the group's delivery state: attempts, delivery times, due times, dead/discarded marks, dead letters' entry ids and replayed letters' fields
 //	  ...:requeued                 zset      nacked or replayed entries, in entry order (the group's line)
 //	  ...:inflight                 zset      delivered, unsettled entries by delivery second (for MessageTimeout)
 //	  ...:wake                     stream    MAXLEN 1; Nack and Replay append to it to wake blocked Waits
@@ -28,7 +28,42 @@
 // The consumer group itself is Redis's (XGROUP CREATE {stream} {group} 0
 // MKSTREAM, made by the first Next or Wait of the group; a NOGROUP later
 // re-creates it once). Whoever deletes a stream (the partition reaper)
-// deletes its __ids__ hash too.
+// deletes its __ids__ hash too (partition.IDIndexKey names it for both).
+//
+// # Trimming and retention
+//
+// Redis memory is bounded by trimming, with one rule for ordinary and
+// partition streams (package partition's Leases.Trim, one Lua script):
+// the safe point of a stream is the minimum over its consumer groups of
+// the group's lowest pending entry id if it has pending entries, else its
+// last-delivered-id; every entry strictly below it has been acked by every
+// group, and XTRIM MINID removes exactly those, with their fields in the
+// __ids__ hash, in the same script. A stream with no group is not trimmed.
+// Retention is therefore "until every existing group acked it": a group
+// created after a trim (XGROUP CREATE at 0, by its first Next or Wait)
+// starts at the entries left, not at the first message ever published.
+//
+// An ordinary stream is trimmed by the Ack that completes
+// Options.TrimEvery acks of it on this instance (default 128), and by
+// [Broker.Trim]. Partition streams are trimmed by the partition consumer
+// (Leases.Trim); their entries are never acked through this package.
+//
+// The dedupe index is kept, bounded by the trim, rather than dropped:
+// Ack, Nack and Replay take a message id and need it to find the entry,
+// and partition streams keep it too because the partition worker's own
+// dedupe (by event global position, see docs/partitions.md) skips only
+// messages with a global position, while the index also drops a relay's
+// republish of any message still in its stream. Its window is the stream:
+// a republish of a message that every group has acked and a trim has
+// removed is appended again, which consumers absorb (partition workers by
+// global position; ordinary groups are at least once anyway).
+//
+// A dead letter is acked by its group, so its entry may be trimmed while
+// it waits in {stream}:dlq. The group's hash keeps its message id -> entry
+// id (for Replay, Ack, Nack), and Replay copies the message from the DLQ
+// entry into the hash, from which Next delivers it if the stream entry is
+// gone; both go when the replayed message is acked, dead-lettered or
+// discarded again.
 //
 // # Entries
 //
@@ -84,8 +119,12 @@
 //     dies leaves it in flight until MessageTimeout moves it to the DLQ
 //     (with reason timeout) — it is not silently redelivered to another
 //     consumer, as ordered processing requires.
-//   - One copy per id and stream: a relay's republish after a crash is
-//     dropped, as long as the stream's __ids__ hash is kept.
+//   - One copy per id and stream while the first copy is in the stream: a
+//     relay's republish after a crash is dropped until every group has
+//     acked the message and a trim has removed it (see Trimming).
+//   - After a trim has removed an acked message, Ack and Nack of it
+//     return broker.ErrNotDelivered (its id is forgotten); a dead letter
+//     stays known until it is settled.
 //   - Ack, Nack and Replay errors as the broker package defines them.
 //   - Wait blocks in Redis (XREAD BLOCK on the stream and the wake stream,
 //     which takes nothing) in slices of Options.BlockSlice, so a cancelled
@@ -94,5 +133,5 @@
 //
 // It assumes one Redis primary (or a cluster where all of a call's keys
 // share a slot): the publish script spans several streams. Redis 7 or
-// newer is required (script shebangs, XINFO GROUPS lag).
+// newer is required (script shebangs, XINFO GROUPS lag, XTRIM MINID).
 package redisstream

@@ -157,8 +157,9 @@ func Category(msg broker.Message) string {
 }
 
 // Publish appends msgs to their streams with one Lua script: all or
-// nothing, in the order given. A message whose ID its stream already holds
-// is dropped (a relay's republish after a crash delivers once). A message
+// nothing, in the order given. A message whose ID its stream still holds
+// is dropped (a relay's republish after a crash delivers once, unless every
+// group acked the first copy and a trim removed it: see Trim). A message
 // with a PartitionKey also adds the key to its category's partition index
 // ({category}:__partitions__) in the same script, so a reaper that sees
 // the index never misses a stream that has entries. It returns the entry
@@ -429,7 +430,8 @@ func (b *Broker) settle(ctx context.Context, op, stream, group, id string, s *re
 }
 
 // Ack settles a delivered message (XACK). Acking an acked message returns
-// nil; one never delivered broker.ErrNotDelivered; one nacked,
+// nil (broker.ErrNotDelivered once a trim has removed it); one never
+// delivered broker.ErrNotDelivered; one nacked,
 // dead-lettered or discarded broker.ErrNotInFlight.
 //
 // Every Options.TrimEvery successful Acks of a stream, the Ack also trims
