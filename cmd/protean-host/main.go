@@ -46,6 +46,7 @@ func commands() []command {
 		{"validate", "load and validate the plugins against the config, print what they declare", cmdValidate},
 		{"migrate", "create or upgrade the PostgreSQL schema (idempotent)", cmdMigrate},
 		{"outbox", "status: rows by status, oldest pending, abandoned rows; retry ID: requeue a failed or abandoned row", cmdOutbox},
+		{"partitions", "list | inspect CATEGORY KEY | skip | dlq | resume CATEGORY KEY: see and unblock halted partitions (Redis)", cmdPartitions},
 	}
 }
 
