@@ -65,7 +65,7 @@ func BenchmarkPublish(b *testing.B) {
 }
 
 // BenchmarkConsume: the broker's Next/Ack loop (two Lua scripts per
-// message) beside a raw XREADGROUP COUNT 1 / XACK loop on the same server.
+// message, plus a trim every TrimEvery acks) beside a raw XREADGROUP COUNT 1 / XACK loop on the same server.
 func BenchmarkConsume(b *testing.B) {
 	ctx := context.Background()
 	fill := func(b *testing.B, c *redis.Client, stream string) {
@@ -80,24 +80,31 @@ func BenchmarkConsume(b *testing.B) {
 			require.NoError(b, br.Publish(ctx, msgs...))
 		}
 	}
-	b.Run("broker", func(b *testing.B) {
-		c, prefix := client(b)
-		fill(b, c, prefix+"order")
-		br, err := redisstream.New(c, redisstream.Options{Options: broker.DefaultOptions(), Prefix: prefix})
-		require.NoError(b, err)
-		b.ResetTimer()
-		start := time.Now()
-		for range b.N {
-			d, err := br.Next(ctx, "order", "g")
-			if err != nil {
-				b.Fatal(err)
+	// broker trims every DefaultTrimEvery acks (as in production);
+	// broker-no-trim shows what that trimming costs.
+	for _, v := range []struct {
+		name string
+		trim int
+	}{{"broker", 0}, {"broker-no-trim", -1}} {
+		b.Run(v.name, func(b *testing.B) {
+			c, prefix := client(b)
+			fill(b, c, prefix+"order")
+			br, err := redisstream.New(c, redisstream.Options{Options: broker.DefaultOptions(), Prefix: prefix, TrimEvery: v.trim})
+			require.NoError(b, err)
+			b.ResetTimer()
+			start := time.Now()
+			for range b.N {
+				d, err := br.Next(ctx, "order", "g")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := br.Ack(ctx, "order", "g", d.ID); err != nil {
+					b.Fatal(err)
+				}
 			}
-			if err := br.Ack(ctx, "order", "g", d.ID); err != nil {
-				b.Fatal(err)
-			}
-		}
-		rate(b, b.N, start)
-	})
+			rate(b, b.N, start)
+		})
+	}
 	b.Run("raw-xreadgroup", func(b *testing.B) {
 		c, prefix := client(b)
 		s := prefix + "order"
