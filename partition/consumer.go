@@ -502,6 +502,9 @@ func (c *Consumer) run(w *worker) {
 			idleSince = c.opts.Now()
 			continue
 		}
+		for stream := range st.untrimmed {
+			c.acked(w, st, stream, 0, true)
+		}
 		if c.opts.Now().Sub(idleSince) >= c.opts.ReapIdle {
 			reaped, err := c.reap(w)
 			if err != nil {
@@ -546,7 +549,16 @@ type state struct {
 	// retryHead makes the next read of a source hand only its head to the
 	// handler: after a failure at message k, k is retried alone.
 	retryHead map[string]bool
+	// drained marks a source whose pending entries list this owner has
+	// emptied, so reads go straight to new entries.
+	drained map[string]bool
+	// untrimmed counts the entries acked per stream since its last trim.
+	untrimmed map[string]int
 }
+
+// trimEvery is how many acked entries of a stream a worker lets pile up
+// before it trims the stream (it also trims when idle).
+const trimEvery = 256
 
 // start claims the positions row (a new generation, before anything is
 // handled) and reclaims the previous owners' pending entries.
@@ -555,7 +567,7 @@ func (c *Consumer) start(w *worker) (*state, error) {
 	if err != nil {
 		return nil, fmt.Errorf("claim positions: %w", err)
 	}
-	st := &state{generation: row.Generation, positions: row.Positions, retryHead: map[string]bool{}}
+	st := &state{generation: row.Generation, positions: row.Positions, retryHead: map[string]bool{}, drained: map[string]bool{}, untrimmed: map[string]int{}}
 	if st.positions == nil {
 		st.positions = map[string]int64{}
 	}
@@ -611,9 +623,17 @@ func (c *Consumer) drain(w *worker, st *state, stream string) (int, error) {
 	if st.retryHead[stream] {
 		count = 1
 	}
-	entries, err := c.opts.Leases.Read(c.work, w.lease, stream, true, count)
-	if err != nil {
-		return 0, err
+	var entries []Entry
+	var err error
+	if !st.drained[stream] {
+		// Own pending entries first: reclaimed from a predecessor, or left
+		// by a failure. Once none are left, only a failure adds more.
+		if entries, err = c.opts.Leases.Read(c.work, w.lease, stream, true, count); err != nil {
+			return 0, err
+		}
+		if len(entries) == 0 {
+			st.drained[stream] = true
+		}
 	}
 	if len(entries) == 0 {
 		if entries, err = c.opts.Leases.Read(c.work, w.lease, stream, false, count); err != nil {
@@ -653,6 +673,7 @@ func (c *Consumer) drain(w *worker, st *state, stream string) (int, error) {
 		if _, err := c.opts.Leases.Ack(c.work, w.lease, stream, skip...); err != nil {
 			return 0, err
 		}
+		c.acked(w, st, stream, len(skip), false)
 	}
 	done := 0
 	var herr error
@@ -660,6 +681,9 @@ func (c *Consumer) drain(w *worker, st *state, stream string) (int, error) {
 		start := c.opts.Now()
 		done, herr = c.opts.Handler.Handle(c.work, Batch{Group: w.lease.Group, Unit: w.lease.Unit, Source: stream, Generation: st.generation, Messages: msgs})
 		c.opts.Metrics.batch(w.lease.Group, c.opts.Now().Sub(start))
+		if done < len(msgs) {
+			st.drained[stream] = false // the rest of the run stays pending
+		}
 		if done > 0 {
 			if gp := lastPosition(msgs[:done]); gp > 0 {
 				st.positions[stream] = gp
@@ -667,6 +691,7 @@ func (c *Consumer) drain(w *worker, st *state, stream string) (int, error) {
 			if _, err := c.opts.Leases.Ack(c.work, w.lease, stream, ids[:done]...); err != nil {
 				return done, err
 			}
+			c.acked(w, st, stream, done, false)
 			c.opts.Metrics.handled(w.lease.Group, "ok", done)
 		}
 	}
@@ -752,4 +777,20 @@ func (c *Consumer) reap(w *worker) (bool, error) {
 		all = all && ok
 	}
 	return all, nil
+}
+
+// acked counts n acked entries of stream and trims the stream once enough
+// have piled up (or, with idle, if any have): entries every consumer group
+// acked are deleted, so a busy partition's stream stays short. A failed
+// trim is logged and retried later; it never fails the worker.
+func (c *Consumer) acked(w *worker, st *state, stream string, n int, idle bool) {
+	st.untrimmed[stream] += n
+	if st.untrimmed[stream] == 0 || (!idle && st.untrimmed[stream] < trimEvery) {
+		return
+	}
+	if _, err := c.opts.Leases.Trim(c.work, stream); err != nil {
+		c.log.Warn("partition stream trim failed", "group", w.lease.Group, "partition", w.lease.Unit, "stream", stream, "error", err)
+		return
+	}
+	delete(st.untrimmed, stream)
 }
