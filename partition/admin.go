@@ -391,15 +391,20 @@ func (a *Admin) halt(ctx context.Context, group, unit string) (*Halt, error) {
 	return h, nil
 }
 
-// counts returns the group's pending entries and lag on stream. A missing
-// stream counts nothing; a group not created yet has every entry to come.
+// counts returns the group's pending entries and lag on stream.
 func (a *Admin) counts(ctx context.Context, group, stream string) (pending, lag int64, err error) {
-	k := a.key(stream)
-	n, err := a.rdb.Exists(ctx, k).Result()
+	return streamCounts(ctx, a.rdb, a.key(stream), group)
+}
+
+// streamCounts returns a group's pending entries and lag on the stream at
+// key k. A missing stream counts nothing; a group not created yet has
+// every entry to come.
+func streamCounts(ctx context.Context, rdb redis.UniversalClient, k, group string) (pending, lag int64, err error) {
+	n, err := rdb.Exists(ctx, k).Result()
 	if err != nil || n == 0 {
 		return 0, 0, err
 	}
-	groups, err := a.rdb.XInfoGroups(ctx, k).Result()
+	groups, err := rdb.XInfoGroups(ctx, k).Result()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -409,7 +414,7 @@ func (a *Admin) counts(ctx context.Context, group, stream string) (pending, lag 
 		}
 		lag = g.Lag
 		if lag < 0 { // unknown after deletions: count what is past the group
-			es, err := a.rdb.XRange(ctx, k, "("+g.LastDeliveredID, "+").Result()
+			es, err := rdb.XRange(ctx, k, "("+g.LastDeliveredID, "+").Result()
 			if err != nil {
 				return 0, 0, err
 			}
@@ -417,7 +422,7 @@ func (a *Admin) counts(ctx context.Context, group, stream string) (pending, lag 
 		}
 		return g.Pending, lag, nil
 	}
-	lag, err = a.rdb.XLen(ctx, k).Result()
+	lag, err = rdb.XLen(ctx, k).Result()
 	return 0, lag, err
 }
 

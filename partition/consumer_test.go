@@ -390,3 +390,37 @@ func TestConsumerOptionsAreChecked(t *testing.T) {
 	_, err := partition.NewConsumer(partition.ConsumerOptions{})
 	require.Error(t, err)
 }
+
+// Different keys run at once: every batch waits until batches of two
+// different partitions are in flight together, which only happens if the
+// consumer runs partitions in parallel (a serial consumer would leave the
+// first batch waiting until the test gives up).
+func TestDifferentKeysRunInParallel(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	h := newEffects(r.store)
+	var mu sync.Mutex
+	inFlight := map[string]bool{}
+	together := make(chan struct{})
+	met := make(chan struct{}, 1)
+	var once sync.Once
+	h.gate = func(ctx context.Context, b partition.Batch) {
+		mu.Lock()
+		inFlight[b.Unit] = true
+		if len(inFlight) >= 2 {
+			once.Do(func() { close(together); met <- struct{}{} })
+		}
+		mu.Unlock()
+		select {
+		case <-together:
+		case <-ctx.Done():
+		}
+	}
+	r.pub.publish("order", "a", 2)
+	r.pub.publish("order", "b", 2)
+	c := r.consumer("host-a", h, time.Minute)
+	start(t, c)
+	testwait.Recv(t, "batches of two partitions in flight at once", met)
+	r.waitApplied(h)
+	r.requireExactlyOnceInOrder(h)
+}

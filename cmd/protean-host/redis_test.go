@@ -114,6 +114,17 @@ func TestRedisPartitionsAcrossThreeInstances(t *testing.T) {
 		owned += n
 	}
 	require.GreaterOrEqual(t, owned, clients, "every client's partition is owned by some instance")
+	// Each instance reports its partitions; an owner reports each owned
+	// partition's lag, 0 once it has handled everything.
+	for _, h := range hosts {
+		m := get(t, h, "/metrics").raw
+		require.Contains(t, m, "protean_partitions_halted")
+		for _, l := range h.partitions.Owned() {
+			require.Regexp(t, fmt.Sprintf(`protean_partition_lag\{group="%s",partition="%s"\} 0`, l.Group, l.Unit), m)
+			require.Contains(t, m, fmt.Sprintf(`protean_partitions_owned{group="%s"}`, l.Group))
+			require.Contains(t, m, fmt.Sprintf(`protean_partition_lease_acquisitions_total{group="%s"}`, l.Group))
+		}
+	}
 }
 
 func stringsOf(v any) []string {

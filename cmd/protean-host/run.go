@@ -199,6 +199,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		if err != nil {
 			return nil, err
 		}
+		reg.MustRegister(h.partitions.LagCollector())
 	}
 
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
