@@ -14,6 +14,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 	"github.com/proteanhq/protean-host/record"
@@ -23,6 +24,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	wasmbuild.Cleanup()
+	testserver.Stop()
 	os.Exit(code)
 }
 
