@@ -1,7 +1,45 @@
 // Package partition implements per-key sequential processing (Protean's
-// `sequential_by`, ADR-0028): the rules a partition key must pass, the names
-// of the streams and keys derived from it, and (added later) the leases with
-// fencing tokens that let many host instances share partitions.
+// `sequential_by`, ADR-0028) across many host instances on Redis Streams:
+// the rules a partition key must pass, the names of the streams and keys
+// derived from it, the lease protocol with fencing tokens ([Leases]), the
+// partitioned consumer ([Consumer]) and the operator actions on halted
+// partitions ([Admin]). docs/partitions.md is the design; model/ checks the
+// protocol with spin.
+//
+// # The protocol
+//
+// A unit (a partition "{category}:{key}" of one consumer group, or a
+// process manager's correlation value across its categories) is worked on
+// only under a lease. [Leases.Acquire] gives the next generation from a
+// counter that is never deleted; every read, reclaim, ack, attempt count,
+// halt and reap checks the caller's token "{owner}:{generation}" in the
+// same Lua script, and refuses a stale one with [ErrLeaseLost]. The token
+// is also the Redis consumer name, so each generation has its own pending
+// entries list, and a new owner moves its predecessor's pending entries to
+// itself with a fenced XAUTOCLAIM before it reads (pending first, then new).
+//
+// The side effect is fenced too: a new owner claims the unit's row in the
+// table of consumer positions (package position), bumping its generation,
+// before it handles anything; each run's effects commit with the unit's
+// position (the event-store global position of the last message applied,
+// per source stream) in one transaction that checks that generation. So a
+// stalled owner's late commit is rejected, and a message redelivered after
+// a crash between commit and ack is recognised and acked unhandled.
+//
+// # The consumer
+//
+// [Consumer] renews held leases and discovers units from the category
+// indexes every heartbeat, acquires free ones, and runs one worker per
+// owned unit. A worker hands runs of up to [ConsumerOptions].BatchSize
+// messages of one source (the primary stream before its backfill lane) to
+// the [Handler]; a failure at message k commits the messages before k and
+// retries k alone. After max_retries failed attempts (counted in Redis, so
+// failover does not reset them), or at once for a non-retryable error, the
+// unit halts: a durable halt record is written and the lease released in
+// one step, and no instance acquires the unit until an operator resumes,
+// skips or dead-letters the head ([Admin]). Idle workers trim what every
+// group acked and, after reap_idle_ms, reap the partition. Stop releases
+// every lease, so successors take over at once.
 //
 // # Partition keys
 //
