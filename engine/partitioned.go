@@ -14,13 +14,18 @@ import (
 )
 
 // PartitionSubscriptions lists the consumer groups the partition workers
-// run for the running set: every event handler, projector and process
-// manager that reads a partitioned category (whether or not it declared
-// sequential_by itself: the category's events live on partition streams).
-// A process manager with sequential_by = true owns a correlation value
-// across all its partitioned categories.
+// run for the running set (see [PartitionSubscriptions]).
 func (e *Engine) PartitionSubscriptions() []partition.Subscription {
-	set := e.Set()
+	return PartitionSubscriptions(e.Set())
+}
+
+// PartitionSubscriptions lists the consumer groups the partition workers
+// run for set: every event handler, projector and process manager that
+// reads a partitioned category (whether or not it declared sequential_by
+// itself: the category's events live on partition streams). A process
+// manager with sequential_by = true owns a correlation value across all
+// its partitioned categories.
+func PartitionSubscriptions(set *host.Set) []partition.Subscription {
 	var out []partition.Subscription
 	for _, m := range set.Modules {
 		for _, h := range m.Manifest.Handlers {

@@ -250,15 +250,16 @@ func (a *Admin) Inspect(ctx context.Context, sub Subscription, unit string) (Det
 func (a *Admin) resolve(sub Subscription, group, name string) unit {
 	u := unit{unit: name, cat: map[string]string{}}
 	if sub.Correlated && strings.HasPrefix(name, group+":") {
-		u.key = strings.TrimPrefix(name, group+":")
+		u.key, u.label = strings.TrimPrefix(name, group+":"), group
 		for _, c := range sub.Categories {
 			s := StreamName(c, u.key)
 			u.sources = append(u.sources, s)
-			u.cat[s] = group
+			u.cat[s] = c
 		}
 		return u
 	}
 	cat, key, _ := strings.Cut(name, ":")
+	u.label = cat
 	u.key = key
 	s := StreamName(cat, key)
 	u.sources = []string{s}
@@ -269,35 +270,15 @@ func (a *Admin) resolve(sub Subscription, group, name string) unit {
 // units lists a subscription's units from its categories' indexes, as the
 // consumer's discovery does.
 func (a *Admin) units(ctx context.Context, s Subscription) ([]unit, error) {
-	byName := map[string]*unit{}
-	var order []string
+	keys := map[string][]string{}
 	for _, cat := range s.Categories {
-		keys, err := a.rdb.SMembers(ctx, a.key(IndexKey(cat))).Result()
+		ks, err := a.rdb.SMembers(ctx, a.key(IndexKey(cat))).Result()
 		if err != nil {
 			return nil, fmt.Errorf("partition: index of %s: %w", cat, err)
 		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			name, label := PartitionUnit(cat, k), cat
-			if s.Correlated {
-				name, label = CorrelationUnit(s.Group, k), s.Group
-			}
-			u := byName[name]
-			if u == nil {
-				u = &unit{unit: name, key: k, cat: map[string]string{}}
-				byName[name] = u
-				order = append(order, name)
-			}
-			st := StreamName(cat, k)
-			u.sources = append(u.sources, st)
-			u.cat[st] = label
-		}
+		keys[cat] = ks
 	}
-	out := make([]unit, 0, len(order))
-	for _, n := range order {
-		out = append(out, *byName[n])
-	}
-	return out, nil
+	return buildUnits(s, keys), nil
 }
 
 func (a *Admin) withLanes(sources []string) []string {
@@ -312,7 +293,7 @@ func (a *Admin) withLanes(sources []string) []string {
 func (a *Admin) status(ctx context.Context, group string, u unit) (Status, error) {
 	st := Status{Group: group, Unit: u.unit, Key: u.key, Sources: u.sources}
 	if len(u.sources) > 0 {
-		st.Category = u.cat[u.sources[0]]
+		st.Category = u.label
 	}
 	fail := func(what string, err error) (Status, error) {
 		return Status{}, fmt.Errorf("partition %s %s: %s: %w", group, u.unit, what, err)

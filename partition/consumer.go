@@ -222,6 +222,17 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	return err
 }
 
+// workers lists the running workers.
+func (c *Consumer) workers() []*worker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ws := make([]*worker, 0, len(c.owned))
+	for _, w := range c.owned {
+		ws = append(ws, w)
+	}
+	return ws
+}
+
 // Owned lists the units this instance holds, for status and tests.
 func (c *Consumer) Owned() []Lease {
 	c.mu.Lock()
@@ -263,12 +274,7 @@ func (c *Consumer) discover() {
 
 // shutdownWorkers stops every worker and waits; each releases its lease.
 func (c *Consumer) shutdownWorkers() {
-	c.mu.Lock()
-	ws := make([]*worker, 0, len(c.owned))
-	for _, w := range c.owned {
-		ws = append(ws, w)
-	}
-	c.mu.Unlock()
+	ws := c.workers()
 	for _, w := range ws {
 		w.stop()
 	}
@@ -287,13 +293,7 @@ func (c *Consumer) pass() error {
 	for _, s := range subs {
 		wanted[s.Group] = s
 	}
-	c.mu.Lock()
-	held := make([]*worker, 0, len(c.owned))
-	for _, w := range c.owned {
-		held = append(held, w)
-	}
-	c.mu.Unlock()
-	for _, w := range held {
+	for _, w := range c.workers() {
 		if _, ok := wanted[w.sub.Group]; !ok {
 			w.stop() // the handler is gone: release and stop
 			continue
@@ -354,34 +354,31 @@ type unit struct {
 	unit    string
 	key     string
 	sources []string
-	cat     map[string]string
+	cat     map[string]string // source stream -> its category
+	// label names the unit's category for operators: the category, or a
+	// correlated process manager's name.
+	label string
 }
 
-// units lists a subscription's units from its categories' indexes.
-func (c *Consumer) units(ctx context.Context, s Subscription) ([]unit, error) {
-	byKey := map[string]*unit{}
+// buildUnits groups a subscription's live keys, per category as its index
+// lists them, into units in a stable order: each key of each category is a
+// unit of its own, or, for a correlated subscription, one unit per value
+// spanning every category that has it.
+func buildUnits(s Subscription, keys map[string][]string) []unit {
+	byName := map[string]*unit{}
 	var order []string
-	var errs []error
 	for _, cat := range s.Categories {
-		keys, err := c.opts.Leases.Members(ctx, cat)
-		if err != nil {
-			errs = append(errs, err) // skip this category this pass
-			continue
-		}
-		if n := c.opts.WarnLivePartitions; n > 0 && len(keys) > n && !c.warned[cat] {
-			c.warned[cat] = true
-			c.log.Warn("many live partitions: sequential_by is meant for bounded key sets", "category", cat, "live_partitions", len(keys), "warn_live_partitions", n)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			name := PartitionUnit(cat, k)
+		ks := append([]string(nil), keys[cat]...)
+		sort.Strings(ks)
+		for _, k := range ks {
+			name, label := PartitionUnit(cat, k), cat
 			if s.Correlated {
-				name = CorrelationUnit(s.Group, k)
+				name, label = CorrelationUnit(s.Group, k), s.Group
 			}
-			u := byKey[name]
+			u := byName[name]
 			if u == nil {
-				u = &unit{unit: name, key: k, cat: map[string]string{}}
-				byKey[name] = u
+				u = &unit{unit: name, key: k, cat: map[string]string{}, label: label}
+				byName[name] = u
 				order = append(order, name)
 			}
 			st := StreamName(cat, k)
@@ -391,9 +388,29 @@ func (c *Consumer) units(ctx context.Context, s Subscription) ([]unit, error) {
 	}
 	out := make([]unit, 0, len(order))
 	for _, n := range order {
-		out = append(out, *byKey[n])
+		out = append(out, *byName[n])
 	}
-	return out, errors.Join(errs...)
+	return out
+}
+
+// units lists a subscription's units from its categories' indexes; a
+// category whose index cannot be read is skipped this pass.
+func (c *Consumer) units(ctx context.Context, s Subscription) ([]unit, error) {
+	keys := map[string][]string{}
+	var errs []error
+	for _, cat := range s.Categories {
+		ks, err := c.opts.Leases.Members(ctx, cat)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if n := c.opts.WarnLivePartitions; n > 0 && len(ks) > n && !c.warned[cat] {
+			c.warned[cat] = true
+			c.log.Warn("many live partitions: sequential_by is meant for bounded key sets", "category", cat, "live_partitions", len(ks), "warn_live_partitions", n)
+		}
+		keys[cat] = ks
+	}
+	return buildUnits(s, keys), errors.Join(errs...)
 }
 
 func (w *worker) merge(sources []string, cat map[string]string) {

@@ -27,13 +27,7 @@ func (l lagCollector) Collect(ch chan<- prometheus.Metric) {
 	c := l.c
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	c.mu.Lock()
-	ws := make([]*worker, 0, len(c.owned))
-	for _, w := range c.owned {
-		ws = append(ws, w)
-	}
-	c.mu.Unlock()
-	for _, w := range ws {
+	for _, w := range c.workers() {
 		var total int64
 		for _, s := range c.streams(w.snapshot()) {
 			pending, lag, err := streamCounts(ctx, c.opts.Leases.rdb, c.opts.Leases.key(s), w.lease.Group)

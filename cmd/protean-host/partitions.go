@@ -13,9 +13,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/broker/redisstream"
 	"github.com/proteanhq/protean-host/config"
+	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
@@ -192,31 +192,7 @@ func (e *env) subscriptions(ctx context.Context) ([]partition.Subscription, erro
 		return nil, fmt.Errorf("%d problem(s) in %s", len(errs), e.cfg.Plugins.Dir)
 	}
 	defer set.Close(ctx)
-	var out []partition.Subscription
-	for _, m := range set.Modules {
-		for _, h := range m.Manifest.Handlers {
-			if h.Kind == abi.KindCommandHandler {
-				continue
-			}
-			seen := map[string]bool{}
-			var cats []string
-			for _, t := range h.Handles {
-				msg, _ := set.Message(t)
-				if _, ok := set.PartitionField(msg.Category); ok && !seen[msg.Category] {
-					seen[msg.Category] = true
-					cats = append(cats, msg.Category)
-				}
-			}
-			if len(cats) == 0 {
-				continue
-			}
-			sort.Strings(cats)
-			out = append(out, partition.Subscription{Group: h.Name, Categories: cats,
-				Correlated: h.Kind == abi.KindProcessManager && h.SequentialBy.Correlation})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Group < out[j].Group })
-	return out, nil
+	return engine.PartitionSubscriptions(set), nil
 }
 
 func dash(s string) string {

@@ -250,6 +250,31 @@ func (p *process) tail() string {
 	return strings.Join(lines, "\n")
 }
 
+// orderLog places c-1's orders on host processes and waits until the
+// client_orders projection shows exactly the accepted ones, in order.
+type orderLog struct {
+	t    *testing.T
+	want []string
+}
+
+func (o *orderLog) place(p *process, order string) {
+	o.t.Helper()
+	r := do(o.t, "POST", "http://"+p.addr+"/v1/commands/PlaceOrder", fmt.Sprintf(`{"order_id":%q,"client_id":"c-1","total":1}`, order))
+	require.Equal(o.t, 200, r.code, r.String())
+	o.want = append(o.want, order)
+}
+
+func (o *orderLog) projected(p *process) {
+	o.t.Helper()
+	testwait.For(o.t, "c-1's orders projected exactly once, in order", func() (bool, string) {
+		r, err := send("GET", "http://"+p.addr+"/v1/projections/client_orders/c-1", "")
+		if err != nil {
+			return false, err.Error()
+		}
+		return r.code == 200 && slices.Equal(stringsOf(r.body["order_ids"]), o.want), fmt.Sprintf("want %v, got %s\n%s", o.want, r, p.tail())
+	})
+}
+
 // Killing the owner of a partition (SIGKILL: no drain, no release) moves
 // it to the surviving instance within the lease TTL plus a discovery pass,
 // and nothing committed before the crash is applied again.
@@ -262,28 +287,11 @@ func TestRedisFailoverAfterKill(t *testing.T) {
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 
-	place := func(p *process, order string) {
-		t.Helper()
-		r := do(t, "POST", "http://"+p.addr+"/v1/commands/PlaceOrder", fmt.Sprintf(`{"order_id":%q,"client_id":"c-1","total":1}`, order))
-		require.Equal(t, 200, r.code, r.String())
-	}
-	wantIDs := []string{}
-	waitProjected := func(p *process) {
-		t.Helper()
-		testwait.For(t, "c-1's orders projected exactly once, in order", func() (bool, string) {
-			r, err := send("GET", "http://"+p.addr+"/v1/projections/client_orders/c-1", "")
-			if err != nil {
-				return false, err.Error()
-			}
-			return r.code == 200 && slices.Equal(stringsOf(r.body["order_ids"]), wantIDs), fmt.Sprintf("want %v, got %s\n%s", wantIDs, r, p.tail())
-		})
-	}
+	log := &orderLog{t: t}
 	for i := 0; i < 5; i++ {
-		id := fmt.Sprintf("o-%d", i)
-		place(procs[i%2], id)
-		wantIDs = append(wantIDs, id)
+		log.place(procs[i%2], fmt.Sprintf("o-%d", i))
 	}
-	waitProjected(procs[0])
+	log.projected(procs[0])
 
 	// Find and kill the owner of c-1's client_orders partition.
 	leaseKey := d.prefix + partition.LeaseKey("client_orders", partition.PartitionUnit("order", "c-1"))
@@ -298,11 +306,9 @@ func TestRedisFailoverAfterKill(t *testing.T) {
 	victim.kill()
 
 	for i := 5; i < 8; i++ {
-		id := fmt.Sprintf("o-%d", i)
-		place(survivor, id)
-		wantIDs = append(wantIDs, id)
+		log.place(survivor, fmt.Sprintf("o-%d", i))
 	}
-	waitProjected(survivor)
+	log.projected(survivor)
 	t.Logf("failover: killed owner %s; the survivor handled the next event of c-1 after %s (lease TTL 2s)", token, time.Since(killed).Round(time.Millisecond))
 	newToken, err := rdb.Get(context.Background(), leaseKey).Result()
 	require.NoError(t, err)
@@ -320,25 +326,9 @@ func TestRedisStalledOwnerResumes(t *testing.T) {
 	require.NoError(t, err)
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
-	var want []string
-	place := func(p *process, order string) {
-		t.Helper()
-		r := do(t, "POST", "http://"+p.addr+"/v1/commands/PlaceOrder", fmt.Sprintf(`{"order_id":%q,"client_id":"c-1","total":1}`, order))
-		require.Equal(t, 200, r.code, r.String())
-		want = append(want, order)
-	}
-	projected := func(p *process) {
-		t.Helper()
-		testwait.For(t, "c-1's orders projected exactly once, in order", func() (bool, string) {
-			r, err := send("GET", "http://"+p.addr+"/v1/projections/client_orders/c-1", "")
-			if err != nil {
-				return false, err.Error()
-			}
-			return r.code == 200 && slices.Equal(stringsOf(r.body["order_ids"]), want), fmt.Sprintf("want %v, got %s", want, r)
-		})
-	}
-	place(procs[0], "o-0")
-	projected(procs[0])
+	log := &orderLog{t: t}
+	log.place(procs[0], "o-0")
+	log.projected(procs[0])
 	leaseKey := d.prefix + partition.LeaseKey("client_orders", partition.PartitionUnit("order", "c-1"))
 	token, err := rdb.Get(context.Background(), leaseKey).Result()
 	require.NoError(t, err)
@@ -354,10 +344,10 @@ func TestRedisStalledOwnerResumes(t *testing.T) {
 		}
 	}()
 	for i := 1; i < 4; i++ {
-		place(other, fmt.Sprintf("o-%d", i))
+		log.place(other, fmt.Sprintf("o-%d", i))
 	}
 	stopped := time.Now()
-	projected(other)
+	log.projected(other)
 	t.Logf("the successor handled c-1 %s after the owner stopped (lease TTL 2s)", time.Since(stopped).Round(time.Millisecond))
 	require.NoError(t, owner.cmd.Process.Signal(syscall.SIGCONT))
 	resumed = true
@@ -367,9 +357,9 @@ func TestRedisStalledOwnerResumes(t *testing.T) {
 	})
 	t.Logf("the resumed owner noticed after %s", time.Since(stopped).Round(time.Millisecond))
 	for i := 4; i < 7; i++ {
-		place(owner, fmt.Sprintf("o-%d", i))
+		log.place(owner, fmt.Sprintf("o-%d", i))
 	}
-	projected(owner)
+	log.projected(owner)
 	t.Logf("the resumed instance's commands handled after %s", time.Since(stopped).Round(time.Millisecond))
 	newToken, err := rdb.Get(context.Background(), leaseKey).Result()
 	require.NoError(t, err)
