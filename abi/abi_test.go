@@ -154,3 +154,34 @@ func TestHostRequests(t *testing.T) {
 		require.ErrorIs(t, err, abi.ErrResponse, bad)
 	}
 }
+
+func TestHostErrorKinds(t *testing.T) {
+	tests := []struct {
+		kind      abi.HostErrorKind
+		retryable bool
+		handler   abi.ErrorKind
+	}{
+		{abi.HostScope, false, abi.ErrorPermanent},
+		{abi.HostInvalid, false, abi.ErrorPermanent},
+		{abi.HostNotFound, false, abi.ErrorPermanent},
+		{abi.HostConflict, true, abi.ErrorTransient},
+		{abi.HostTransient, true, abi.ErrorTransient},
+		{"", true, abi.ErrorTransient},        // an older host
+		{"someday", true, abi.ErrorTransient}, // a newer host
+	}
+	for _, tc := range tests {
+		require.Equal(t, tc.retryable, tc.kind.Retryable(), "%q", tc.kind)
+		require.Equal(t, tc.handler, tc.kind.HandlerKind(), "%q", tc.kind)
+	}
+	// A response of an older host, without error_kind, still decodes, and
+	// a response without an error carries no error_kind.
+	var old abi.LoadResponse
+	require.NoError(t, json.Unmarshal([]byte(`{"found":false,"version":0,"error":"boom"}`), &old))
+	require.Equal(t, abi.HostErrorKind(""), old.ErrorKind)
+	b, err := json.Marshal(abi.ReadStreamResponse{Messages: []abi.Envelope{}})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"messages":[]}`, string(b))
+	b, err = json.Marshal(abi.LoadResponse{Error: "out of scope", ErrorKind: abi.HostScope})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"found":false,"version":0,"error":"out of scope","error_kind":"scope"}`, string(b))
+}

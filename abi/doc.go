@@ -119,14 +119,25 @@
 // only during protean_handle:
 //
 //   - protean_load (HostLoad): LoadRequest {"kind","type","id"} →
-//     LoadResponse {"found","version","data"} or {"error"}. It returns
+//     LoadResponse {"found","version","data"} or {"error","error_kind"}. It returns
 //     committed state. Within one batch, the module is expected to see its
 //     own earlier writes: the host commits the batch's results only after
 //     the call, so a module (package pdk does this) overlays the writes of
 //     the batch's earlier successful messages on what the host returns.
 //   - protean_read_stream (HostReadStream): ReadStreamRequest
 //     {"stream","from","limit"} → ReadStreamResponse {"messages"} or
-//     {"error"}.
+//     {"error","error_kind"}.
+//
+// error_kind (HostErrorKind) says whether a retry can help: scope (the
+// request is outside what the module may touch: another module's record,
+// a stream of a category it declares nothing on), invalid (malformed, over
+// a limit, or outside protean_handle) and not_found never succeed on a
+// retry; conflict and transient (the store failed, the call was canceled)
+// may. A module should fail its message permanently on the first three
+// and transiently on the others; package pdk does (HostErrorKind's
+// HandlerKind). error_kind was added within ABI version 1 and is optional
+// both ways: a module that does not read it keeps working, and a module
+// must read a response without it (an older host) as transient.
 //
 // WASI clocks are the host's real wall and monotonic clocks; randomness
 // is WASI's. Prefer the envelope's time for anything that must replay the

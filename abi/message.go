@@ -187,12 +187,64 @@ type LoadRequest struct {
 // LoadResponse is the output of protean_load. A record that does not exist
 // has Found false and Version 0, or, if it was deleted, the version of the
 // deletion (a write must expect that version). Error is set when the load
-// failed.
+// failed, and ErrorKind says why.
 type LoadResponse struct {
 	Found   bool            `json:"found"`
 	Version int64           `json:"version"`
 	Data    json.RawMessage `json:"data,omitempty"`
 	Error   string          `json:"error,omitempty"`
+	// ErrorKind classifies Error. Added within ABI version 1: it is
+	// optional, a module that does not know it ignores it, and a response
+	// without it (an older host) is to be read as HostTransient.
+	ErrorKind HostErrorKind `json:"error_kind,omitempty"`
+}
+
+// HostErrorKind says why a host function refused or failed a request, so a
+// module can tell a failure a retry may cure from one it never will.
+type HostErrorKind string
+
+// Host-function error kinds.
+const (
+	// HostScope: the request is outside what the module may touch (a
+	// record of another module's handler, a stream of a category the
+	// module declares nothing on). A retry will never succeed.
+	HostScope HostErrorKind = "scope"
+	// HostInvalid: the request is malformed, over a limit, or made outside
+	// a protean_handle call. A retry will never succeed.
+	HostInvalid HostErrorKind = "invalid"
+	// HostNotFound: what the request names does not exist where the host
+	// expects it to (a missing record is not this: Load answers it with
+	// Found false). A retry of the same request will not succeed.
+	HostNotFound HostErrorKind = "not_found"
+	// HostConflict: the store refused the read for a concurrent change. A
+	// retry may succeed.
+	HostConflict HostErrorKind = "conflict"
+	// HostTransient: the store failed or the call was canceled. A retry
+	// may succeed.
+	HostTransient HostErrorKind = "transient"
+)
+
+// Retryable reports whether the same request may succeed later. An empty
+// or unknown kind (an older or newer host) counts as transient, which is
+// what every host-function error meant before kinds existed.
+func (k HostErrorKind) Retryable() bool {
+	switch k {
+	case HostScope, HostInvalid, HostNotFound:
+		return false
+	}
+	return true
+}
+
+// HandlerKind is the ErrorKind a handler's result takes when it fails
+// because of a host-function error of kind k: permanent for a request a
+// retry can never satisfy (a scope violation is a bug in the module, not
+// the domain saying no, so it is permanent rather than rejected),
+// transient otherwise.
+func (k HostErrorKind) HandlerKind() ErrorKind {
+	if k.Retryable() {
+		return ErrorTransient
+	}
+	return ErrorPermanent
 }
 
 // ReadStreamRequest is the input of the protean_read_stream host function:
@@ -208,6 +260,8 @@ type ReadStreamRequest struct {
 type ReadStreamResponse struct {
 	Messages []Envelope `json:"messages"`
 	Error    string     `json:"error,omitempty"`
+	// ErrorKind classifies Error, as in LoadResponse.
+	ErrorKind HostErrorKind `json:"error_kind,omitempty"`
 }
 
 // ErrResponse marks a HandleResponse or host-function request that cannot
