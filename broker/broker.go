@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/proteanhq/protean-host/internal/backoff"
 )
 
 // Message is one message on a broker stream.
@@ -267,16 +269,7 @@ func (o Options) Validate() error {
 
 // RetryBackoff is the wait before redelivering a message nacked for the
 // retries-th time (1-based): RetryDelay * BackoffMultiplier^(retries-1),
-// saturating instead of overflowing.
+// saturating instead of overflowing, with no cap and no jitter.
 func (o Options) RetryBackoff(retries int) time.Duration {
-	d := float64(o.RetryDelay)
-	for i := 1; i < retries && d < float64(maxDuration); i++ {
-		d *= o.BackoffMultiplier
-	}
-	if d >= float64(maxDuration) {
-		return maxDuration
-	}
-	return time.Duration(d)
+	return backoff.Delay(retries, o.RetryDelay, o.BackoffMultiplier, 0, 0, nil)
 }
-
-const maxDuration = time.Duration(1<<63 - 1)

@@ -1,45 +1,22 @@
 package outbox
 
 import (
-	"math"
-	"math/rand/v2"
 	"time"
+
+	"github.com/proteanhq/protean-host/internal/backoff"
 )
 
 // Backoff returns the delay before the next publish attempt of a row that
-// has failed retry+1 times: base doubled retry times, capped at ceiling,
-// then shortened by up to the jitter fraction so that rows failing together
-// do not retry together. The result lies in [d*(1-jitter), d] where d is the
-// capped delay, so it never exceeds ceiling.
+// has now failed failures times (1-based, as the relay counts: the row's
+// RetryCount before the failure plus one): base after the first failure
+// (outbox.base_retry_delay_ms), doubled per further failure, capped at
+// ceiling (max_retry_delay_ms), then shortened by up to the jitter fraction
+// (backoff_jitter) so that rows failing together do not retry together. The
+// result lies in [d*(1-jitter), d] where d is the capped delay.
 //
-// A negative retry counts as 0; jitter is clamped to [0, 1]; ceiling <= 0
+// failures below 1 count as 1; jitter is clamped to [0, 1]; ceiling <= 0
 // means no cap; rnd returns a number in [0, 1), and nil means math/rand/v2.
-func Backoff(retry int, base, ceiling time.Duration, jitter float64, rnd func() float64) time.Duration {
-	if base <= 0 {
-		return 0
-	}
-	if ceiling <= 0 {
-		ceiling = math.MaxInt64
-	}
-	retry = min(max(retry, 0), 62)
-	d := ceiling
-	if base <= ceiling>>retry { // base<<retry neither overflows nor passes the cap
-		d = base << retry
-	}
-	if !(jitter > 0) { // also NaN
-		return d
-	}
-	jitter = min(jitter, 1)
-	if rnd == nil {
-		rnd = rand.Float64
-	}
-	r := rnd()
-	if !(r > 0) {
-		return d
-	}
-	cut := float64(d) * jitter * min(r, 1)
-	if cut >= float64(d) {
-		return 0
-	}
-	return d - time.Duration(cut)
+// The arithmetic is [backoff.Delay], shared with the brokers' redelivery.
+func Backoff(failures int, base, ceiling time.Duration, jitter float64, rnd func() float64) time.Duration {
+	return backoff.Delay(failures, base, 2, ceiling, jitter, rnd)
 }

@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"errors"
 	"math"
 	"testing"
 	"time"
@@ -15,49 +16,76 @@ func TestBackoff(t *testing.T) {
 	fixed := func(v float64) func() float64 { return func() float64 { return v } }
 	const s = time.Second
 	tests := []struct {
-		name   string
-		retry  int
-		base   time.Duration
-		max    time.Duration
-		jitter float64
-		rnd    func() float64
-		want   time.Duration
+		name     string
+		failures int
+		base     time.Duration
+		max      time.Duration
+		jitter   float64
+		rnd      func() float64
+		want     time.Duration
 	}{
-		{"first retry waits base", 0, s, time.Hour, 0, nil, s},
-		{"doubles", 1, s, time.Hour, 0, nil, 2 * s},
-		{"doubles again", 3, s, time.Hour, 0, nil, 8 * s},
-		{"capped", 12, s, time.Hour, 0, nil, time.Hour},
-		{"exactly at cap", 2, 15 * time.Minute, time.Hour, 0, nil, time.Hour},
-		{"negative retry counts as 0", -4, s, time.Hour, 0, nil, s},
-		{"huge retry does not overflow", 1000, s, time.Hour, 0, nil, time.Hour},
-		{"huge base capped", 3, math.MaxInt64 / 2, time.Hour, 0, nil, time.Hour},
-		{"no cap", 30, s, 0, 0, nil, s << 30},
-		{"no cap, overflow saturates", 40, s, 0, 0, nil, math.MaxInt64},
-		{"zero base", 3, 0, time.Hour, 0.5, fixed(0.5), 0},
-		{"jitter 0 ignores rnd", 2, s, time.Hour, 0, fixed(0.9), 4 * s},
-		{"jitter at rnd 0 keeps full delay", 2, s, time.Hour, 0.5, fixed(0), 4 * s},
-		{"jitter shortens by fraction", 2, s, time.Hour, 0.5, fixed(0.5), 3 * s},
-		{"jitter near 1 shortens by up to the fraction", 2, s, time.Hour, 0.25, fixed(0.999999), 3*s + time.Microsecond},
-		{"jitter applies after the cap", 20, s, time.Hour, 0.1, fixed(0.5), time.Hour - 3*time.Minute},
-		{"jitter clamped to 1", 1, s, time.Hour, 7, fixed(0.5), s},
-		{"full jitter at rnd 1 reaches 0", 1, s, time.Hour, 1, fixed(1), 0},
-		{"negative jitter is none", 1, s, time.Hour, -1, fixed(0.5), 2 * s},
-		{"NaN jitter is none", 1, s, time.Hour, math.NaN(), fixed(0.5), 2 * s},
+		{"first failure waits base", 1, s, time.Hour, 0, nil, s},
+		{"doubles", 2, s, time.Hour, 0, nil, 2 * s},
+		{"doubles again", 4, s, time.Hour, 0, nil, 8 * s},
+		{"capped", 13, s, time.Hour, 0, nil, time.Hour},
+		{"exactly at cap", 3, 15 * time.Minute, time.Hour, 0, nil, time.Hour},
+		{"failures below 1 count as 1", 0, s, time.Hour, 0, nil, s},
+		{"huge failures do not overflow", 1001, s, time.Hour, 0, nil, time.Hour},
+		{"huge base capped", 4, math.MaxInt64 / 2, time.Hour, 0, nil, time.Hour},
+		{"no cap", 31, s, 0, 0, nil, s << 30},
+		{"no cap, overflow saturates", 41, s, 0, 0, nil, math.MaxInt64},
+		{"zero base", 4, 0, time.Hour, 0.5, fixed(0.5), 0},
+		{"jitter 0 ignores rnd", 3, s, time.Hour, 0, fixed(0.9), 4 * s},
+		{"jitter at rnd 0 keeps full delay", 3, s, time.Hour, 0.5, fixed(0), 4 * s},
+		{"jitter shortens by fraction", 3, s, time.Hour, 0.5, fixed(0.5), 3 * s},
+		{"jitter near 1 shortens by up to the fraction", 3, s, time.Hour, 0.25, fixed(0.999999), 3*s + time.Microsecond},
+		{"jitter applies after the cap", 21, s, time.Hour, 0.1, fixed(0.5), time.Hour - 3*time.Minute},
+		{"jitter clamped to 1", 2, s, time.Hour, 7, fixed(0.5), s},
+		{"full jitter at rnd 1 reaches 0", 2, s, time.Hour, 1, fixed(1), 0},
+		{"negative jitter is none", 2, s, time.Hour, -1, fixed(0.5), 2 * s},
+		{"NaN jitter is none", 2, s, time.Hour, math.NaN(), fixed(0.5), 2 * s},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, tc.want, outbox.Backoff(tc.retry, tc.base, tc.max, tc.jitter, tc.rnd))
+			require.Equal(t, tc.want, outbox.Backoff(tc.failures, tc.base, tc.max, tc.jitter, tc.rnd))
 		})
 	}
 }
 
 func TestBackoffDefaultRandomStaysInRange(t *testing.T) {
 	t.Parallel()
-	for retry := range 20 {
-		d := outbox.Backoff(retry, time.Second, time.Minute, 0.2, nil)
-		full := min(time.Second<<retry, time.Minute)
+	for failures := 1; failures <= 20; failures++ {
+		d := outbox.Backoff(failures, time.Second, time.Minute, 0.2, nil)
+		full := min(time.Second<<(failures-1), time.Minute)
 		require.LessOrEqual(t, d, full)
 		require.GreaterOrEqual(t, d, full-full/5)
+	}
+}
+
+// The relay waits base_retry_delay_ms after a row's first failure and
+// doubles it per further failure, as config documents (it once waited
+// twice that: Backoff was given the failure count where it took the retry
+// index).
+func TestRelayWaitsBaseAfterFirstFailure(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	store := outbox.NewMemory(clock)
+	r0 := row("00000000-0000-4000-8000-000000000001", "order-1", nil, 0)
+	r0.MaxRetries = 5
+	require.NoError(t, store.Add(ctx, []outbox.Row{r0}))
+	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: &fakeBroker{fail: errors.New("down")},
+		BaseDelay: time.Second, MaxDelay: time.Minute, Now: clock})
+	for failures, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+		n, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		got, err := store.Get(ctx, 1)
+		require.NoError(t, err)
+		require.Equal(t, failures+1, got.RetryCount)
+		require.Equal(t, want, got.NextRetryAt.Sub(now), "delay after failure %d", failures+1)
+		now = *got.NextRetryAt
 	}
 }
