@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/proteanhq/protean-host/internal/txdone"
 )
 
 // Expected versions with a special meaning.
@@ -89,8 +91,9 @@ var (
 	// ErrInvalid is wrapped by errors about malformed input: a bad stream or
 	// category name, an empty type, a bad ID, invalid JSON.
 	ErrInvalid = errors.New("invalid event store input")
-	// ErrTxDone means a transaction was used after Commit or Rollback.
-	ErrTxDone = errors.New("transaction already committed or rolled back")
+	// ErrTxDone means a transaction was used after Commit or Rollback. It
+	// is the one sentinel every store shares (errors.Is holds across them).
+	ErrTxDone = txdone.Err
 )
 
 // VersionError reports a stream that was not at the version an append

@@ -50,7 +50,7 @@ func NewMemory(now func() time.Time) *Memory {
 // Begin opens a transaction. It blocks until no other transaction on m is
 // open, and holds m's write lock until Commit or Rollback.
 func (m *Memory) Begin() *MemoryTx {
-	return &MemoryTx{m: m, life: memtx.Begin(&m.writeMu, ErrTxDone), versions: make(map[string]int64), ids: make(map[string]struct{})}
+	return &MemoryTx{m: m, life: memtx.Begin(&m.writeMu), versions: make(map[string]int64), ids: make(map[string]struct{})}
 }
 
 // Append appends events in a transaction of their own.

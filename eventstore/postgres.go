@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/proteanhq/protean-host/internal/txdone"
 )
 
 // Postgres is a Store in a PostgreSQL database migrated by package schema:
@@ -283,7 +285,7 @@ func expectedArg(v int64) any {
 // expected-version exception into a *VersionError for event i, a
 // duplicate id into ErrDuplicateID, a closed transaction into ErrTxDone.
 func mapAppendError(err error, prepared []NewEvent, i int) error {
-	if errors.Is(err, pgx.ErrTxClosed) {
+	if txdone.Closed(err) {
 		return ErrTxDone
 	}
 	var pgErr *pgconn.PgError
@@ -382,7 +384,7 @@ func pgStreamVersion(ctx context.Context, q querier, stream string) (int64, erro
 }
 
 func readError(err error) error {
-	if errors.Is(err, pgx.ErrTxClosed) {
+	if txdone.Closed(err) {
 		return ErrTxDone
 	}
 	return fmt.Errorf("eventstore: %w", err)

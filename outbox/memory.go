@@ -46,7 +46,7 @@ func (m *Memory) clock() time.Time { return m.now().UTC().Truncate(time.Microsec
 // Begin opens a transaction. It blocks until no other transaction on m is
 // open, and holds m's write lock until Commit or Rollback.
 func (m *Memory) Begin() *MemoryTx {
-	return &MemoryTx{m: m, life: memtx.Begin(&m.writeMu, ErrTxDone), keys: make(map[dedupKey]struct{})}
+	return &MemoryTx{m: m, life: memtx.Begin(&m.writeMu), keys: make(map[dedupKey]struct{})}
 }
 
 // Add adds rows in a transaction of their own.

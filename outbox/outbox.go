@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/txdone"
 )
 
 // Status is where a row is in its life.
@@ -156,8 +157,9 @@ var (
 	ErrStatus = errors.New("outbox row status does not allow this")
 	// ErrInvalid is wrapped by errors about malformed input.
 	ErrInvalid = errors.New("invalid outbox input")
-	// ErrTxDone means a transaction was used after Commit or Rollback.
-	ErrTxDone = errors.New("transaction already committed or rolled back")
+	// ErrTxDone means a transaction was used after Commit or Rollback. It
+	// is the one sentinel every store shares (errors.Is holds across them).
+	ErrTxDone = txdone.Err
 )
 
 // prepare validates rows for Add and returns copies set up as new pending

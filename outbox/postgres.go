@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/proteanhq/protean-host/internal/txdone"
 )
 
 // Postgres is a Store in the outbox table of a database migrated by package
@@ -170,7 +172,7 @@ func readAdd(br pgx.BatchResults, prepared []Row, locks int, single bool) (err e
 }
 
 func mapAddError(err error, r *Row) error {
-	if errors.Is(err, pgx.ErrTxClosed) {
+	if txdone.Closed(err) {
 		return ErrTxDone
 	}
 	what := "outbox: add"

@@ -46,7 +46,7 @@ func (m *Memory) clock() time.Time { return m.now().UTC().Truncate(time.Microsec
 // Begin opens a transaction. It blocks until no other change on m is under
 // way, and holds m's write lock until Commit or Rollback.
 func (m *Memory) Begin() *MemoryTx {
-	return &MemoryTx{m: m, life: memtx.Begin(&m.writeMu, ErrTxDone), staged: make(map[unitKey]*Row)}
+	return &MemoryTx{m: m, life: memtx.Begin(&m.writeMu), staged: make(map[unitKey]*Row)}
 }
 
 // Claim implements Store.

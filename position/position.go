@@ -7,6 +7,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/proteanhq/protean-host/internal/txdone"
 )
 
 // Row is one consumer group's state for one unit.
@@ -46,8 +48,9 @@ var (
 	ErrApplied = errors.New("already applied")
 	// ErrInvalid means an argument is empty or out of range.
 	ErrInvalid = errors.New("invalid argument")
-	// ErrTxDone means a transaction was used after Commit or Rollback.
-	ErrTxDone = errors.New("transaction already committed or rolled back")
+	// ErrTxDone means a transaction was used after Commit or Rollback. It
+	// is the one sentinel every store shares (errors.Is holds across them).
+	ErrTxDone = txdone.Err
 )
 
 // FenceError is an ErrFenced with the generations: Have is the row's (0 if

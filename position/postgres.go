@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/proteanhq/protean-host/internal/txdone"
 )
 
 // Postgres is a Store in the consumer_positions table of a database
@@ -206,7 +208,7 @@ func (t *PostgresTx) Advance(ctx context.Context, f Fence) error {
 }
 
 func (t *PostgresTx) mapError(f Fence, err error) error {
-	if errors.Is(err, pgx.ErrTxClosed) {
+	if txdone.Closed(err) {
 		return ErrTxDone
 	}
 	return fmt.Errorf("position %s/%s: advance: %w", f.Group, f.Unit, err)

@@ -35,7 +35,7 @@ func NewMemory() *Memory {
 // Begin opens a transaction. It blocks until no other transaction on m is
 // open, and holds m's write lock until Commit or Rollback.
 func (m *Memory) Begin() *MemoryTx {
-	return &MemoryTx{m: m, life: memtx.Begin(&m.writeMu, ErrTxDone), staged: make(map[Key]entry)}
+	return &MemoryTx{m: m, life: memtx.Begin(&m.writeMu), staged: make(map[Key]entry)}
 }
 
 // Load implements Store.

@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/proteanhq/protean-host/internal/txdone"
 )
 
 // Postgres is a Store in the records table of a database migrated by
@@ -152,7 +154,7 @@ func pgWrite(ctx context.Context, q querier, w Write) error {
 }
 
 func pgError(what string, err error) error {
-	if errors.Is(err, pgx.ErrTxClosed) {
+	if txdone.Closed(err) {
 		return ErrTxDone
 	}
 	return fmt.Errorf("record: %s: %w", what, err)

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/proteanhq/protean-host/internal/txdone"
 )
 
 // Record kinds.
@@ -66,8 +68,9 @@ var (
 	// ErrInvalid is wrapped by errors about malformed input: an empty key
 	// part, a negative expected version, invalid JSON.
 	ErrInvalid = errors.New("invalid record input")
-	// ErrTxDone means a transaction was used after Commit or Rollback.
-	ErrTxDone = errors.New("transaction already committed or rolled back")
+	// ErrTxDone means a transaction was used after Commit or Rollback. It
+	// is the one sentinel every store shares (errors.Is holds across them).
+	ErrTxDone = txdone.Err
 )
 
 // VersionError reports a record that was not at the version a write

@@ -1,12 +1,16 @@
 // Package memtx is the life of a memory store's transaction, shared by the
 // memory event store, record store and outbox: a transaction holds its
 // store's write lock from Begin until it ends; its operations run one at a
-// time and fail with the store's done error once it has ended; a second
+// time and fail with txdone.Err once it has ended; a second
 // Commit is a no-op, a Commit after Rollback fails, and a Rollback after
 // either is a no-op.
 package memtx
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/proteanhq/protean-host/internal/txdone"
+)
 
 // Life tracks one transaction.
 type Life struct {
@@ -14,14 +18,13 @@ type Life struct {
 	done    bool
 	rolled  bool
 	release func()
-	errDone error
 }
 
 // Begin locks write, the store's write lock, until the transaction ends.
-// errDone is what operations return after the end.
-func Begin(write *sync.Mutex, errDone error) *Life {
+// Operations return txdone.Err after the end.
+func Begin(write *sync.Mutex) *Life {
 	write.Lock()
-	return &Life{release: write.Unlock, errDone: errDone}
+	return &Life{release: write.Unlock}
 }
 
 // Enter starts an operation: it returns false (and the caller returns
@@ -39,7 +42,7 @@ func (l *Life) Enter() bool {
 func (l *Life) Leave() { l.mu.Unlock() }
 
 // Done is the error operations return after the end.
-func (l *Life) Done() error { return l.errDone }
+func (l *Life) Done() error { return txdone.Err }
 
 // Commit ends the transaction by running apply, which publishes the staged
 // changes, and releases the write lock. After Commit it is a no-op; after
@@ -49,7 +52,7 @@ func (l *Life) Commit(apply func()) error {
 	defer l.mu.Unlock()
 	if l.done {
 		if l.rolled {
-			return l.errDone
+			return txdone.Err
 		}
 		return nil
 	}

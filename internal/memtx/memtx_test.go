@@ -1,7 +1,6 @@
 package memtx_test
 
 import (
-	"errors"
 	"sync"
 	"testing"
 
@@ -9,13 +8,14 @@ import (
 
 	"github.com/proteanhq/protean-host/internal/memtx"
 	"github.com/proteanhq/protean-host/internal/testwait"
+	"github.com/proteanhq/protean-host/internal/txdone"
 )
 
-var errDone = errors.New("tx done")
+var errDone = txdone.Err
 
 func TestLife(t *testing.T) {
 	var write sync.Mutex
-	l := memtx.Begin(&write, errDone)
+	l := memtx.Begin(&write)
 	require.False(t, write.TryLock(), "Begin holds the store's write lock")
 	require.True(t, l.Enter())
 	l.Leave()
@@ -30,7 +30,7 @@ func TestLife(t *testing.T) {
 	require.ErrorIs(t, l.Done(), errDone)
 	l.Rollback(func() { t.Fatal("Rollback after Commit must not discard") })
 
-	l = memtx.Begin(&write, errDone)
+	l = memtx.Begin(&write)
 	discarded := false
 	l.Rollback(func() { discarded = true })
 	require.True(t, discarded)
@@ -44,9 +44,9 @@ func TestLife(t *testing.T) {
 // (that it cannot begin before is TestLife's TryLock check).
 func TestBeginAfterTheOpenTransactionEnds(t *testing.T) {
 	var write sync.Mutex
-	first := memtx.Begin(&write, errDone)
+	first := memtx.Begin(&write)
 	second := make(chan *memtx.Life)
-	go func() { second <- memtx.Begin(&write, errDone) }()
+	go func() { second <- memtx.Begin(&write) }()
 	first.Rollback(func() {})
 	l := testwait.Recv(t, "the second transaction to begin", second)
 	require.NoError(t, l.Commit(func() {}))

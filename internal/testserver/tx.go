@@ -2,9 +2,10 @@ package testserver
 
 import (
 	"context"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/proteanhq/protean-host/internal/txdone"
 )
 
 // PgxTx ends a pgx transaction as the storetest suites' Tx interfaces
@@ -19,7 +20,7 @@ type PgxTx struct {
 // Commit commits the transaction.
 func (t PgxTx) Commit(ctx context.Context) error {
 	if err := t.Tx.Commit(ctx); err != nil {
-		if errors.Is(err, pgx.ErrTxClosed) {
+		if txdone.Closed(err) {
 			return t.Done
 		}
 		return err
@@ -29,7 +30,7 @@ func (t PgxTx) Commit(ctx context.Context) error {
 
 // Rollback rolls the transaction back.
 func (t PgxTx) Rollback(ctx context.Context) error {
-	if err := t.Tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+	if err := t.Tx.Rollback(ctx); err != nil && !txdone.Closed(err) {
 		return err
 	}
 	return nil
