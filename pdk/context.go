@@ -2,7 +2,6 @@ package pdk
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/proteanhq/protean-host/abi"
@@ -77,7 +76,7 @@ func (c *Context) Load(kind abi.RecordKind, typ, id string, v any) (version int6
 		return 0, Transient(fmt.Errorf("load %s %s/%s: bad host response: %w", kind, typ, id, err))
 	}
 	if resp.Error != "" {
-		return 0, Transient(fmt.Errorf("load %s %s/%s: %s", kind, typ, id, resp.Error))
+		return 0, hostError(abi.HostLoad, fmt.Sprintf("load %s %s/%s", kind, typ, id), resp.Error, resp.ErrorKind)
 	}
 	if !resp.Found {
 		// A deleted record keeps its version, so a write must expect it.
@@ -148,7 +147,7 @@ func (c *Context) ReadStream(stream string, from int64, limit int) ([]abi.Envelo
 		return nil, Transient(fmt.Errorf("read stream %s: bad host response: %w", stream, err))
 	}
 	if resp.Error != "" {
-		return nil, Transient(errors.New("read stream " + stream + ": " + resp.Error))
+		return nil, hostError(abi.HostReadStream, "read stream "+stream, resp.Error, resp.ErrorKind)
 	}
 	return resp.Messages, nil
 }

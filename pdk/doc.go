@@ -30,7 +30,10 @@
 // (Save, Emit, Dispatch) take effect only if it returns nil; within a batch,
 // Load sees the writes of the batch's earlier messages. Return Rejected
 // when the domain says no, Transient when a retry may help; any other error
-// (or a panic) fails the message permanently.
+// (or a panic) fails the message permanently. An error from Load or
+// ReadStream keeps the host's kind (a *HostError inside an *Error): a
+// request outside the module's scope fails the message permanently, a
+// store failure transiently, so returning it as is does the right thing.
 //
 // Only export_wasm.go needs wasip1; the rest builds natively, so handler
 // logic can be unit-tested with go test.

@@ -31,6 +31,33 @@ func Transient(err error) error { return &Error{Kind: abi.ErrorTransient, Err: e
 // Permanent fails the message for a reason a retry will not cure.
 func Permanent(err error) error { return &Error{Kind: abi.ErrorPermanent, Err: err} }
 
+// HostError is a host function's refusal or failure, as the host
+// classified it. Load and ReadStream return it wrapped in an *Error whose
+// Kind follows Kind (abi.HostErrorKind.HandlerKind): a request outside the
+// module's scope, malformed or naming nothing fails the message
+// permanently, since asking again gets the same answer; a conflict or a
+// store failure fails it transiently. A handler that wants to decide for
+// itself finds it with errors.As.
+type HostError struct {
+	// Function is the host function: abi.HostLoad or abi.HostReadStream.
+	Function string
+	// Kind is the host's classification; an older host sends none, which
+	// counts as transient.
+	Kind abi.HostErrorKind
+	// Op names the request, e.g. "load aggregate order/o-1".
+	Op      string
+	Message string
+}
+
+func (e *HostError) Error() string { return e.Op + ": " + e.Message }
+
+// hostError is the error a handler gets for a host function's error
+// response.
+func hostError(function, op, msg string, kind abi.HostErrorKind) error {
+	he := &HostError{Function: function, Kind: kind, Op: op, Message: msg}
+	return &Error{Kind: kind.HandlerKind(), Err: he}
+}
+
 func toABIError(err error) *abi.Error {
 	var e *Error
 	if errors.As(err, &e) {

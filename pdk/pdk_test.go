@@ -166,3 +166,42 @@ func TestHandleRejectsBadRequests(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, decode(t, out, 1).Results[0].Error.Message, "decode OrderPlaced")
 }
+
+// answerHost answers every host-function call with one fixed response.
+type answerHost struct{ resp string }
+
+func (h answerHost) load([]byte) []byte       { return []byte(h.resp) }
+func (h answerHost) readStream([]byte) []byte { return []byte(h.resp) }
+func (h answerHost) log(string, string)       {}
+
+func TestHostErrorsKeepTheirKind(t *testing.T) {
+	tests := []struct {
+		resp string
+		kind abi.ErrorKind
+		host abi.HostErrorKind
+	}{
+		// Out of scope: asking again gets the same answer, so the message
+		// fails permanently and is not retried.
+		{`{"found":false,"version":0,"messages":null,"error":"outside","error_kind":"scope"}`, abi.ErrorPermanent, abi.HostScope},
+		{`{"found":false,"version":0,"messages":null,"error":"bad","error_kind":"invalid"}`, abi.ErrorPermanent, abi.HostInvalid},
+		{`{"found":false,"version":0,"messages":null,"error":"gone","error_kind":"not_found"}`, abi.ErrorPermanent, abi.HostNotFound},
+		{`{"found":false,"version":0,"messages":null,"error":"raced","error_kind":"conflict"}`, abi.ErrorTransient, abi.HostConflict},
+		{`{"found":false,"version":0,"messages":null,"error":"db down","error_kind":"transient"}`, abi.ErrorTransient, abi.HostTransient},
+		// An older host sends no kind: transient, as before kinds existed.
+		{`{"found":false,"version":0,"messages":null,"error":"db down"}`, abi.ErrorTransient, ""},
+	}
+	for _, tc := range tests {
+		ctx := &Context{host: answerHost{tc.resp}, batch: &overlay{}, staged: map[recordKey]stagedRecord{}}
+		var v map[string]any
+		_, loadErr := ctx.Load(Aggregate, "order", "o-1", &v)
+		_, readErr := ctx.ReadStream("order-o-1", 0, 10)
+		for fn, err := range map[string]error{abi.HostLoad: loadErr, abi.HostReadStream: readErr} {
+			require.Error(t, err, "%s %s", fn, tc.resp)
+			require.Equal(t, tc.kind, toABIError(err).Kind, "%s %s", fn, tc.resp)
+			var he *HostError
+			require.ErrorAs(t, err, &he)
+			require.Equal(t, fn, he.Function)
+			require.Equal(t, tc.host, he.Kind)
+		}
+	}
+}
