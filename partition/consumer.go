@@ -476,9 +476,6 @@ func (c *Consumer) lose(w *worker, err error) {
 	w.stop()
 }
 
-// errStop ends a worker without an error to report.
-var errStop = errors.New("worker stopping")
-
 // run is one owned unit's worker: claim the positions row, reclaim the
 // previous owner's pending entries, then drain until stopped, the lease is
 // lost, the unit halts or it is reaped.
