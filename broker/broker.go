@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,16 +44,9 @@ type Message struct {
 }
 
 func (m Message) clone() Message {
-	m.Data = cloneRaw(m.Data)
-	m.Metadata = cloneRaw(m.Metadata)
+	m.Data = slices.Clone(m.Data)
+	m.Metadata = slices.Clone(m.Metadata)
 	return m
-}
-
-func cloneRaw(r json.RawMessage) json.RawMessage {
-	if r == nil {
-		return nil
-	}
-	return append(json.RawMessage{}, r...)
 }
 
 // Delivery is a message handed to one consumer group. Until it is acked or

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -174,8 +175,8 @@ func prepare(events []NewEvent) ([]NewEvent, error) {
 			return nil, fmt.Errorf("event %d: stream %s: id %s: %w", i, e.Stream, e.ID, ErrDuplicateID)
 		}
 		seen[e.ID] = struct{}{}
-		e.Data = cloneJSON(e.Data)
-		e.Metadata = cloneJSON(e.Metadata)
+		e.Data = slices.Clone(e.Data)
+		e.Metadata = slices.Clone(e.Metadata)
 		out[i] = e
 	}
 	return out, nil
@@ -223,13 +224,6 @@ func canonicalUUID(s string) (string, bool) {
 		}
 	}
 	return strings.ToLower(s), true
-}
-
-func cloneJSON(b json.RawMessage) json.RawMessage {
-	if b == nil {
-		return nil
-	}
-	return append(json.RawMessage(nil), b...)
 }
 
 func limitOrDefault(limit int) int {

@@ -3,6 +3,7 @@ package eventstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -306,7 +307,7 @@ func (tx *MemoryTx) Rollback() {
 }
 
 func copyEvent(e Event) Event {
-	e.Data = cloneJSON(e.Data)
-	e.Metadata = cloneJSON(e.Metadata)
+	e.Data = slices.Clone(e.Data)
+	e.Metadata = slices.Clone(e.Metadata)
 	return e
 }

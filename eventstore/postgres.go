@@ -357,8 +357,8 @@ func pgRead(ctx context.Context, q querier, sql string, args ...any) ([]Event, e
 	)
 	_, err = pgx.ForEachRow(rows, []any{&e.ID, &e.Stream, &e.Type, &e.Position, &e.GlobalPosition, &e.Time, &data, &meta}, func() error {
 		e.Time = e.Time.UTC()
-		e.Data = cloneJSON(data)
-		e.Metadata = cloneJSON(meta)
+		e.Data = slices.Clone(data)
+		e.Metadata = slices.Clone(meta)
 		out = append(out, e)
 		return nil
 	})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -237,7 +238,8 @@ func active(r *Row) bool {
 }
 
 // orderingKey is what orders rows end to end: rows with one orderingKey
-// reach their broker in ID order.
+// reach their broker in ID order. The stores claim by it and the relay
+// groups a claim's runs by it (one definition for both).
 type orderingKey struct {
 	broker, category, key string
 	priority              int
@@ -273,12 +275,8 @@ func eligible(r *Row, now time.Time) bool {
 }
 
 func copyRow(r Row) Row {
-	if r.Data != nil {
-		r.Data = append(json.RawMessage(nil), r.Data...)
-	}
-	if r.Metadata != nil {
-		r.Metadata = append(json.RawMessage(nil), r.Metadata...)
-	}
+	r.Data = slices.Clone(r.Data)
+	r.Metadata = slices.Clone(r.Metadata)
 	r.PartitionKey = copyPtr(r.PartitionKey)
 	r.NextRetryAt = copyPtr(r.NextRetryAt)
 	r.LockedUntil = copyPtr(r.LockedUntil)

@@ -214,9 +214,9 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	partitioning := r.opts.Publisher.Capabilities().Has(broker.StreamPartitioning)
 	var published, released []int64
 	var errs []error
-	failedKeys := map[string]bool{}
+	failedKeys := map[orderingKey]bool{}
 	for _, row := range rows {
-		k := runKey(row)
+		k := orderingKeyOf(&row)
 		if failedKeys[k] {
 			released = append(released, row.ID)
 			continue
@@ -240,16 +240,6 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		errs = append(errs, fmt.Errorf("release: %w", err))
 	}
 	return len(rows), errors.Join(errs...)
-}
-
-// runKey is the ordering key a claim groups rows by (the broker is the
-// relay's own).
-func runKey(r Row) string {
-	k := r.Stream
-	if r.PartitionKey != nil {
-		k = *r.PartitionKey
-	}
-	return fmt.Sprintf("%s\x00%d\x00%s", r.Category, r.Priority, k)
 }
 
 // relay publishes one row. It reports whether the row was published; a

@@ -2,6 +2,7 @@ package record
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/proteanhq/protean-host/internal/memtx"
@@ -66,7 +67,7 @@ func (m *Memory) Commit(ctx context.Context, writes []Write) error {
 }
 
 func (e entry) record(key Key) Record {
-	return Record{Key: key, Version: e.version, Data: cloneJSON(e.data)}
+	return Record{Key: key, Version: e.version, Data: slices.Clone(e.data)}
 }
 
 // MemoryTx is a transaction on a Memory store. It is safe for concurrent

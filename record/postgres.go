@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -119,7 +120,7 @@ func pgLoad(ctx context.Context, q querier, key Key) (Record, error) {
 	case err != nil:
 		return Record{}, pgError("load "+key.String(), err)
 	}
-	r.Data = cloneJSON(data)
+	r.Data = slices.Clone(data)
 	return r, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/proteanhq/protean-host/internal/txdone"
 )
@@ -115,15 +116,8 @@ func prepare(writes []Write) ([]Write, error) {
 				w.Data = nil
 			}
 		}
-		w.Data = cloneJSON(w.Data)
+		w.Data = slices.Clone(w.Data)
 		out[i] = w
 	}
 	return out, nil
-}
-
-func cloneJSON(b json.RawMessage) json.RawMessage {
-	if b == nil {
-		return nil
-	}
-	return append(json.RawMessage(nil), b...)
 }
