@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime"
-	"strings"
 
 	extism "github.com/extism/go-sdk"
+	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/proteanhq/protean-host/abi"
 )
@@ -37,6 +38,70 @@ var (
 	ErrOutput   = errors.New("unusable output")
 	ErrCanceled = errors.New("call canceled")
 )
+
+// TrapError is a call the runtime stopped: a WebAssembly trap
+// (unreachable, which is how a Go guest aborts on out-of-memory or a stack
+// overflow; out-of-bounds memory access; the runtime's own stack overflow;
+// …) or the module exiting through WASI proc_exit with a non-zero code. It
+// matches ErrTrap under errors.Is.
+type TrapError struct {
+	// Reason is wazero's name for the trap ("unreachable", "out of bounds
+	// memory access", "stack overflow", …), or "exit" for proc_exit.
+	Reason string
+	// ExitCode is proc_exit's code when Reason is "exit".
+	ExitCode uint32
+	Err      error
+}
+
+func (e *TrapError) Error() string { return fmt.Sprintf("%v: %s: %v", ErrTrap, e.Reason, e.Err) }
+
+// Unwrap returns wazero's error.
+func (e *TrapError) Unwrap() error { return e.Err }
+
+// Is makes a TrapError match ErrTrap.
+func (e *TrapError) Is(target error) bool { return target == ErrTrap }
+
+// TrapExit is TrapError.Reason for a module that exited with proc_exit.
+const TrapExit = "exit"
+
+// wasmRuntimeError is the type wazero wraps every trap in
+// (internal/wasmruntime.Error, one value per trap kind). Being internal to
+// wazero it cannot be named here, so it is recognised by its package path
+// and name; TestTrapsAreClassifiedByType pins them against the wazero in
+// go.mod (its oom, stack and oob cases are such traps),
+// so an upgrade that moves the type fails a test instead of silently
+// turning traps into guest failures.
+const (
+	wasmRuntimePkg  = "github.com/tetratelabs/wazero/internal/wasmruntime"
+	wasmRuntimeType = "Error"
+)
+
+// trapOf classifies a call's error by type: a *TrapError for a trap or a
+// proc_exit, nil for anything else (a failure the guest reported).
+func trapOf(err error) *TrapError {
+	if err == nil {
+		return nil
+	}
+	var exit *sys.ExitError
+	if errors.As(err, &exit) {
+		return &TrapError{Reason: TrapExit, ExitCode: exit.ExitCode(), Err: err}
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if isWasmRuntimeError(e) {
+			return &TrapError{Reason: e.Error(), Err: err}
+		}
+	}
+	return nil
+}
+
+func isWasmRuntimeError(err error) bool {
+	t := reflect.TypeOf(err)
+	if t.Kind() != reflect.Pointer {
+		return false
+	}
+	t = t.Elem()
+	return t.PkgPath() == wasmRuntimePkg && t.Name() == wasmRuntimeType
+}
 
 // pool keeps idle instances of one module. Instances are not safe for
 // concurrent use, so each call takes one; at most size exist at once.
@@ -81,13 +146,12 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 	case err != nil || rc != 0:
 		// Either way the instance's state is suspect: replace it.
 		m.discard(inst)
-		// A trap (out of memory, stack overflow, unreachable) comes from
-		// wazero, whose trap errors read "wasm error: …" (the type is
-		// internal to wazero, so the text is the only mark); anything else
-		// is a failure the guest reported with error_set and a non-zero
-		// return, which Extism hands back as the error.
-		if err != nil && strings.HasPrefix(err.Error(), "wasm error:") {
-			return fail(fmt.Errorf("%w: %v", ErrTrap, err))
+		// A trap is recognised by the type of the error wazero returns
+		// (see trapOf); anything else is a failure the guest reported
+		// with error_set and a non-zero return, which Extism hands back
+		// as the error.
+		if t := trapOf(err); t != nil {
+			return fail(t)
 		}
 		msg := fmt.Sprint(err)
 		if err == nil {

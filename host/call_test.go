@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -194,4 +195,54 @@ func TestUninterruptibleModulesRunToCompletion(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res, 1)
 	require.Equal(t, "slow-a", res[0].Effects.Events[0].Stream)
+}
+
+func TestTrapsAreClassifiedByType(t *testing.T) {
+	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{Timeout: time.Minute, MemoryMB: 16}, Instances: 1, CacheDir: wasmbuild.CacheDir(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	tm, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/trap"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tm.Close(context.Background()) })
+	bm := behave(t, host.Limits{Timeout: time.Minute, MemoryMB: 16, MaxOutputBytes: 1 << 20})
+	op := func(name string) []abi.Envelope {
+		return []abi.Envelope{{ID: "1", Type: "Trap", Data: json.RawMessage(`{"op":"` + name + `"}`)}}
+	}
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		call   func() error
+		reason string // "" for a guest-reported failure
+	}{
+		// A Go guest aborts on out-of-memory and on a stack overflow with
+		// the unreachable instruction.
+		{"oom", func() error { _, err := bm.Handle(ctx, "behave", ops("oom"), &memSession{}); return err }, "unreachable"},
+		{"stack", func() error { _, err := bm.Handle(ctx, "behave", ops("stack"), &memSession{}); return err }, "unreachable"},
+		{"oob", func() error { _, err := tm.Handle(ctx, "trap", op("oob"), &memSession{}); return err }, "out of bounds memory access"},
+		{"exit", func() error { _, err := tm.Handle(ctx, "trap", op("exit"), &memSession{}); return err }, host.TrapExit},
+		{"fail", func() error { _, err := tm.Handle(ctx, "trap", op("fail"), &memSession{}); return err }, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			var ce *host.CallError
+			require.ErrorAs(t, err, &ce)
+			var te *host.TrapError
+			if tc.reason == "" {
+				require.False(t, errors.As(err, &te), "a guest's failure is not a trap: %v", err)
+				require.ErrorIs(t, err, host.ErrFailed)
+				require.NotErrorIs(t, err, host.ErrTrap)
+				return
+			}
+			require.ErrorAs(t, err, &te, "%v", err)
+			require.ErrorIs(t, err, host.ErrTrap)
+			require.Equal(t, tc.reason, te.Reason)
+			if tc.reason == host.TrapExit {
+				require.Equal(t, uint32(3), te.ExitCode)
+			}
+		})
+	}
+	// The module serves again after each.
+	_, err = tm.Handle(ctx, "trap", op("ok"), &memSession{})
+	require.NoError(t, err)
 }

@@ -33,16 +33,19 @@ func sessionFrom(ctx context.Context) Session {
 // HostFunctions returns the ABI's host functions. They find the Session of
 // the call through its context; outside a handle call they answer with an
 // error. If fallback is non-nil it serves calls whose context has none.
+// A request the host cannot read (bad offset, over the limit, malformed,
+// no session) is answered with abi.HostInvalid; the Session sets the kind
+// of every other error it answers.
 func HostFunctions(fallback Session) []extism.HostFunction {
 	load := extism.NewHostFunctionWithStack(abi.HostLoad,
 		func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
 			stack[0] = answer(ctx, p, stack[0], func(s Session, b []byte) any {
 				req, err := abi.DecodeLoadRequest(b)
 				if err != nil {
-					return abi.LoadResponse{Error: err.Error()}
+					return abi.LoadResponse{Error: err.Error(), ErrorKind: abi.HostInvalid}
 				}
 				return s.Load(ctx, req)
-			}, func(msg string) any { return abi.LoadResponse{Error: msg} }, fallback)
+			}, func(msg string) any { return abi.LoadResponse{Error: msg, ErrorKind: abi.HostInvalid} }, fallback)
 		}, []extism.ValueType{extism.ValueTypePTR}, []extism.ValueType{extism.ValueTypePTR})
 	load.SetNamespace(abi.HostNamespace)
 	read := extism.NewHostFunctionWithStack(abi.HostReadStream,
@@ -50,10 +53,10 @@ func HostFunctions(fallback Session) []extism.HostFunction {
 			stack[0] = answer(ctx, p, stack[0], func(s Session, b []byte) any {
 				req, err := abi.DecodeReadStreamRequest(b)
 				if err != nil {
-					return abi.ReadStreamResponse{Error: err.Error()}
+					return abi.ReadStreamResponse{Error: err.Error(), ErrorKind: abi.HostInvalid}
 				}
 				return s.ReadStream(ctx, req)
-			}, func(msg string) any { return abi.ReadStreamResponse{Error: msg} }, fallback)
+			}, func(msg string) any { return abi.ReadStreamResponse{Error: msg, ErrorKind: abi.HostInvalid} }, fallback)
 		}, []extism.ValueType{extism.ValueTypePTR}, []extism.ValueType{extism.ValueTypePTR})
 	read.SetNamespace(abi.HostNamespace)
 	return []extism.HostFunction{load, read}
