@@ -9,6 +9,11 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/outbox"
+	"github.com/proteanhq/protean-host/partition"
 )
 
 // Environment variables that override connection strings, so secrets need
@@ -208,40 +213,48 @@ type HTTP struct {
 
 // Default returns the configuration used where the file says nothing: the
 // embedded setup (memory stores, inline broker) and Protean's defaults for
-// everything else. It is the one place defaults are set.
+// everything else. The values are the packages' own (outbox, broker,
+// partition, host), so a package used without config behaves as the host
+// does with an empty file; this function only converts them to the file's
+// units. What no package owns (names, paths, the listen address) is set
+// here.
 func Default() Config {
+	relay := outbox.DefaultRelayOptions()
+	sub := broker.DefaultOptions()
+	part := partition.DefaultConsumerOptions()
+	lim := host.DefaultLimits()
 	return Config{
 		Databases:  map[string]Database{DefaultName: {Provider: ProviderMemory}},
 		EventStore: EventStore{Provider: ProviderMemory},
 		Brokers:    map[string]Broker{DefaultName: {Provider: ProviderInline}},
 		Outbox: Outbox{
 			Broker:                  DefaultName,
-			MessagesPerTick:         50,
-			TickIntervalMS:          10,
-			MaxRetries:              3,
-			BaseRetryDelayMS:        1000,
-			MaxRetryDelayMS:         60000,
-			BackoffJitter:           0.1,
-			LockTimeoutMS:           300000, // 5 minutes, as Protean
-			PublishedRetentionHours: 168,    // a week
-			AbandonedRetentionHours: 720,    // 30 days
+			MessagesPerTick:         relay.BatchSize,
+			TickIntervalMS:          toMS(relay.Tick),
+			MaxRetries:              outbox.DefaultMaxRetries,
+			BaseRetryDelayMS:        toMS(relay.BaseDelay),
+			MaxRetryDelayMS:         toMS(relay.MaxDelay),
+			BackoffJitter:           relay.Jitter,
+			LockTimeoutMS:           toMS(relay.LockFor),
+			PublishedRetentionHours: toHours(relay.PublishedRetention),
+			AbandonedRetentionHours: toHours(relay.AbandonedRetention),
 		},
 		Server: Server{
 			Partitioning: Partitioning{
-				LeaseTTLMS:               15000,
-				HeartbeatIntervalSeconds: nil, // lease_ttl_ms/5000
-				PollIntervalSeconds:      0.25,
-				ReapIdleMS:               3600000, // 1 hour
-				WarnLivePartitions:       1000,
+				LeaseTTLMS:               toMS(part.LeaseTTL),
+				HeartbeatIntervalSeconds: nil, // lease_ttl_ms/5000, as the consumer's default
+				PollIntervalSeconds:      part.Poll.Seconds(),
+				ReapIdleMS:               toMS(part.ReapIdle),
+				WarnLivePartitions:       part.WarnLivePartitions,
 			},
 			PriorityLanes: PriorityLanes{
 				Enabled:        false,
 				Threshold:      0,
-				BackfillSuffix: "backfill",
+				BackfillSuffix: partition.DefaultBackfillSuffix,
 			},
 			StreamSubscription: StreamSubscription{
-				MaxRetries:        3,
-				RetryDelaySeconds: 1,
+				MaxRetries:        sub.MaxRetries,
+				RetryDelaySeconds: sub.RetryDelay.Seconds(),
 			},
 		},
 		Plugins: Plugins{
@@ -249,11 +262,11 @@ func Default() Config {
 			Watch:    false,
 			CacheDir: ".cache/wasm",
 			Limits: Limits{
-				MemoryMB:          64,
-				TimeoutMS:         5000,
-				MaxOutputBytes:    16 << 20,
-				ManifestTimeoutMS: 2000,
-				Interruptible:     true,
+				MemoryMB:          lim.MemoryMB,
+				TimeoutMS:         toMS(lim.Timeout),
+				MaxOutputBytes:    int64(lim.MaxOutputBytes),
+				ManifestTimeoutMS: toMS(lim.ManifestTimeout),
+				Interruptible:     !lim.Uninterruptible,
 			},
 		},
 		Tenants: map[string]Tenant{},
@@ -386,3 +399,7 @@ func (c Config) ModuleLimits(module string) Limits {
 func ms(v int) time.Duration          { return time.Duration(v) * time.Millisecond }
 func hours(v int) time.Duration       { return time.Duration(v) * time.Hour }
 func seconds(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
+
+// toMS and toHours are ms and hours backwards, for Default.
+func toMS(d time.Duration) int    { return int(d / time.Millisecond) }
+func toHours(d time.Duration) int { return int(d / time.Hour) }

@@ -24,6 +24,50 @@
 //	[tenants.NAME]            modules (file names without .wasm), and memory_mb / timeout_ms / max_output_bytes / interruptible overrides
 //	[http]                    listen
 //
+// Defaults (generated from Default, which reads them from the packages that
+// own them: outbox.DefaultRelayOptions, broker.DefaultOptions,
+// partition.DefaultConsumerOptions, host.DefaultLimits; a test keeps this
+// list in step):
+//
+//	brokers.default.key_prefix = ""
+//	brokers.default.provider = "inline"
+//	brokers.default.uri = ""
+//	databases.default.database_uri = ""
+//	databases.default.provider = "memory"
+//	event_store.database_uri = ""
+//	event_store.provider = "memory"
+//	http.listen = "127.0.0.1:8080"
+//	outbox.abandoned_retention_hours = 720
+//	outbox.backoff_jitter = 0.1
+//	outbox.base_retry_delay_ms = 1000
+//	outbox.broker = "default"
+//	outbox.lock_timeout_ms = 300000
+//	outbox.max_retries = 3
+//	outbox.max_retry_delay_ms = 60000
+//	outbox.messages_per_tick = 50
+//	outbox.published_retention_hours = 168
+//	outbox.tick_interval_ms = 10
+//	plugins.cache_dir = ".cache/wasm"
+//	plugins.dir = "build/plugins"
+//	plugins.limits.interruptible = true
+//	plugins.limits.manifest_timeout_ms = 2000
+//	plugins.limits.max_output_bytes = 16777216
+//	plugins.limits.memory_mb = 64
+//	plugins.limits.timeout_ms = 5000
+//	plugins.watch = false
+//	server.partitioning.heartbeat_interval_seconds = (unset)
+//	server.partitioning.lease_ttl_ms = 15000
+//	server.partitioning.poll_interval_seconds = 0.25
+//	server.partitioning.reap_idle_ms = 3600000
+//	server.partitioning.warn_live_partitions = 1000
+//	server.priority_lanes.backfill_suffix = "backfill"
+//	server.priority_lanes.enabled = false
+//	server.priority_lanes.threshold = 0
+//	server.stream_subscription.max_retries = 3
+//	server.stream_subscription.retry_delay_seconds = 1
+//
+// End of defaults.
+//
 // Relative paths (plugins.dir, plugins.cache_dir) are used as written, that
 // is relative to the working directory of the process, not to the config
 // file: `make run` runs from the repository root with configs/domain.toml

@@ -11,6 +11,7 @@ import (
 
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/txdone"
+	"github.com/proteanhq/protean-host/partition"
 )
 
 // Status is where a row is in its life.
@@ -49,6 +50,24 @@ const (
 	MaxPartitionKeyLength = 255
 	MaxBrokerLength       = 128
 )
+
+// DefaultRelayOptions returns the relay's defaults, which config.Default
+// reads too ([outbox] in the configuration): Protean's values. Broker,
+// Owner, Publisher, the lanes, Logger, Now and Rand are left for the caller.
+func DefaultRelayOptions() RelayOptions {
+	return RelayOptions{
+		BatchSize:          DefaultClaimLimit,
+		Tick:               10 * time.Millisecond,
+		LockFor:            DefaultLockFor,
+		BaseDelay:          time.Second,
+		MaxDelay:           time.Minute,
+		Jitter:             0.1,
+		BackfillSuffix:     partition.DefaultBackfillSuffix,
+		PublishedRetention: 7 * 24 * time.Hour,  // a week
+		AbandonedRetention: 30 * 24 * time.Hour, // 30 days
+		CleanupEvery:       time.Minute,
+	}
+}
 
 // Row is one message to publish to one broker.
 type Row struct {

@@ -24,7 +24,9 @@ type RelayStore interface {
 	Cleanup(ctx context.Context, publishedBefore, abandonedBefore time.Time) (int, error)
 }
 
-// RelayOptions configure a Relay. Zero fields take defaults.
+// RelayOptions configure a Relay. Zero fields take the values of
+// [DefaultRelayOptions], except Jitter and the retentions, whose zero means
+// none (no jitter, keep forever).
 type RelayOptions struct {
 	// Broker is the name of the broker the relay serves: it claims only
 	// rows whose target_broker is Broker.
@@ -73,29 +75,30 @@ type Relay struct {
 
 // NewRelay returns a Relay over store.
 func NewRelay(store RelayStore, opts RelayOptions) *Relay {
+	d := DefaultRelayOptions()
 	if opts.BatchSize <= 0 {
-		opts.BatchSize = DefaultClaimLimit
+		opts.BatchSize = d.BatchSize
 	}
 	if opts.Tick <= 0 {
-		opts.Tick = 10 * time.Millisecond
+		opts.Tick = d.Tick
 	}
 	if opts.LockFor <= 0 {
-		opts.LockFor = DefaultLockFor
+		opts.LockFor = d.LockFor
 	}
 	if opts.BaseDelay <= 0 {
-		opts.BaseDelay = time.Second
+		opts.BaseDelay = d.BaseDelay
 	}
 	if opts.MaxDelay <= 0 {
-		opts.MaxDelay = time.Minute
+		opts.MaxDelay = d.MaxDelay
 	}
 	if opts.BackfillSuffix == "" {
-		opts.BackfillSuffix = partition.DefaultBackfillSuffix
+		opts.BackfillSuffix = d.BackfillSuffix
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.CleanupEvery <= 0 {
-		opts.CleanupEvery = time.Minute
+		opts.CleanupEvery = d.CleanupEvery
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

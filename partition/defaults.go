@@ -1,0 +1,29 @@
+package partition
+
+import (
+	"time"
+
+	"github.com/proteanhq/protean-host/broker"
+)
+
+// DefaultConsumerOptions returns the consumer's timing and limits by
+// default, which config.Default reads too ([server.partitioning] and
+// [server.stream_subscription]): Protean's values. The retries are the
+// broker's (one setting, stream_subscription, serves both). The required
+// fields (Leases, Positions, Handler, Decode, Subscriptions, Owner) are left
+// for the caller.
+func DefaultConsumerOptions() ConsumerOptions {
+	b := broker.DefaultOptions()
+	const ttl = 15 * time.Second
+	return ConsumerOptions{
+		LeaseTTL:           ttl,
+		Heartbeat:          ttl / 5, // a 5x margin before the lease lapses
+		Poll:               250 * time.Millisecond,
+		ReapIdle:           time.Hour,
+		MaxRetries:         b.MaxRetries,
+		RetryDelay:         b.RetryDelay,
+		BatchSize:          DefaultBatchSize,
+		BackfillSuffix:     DefaultBackfillSuffix,
+		WarnLivePartitions: 1000,
+	}
+}
