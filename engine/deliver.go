@@ -203,7 +203,7 @@ func (e *Engine) deliver(ctx context.Context, src Source, s subscription, d brok
 		e.settle(ctx, src, s, d, "skip", nil)
 		return
 	}
-	env := messageEnvelope(d.Message)
+	env := e.messageEnvelope(d.Message)
 	res, err := e.handleOne(ctx, l, route, env)
 	if err == nil {
 		var committed unitofwork.Committed
@@ -250,9 +250,9 @@ func (l *loaded) route(handler, typ string) (host.Route, bool) {
 }
 
 // messageEnvelope is the ABI envelope of a broker message.
-func messageEnvelope(m broker.Message) abi.Envelope {
+func (e *Engine) messageEnvelope(m broker.Message) abi.Envelope {
 	return abi.Envelope{ID: m.ID, Type: m.Type, Stream: m.EventStream, Position: m.Position,
-		GlobalPosition: m.GlobalPosition, Time: m.Time, Data: m.Data, Metadata: parseMetadata(m.Metadata)}
+		GlobalPosition: m.GlobalPosition, Time: m.Time, Data: m.Data, Metadata: e.metadata(m.ID, m.Metadata)}
 }
 
 func correlation(env abi.Envelope) string {

@@ -231,23 +231,17 @@ func (e *Engine) handleOne(ctx context.Context, l *loaded, route host.Route, env
 	if err != nil {
 		return abi.Result{}, err
 	}
-	return results[0], resultError(route, env, results[0])
-}
-
-// resultError turns a result's error into a *HandlerError, or nil.
-func resultError(route host.Route, env abi.Envelope, r abi.Result) error {
-	if r.Error == nil {
-		return nil
-	}
-	return &HandlerError{File: route.Module.File, Handler: route.Handler.Name, Type: env.Type, Kind: r.Error.Kind, Err: errors.New(r.Error.Message)}
+	return results[0].Result, results[0].err
 }
 
 // call runs a batch through a route, checks every result's effects against
-// the module's scope, and records metrics.
-func (e *Engine) call(ctx context.Context, l *loaded, route host.Route, envs []abi.Envelope) ([]abi.Result, error) {
+// the module's scope, and records metrics. Each result carries the error
+// the engine reads from it (see [result]).
+func (e *Engine) call(ctx context.Context, l *loaded, route host.Route, envs []abi.Envelope) ([]result, error) {
 	sc := l.scopes[route.Module]
 	start := e.now()
-	results, err := route.Module.Handle(ctx, route.Handler.Name, envs, &session{e: e, scope: sc})
+	sess := &session{e: e, scope: sc}
+	results, err := route.Module.Handle(ctx, route.Handler.Name, envs, sess)
 	e.opts.Metrics.call(route, e.now().Sub(start), len(envs), err)
 	if err != nil {
 		var ce *host.CallError
@@ -257,16 +251,7 @@ func (e *Engine) call(ctx context.Context, l *loaded, route host.Route, envs []a
 		}
 		return nil, &HandlerError{File: route.Module.File, Handler: route.Handler.Name, Type: envs[0].Type, Kind: kind, Err: err}
 	}
-	for i := range results {
-		if results[i].Error != nil {
-			break
-		}
-		if err := sc.effects(results[i].Effects); err != nil {
-			results[i] = abi.Result{Error: &abi.Error{Kind: abi.ErrorPermanent, Message: err.Error()}}
-			break
-		}
-	}
-	return results, nil
+	return checkResults(route, envs, results, sc, sess.refused), nil
 }
 
 // Projection returns a projection document and its version.

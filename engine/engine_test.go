@@ -177,10 +177,32 @@ func TestScopeIsolatesModules(t *testing.T) {
 	res, err = e.call(context.Background(), l, route, []abi.Envelope{op("foreign_load")})
 	require.NoError(t, err)
 	require.Contains(t, res[0].Error.Message, "aggregate category order is not one the module declares messages on")
+	// The module got a scope error, which the kit does not retry.
+	require.Equal(t, abi.ErrorPermanent, res[0].Error.Kind)
+	var se *ScopeError
+	require.ErrorAs(t, res[0].err, &se)
 	// So is reading a stream of such a category.
 	res, err = e.call(context.Background(), l, route, []abi.Envelope{op("read")})
 	require.NoError(t, err)
 	require.Contains(t, res[0].Error.Message, "stream order-x is of category order")
+	require.Equal(t, abi.ErrorPermanent, res[0].Error.Kind)
+	require.ErrorAs(t, res[0].err, &se)
+}
+
+func TestScopeErrorsComeOutOfDispatch(t *testing.T) {
+	e, _ := newEngine(t)
+	for _, op := range []string{"write", "load", "read"} {
+		t.Run(op, func(t *testing.T) {
+			_, err := e.Dispatch(context.Background(), "Trespass", json.RawMessage(`{"op":"`+op+`","id":"x"}`), abi.Metadata{})
+			var se *ScopeError
+			require.ErrorAs(t, err, &se, "%v", err)
+			require.NotEmpty(t, se.File)
+			var he *HandlerError
+			require.ErrorAs(t, err, &he)
+			require.False(t, he.Retryable(), "a scope violation is not retried: %v", err)
+			require.Equal(t, abi.ErrorPermanent, he.Kind)
+		})
+	}
 }
 
 func TestDispatchErrors(t *testing.T) {

@@ -3,8 +3,10 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/host"
 )
 
 // Sentinel conditions of a command or query.
@@ -54,3 +56,59 @@ type ScopeError struct {
 }
 
 func (e *ScopeError) Error() string { return fmt.Sprintf("plugin %s: %s", e.File, e.What) }
+
+// result is one guest result with the error the engine reads from it: nil,
+// or a *HandlerError. The error keeps the host's own cause where the host
+// has one (a *ScopeError of an effect, or of a host-function request the
+// module then failed on), so callers can errors.As it end to end.
+type result struct {
+	abi.Result
+	err error
+}
+
+// checkResults reads a batch's results up to the first failure: a result
+// the module failed, or one whose effects leave the module's scope (that
+// one becomes a permanent failure). refused is the last scope violation the
+// session answered during the call, if any.
+func checkResults(route host.Route, envs []abi.Envelope, results []abi.Result, sc *scope, refused error) []result {
+	out := make([]result, len(results))
+	for i, r := range results {
+		out[i].Result = r
+		herr := func(kind abi.ErrorKind, err error) *HandlerError {
+			return &HandlerError{File: route.Module.File, Handler: route.Handler.Name, Type: envs[i].Type, Kind: kind, Err: err}
+		}
+		if r.Error != nil {
+			err := error(&guestError{msg: r.Error.Message})
+			kind := r.Error.Kind
+			// The guest's message carries the refusal's text when the
+			// module failed because the host refused it: keep the
+			// host's *ScopeError as the cause, and never retry it (a
+			// module built before host errors had kinds calls it
+			// transient; the same request is refused every time).
+			if refused != nil && strings.Contains(r.Error.Message, refused.Error()) {
+				err = &guestError{msg: r.Error.Message, cause: refused}
+				kind = abi.ErrorPermanent
+			}
+			out[i].err = herr(kind, err)
+			break
+		}
+		if err := sc.effects(r.Effects); err != nil {
+			out[i].Result = abi.Result{Error: &abi.Error{Kind: abi.ErrorPermanent, Message: err.Error()}}
+			out[i].err = herr(abi.ErrorPermanent, err)
+			break
+		}
+	}
+	return out
+}
+
+// guestError is the error a module returned for a message: its message,
+// and the host's error behind it when the host knows it.
+type guestError struct {
+	msg   string
+	cause error
+}
+
+func (e *guestError) Error() string { return e.msg }
+
+// Unwrap returns the host's cause, or nil.
+func (e *guestError) Unwrap() error { return e.cause }

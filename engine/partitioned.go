@@ -77,11 +77,11 @@ func (p partitionHandler) Handle(ctx context.Context, b partition.Batch) (int, e
 			continue
 		}
 		route = r
-		envs = append(envs, messageEnvelope(m))
+		envs = append(envs, e.messageEnvelope(m))
 		idx = append(idx, i)
 	}
 	fail, failErr := len(b.Messages), error(nil)
-	var results []abi.Result
+	var results []result
 	if len(envs) > 0 {
 		var err error
 		results, err = e.call(ctx, l, route, envs)
@@ -92,7 +92,7 @@ func (p partitionHandler) Handle(ctx context.Context, b partition.Batch) (int, e
 	var changes []unitofwork.Change
 	var causes []abi.Envelope
 	for j, r := range results {
-		if err := resultError(route, envs[j], r); err != nil {
+		if err := r.err; err != nil {
 			fail, failErr = idx[j], err
 			break
 		}

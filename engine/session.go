@@ -3,36 +3,47 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/record"
+	"github.com/proteanhq/protean-host/unitofwork"
 )
 
 // maxReadLimit caps one protean_read_stream call.
 const maxReadLimit = 1000
 
-// session answers one module's host-function calls within its scope.
+// session answers one module's host-function calls within its scope, for
+// one protean_handle call. It remembers the last scope violation it
+// answered, so that a message the module then fails keeps the host's
+// *ScopeError as its cause instead of only the guest's copy of its text.
 type session struct {
 	e     *Engine
 	scope *scope
+	// refused is the last *ScopeError answered. Host functions run on the
+	// goroutine of the guest call, so no lock is needed.
+	refused error
 }
 
 func (s *session) Load(ctx context.Context, req *abi.LoadRequest) abi.LoadResponse {
 	if err := s.scope.record(req.Kind, req.Type); err != nil {
-		return abi.LoadResponse{Error: err.Error()}
+		s.refused = err
+		return abi.LoadResponse{Error: err.Error(), ErrorKind: abi.HostScope}
 	}
 	r, err := s.e.opts.Records.Load(ctx, record.Key{Kind: string(req.Kind), Type: req.Type, ID: req.ID})
 	if err != nil {
-		return abi.LoadResponse{Error: err.Error()}
+		return abi.LoadResponse{Error: err.Error(), ErrorKind: storeErrorKind(err)}
 	}
 	return abi.LoadResponse{Found: r.Exists(), Version: r.Version, Data: r.Data}
 }
 
 func (s *session) ReadStream(ctx context.Context, req *abi.ReadStreamRequest) abi.ReadStreamResponse {
 	if err := s.scope.stream(req.Stream); err != nil {
-		return abi.ReadStreamResponse{Error: err.Error()}
+		s.refused = err
+		return abi.ReadStreamResponse{Error: err.Error(), ErrorKind: abi.HostScope}
 	}
 	limit := req.Limit
 	if limit <= 0 || limit > maxReadLimit {
@@ -40,30 +51,62 @@ func (s *session) ReadStream(ctx context.Context, req *abi.ReadStreamRequest) ab
 	}
 	evs, err := s.e.opts.Events.ReadStream(ctx, req.Stream, req.From, limit)
 	if err != nil {
-		return abi.ReadStreamResponse{Error: err.Error()}
+		return abi.ReadStreamResponse{Error: err.Error(), ErrorKind: storeErrorKind(err)}
 	}
 	out := abi.ReadStreamResponse{Messages: make([]abi.Envelope, len(evs))}
 	for i, ev := range evs {
-		out.Messages[i] = envelope(ev)
+		out.Messages[i] = s.e.envelope(ev)
 	}
 	return out
 }
 
-// envelope is the ABI form of a stored event.
-func envelope(ev eventstore.Event) abi.Envelope {
-	env := abi.Envelope{ID: ev.ID, Type: ev.Type, Stream: ev.Stream, Position: ev.Position,
-		GlobalPosition: ev.GlobalPosition, Time: ev.Time, Data: ev.Data}
-	env.Metadata = parseMetadata(ev.Metadata)
-	return env
+// storeErrorKind classifies a store's failure for the guest: a version
+// conflict may clear on a retry, and so may anything else a store reports
+// on a read (an unreachable server, a canceled call).
+func storeErrorKind(err error) abi.HostErrorKind {
+	if unitofwork.Conflict(err) {
+		return abi.HostConflict
+	}
+	return abi.HostTransient
 }
 
-// parseMetadata reads the ABI metadata out of stored metadata; nil if none.
-func parseMetadata(b json.RawMessage) *abi.Metadata {
-	var md abi.Metadata
-	if len(b) == 0 || json.Unmarshal(b, &md) != nil || md == (abi.Metadata{}) {
-		return nil
+// envelope is the ABI form of a stored event.
+func (e *Engine) envelope(ev eventstore.Event) abi.Envelope {
+	return abi.Envelope{ID: ev.ID, Type: ev.Type, Stream: ev.Stream, Position: ev.Position,
+		GlobalPosition: ev.GlobalPosition, Time: ev.Time, Data: ev.Data,
+		Metadata: e.metadata(ev.ID, ev.Metadata)}
+}
+
+// metadata reads the ABI metadata of message id out of its stored
+// metadata; nil if there is none. Metadata that does not decode is logged
+// and dropped rather than failing the message: the message itself is
+// intact, and refusing it would halt its handler for good.
+func (e *Engine) metadata(id string, b json.RawMessage) *abi.Metadata {
+	md, err := decodeMetadata(b)
+	if err != nil {
+		e.log.Warn("message metadata dropped", "message_id", id, "error", err)
 	}
-	return &md
+	return md
+}
+
+// ErrMetadata marks stored message metadata that is not a JSON object of
+// the ABI's metadata fields.
+var ErrMetadata = errors.New("bad message metadata")
+
+// decodeMetadata reads the ABI metadata out of stored metadata: nil for
+// none (absent, null, or no ABI field set).
+func decodeMetadata(b json.RawMessage) (*abi.Metadata, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var md abi.Metadata
+	if err := json.Unmarshal(b, &md); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMetadata, err)
+	}
+	if md == (abi.Metadata{}) {
+		return nil, nil
+	}
+	return &md, nil
 }
 
 var _ host.Session = (*session)(nil)
