@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/broker"
@@ -177,20 +178,36 @@ func (e *Engine) Stop(ctx context.Context) error {
 	return err
 }
 
-// consume is one consumer's loop.
+// consume is one consumer's loop. A failing Wait is retried after a pause
+// that doubles up to waitRetryMax, so a broker that is down is not
+// hammered.
 func (e *Engine) consume(waitCtx, workCtx context.Context, src Source, s subscription) {
+	pause := waitRetryMin
 	for {
 		d, err := src.Wait(waitCtx, s.stream, s.handler)
 		if err != nil {
 			if waitCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
 				return
 			}
-			e.log.Error("delivery: wait failed", "handler", s.handler, "stream", s.stream, "error", err)
+			e.log.Error("delivery: wait failed", "handler", s.handler, "stream", s.stream, "error", err, "retry_in", pause)
+			select {
+			case <-waitCtx.Done():
+				return
+			case <-e.after(pause):
+			}
+			pause = min(2*pause, waitRetryMax)
 			continue
 		}
+		pause = waitRetryMin
 		e.deliver(workCtx, src, s, d)
 	}
 }
+
+// The pause after a failed Wait: first, and at most.
+const (
+	waitRetryMin = 50 * time.Millisecond
+	waitRetryMax = 5 * time.Second
+)
 
 // deliver handles one delivery and settles it: ack on success (or when the
 // handler does not handle the type), nack on failure, so the broker retries

@@ -42,6 +42,9 @@ type Engine struct {
 	loaded atomic.Pointer[loaded]
 	log    *slog.Logger
 	now    func() time.Time
+	// after is a consumer's pause after a failed Wait (time.After if nil;
+	// tests inject one to see the pauses asked for).
+	afterFn func(time.Duration) <-chan time.Time
 
 	// commands admits dispatches until Stop, which drains them.
 	commands *gate
