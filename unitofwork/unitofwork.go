@@ -174,8 +174,12 @@ func (u *UnitOfWork) commit(ctx context.Context, fence *position.Fence, changes 
 		}
 		rows := make([]outbox.Row, len(appended))
 		for i, ev := range appended {
+			md, err := outboxMetadata(ev)
+			if err != nil {
+				return Committed{}, err
+			}
 			rows[i] = outbox.Row{MessageID: ev.ID, Stream: ev.Stream, Category: eventstore.Category(ev.Stream), Type: ev.Type,
-				Data: ev.Data, Metadata: outboxMetadata(ev), PartitionKey: keys[i], Priority: priorities[i],
+				Data: ev.Data, Metadata: md, PartitionKey: keys[i], Priority: priorities[i],
 				TargetBroker: u.opts.Broker, MaxRetries: u.opts.MaxRetries}
 		}
 		if err := tx.Add(ctx, rows); err != nil {
@@ -218,11 +222,16 @@ func (u *UnitOfWork) key(ev abi.NewEvent) (*string, error) {
 }
 
 // outboxMetadata is what a consumer needs beyond the payload to rebuild the
-// envelope: the event's place in its stream and in the store.
-func outboxMetadata(ev eventstore.Event) json.RawMessage {
+// envelope: the event's place in its stream and in the store. The event's
+// metadata is the host's own encoding, so one that does not decode is a
+// bug: it fails the unit of work rather than publish an event whose
+// positions a consumer would read as zero.
+func outboxMetadata(ev eventstore.Event) (json.RawMessage, error) {
 	var md map[string]any
 	if len(ev.Metadata) > 0 {
-		_ = json.Unmarshal(ev.Metadata, &md)
+		if err := json.Unmarshal(ev.Metadata, &md); err != nil {
+			return nil, fmt.Errorf("unitofwork: event %s of stream %s: metadata: %w", ev.ID, ev.Stream, err)
+		}
 	}
 	if md == nil {
 		md = map[string]any{}
@@ -230,8 +239,11 @@ func outboxMetadata(ev eventstore.Event) json.RawMessage {
 	md["position"] = ev.Position
 	md["global_position"] = ev.GlobalPosition
 	md["time"] = ev.Time
-	b, _ := json.Marshal(md)
-	return b
+	b, err := json.Marshal(md)
+	if err != nil {
+		return nil, fmt.Errorf("unitofwork: event %s of stream %s: encode metadata: %w", ev.ID, ev.Stream, err)
+	}
+	return b, nil
 }
 
 func isNull(b json.RawMessage) bool {
