@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -32,7 +33,7 @@ type subscription struct {
 func subscriptions(set *host.Set, partitioned bool) []subscription {
 	seen := map[subscription]bool{}
 	var out []subscription
-	for _, m := range set.Modules {
+	for _, m := range set.Modules() {
 		for _, h := range m.Manifest.Handlers {
 			if h.Kind == abi.KindCommandHandler {
 				continue
@@ -63,7 +64,7 @@ func subscriptions(set *host.Set, partitioned bool) []subscription {
 type consumers struct {
 	source Source
 	base   context.Context // Start's context, without its cancellation
-	work   context.Context // canceled at a hard stop
+	work   context.Context // canceled at Stop's hard phase (see Engine.owned)
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	// running and stopping hold each consumer's wait cancel and done;
@@ -80,27 +81,29 @@ type consumer struct {
 
 // Start begins delivering events from source to the set's event handlers,
 // projectors and process managers: one consumer per handler and category,
-// each handling its messages one at a time, in order. A second Start
-// before Stop is an error.
+// each handling its messages one at a time, in order. ctx's values are
+// kept, its cancellation is not: the consumers run until Stop. A second
+// Start, or a Start after Stop, is an error.
 func (e *Engine) Start(ctx context.Context, source Source) error {
 	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopping {
+		return ErrStopped
+	}
 	if e.running != nil {
-		e.mu.Unlock()
 		return errors.New("engine: already started")
 	}
 	base := context.WithoutCancel(ctx)
-	work, cancel := context.WithCancel(base)
+	work, cancel := e.owned(base)
 	e.running = &consumers{source: source, base: base, work: work, cancel: cancel,
 		running: map[subscription]*consumer{}, stopping: map[subscription]*consumer{}}
-	e.mu.Unlock()
-	e.resubscribe()
+	e.resubscribeLocked()
 	return nil
 }
 
-// resubscribe makes the running consumers match the running set.
-func (e *Engine) resubscribe() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+// resubscribeLocked makes the running consumers match the running set.
+// The caller holds e.mu.
+func (e *Engine) resubscribeLocked() {
 	c := e.running
 	if c == nil {
 		return
@@ -132,6 +135,7 @@ func (e *Engine) resubscribe() {
 		go func() {
 			defer c.wg.Done()
 			defer close(cons.done)
+			defer stop()
 			if prev != nil {
 				<-prev.done
 			}
@@ -141,42 +145,89 @@ func (e *Engine) resubscribe() {
 	e.log.Info("delivery consumers", "running", len(c.running), "started", started)
 }
 
-// Stop stops accepting commands and drains: consumers finish the message
-// in hand and stop; in-flight commands finish. If ctx ends first, work in
-// progress is canceled (a canceled message is redelivered later) and Stop
-// returns ctx's error. Then the running module set is closed. Stop before
-// Start, and a second Stop, only drain commands.
+// StopGrace is how long Stop waits, once its deadline has canceled the
+// work in progress, for that work to return before it gives up on it.
+const StopGrace = 250 * time.Millisecond
+
+// ErrAbandoned: Stop's deadline passed and, StopGrace after canceling it,
+// work was still running (a guest call of an uninterruptible module
+// cannot be canceled). Stop returned without it; see Stop.
+var ErrAbandoned = errors.New("engine: work still running past the stop deadline")
+
+// Stop stops the engine in two phases.
+//
+// Soft: new commands are refused (ErrStopped) and no consumer takes a new
+// message; commands in flight and the messages consumers hold run to
+// their end and commit. Then the running set and every retired set still
+// closing are closed, and Stop returns nil.
+//
+// Hard, if ctx ends first: the engine's own context, under which every
+// guest call and commit runs (whatever the caller's context), is
+// canceled, so interruptible calls and commits return at once and commit
+// nothing (a canceled message is nacked and redelivered later; a canceled
+// command answers an error). Stop then waits at most StopGrace for them
+// and returns ctx's error. A call that cannot be canceled (a module with
+// interruptible = false, spinning in guest code) is not waited for: Stop
+// returns ErrAbandoned (wrapping ctx's error) and the call goes on in the
+// background; when it returns, its result is discarded (its commit fails
+// on the canceled context), and its set is closed after it. Done reports
+// when that has happened; a process that exits instead simply ends it.
+//
+// Stop before Start drains commands and closes the set. A second Stop is a
+// no-op that returns nil.
 func (e *Engine) Stop(ctx context.Context) error {
-	e.stopOnce.Do(func() { close(e.stopped) })
+	first := false
+	e.stopOnce.Do(func() { first = true })
+	if !first {
+		return nil
+	}
+	close(e.stopped)
 	drained := e.commands.close()
 	e.mu.Lock()
+	e.stopping = true
 	c := e.running
 	e.running = nil
+	if c != nil {
+		for _, cons := range c.running {
+			cons.stop()
+		}
+	}
 	e.mu.Unlock()
-	done := make(chan struct{})
+	// The finisher owns the end of the engine: it waits for the consumers
+	// and the commands, retires the last set, waits for every set to
+	// close, and closes done. Stop waits for it, unless it abandons.
 	go func() {
 		if c != nil {
-			for _, cons := range c.running {
-				cons.stop()
-			}
 			c.wg.Wait()
+			c.cancel()
 		}
 		<-drained
-		close(done)
+		e.retire(e.loaded.Load())
+		e.retiring.Wait()
+		e.cancelWork() // releases the context's resources
+		close(e.done)
 	}()
-	var err error
 	select {
-	case <-done:
+	case <-e.done:
+		return nil
 	case <-ctx.Done():
-		err = ctx.Err()
 	}
-	if c != nil {
-		c.cancel()
+	e.cancelWork()
+	grace := time.NewTimer(StopGrace)
+	defer grace.Stop()
+	select {
+	case <-e.done:
+		return ctx.Err()
+	case <-grace.C:
+		e.log.Warn("engine stop: work still running past the deadline; not waiting for it", "grace", StopGrace)
+		return fmt.Errorf("%w: %w", ErrAbandoned, ctx.Err())
 	}
-	<-done
-	e.closeOnce.Do(func() { e.retire(e.loaded.Load()) })
-	return err
 }
+
+// Done returns a channel closed once a stopped engine has nothing left
+// running and has closed every module set it owned: at Stop's return,
+// unless Stop returned ErrAbandoned, then when the abandoned work returns.
+func (e *Engine) Done() <-chan struct{} { return e.done }
 
 // consume is one consumer's loop. A failing Wait is retried after a pause
 // that doubles up to waitRetryMax, so a broker that is down is not
@@ -213,7 +264,11 @@ const (
 // handler does not handle the type), nack on failure, so the broker retries
 // with backoff and dead-letters after its retries.
 func (e *Engine) deliver(ctx context.Context, src Source, s subscription, d broker.Delivery) {
-	l := e.acquire()
+	l, err := e.acquire()
+	if err != nil {
+		e.settle(ctx, src, s, d, "nack", err)
+		return
+	}
 	defer l.users.leave()
 	route, ok := l.route(s.handler, d.Type)
 	if !ok {

@@ -48,13 +48,25 @@ type Engine struct {
 
 	// commands admits dispatches until Stop, which drains them.
 	commands *gate
+	// work is the engine's own context: every guest call and commit runs
+	// under a context that ends when it does, whatever the caller's
+	// context. Stop's hard phase cancels it.
+	work       context.Context
+	cancelWork context.CancelFunc
 
 	mu      sync.Mutex
 	running *consumers
-	// stopped is closed when Stop begins.
-	stopped   chan struct{}
-	stopOnce  sync.Once
-	closeOnce sync.Once
+	// stopping is set (under mu) when Stop begins: Swap then refuses new
+	// sets, so no retirement starts after Stop has counted them.
+	stopping bool
+	// retiring counts the goroutines closing retired sets; Stop waits for
+	// them.
+	retiring sync.WaitGroup
+	// stopped is closed when Stop begins; done when everything the engine
+	// started has ended and every set it owned is closed.
+	stopped  chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
 }
 
 // loaded is one module set and what is derived from it, swapped whole.
@@ -67,14 +79,27 @@ type loaded struct {
 }
 
 // acquire returns the running set, admitted for a call; release it with
-// l.users.leave(). A set retired in between is skipped for its successor.
-func (e *Engine) acquire() *loaded {
+// l.users.leave(). A set retired in between is skipped for its successor;
+// once Stop has retired the last set there is none, and acquire answers
+// ErrStopped (work left running past Stop's deadline ends here).
+func (e *Engine) acquire() (*loaded, error) {
 	for {
 		l := e.loaded.Load()
 		if l.users.enter() {
-			return l
+			return l, nil
+		}
+		if e.loaded.Load() == l {
+			return nil, ErrStopped
 		}
 	}
+}
+
+// owned returns ctx, keeping its values and cancellation, also canceled
+// when Stop's hard phase cancels the engine's work.
+func (e *Engine) owned(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	unhook := context.AfterFunc(e.work, cancel)
+	return ctx, func() { unhook(); cancel() }
 }
 
 // New returns an Engine running set.
@@ -88,7 +113,9 @@ func New(set *host.Set, opts Options) *Engine {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
-	e := &Engine{opts: opts, log: opts.Logger, now: opts.Now, commands: newGate(), stopped: make(chan struct{})}
+	e := &Engine{opts: opts, log: opts.Logger, now: opts.Now, commands: newGate(),
+		stopped: make(chan struct{}), done: make(chan struct{})}
+	e.work, e.cancelWork = context.WithCancel(context.Background())
 	e.Swap(set)
 	return e
 }
@@ -97,23 +124,36 @@ func New(set *host.Set, opts Options) *Engine {
 // closes it when it is retired or the engine stops. Calls in flight finish
 // on the set they started with, which is closed once they have all left.
 // If consumers are running, those of handlers the new set no longer has
-// stop after their message in hand, and new ones start.
+// stop after their message in hand, and new ones start. Once Stop has
+// begun, Swap closes set at once and changes nothing.
 func (e *Engine) Swap(set *host.Set) {
 	l := &loaded{set: set, scopes: map[*host.Module]*scope{}, users: newGate()}
-	for _, m := range set.Modules {
+	for _, m := range set.Modules() {
 		l.scopes[m] = newScope(m.File, m.Manifest)
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopping {
+		if err := set.Close(context.Background()); err != nil {
+			e.log.Warn("closing a module set swapped in after stop", "error", err)
+		}
+		return
+	}
 	old := e.loaded.Swap(l)
-	e.resubscribe()
+	e.resubscribeLocked()
 	if old != nil {
 		e.retire(old)
 	}
 }
 
-// retire closes a set once the calls using it have left.
+// retire closes a set once the calls using it have left, on a goroutine
+// Stop waits for (e.retiring). Callers hold e.mu with e.stopping false, or
+// are Stop retiring the last set.
 func (e *Engine) retire(l *loaded) {
 	idle := l.users.close()
+	e.retiring.Add(1)
 	go func() {
+		defer e.retiring.Done()
 		<-idle
 		if err := l.set.Close(context.Background()); err != nil {
 			e.log.Warn("closing a retired module set", "error", err)
@@ -155,14 +195,18 @@ type DispatchedCommand struct {
 }
 
 // Dispatch runs a command through its handler and commits the effects in
-// one unit of work. Errors: ErrUnknownCommand, ErrBadInput, a
-// *HandlerError (Rejected() for 422), a *ScopeError, a conflict
-// (unitofwork.Conflict), a *unitofwork.KeyError.
+// one unit of work. The call and the commit run under ctx and the
+// engine's own context, so Stop's hard phase cancels them too. Errors:
+// ErrUnknownCommand, ErrBadInput, ErrStopped, a *HandlerError (Rejected()
+// for 422), a *ScopeError, a conflict (unitofwork.Conflict), a
+// *unitofwork.KeyError.
 func (e *Engine) Dispatch(ctx context.Context, typ string, data json.RawMessage, md abi.Metadata) (*CommandResult, error) {
 	if !e.commands.enter() {
 		return nil, ErrStopped
 	}
 	defer e.commands.leave()
+	ctx, cancel := e.owned(ctx)
+	defer cancel()
 	return e.dispatch(ctx, typ, data, md, 0)
 }
 
@@ -180,7 +224,10 @@ func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage,
 	if depth > MaxFollowUpDepth {
 		return nil, fmt.Errorf("command %s: %w", typ, ErrFollowUpDepth)
 	}
-	l := e.acquire()
+	l, err := e.acquire()
+	if err != nil {
+		return nil, err
+	}
 	defer l.users.leave()
 	route, ok := l.set.Command(typ)
 	if !ok {

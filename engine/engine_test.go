@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/host"
@@ -25,6 +26,13 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	wasmbuild.Cleanup()
 	testserver.Stop()
+	if code == 0 {
+		// Every goroutine the engine starts has an owner that ends it.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
@@ -143,21 +151,25 @@ func TestStopDrainsCommandsInFlight(t *testing.T) {
 }
 
 func TestStopCancelsAtItsDeadline(t *testing.T) {
-	e, recs := newEngine(t, host.Limits{Timeout: time.Second})
+	// The module's own deadline is far off: only Stop can end the call.
+	e, recs := newEngine(t, host.Limits{Timeout: time.Hour})
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.Dispatch(context.Background(), "Slow", json.RawMessage(`{"id":"a","ms":60000}`), abi.Metadata{})
+		_, err := e.Dispatch(context.Background(), "Slow", json.RawMessage(`{"id":"a","ms":3600000}`), abi.Metadata{})
 		done <- err
 	}()
 	testwait.Recv(t, "the command in its handler", recs.loaded)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	// Stop does not cancel a command's own context; the module's deadline
-	// (1 s here) ends the runaway call. Stop reports that the drain timed
-	// out.
-	require.ErrorIs(t, e.Stop(ctx), context.DeadlineExceeded)
-	err := testwait.Recv(t, "the runaway command to end", done)
-	require.ErrorIs(t, err, host.ErrTimeout)
+	// At its deadline Stop cancels the command, although the command's own
+	// context never ends, and the canceled call returns within StopGrace,
+	// so nothing is abandoned.
+	err := e.Stop(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, ErrAbandoned)
+	err = testwait.Recv(t, "the runaway command to end", done)
+	require.ErrorIs(t, err, host.ErrCanceled)
+	ended(t, e)
 }
 
 func TestScopeIsolatesModules(t *testing.T) {
@@ -264,13 +276,13 @@ func TestSwapRetiresTheOldSetAfterItsCalls(t *testing.T) {
 	e.Swap(next)
 	require.Same(t, next, e.Set())
 
-	_, err = old.Modules[0].Handle(context.Background(), "behave", nil, nil)
+	_, err = old.Modules()[0].Handle(context.Background(), "behave", nil, nil)
 	require.NoError(t, err, "the old set stays open while a command runs on it")
 	recs.release("a")
 	require.NoError(t, testwait.Recv(t, "the command's result", done), "the old set was not closed under the running command")
 	// Once its last call has left, the old set is closed.
 	testwait.For(t, "the old set closed", func() (bool, string) {
-		_, err := old.Modules[0].Handle(context.Background(), "behave", nil, nil)
+		_, err := old.Modules()[0].Handle(context.Background(), "behave", nil, nil)
 		return err != nil, "the old set's module still answers"
 	})
 	// New work runs on the new set.

@@ -27,7 +27,7 @@ func (e *Engine) PartitionSubscriptions() []partition.Subscription {
 // its partitioned categories.
 func PartitionSubscriptions(set *host.Set) []partition.Subscription {
 	var out []partition.Subscription
-	for _, m := range set.Modules {
+	for _, m := range set.Modules() {
 		for _, h := range m.Manifest.Handlers {
 			if h.Kind == abi.KindCommandHandler {
 				continue
@@ -66,8 +66,13 @@ type partitionHandler struct{ e *Engine }
 // committed and the failure of the next one.
 func (p partitionHandler) Handle(ctx context.Context, b partition.Batch) (int, error) {
 	e := p.e
-	l := e.acquire()
+	l, err := e.acquire()
+	if err != nil {
+		return 0, err
+	}
 	defer l.users.leave()
+	ctx, cancel := e.owned(ctx)
+	defer cancel()
 	var route host.Route
 	var envs []abi.Envelope
 	var idx []int // index in b.Messages of each envelope
@@ -107,7 +112,7 @@ func (p partitionHandler) Handle(ctx context.Context, b partition.Batch) (int, e
 	if gp := lastGlobalPosition(b.Messages[:fail]); gp > 0 {
 		fence.Advance = map[string]int64{b.Source: gp}
 	}
-	_, err := e.opts.UnitOfWork.CommitFenced(ctx, fence, changes...)
+	_, err = e.opts.UnitOfWork.CommitFenced(ctx, fence, changes...)
 	if len(changes) > 0 {
 		e.opts.Metrics.commit(route, err)
 	}

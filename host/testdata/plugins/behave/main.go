@@ -1,5 +1,6 @@
 // Command behave is a test module whose handler does what each message's
-// "op" says: succeed, fail in each error kind, spin forever, exhaust memory,
+// "op" says: succeed, fail in each error kind, spin forever or until the
+// host says so, exhaust memory,
 // overflow its stack, write oversized output, or use the host functions.
 package main
 
@@ -41,10 +42,13 @@ type counter struct {
 }
 
 // Slow loads aggregate slow/ID (so a test sees it start), then spins for
-// MS milliseconds of wall time.
+// MS milliseconds of wall time; with Until, it then spins until aggregate
+// slow/Until exists (a guest a test holds in flight, whose only way out is
+// the host's answer: it never looks at a deadline).
 type Slow struct {
-	ID string `json:"id"`
-	MS int    `json:"ms"`
+	ID    string `json:"id"`
+	MS    int    `json:"ms"`
+	Until string `json:"until,omitempty"`
 }
 
 func init() {
@@ -57,6 +61,15 @@ func init() {
 			return err
 		}
 		for end := time.Now().Add(time.Duration(cmd.MS) * time.Millisecond); time.Now().Before(end); {
+		}
+		for cmd.Until != "" {
+			n, err := ctx.Load(pdk.Aggregate, "slow", cmd.Until, &v)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				break
+			}
 		}
 		return ctx.Emit("slow-"+cmd.ID, "SlowDone", cmd)
 	})
@@ -90,6 +103,12 @@ func init() {
 		return ctx.Dispatch("Again", cmd)
 	})
 	pdk.Event[Op]("Op", "ops")
+	// EmitOp appends its Op as an event, so a process-level test can put
+	// an op in front of the event handler.
+	pdk.Command[Op]("EmitOp", "ops")
+	pdk.On(pdk.CommandHandler("emit_op", "ops"), "EmitOp", func(ctx *pdk.Context, m Op) error {
+		return ctx.Emit("ops-"+m.ID, "Op", m)
+	})
 	pdk.On(pdk.EventHandler("behave", "ops"), "Op", func(ctx *pdk.Context, m Op) error {
 		switch m.Op {
 		case "ok":
@@ -102,6 +121,17 @@ func init() {
 		case "loop":
 			for {
 				sink = append(sink[:0], 1)
+			}
+		case "spin": // until aggregate ops/Arg exists (see Slow.Until)
+			for {
+				var d doc
+				n, err := ctx.Load(pdk.Aggregate, "ops", m.Arg, &d)
+				if err != nil {
+					return err
+				}
+				if n > 0 {
+					return nil
+				}
 			}
 		case "oom":
 			for {
