@@ -54,7 +54,7 @@ func BenchmarkPartitionedWASM(b *testing.B) {
 	wasmbuild.Copy(b, wasmbuild.Build(b, "./host/testdata/plugins/declared", "variant=projector"), dir, "by_client.wasm")
 	for _, keys := range []int{1, 64} {
 		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
-			set, errs := host.LoadSet(ctx, l, dir, host.Broker{Name: "default", Provider: "redis"})
+			set, errs := host.LoadSet(ctx, l, dir, host.Broker{Name: "default", Provider: "redis", Capabilities: broker.StreamPartitioning})
 			require.Empty(b, errs)
 			mem := unitofwork.NewMemory()
 			e := New(set, Options{Events: mem.Events, Records: mem.Records, Partitioned: true,

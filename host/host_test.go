@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
@@ -132,7 +133,7 @@ func TestValidateRules(t *testing.T) {
 
 func TestValidateAccepts(t *testing.T) {
 	mods := setOf(t, "projector", "pm")
-	for _, b := range []host.Broker{inline, {Name: "default", Provider: "redis"}} {
+	for _, b := range []host.Broker{inline, {Name: "default", Provider: "redis", Capabilities: broker.StreamPartitioning}} {
 		keys, problems := host.Validate(mods, b)
 		require.Empty(t, problems, "broker %s", b.Provider)
 		require.Equal(t, "client_id", keys["order"].Field)
@@ -142,6 +143,18 @@ func TestValidateAccepts(t *testing.T) {
 	// A set with no partitioned handler runs on any broker.
 	_, problems := host.Validate(setOf(t, "unpartitioned_without_key"), host.Broker{Name: "default", Provider: "kafka"})
 	require.Empty(t, problems)
+}
+
+// Partitioning is the broker's capability, not its provider's name: the
+// relay routes by the same bit, so validation cannot accept a set the relay
+// would not partition, nor reject one it would.
+func TestValidateDecidesPartitioningByCapability(t *testing.T) {
+	mods := setOf(t, "projector")
+	_, problems := host.Validate(mods, host.Broker{Name: "default", Provider: "redis"})
+	require.NotEmpty(t, problems, "a redis provider without StreamPartitioning is refused")
+	require.Equal(t, host.RuleBroker, problems[0].Rule)
+	_, problems = host.Validate(mods, host.Broker{Name: "default", Provider: "kafka", Capabilities: broker.StreamPartitioning})
+	require.Empty(t, problems, "any broker that advertises StreamPartitioning is accepted")
 }
 
 func TestValidateExamples(t *testing.T) {

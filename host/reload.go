@@ -87,8 +87,8 @@ func NewReloader(o ReloaderOptions) *Reloader {
 
 // fingerprint identifies a set by its files and their contents.
 func fingerprint(s *Set) string {
-	parts := make([]string, len(s.Modules))
-	for i, m := range s.Modules {
+	parts := make([]string, len(s.Modules()))
+	for i, m := range s.Modules() {
 		parts[i] = m.File + "=" + m.SHA256
 	}
 	sort.Strings(parts)
@@ -113,7 +113,7 @@ func (r *Reloader) Reload(ctx context.Context) (Outcome, []error) {
 		_ = set.Close(ctx)
 	default:
 		r.current = fingerprint(set)
-		r.log.Info("plugins reloaded", "dir", r.dir, "modules", len(set.Modules))
+		r.log.Info("plugins reloaded", "dir", r.dir, "modules", len(set.Modules()))
 		r.apply(set)
 	}
 	if r.observe != nil {

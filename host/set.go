@@ -3,6 +3,8 @@ package host
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 
@@ -15,12 +17,12 @@ type Route struct {
 	Handler abi.Handler
 }
 
-// Set is a validated set of modules: what the host runs. It is immutable;
-// a reload builds a new Set and swaps it in whole.
+// Set is a validated set of modules: what the host runs. It is immutable
+// (its fields are unexported and its accessors return copies); a reload
+// builds a new Set and swaps it in whole.
 type Set struct {
-	Modules []*Module
-	// Keys maps each partitioned stream category to its partition key.
-	Keys map[string]PartitionKey
+	modules []*Module
+	keys    map[string]PartitionKey
 
 	commands    map[string]Route
 	subscribers map[string][]Route
@@ -65,7 +67,7 @@ func NewSet(mods []*Module, broker Broker) (*Set, []*Problem) {
 	if len(problems) > 0 {
 		return nil, problems
 	}
-	s := &Set{Modules: mods, Keys: keys, commands: map[string]Route{}, subscribers: map[string][]Route{},
+	s := &Set{modules: slices.Clone(mods), keys: keys, commands: map[string]Route{}, subscribers: map[string][]Route{},
 		messages: map[string]abi.Message{}, projections: map[string]Route{}}
 	for _, m := range mods {
 		for _, msg := range m.Manifest.Messages {
@@ -93,14 +95,22 @@ func NewSet(mods []*Module, broker Broker) (*Set, []*Problem) {
 	return s, nil
 }
 
+// Modules returns the set's modules, in load order (a copy: the set does
+// not change).
+func (s *Set) Modules() []*Module { return slices.Clone(s.modules) }
+
+// Keys returns each partitioned stream category's partition key (a copy).
+func (s *Set) Keys() map[string]PartitionKey { return maps.Clone(s.keys) }
+
 // Command returns the route of a command type.
 func (s *Set) Command(typ string) (Route, bool) {
 	r, ok := s.commands[typ]
 	return r, ok
 }
 
-// Subscribers returns the non-command handlers of a message type, by name.
-func (s *Set) Subscribers(typ string) []Route { return s.subscribers[typ] }
+// Subscribers returns the non-command handlers of a message type, by name
+// (a copy).
+func (s *Set) Subscribers(typ string) []Route { return slices.Clone(s.subscribers[typ]) }
 
 // Message returns the declaration of a message type.
 func (s *Set) Message(typ string) (abi.Message, bool) {
@@ -117,7 +127,7 @@ func (s *Set) Projection(name string) bool {
 
 // PartitionField returns the partition key field of a category.
 func (s *Set) PartitionField(category string) (string, bool) {
-	k, ok := s.Keys[category]
+	k, ok := s.keys[category]
 	return k.Field, ok
 }
 
@@ -125,7 +135,7 @@ func (s *Set) PartitionField(category string) (string, bool) {
 func (s *Set) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		var errs []error
-		for _, m := range s.Modules {
+		for _, m := range s.modules {
 			errs = append(errs, m.Close(ctx))
 		}
 		s.closeErr = errors.Join(errs...)

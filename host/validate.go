@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/broker"
 )
 
 // Rule names a registration rule, for tests and for operators grepping logs.
@@ -40,14 +41,18 @@ type Declared struct {
 	Manifest *abi.Manifest
 }
 
-// Broker is what validation needs to know of the outbox broker.
+// Broker is what validation needs to know of the outbox broker. The
+// capabilities are the broker implementation's own (its Capabilities
+// method), the same the relay routes by, so validation and routing cannot
+// disagree; `validate` asks the implementation without connecting.
 type Broker struct {
-	Name     string
-	Provider string
+	Name         string
+	Provider     string // for messages, and for Inline
+	Capabilities broker.Capability
 }
 
 // Partitioning reports whether the broker advertises STREAM_PARTITIONING.
-func (b Broker) Partitioning() bool { return b.Provider == "redis" }
+func (b Broker) Partitioning() bool { return b.Capabilities.Has(broker.StreamPartitioning) }
 
 // Inline reports whether the broker is the inline broker, on which
 // sequential_by is an accepted no-op.

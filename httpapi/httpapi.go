@@ -207,11 +207,11 @@ func (a *api) plugins(w http.ResponseWriter, _ *http.Request) {
 		Plugins       []Plugin          `json:"plugins"`
 		PartitionKeys map[string]string `json:"partition_keys"`
 	}{Plugins: []Plugin{}, PartitionKeys: map[string]string{}}
-	for _, m := range set.Modules {
+	for _, m := range set.Modules() {
 		out.Plugins = append(out.Plugins, Plugin{File: m.File, Name: m.Manifest.Module.Name, Version: m.Manifest.Module.Version,
 			SHA256: m.SHA256, ABI: m.Manifest.ABIVersion, Handlers: m.Manifest.Handlers})
 	}
-	for c, k := range set.Keys {
+	for c, k := range set.Keys() {
 		out.PartitionKeys[c] = k.Field
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -222,5 +222,5 @@ func (a *api) healthz(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "plugins": len(a.e.Set().Modules)})
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "plugins": len(a.e.Set().Modules())})
 }

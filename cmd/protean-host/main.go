@@ -21,6 +21,10 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/broker/redisstream"
 	"github.com/proteanhq/protean-host/config"
 	"github.com/proteanhq/protean-host/host"
 )
@@ -154,5 +158,32 @@ func (e *env) loader(funcs host.Session) (*host.Loader, error) {
 func (e *env) broker() host.Broker {
 	name := e.cfg.Outbox.Broker
 	b := e.cfg.OutboxBroker()
-	return host.Broker{Name: name, Provider: b.Provider}
+	return host.Broker{Name: name, Provider: b.Provider, Capabilities: capabilities(b.Provider)}
+}
+
+// capabilities asks the provider's implementation what it guarantees, as
+// the relay does of the opened broker, so validation and routing decide
+// partitioning alike. Neither constructor does I/O, so `validate` still
+// runs without connecting. An unknown provider guarantees nothing.
+func capabilities(provider string) broker.Capability {
+	opts := broker.DefaultOptions()
+	switch provider {
+	case config.ProviderInline:
+		b, err := broker.NewInline(opts)
+		if err != nil {
+			return 0
+		}
+		defer func() { _ = b.Close() }()
+		return b.Capabilities()
+	case config.ProviderRedis:
+		c := redis.NewClient(&redis.Options{})
+		defer func() { _ = c.Close() }()
+		b, err := redisstream.New(c, redisstream.Options{Options: opts})
+		if err != nil {
+			return 0
+		}
+		defer func() { _ = b.Close() }()
+		return b.Capabilities()
+	}
+	return 0
 }

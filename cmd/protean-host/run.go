@@ -163,7 +163,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		return nil, fmt.Errorf("%d problem(s) in %s; nothing started", len(errs), cfg.Plugins.Dir)
 	}
 	h.closers = append(h.closers, func() { _ = set.Close(context.Background()) })
-	e.log.Info("plugins loaded", "dir", cfg.Plugins.Dir, "modules", len(set.Modules), "partitioned_categories", len(set.Keys))
+	e.log.Info("plugins loaded", "dir", cfg.Plugins.Dir, "modules", len(set.Modules()), "partitioned_categories", len(set.Keys()))
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -39,7 +39,7 @@ func printSet(e *env, set *host.Set) {
 	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "MODULE FILE\tVERSION\tHANDLER\tKIND\tCATEGORY\tPARTITION KEY")
 	handlers := 0
-	for _, m := range set.Modules {
+	for _, m := range set.Modules() {
 		for _, h := range m.Manifest.Handlers {
 			handlers++
 			cats, key := describeHandler(set, m.Manifest, h)
@@ -48,7 +48,7 @@ func printSet(e *env, set *host.Set) {
 	}
 	w.Flush()
 	fmt.Fprintf(e.stdout, "%d modules, %d handlers: valid (broker %s, provider %s)\n",
-		len(set.Modules), handlers, e.broker().Name, e.broker().Provider)
+		len(set.Modules()), handlers, e.broker().Name, e.broker().Provider)
 }
 
 func describeHandler(set *host.Set, m *abi.Manifest, h abi.Handler) (categories, key string) {
