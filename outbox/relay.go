@@ -266,7 +266,12 @@ func (r *Relay) relay(ctx context.Context, row Row, partitioning bool) (bool, er
 	if row.PartitionKey != nil {
 		msg.PartitionKey = *row.PartitionKey
 	}
-	fillPositions(&msg)
+	if err := fillPositions(&msg); err != nil {
+		// The unit of work writes this metadata and refuses one it cannot
+		// encode, so this is a row from elsewhere: publish it (its
+		// payload is intact) but say its positions are unknown.
+		r.opts.Logger.Warn("outbox row metadata unreadable: positions left zero", "id", row.ID, "message_id", row.MessageID, "error", err)
+	}
 	if err := r.opts.Publisher.Publish(ctx, msg); err != nil {
 		next := r.opts.Now().Add(Backoff(row.RetryCount+1, r.opts.BaseDelay, r.opts.MaxDelay, r.opts.Jitter, r.opts.Rand))
 		r.opts.Logger.Warn("outbox publish failed", "id", row.ID, "retry_count", row.RetryCount+1, "error", err)
@@ -292,14 +297,20 @@ func (r *Relay) stream(row Row, partitioning bool) string {
 }
 
 // fillPositions copies the event's positions and time from the row's
-// metadata (the unit of work writes them there) onto the message.
-func fillPositions(m *broker.Message) {
+// metadata (the unit of work writes them there) onto the message, or
+// says why it cannot.
+func fillPositions(m *broker.Message) error {
 	var md struct {
 		Position       int64     `json:"position"`
 		GlobalPosition int64     `json:"global_position"`
 		Time           time.Time `json:"time"`
 	}
-	if len(m.Metadata) > 0 && json.Unmarshal(m.Metadata, &md) == nil {
-		m.Position, m.GlobalPosition, m.Time = md.Position, md.GlobalPosition, md.Time
+	if len(m.Metadata) == 0 {
+		return nil
 	}
+	if err := json.Unmarshal(m.Metadata, &md); err != nil {
+		return fmt.Errorf("message %s: metadata: %w", m.ID, err)
+	}
+	m.Position, m.GlobalPosition, m.Time = md.Position, md.GlobalPosition, md.Time
+	return nil
 }
