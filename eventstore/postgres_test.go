@@ -2,10 +2,8 @@ package eventstore_test
 
 import (
 	"context"
-	"os"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/eventstore"
@@ -13,11 +11,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/testserver"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testserver.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testserver.Main(m) }
 
 // postgresTx is the store's view of a pgx transaction plus its commit
 // and rollback: a storetest.Tx.
@@ -34,11 +28,11 @@ func TestPostgresConformance(t *testing.T) {
 		return storetest.Harness{
 			Store: s,
 			Begin: func(ctx context.Context) (storetest.Tx, error) {
-				tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+				tx, end, err := testserver.Begin(ctx, pool)
 				if err != nil {
 					return nil, err
 				}
-				return postgresTx{PostgresTx: s.Tx(tx), PgxTx: testserver.PgxTx{Tx: tx, Done: eventstore.ErrTxDone}}, nil
+				return postgresTx{PostgresTx: s.Tx(tx), PgxTx: end}, nil
 			},
 		}
 	})

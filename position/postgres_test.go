@@ -2,22 +2,15 @@ package position_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/position/positiontest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testserver.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testserver.Main(m) }
 
 // postgresTx is the store's view of a pgx transaction plus its commit and
 // rollback: a positiontest.Tx.
@@ -34,11 +27,11 @@ func TestPostgresConformance(t *testing.T) {
 		return positiontest.Harness{
 			Store: s,
 			Begin: func(ctx context.Context) (positiontest.Tx, error) {
-				tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+				tx, end, err := testserver.Begin(ctx, pool)
 				if err != nil {
 					return nil, err
 				}
-				return postgresTx{PostgresTx: s.Tx(tx), PgxTx: testserver.PgxTx{Tx: tx, Done: position.ErrTxDone}}, nil
+				return postgresTx{PostgresTx: s.Tx(tx), PgxTx: end}, nil
 			},
 		}
 	})

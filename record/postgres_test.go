@@ -2,21 +2,14 @@ package record_test
 
 import (
 	"context"
-	"os"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/record"
 	"github.com/proteanhq/protean-host/record/storetest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testserver.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testserver.Main(m) }
 
 // postgresTx is the store's view of a pgx transaction plus its commit
 // and rollback: a storetest.Tx.
@@ -33,11 +26,11 @@ func TestPostgresConformance(t *testing.T) {
 		return storetest.Harness{
 			Store: s,
 			Begin: func(ctx context.Context) (storetest.Tx, error) {
-				tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+				tx, end, err := testserver.Begin(ctx, pool)
 				if err != nil {
 					return nil, err
 				}
-				return postgresTx{PostgresTx: s.Tx(tx), PgxTx: testserver.PgxTx{Tx: tx, Done: record.ErrTxDone}}, nil
+				return postgresTx{PostgresTx: s.Tx(tx), PgxTx: end}, nil
 			},
 		}
 	})

@@ -11,11 +11,10 @@
 // private server on a free loopback port in a temporary directory, and
 // [Stop] stops it. A package that uses this one must therefore have
 //
-//	func TestMain(m *testing.M) {
-//		code := m.Run()
-//		testserver.Stop()
-//		os.Exit(code)
-//	}
+//	func TestMain(m *testing.M) { testserver.Main(m) }
+//
+// or, where the package adds its own checks (goleak), m.Run, then Stop,
+// then os.Exit.
 //
 // (The private servers also die with the test binary's process, as a
 // safety net, but only Stop removes their data directories.)

@@ -2,26 +2,48 @@ package testserver
 
 import (
 	"context"
+	"os"
+	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/proteanhq/protean-host/internal/txdone"
 )
 
+// Main is the TestMain body every package that uses this one needs: it runs
+// the tests, stops the servers and exits with the tests' code.
+//
+//	func TestMain(m *testing.M) { testserver.Main(m) }
+func Main(m *testing.M) {
+	code := m.Run()
+	Stop()
+	os.Exit(code)
+}
+
 // PgxTx ends a pgx transaction as the storetest suites' Tx interfaces
-// expect: Commit after Rollback returns Done (the store's ErrTxDone), a
-// second Commit or a Rollback after either is a no-op. Embed it beside a
-// store's PostgresTx view to make a suite Tx.
+// expect: Commit after Rollback returns txdone.Err (every store's
+// ErrTxDone), a second Commit or a Rollback after either is a no-op. Embed
+// it beside a store's PostgresTx view to make a suite Tx.
 type PgxTx struct {
-	Tx   pgx.Tx
-	Done error
+	Tx pgx.Tx
+}
+
+// Begin starts a READ COMMITTED transaction on pool, the level the stores
+// run at, and returns it with its ending for a suite Tx.
+func Begin(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, PgxTx, error) {
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return nil, PgxTx{}, err
+	}
+	return tx, PgxTx{Tx: tx}, nil
 }
 
 // Commit commits the transaction.
 func (t PgxTx) Commit(ctx context.Context) error {
 	if err := t.Tx.Commit(ctx); err != nil {
 		if txdone.Closed(err) {
-			return t.Done
+			return txdone.Err
 		}
 		return err
 	}
