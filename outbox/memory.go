@@ -268,7 +268,7 @@ func (m *Memory) Stats(ctx context.Context) (Stats, error) {
 				s.OldestPending = &at
 			}
 		case StatusAbandoned:
-			if len(s.Abandoned) < MaxStatsAbandoned {
+			if len(s.Abandoned) < maxStatsAbandoned {
 				s.Abandoned = append(s.Abandoned, Abandoned{
 					ID:           r.ID,
 					MessageID:    r.MessageID,

@@ -43,8 +43,8 @@ const (
 	DefaultClaimLimit = 50
 	// DefaultLockFor applies to a Claim with lockFor <= 0.
 	DefaultLockFor = 5 * time.Minute
-	// MaxStatsAbandoned caps the abandoned rows Stats lists.
-	MaxStatsAbandoned = 100
+	// maxStatsAbandoned caps the abandoned rows Stats lists.
+	maxStatsAbandoned = 100
 	// MaxPartitionKeyLength and MaxBrokerLength are the widths, in
 	// characters, of the partition_key and target_broker columns.
 	MaxPartitionKeyLength = 255
@@ -110,7 +110,7 @@ type Stats struct {
 	// when none is pending.
 	OldestPending *time.Time
 	// Abandoned lists abandoned rows, lowest ID first, at most
-	// MaxStatsAbandoned of them.
+	// maxStatsAbandoned of them.
 	Abandoned []Abandoned
 }
 

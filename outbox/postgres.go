@@ -443,7 +443,7 @@ func (p *Postgres) Stats(ctx context.Context) (Stats, error) {
 	b.Queue(`SELECT status, count(*) FROM outbox GROUP BY status`)
 	b.Queue(`SELECT min(created_at) FROM outbox WHERE status = 'pending'`)
 	b.Queue(`SELECT id, message_id, target_broker, retry_count, coalesce(last_error->>'message', ''), created_at
-		FROM outbox WHERE status = 'abandoned' ORDER BY id LIMIT $1`, MaxStatsAbandoned)
+		FROM outbox WHERE status = 'abandoned' ORDER BY id LIMIT $1`, maxStatsAbandoned)
 	br := p.pool.SendBatch(ctx, &b)
 	s, err := readStats(br)
 	if cerr := br.Close(); err == nil {
