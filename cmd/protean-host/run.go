@@ -124,7 +124,7 @@ type hostProcess struct {
 	// partitions is the partitioned consumer; nil without a Redis broker.
 	partitions *partition.Consumer
 	reloader   *host.Reloader
-	closers    []func()
+	closers    []func() error
 	log        *slog.Logger
 }
 
@@ -135,26 +135,26 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	h := &hostProcess{log: e.log, served: make(chan error, 1)}
 	defer func() {
 		if err != nil {
-			h.close()
+			err = errors.Join(err, h.close())
 		}
 	}()
 	st, err := openStores(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	h.closers = append(h.closers, st.close)
+	h.closers = append(h.closers, func() error { st.close(); return nil })
 	hostname, _ := os.Hostname()
 	owner := fmt.Sprintf("%s:%d", hostname, os.Getpid())
 	br, err := openBroker(ctx, cfg, owner)
 	if err != nil {
 		return nil, err
 	}
-	h.closers = append(h.closers, func() { _ = br.close() })
+	h.closers = append(h.closers, br.close)
 	loader, err := e.loader(nil)
 	if err != nil {
 		return nil, err
 	}
-	h.closers = append(h.closers, func() { _ = loader.Close(context.Background()) })
+	h.closers = append(h.closers, func() error { return loader.Close(context.Background()) })
 	set, errs := host.LoadSet(ctx, loader, cfg.Plugins.Dir, e.broker())
 	if len(errs) > 0 {
 		for _, err := range errs {
@@ -162,7 +162,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		}
 		return nil, fmt.Errorf("%d problem(s) in %s; nothing started", len(errs), cfg.Plugins.Dir)
 	}
-	h.closers = append(h.closers, func() { _ = set.Close(context.Background()) })
+	h.closers = append(h.closers, func() error { return set.Close(context.Background()) })
 	e.log.Info("plugins loaded", "dir", cfg.Plugins.Dir, "modules", len(set.Modules()), "partitioned_categories", len(set.Keys()))
 
 	reg := prometheus.NewRegistry()
@@ -175,7 +175,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		LaneThreshold: cfg.Server.PriorityLanes.Threshold, Logger: e.log,
 		PublishedRetention: cfg.Outbox.PublishedRetention(), AbandonedRetention: cfg.Outbox.AbandonedRetention(),
 	})
-	reg.MustRegister(newOutboxCollector(st.outbox))
+	reg.MustRegister(newOutboxCollector(st.outbox, e.log))
 	var eng *engine.Engine
 	uow := unitofwork.New(st.backend, unitofwork.Options{
 		Keys:           keysFunc(func(c string) (string, bool) { return eng.PartitionField(c) }),
@@ -266,17 +266,25 @@ func (h *hostProcess) shutdown() error {
 	if h.serveErr != nil && !errors.Is(h.serveErr, http.ErrServerClosed) {
 		errs = append(errs, h.serveErr)
 	}
-	h.close()
+	if err := h.close(); err != nil {
+		errs = append(errs, err)
+	}
 	h.log.Info("stopped")
 	return errors.Join(errs...)
 }
 
-// close runs the closers in reverse order of opening.
-func (h *hostProcess) close() {
+// close runs the closers in reverse order of opening and returns what
+// they reported: a store or broker that fails to close may have lost
+// writes, which the exit status should say.
+func (h *hostProcess) close() error {
+	var errs []error
 	for i := len(h.closers) - 1; i >= 0; i-- {
-		h.closers[i]()
+		if err := h.closers[i](); err != nil {
+			errs = append(errs, fmt.Errorf("close: %w", err))
+		}
 	}
 	h.closers = nil
+	return errors.Join(errs...)
 }
 
 // outboxCollector exports the outbox's row counts and oldest pending age.
@@ -286,23 +294,38 @@ type outboxCollector struct {
 	}
 	rows   *prometheus.Desc
 	oldest *prometheus.Desc
+	// failures counts scrapes whose Stats failed: a failed read is
+	// reported there and logged, not turned into an invalid metric,
+	// which would fail the whole scrape and hide every other metric.
+	failures prometheus.Counter
+	log      *slog.Logger
 }
 
-func newOutboxCollector(s outbox.Store) *outboxCollector {
-	return &outboxCollector{store: s,
+func newOutboxCollector(s outbox.Store, log *slog.Logger) *outboxCollector {
+	return &outboxCollector{store: s, log: log,
 		rows:   prometheus.NewDesc("protean_outbox_rows", "Outbox rows by status.", []string{"status"}, nil),
-		oldest: prometheus.NewDesc("protean_outbox_oldest_pending_seconds", "Age of the oldest pending outbox row (0 when none).", nil, nil)}
+		oldest: prometheus.NewDesc("protean_outbox_oldest_pending_seconds", "Age of the oldest pending outbox row (0 when none).", nil, nil),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "protean_outbox_stats_errors_total",
+			Help: "Scrapes whose read of the outbox's row counts failed."})}
 }
 
-func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.rows; ch <- c.oldest }
+func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.rows
+	ch <- c.oldest
+	ch <- c.failures.Desc()
+}
 
 func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	st, err := c.store.Stats(ctx)
 	if err != nil {
+		c.failures.Inc()
+		ch <- c.failures
+		c.log.Warn("outbox stats failed: outbox metrics missing from this scrape", "error", err)
 		return
 	}
+	ch <- c.failures
 	for status, n := range st.Counts {
 		ch <- prometheus.MustNewConstMetric(c.rows, prometheus.GaugeValue, float64(n), string(status))
 	}
