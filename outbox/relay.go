@@ -67,10 +67,11 @@ type Relay struct {
 	opts  RelayOptions
 	wake  chan struct{}
 
-	mu      sync.Mutex
-	cancel  context.CancelFunc
-	done    chan struct{}
-	running bool
+	mu sync.Mutex
+	// stop ends the soft phase (no new pass); cancel the pass in progress.
+	stop, cancel context.CancelFunc
+	done         chan struct{}
+	running      bool
 }
 
 // NewRelay returns a Relay over store.
@@ -118,56 +119,81 @@ func (r *Relay) Notify() {
 	}
 }
 
-// Start runs passes in the background until Stop. Starting a running relay
-// is an error.
+// Start runs passes in the background until Stop. ctx's values are kept,
+// its cancellation is not. Starting a running relay is an error.
 func (r *Relay) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.running {
 		return errors.New("outbox relay: already started")
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r.cancel, r.done, r.running = cancel, make(chan struct{}), true
-	go r.loop(ctx, r.done)
+	base := context.WithoutCancel(ctx)
+	soft, stop := context.WithCancel(base)
+	work, cancel := context.WithCancel(base)
+	r.stop, r.cancel, r.done, r.running = stop, cancel, make(chan struct{}), true
+	go r.loop(soft, work, r.done)
 	return nil
 }
 
-// Stop ends the background passes after the current one, waiting until ctx
-// is done at most. Stop before Start, and a second Stop, are no-ops.
+// StopGrace is how long Stop waits, once its deadline has canceled the
+// pass in progress, for that pass to return.
+const StopGrace = 250 * time.Millisecond
+
+// Stop stops the background passes in two phases. Soft: no new pass
+// starts, and the pass in progress runs to its end (its rows are marked
+// published or failed). Hard, if ctx ends first: the pass is canceled
+// (rows it claimed and did not mark stay locked until LockFor passes,
+// then are published again: at least once) and Stop waits at most
+// StopGrace more for the loop to return, then returns ctx's error. Stop
+// before Start, and a second Stop, are no-ops.
 func (r *Relay) Stop(ctx context.Context) error {
 	r.mu.Lock()
 	if !r.running {
 		r.mu.Unlock()
 		return nil
 	}
-	cancel, done := r.cancel, r.done
+	stop, cancel, done := r.stop, r.cancel, r.done
 	r.running = false
 	r.mu.Unlock()
-	cancel()
+	stop()
+	defer cancel()
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
 	}
+	cancel()
+	grace := time.NewTimer(StopGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
+		r.opts.Logger.Warn("outbox relay stop: the pass in progress did not return after cancel", "broker", r.opts.Broker, "grace", StopGrace)
+	}
+	return ctx.Err()
 }
 
-func (r *Relay) loop(ctx context.Context, done chan struct{}) {
+// loop runs passes until soft ends; each pass runs on work, which only a
+// hard stop cancels.
+func (r *Relay) loop(soft, work context.Context, done chan struct{}) {
 	defer close(done)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	var cleaned time.Time
 	for {
+		if soft.Err() != nil {
+			return
+		}
 		if now := r.opts.Now(); now.Sub(cleaned) >= r.opts.CleanupEvery {
 			cleaned = now
-			if n, err := r.Cleanup(ctx); err != nil {
+			if n, err := r.Cleanup(work); err != nil {
 				r.opts.Logger.Warn("outbox cleanup failed", "broker", r.opts.Broker, "error", err)
 			} else if n > 0 {
 				r.opts.Logger.Info("outbox cleanup", "deleted", n)
 			}
 		}
-		n, err := r.RunOnce(ctx)
-		if ctx.Err() != nil {
+		n, err := r.RunOnce(work)
+		if work.Err() != nil {
 			return
 		}
 		if err != nil {
@@ -178,7 +204,7 @@ func (r *Relay) loop(ctx context.Context, done chan struct{}) {
 		}
 		t.Reset(r.opts.Tick)
 		select {
-		case <-ctx.Done():
+		case <-soft.Done():
 			return
 		case <-r.wake:
 		case <-t.C:
