@@ -2,6 +2,7 @@ package unitofwork
 
 import (
 	"context"
+	"sync"
 
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/outbox"
@@ -52,9 +53,56 @@ func NewMemory() *Memory {
 // events, outbox, positions) so concurrent units of work cannot deadlock.
 // Every unit of work takes the positions lock, fenced or not: they are
 // serialised by the records lock already, so it costs no concurrency.
-func (m *Memory) Begin(context.Context) (Tx, error) {
+//
+// Begin honours ctx: it returns ctx's error if ctx is done, and stops
+// waiting for the locks when ctx ends. The locks are taken on a goroutine
+// of their own (the stores' locks cannot be abandoned mid-wait); one that
+// gets them after its Begin gave up releases them at once.
+func (m *Memory) Begin(ctx context.Context) (Tx, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if ctx.Done() == nil { // cannot end: wait here
+		return m.lock(), nil
+	}
+	h := &handoff{ready: make(chan struct{})}
+	go func() {
+		tx := m.lock()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.abandoned {
+			_ = tx.Rollback(context.Background())
+			return
+		}
+		h.tx = tx
+		close(h.ready)
+	}()
+	select {
+	case <-h.ready:
+		return h.tx, nil
+	case <-ctx.Done():
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.tx != nil { // got the locks as ctx ended
+			_ = h.tx.Rollback(context.Background())
+		}
+		h.abandoned = true
+		return nil, ctx.Err()
+	}
+}
+
+// handoff passes a transaction from the goroutine that waited for the
+// locks to its Begin, or, once Begin has given up, to a rollback.
+type handoff struct {
+	mu        sync.Mutex
+	abandoned bool
+	tx        *memoryTx
+	ready     chan struct{}
+}
+
+func (m *Memory) lock() *memoryTx {
 	return &memoryTx{records: m.Records.Begin(), events: m.Events.Begin(), outbox: m.Outbox.Begin(),
-		positions: m.Positions.Begin()}, nil
+		positions: m.Positions.Begin()}
 }
 
 type memoryTx struct {

@@ -2,10 +2,12 @@ package unitofwork_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/testserver"
@@ -17,6 +19,13 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	testserver.Stop()
+	if code == 0 {
+		// Begin's lock waiters and the pools tests open all end.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
