@@ -291,7 +291,9 @@ func (e *Engine) call(ctx context.Context, l *loaded, route host.Route, envs []a
 	sc := l.scopes[route.Module]
 	start := e.now()
 	sess := &session{e: e, scope: sc}
+	end := e.opts.Metrics.begin(route)
 	results, err := route.Module.Handle(ctx, route.Handler.Name, envs, sess)
+	end()
 	e.opts.Metrics.call(route, e.now().Sub(start), len(envs), err)
 	if err != nil {
 		var ce *host.CallError

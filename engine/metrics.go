@@ -17,6 +17,9 @@ type Metrics struct {
 	duration  *prometheus.HistogramVec
 	commits   *prometheus.CounterVec
 	delivered *prometheus.CounterVec
+	// inFlight is the calls into each handler now running: a call that
+	// outlives a stop, or a stuck guest, shows here.
+	inFlight *prometheus.GaugeVec
 }
 
 // NewMetrics creates the collectors and registers them with reg (nil: not
@@ -33,11 +36,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Unit-of-work commits, by outcome (ok, conflict, key_rejected, error)."}, []string{"handler", "outcome"}),
 		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_deliveries_total",
 			Help: "Broker deliveries to event handlers, projectors and process managers, by outcome (ack, nack, skip)."}, []string{"handler", "outcome"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "protean_handler_calls_in_flight",
+			Help: "Calls into handler modules now running."}, []string{"module", "handler"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.calls, m.messages, m.duration, m.commits, m.delivered)
+		reg.MustRegister(m.calls, m.messages, m.duration, m.commits, m.delivered, m.inFlight)
 	}
 	return m
+}
+
+// begin counts a call in flight; the function it returns ends it.
+func (m *Metrics) begin(r host.Route) func() {
+	g := m.inFlight.WithLabelValues(r.Module.Manifest.Module.Name, r.Handler.Name)
+	g.Inc()
+	return g.Dec
 }
 
 func (m *Metrics) call(r host.Route, d time.Duration, n int, err error) {

@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/broker"
@@ -27,6 +29,14 @@ func TestMain(m *testing.M) {
 		_ = loader.Close(context.Background())
 	}
 	wasmbuild.Cleanup()
+	if code == 0 {
+		// Every goroutine the package's code starts has an owner that
+		// ends it by the time the tests do.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 

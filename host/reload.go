@@ -47,8 +47,9 @@ type Reloader struct {
 
 	run struct {
 		sync.Mutex
-		cancel context.CancelFunc
-		done   chan struct{}
+		// stop ends the watch (soft); cancel a reload in progress (hard).
+		stop, cancel context.CancelFunc
+		done         chan struct{}
 	}
 }
 
@@ -122,7 +123,8 @@ func (r *Reloader) Reload(ctx context.Context) (Outcome, []error) {
 	return out, errs
 }
 
-// Start watches the directory until Stop. Starting twice is an error.
+// Start watches the directory until Stop. ctx's values are kept, its
+// cancellation is not. Starting twice is an error.
 func (r *Reloader) Start(ctx context.Context) error {
 	r.run.Lock()
 	defer r.run.Unlock()
@@ -137,39 +139,59 @@ func (r *Reloader) Start(ctx context.Context) error {
 		_ = w.Close()
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r.run.cancel, r.run.done = cancel, make(chan struct{})
-	go r.watch(ctx, w, r.run.done)
+	base := context.WithoutCancel(ctx)
+	soft, stop := context.WithCancel(base)
+	work, cancel := context.WithCancel(base)
+	r.run.stop, r.run.cancel, r.run.done = stop, cancel, make(chan struct{})
+	go r.watch(soft, work, w, r.run.done)
 	return nil
 }
 
-// Stop ends the watch; a reload in progress finishes first. Stop before
+// StopGrace is how long Stop waits, once its deadline has canceled a
+// reload in progress, for the watch to return.
+const StopGrace = 250 * time.Millisecond
+
+// Stop ends the watch in two phases. Soft: no new reload starts, and a
+// reload in progress finishes (a valid set is applied). Hard, if ctx ends
+// first: the reload is canceled (loading stops; nothing is applied) and
+// Stop waits at most StopGrace more, then returns ctx's error. Stop before
 // Start, and a second Stop, are no-ops.
 func (r *Reloader) Stop(ctx context.Context) error {
 	r.run.Lock()
-	cancel, done := r.run.cancel, r.run.done
-	r.run.cancel = nil
+	stop, cancel, done := r.run.stop, r.run.cancel, r.run.done
+	r.run.stop, r.run.cancel = nil, nil
 	r.run.Unlock()
 	if cancel == nil {
 		return nil
 	}
-	cancel()
+	stop()
+	defer cancel()
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
 	}
+	cancel()
+	grace := time.NewTimer(StopGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
+		r.log.Warn("plugin reloader stop: the reload in progress did not return after cancel", "dir", r.dir, "grace", StopGrace)
+	}
+	return ctx.Err()
 }
 
-func (r *Reloader) watch(ctx context.Context, w *fsnotify.Watcher, done chan struct{}) {
+// watch reloads on changes until soft ends; reloads run on work, which only
+// a hard stop cancels.
+func (r *Reloader) watch(soft, work context.Context, w *fsnotify.Watcher, done chan struct{}) {
 	defer close(done)
 	defer w.Close()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
 		select {
-		case <-ctx.Done():
+		case <-soft.Done():
 			return
 		case ev, ok := <-w.Events:
 			if !ok {
@@ -184,7 +206,7 @@ func (r *Reloader) watch(ctx context.Context, w *fsnotify.Watcher, done chan str
 			}
 			r.log.Warn("plugin watch error", "dir", r.dir, "error", err)
 		case <-timer.C:
-			r.Reload(ctx)
+			r.Reload(work)
 		}
 	}
 }

@@ -193,11 +193,16 @@ func (c *Consumer) Start(ctx context.Context) error {
 	return nil
 }
 
+// StopGrace is how long Stop waits, once its deadline has canceled the
+// work in hand, for the workers to return.
+const StopGrace = 250 * time.Millisecond
+
 // Stop stops discovery, lets every worker finish the batch in hand, and
 // releases every lease so successors take over at once. If ctx ends first,
 // work in hand is canceled (its messages stay pending and are redelivered
 // to the next owner) and Stop returns ctx's error once every goroutine has
-// returned.
+// returned, or StopGrace after the cancel if one has not (a guest call
+// that cannot be canceled).
 func (c *Consumer) Stop(ctx context.Context) error {
 	c.mu.Lock()
 	if !c.started || c.stopped {
@@ -216,7 +221,17 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		err = ctx.Err()
 		c.cancelWork()
-		<-done
+		// A worker in a guest call that cannot be canceled (an
+		// uninterruptible module) is not waited for past StopGrace: its
+		// batch commits nothing (its context is canceled) and its
+		// messages stay pending for the next owner.
+		grace := time.NewTimer(StopGrace)
+		defer grace.Stop()
+		select {
+		case <-done:
+		case <-grace.C:
+			c.log.Warn("partition consumer stop: workers still running after cancel; not waiting for them", "grace", StopGrace)
+		}
 	}
 	c.cancelWork()
 	return err

@@ -27,8 +27,9 @@ import (
 	"github.com/proteanhq/protean-host/unitofwork"
 )
 
-// shutdownTimeout bounds the soft stop (drain) before work is canceled.
-const shutdownTimeout = 15 * time.Second
+// defaultShutdownTimeout bounds the soft stop (drain) before work is
+// canceled; run's --shutdown-timeout changes it.
+const defaultShutdownTimeout = 15 * time.Second
 
 // keysFunc adapts a function to unitofwork.Keys.
 type keysFunc func(string) (string, bool)
@@ -85,8 +86,13 @@ func openBroker(ctx context.Context, cfg config.Config, owner string) (*openedBr
 func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs := e.flags("run")
 	listen := fs.String("listen", "", "HTTP listen `ADDR` (overrides [http] listen)")
+	drain := fs.Duration("shutdown-timeout", defaultShutdownTimeout,
+		"on SIGINT/SIGTERM, how long in-flight work may drain before it is canceled (`DURATION`)")
 	if err := e.parse(fs, args); err != nil {
 		return err
+	}
+	if *drain <= 0 {
+		return fmt.Errorf("--shutdown-timeout %s: must be positive", *drain)
 	}
 	if *listen != "" {
 		e.cfg.HTTP.Listen = *listen
@@ -95,13 +101,14 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	h.shutdownTimeout = *drain
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	for {
 		select {
 		case <-ctx.Done():
-			e.log.Info("shutting down: draining in-flight work", "timeout", shutdownTimeout)
+			e.log.Info("shutting down: draining in-flight work", "timeout", h.shutdownTimeout)
 			return h.shutdown()
 		case err := <-h.served:
 			h.serveErr = err
@@ -126,16 +133,25 @@ type hostProcess struct {
 	reloader   *host.Reloader
 	closers    []func() error
 	log        *slog.Logger
+	// shutdownTimeout is the drain's bound (defaultShutdownTimeout).
+	shutdownTimeout time.Duration
+	// guestsRunning is set when the engine's stop left a guest call
+	// running (engine.ErrAbandoned): the module set and the loader's
+	// compiled code are then not closed under it; the process's exit ends
+	// the call.
+	guestsRunning bool
 }
 
 // start opens the stores and the broker, loads and validates the plugins,
-// and starts the relay, the delivery consumers and the HTTP server.
+// and starts the relay, the delivery consumers and the HTTP server. If a
+// step fails, what the steps before it started is stopped (as shutdown
+// does) and what they opened is closed.
 func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	cfg := e.cfg
-	h := &hostProcess{log: e.log, served: make(chan error, 1)}
+	h := &hostProcess{log: e.log, served: make(chan error, 1), shutdownTimeout: defaultShutdownTimeout}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, h.close())
+			err = errors.Join(err, h.shutdown())
 		}
 	}()
 	st, err := openStores(ctx, cfg)
@@ -154,7 +170,12 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	if err != nil {
 		return nil, err
 	}
-	h.closers = append(h.closers, func() error { return loader.Close(context.Background()) })
+	h.closers = append(h.closers, func() error {
+		if h.guestsRunning {
+			return nil
+		}
+		return loader.Close(context.Background())
+	})
 	set, errs := host.LoadSet(ctx, loader, cfg.Plugins.Dir, e.broker())
 	if len(errs) > 0 {
 		for _, err := range errs {
@@ -162,7 +183,14 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		}
 		return nil, fmt.Errorf("%d problem(s) in %s; nothing started", len(errs), cfg.Plugins.Dir)
 	}
-	h.closers = append(h.closers, func() error { return set.Close(context.Background()) })
+	// The set is closed here only if the engine never took it: the engine
+	// closes what it owns.
+	h.closers = append(h.closers, func() error {
+		if h.eng != nil {
+			return nil
+		}
+		return set.Close(context.Background())
+	})
 	e.log.Info("plugins loaded", "dir", cfg.Plugins.Dir, "modules", len(set.Modules()), "partitioned_categories", len(set.Keys()))
 
 	reg := prometheus.NewRegistry()
@@ -207,17 +235,21 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		return nil, fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
 	}
 	h.addr = ln.Addr().String()
+	served := false // once served, the server owns the listener
+	h.closers = append(h.closers, func() error {
+		if served {
+			return nil
+		}
+		return ln.Close()
+	})
 	if err := h.relay.Start(ctx); err != nil {
-		_ = ln.Close()
 		return nil, err
 	}
 	if err := eng.Start(ctx, br.source); err != nil {
-		_ = ln.Close()
 		return nil, err
 	}
 	if h.partitions != nil {
 		if err := h.partitions.Start(ctx); err != nil {
-			_ = ln.Close()
 			return nil, err
 		}
 	}
@@ -229,39 +261,63 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		Observe: func(o host.Outcome) { reloads.WithLabelValues(string(o)).Inc() }})
 	if cfg.Plugins.Watch {
 		if err := h.reloader.Start(ctx); err != nil {
-			_ = ln.Close()
 			return nil, fmt.Errorf("plugins.watch: %w", err)
 		}
 	}
 	h.srv = &http.Server{Handler: httpapi.New(eng, httpapi.Options{Logger: e.log, Registry: reg}), ReadHeaderTimeout: 10 * time.Second}
+	served = true
 	go func() { h.served <- h.srv.Serve(ln) }()
 	e.log.Info("listening", "addr", h.addr, "config", e.configPath)
 	return h, nil
 }
 
-// shutdown stops taking requests, drains the engine (commands and the
-// messages in hand), stops the relay, then closes everything, within
-// shutdownTimeout; past it, work in progress is canceled.
+// shutdown stops what start started, in order: the plugin reloader, the
+// HTTP server (no new requests), the partition workers, the engine
+// (commands and the messages in hand drain), the relay (its pass in
+// progress finishes); then it closes the broker, the stores, the module
+// set and the loader. Every stop is soft until shutdownTimeout, counted
+// from the first: past it, work in progress is canceled and each stop
+// returns within its own small grace (so shutdown returns within the
+// timeout plus a few graces). A guest call that cannot be canceled
+// (interruptible = false) is left running, and the module set and the
+// compiled code it runs on are not closed under it: the process's exit
+// ends it. Parts start never reached are skipped.
 func (h *hostProcess) shutdown() error {
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	timeout := h.shutdownTimeout
+	if timeout <= 0 {
+		timeout = defaultShutdownTimeout
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var errs []error
-	if err := h.reloader.Stop(sctx); err != nil {
-		errs = append(errs, fmt.Errorf("plugin reloader: %w", err))
+	if h.reloader != nil {
+		if err := h.reloader.Stop(sctx); err != nil {
+			errs = append(errs, fmt.Errorf("plugin reloader: %w", err))
+		}
 	}
-	if err := h.srv.Shutdown(sctx); err != nil {
-		errs = append(errs, fmt.Errorf("http: %w", err))
+	if h.srv != nil {
+		if err := h.srv.Shutdown(sctx); err != nil {
+			errs = append(errs, fmt.Errorf("http: %w", err))
+		}
 	}
 	if h.partitions != nil {
 		if err := h.partitions.Stop(sctx); err != nil {
 			errs = append(errs, fmt.Errorf("partition workers: %w", err))
 		}
 	}
-	if err := h.eng.Stop(sctx); err != nil {
-		errs = append(errs, fmt.Errorf("engine: %w", err))
+	if h.eng != nil {
+		if err := h.eng.Stop(sctx); err != nil {
+			if errors.Is(err, engine.ErrAbandoned) {
+				h.guestsRunning = true
+				h.log.Warn("guest calls still running past the drain are left to the process's exit", "timeout", timeout)
+			}
+			errs = append(errs, fmt.Errorf("engine: %w", err))
+		}
 	}
-	if err := h.relay.Stop(sctx); err != nil {
-		errs = append(errs, fmt.Errorf("outbox relay: %w", err))
+	if h.relay != nil {
+		if err := h.relay.Stop(sctx); err != nil {
+			errs = append(errs, fmt.Errorf("outbox relay: %w", err))
+		}
 	}
 	if h.serveErr != nil && !errors.Is(h.serveErr, http.ErrServerClosed) {
 		errs = append(errs, h.serveErr)

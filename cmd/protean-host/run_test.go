@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/proteanhq/protean-host/config"
 	"github.com/proteanhq/protean-host/internal/testserver"
@@ -360,5 +361,13 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	wasmbuild.Cleanup()
 	testserver.Stop()
+	if code == 0 {
+		// Every goroutine the package's code starts has an owner that
+		// ends it by the time the tests do.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
