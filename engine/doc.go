@@ -15,7 +15,21 @@
 // categories, and events of the types it declares (on their declared
 // category). Anything else fails the message with a *ScopeError.
 //
-// Stop is a soft stop with a hard deadline: new commands are refused
-// (ErrStopped), commands in flight and the messages consumers hold finish;
-// if ctx ends first, work in progress is canceled.
+// Lifecycle. New takes the set; Start starts the consumers; Stop ends
+// both in two phases. Soft: new commands are refused (ErrStopped), no
+// consumer takes a new message, and commands in flight and messages in
+// hand run to their end and commit; then every module set the engine owns
+// (the running one and any a reload retired and still in use) is closed,
+// and Stop returns nil. Hard, if Stop's ctx ends first: every guest call
+// and commit runs under the engine's own context as well as its caller's
+// (a command's HTTP request, a partition worker's batch), and Stop cancels
+// that context, so the work returns at once, commits nothing, and Stop
+// returns ctx's error within StopGrace. A call into an uninterruptible
+// module cannot be canceled while it runs guest code: Stop returns
+// ErrAbandoned at its deadline plus StopGrace and leaves the call to
+// finish in the background; its result is discarded and its set closed
+// after it, and Done reports when that has happened. Every goroutine the
+// engine starts (consumers, the closing of retired sets, Stop's finisher)
+// is waited for by Stop or, for abandoned work, by Done. Stop before
+// Start drains commands and closes the set; a second Stop is a no-op.
 package engine
