@@ -35,6 +35,13 @@
 // abandons the row, keeping its last error for operators, who can requeue
 // it with [Store.Retry]. [Backoff] computes the next retry delay.
 //
+// [Relay.Start] runs passes in the background; [Relay.Stop] ends them in
+// two phases. Soft: no new pass starts and the pass in progress runs to
+// its end, marking its rows. Hard, at Stop's deadline: the pass is
+// canceled (rows it published but did not mark stay claimed until their
+// lock expires and are published again: at least once) and Stop returns
+// the deadline's error within [StopGrace].
+//
 // Time comes from a clock injected into the store, so that tests can stand
 // on the exact instant a lock expires.
 //
