@@ -49,7 +49,7 @@ func TestDefault(t *testing.T) {
 	require.Equal(t, config.Broker{Provider: "inline"}, c.OutboxBroker())
 	require.Equal(t, config.Outbox{
 		Broker: "default", MessagesPerTick: 50, TickIntervalMS: 10, MaxRetries: 3,
-		BaseRetryDelayMS: 1000, MaxRetryDelayMS: 60000, BackoffJitter: 0.1, LockTimeoutMS: 300000,
+		BaseRetryDelayMS: 1000, MaxRetryDelayMS: 60000, BackoffJitter: 0.1, LockTimeoutMS: 15000,
 		PublishedRetentionHours: 168, AbandonedRetentionHours: 720,
 	}, c.Outbox)
 
@@ -75,7 +75,7 @@ func TestDefault(t *testing.T) {
 	require.Equal(t, 10*time.Millisecond, c.Outbox.TickInterval())
 	require.Equal(t, time.Second, c.Outbox.BaseRetryDelay())
 	require.Equal(t, time.Minute, c.Outbox.MaxRetryDelay())
-	require.Equal(t, 5*time.Minute, c.Outbox.LockTimeout())
+	require.Equal(t, 15*time.Second, c.Outbox.LockTimeout())
 	require.Equal(t, 7*24*time.Hour, c.Outbox.PublishedRetention())
 	require.Equal(t, 30*24*time.Hour, c.Outbox.AbandonedRetention())
 	require.Equal(t, 5*time.Second, c.Plugins.Limits.Timeout())

@@ -41,8 +41,14 @@ const (
 	DefaultMaxRetries = 3
 	// DefaultClaimLimit applies to a Claim with a limit <= 0.
 	DefaultClaimLimit = 50
-	// DefaultLockFor applies to a Claim with lockFor <= 0.
-	DefaultLockFor = 5 * time.Minute
+	// DefaultLockFor applies to a Claim with lockFor <= 0. It is how long
+	// a relay that died holding claimed rows holds their keys back, so it
+	// matches the default partition lease TTL: a host's death stalls
+	// nothing longer than that. A pass holds its claim for milliseconds; a
+	// pass slower than the lock lets another relay publish the same rows
+	// again, which the Redis broker drops as duplicates (and partition
+	// workers would skip by global position), so order holds.
+	DefaultLockFor = 15 * time.Second
 	// maxStatsAbandoned caps the abandoned rows Stats lists.
 	maxStatsAbandoned = 100
 	// MaxPartitionKeyLength and MaxBrokerLength are the widths, in
