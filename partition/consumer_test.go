@@ -76,8 +76,9 @@ func (h *effects) Handle(ctx context.Context, b partition.Batch) (int, error) {
 	}
 	tx := h.store.Begin()
 	defer tx.Rollback()
-	last := b.Messages[done-1].GlobalPosition
-	if err := tx.Advance(ctx, position.Fence{Group: b.Group, Unit: b.Unit, Generation: b.Generation, Advance: map[string]int64{b.Source: last}}); err != nil {
+	fence := partitionFence(b)
+	fence.Advance[b.Source] = b.Messages[done-1].GlobalPosition
+	if err := tx.Advance(ctx, fence); err != nil {
 		return 0, err
 	}
 	if err := tx.Commit(); err != nil {
@@ -423,4 +424,11 @@ func TestDifferentKeysRunInParallel(t *testing.T) {
 	testwait.Recv(t, "batches of two partitions in flight at once", met)
 	r.waitApplied(h)
 	r.requireExactlyOnceInOrder(h)
+}
+
+// partitionFence is the fence of a batch: its unit's generation, advancing
+// its source to the batch's last global position.
+func partitionFence(b partition.Batch) position.Fence {
+	return position.Fence{Group: b.Group, Unit: b.Unit, Generation: b.Generation,
+		Advance: map[string]int64{b.Source: b.Messages[len(b.Messages)-1].GlobalPosition}}
 }
