@@ -57,7 +57,7 @@ listen = %q
 
 	// A delivery that loops forever: the event goes through the outbox and
 	// the inline broker to the behave handler.
-	r := do(t, "POST", "http://"+addr+"/v1/commands/EmitOp", `{"op":"loop","id":"d"}`)
+	r := do(t, "POST", "http://"+addr+"/v1/commands/EmitOp", `{"op":"spin","id":"d","arg":"never"}`)
 	require.Equal(t, 200, r.code, r.String())
 	// A command that spins for ten minutes; its answer never comes.
 	go func() { _, _ = send("POST", "http://"+addr+"/v1/commands/Slow", `{"id":"a","ms":600000}`) }()
