@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/host"
@@ -22,19 +20,7 @@ import (
 	"github.com/proteanhq/protean-host/unitofwork"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	wasmbuild.Cleanup()
-	testserver.Stop()
-	if code == 0 {
-		// Every goroutine the engine starts has an owner that ends it.
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testserver.Main(m, wasmbuild.Cleanup) }
 
 // signalingRecords reports each load of an aggregate of type "slow" (the
 // Slow command's first step), so a test knows the command is in its

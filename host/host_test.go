@@ -3,7 +3,6 @@ package host_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -12,11 +11,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
@@ -24,20 +23,11 @@ import (
 var loader *host.Loader
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if loader != nil {
-		_ = loader.Close(context.Background())
-	}
-	wasmbuild.Cleanup()
-	if code == 0 {
-		// Every goroutine the package's code starts has an owner that
-		// ends it by the time the tests do.
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
+	testserver.Main(m, func() {
+		if loader != nil {
+			_ = loader.Close(context.Background())
 		}
-	}
-	os.Exit(code)
+	}, wasmbuild.Cleanup)
 }
 
 // sharedLoader returns the package's loader, on the shared compiled-code

@@ -2,31 +2,15 @@ package outbox_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/outbox/storetest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testserver.Stop()
-	if code == 0 {
-		// The relay's goroutines, and the pools and clients tests open,
-		// all end by the time their tests do.
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testserver.Main(m) }
 
 // postgresTx is the store's view of a pgx transaction plus its commit
 // and rollback: a storetest.Tx.

@@ -2,33 +2,18 @@ package partition_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/partition"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testserver.Stop()
-	if code == 0 {
-		// Every goroutine the package's code starts has an owner that
-		// ends it by the time the tests do.
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testserver.Main(m) }
 
 // newLeases returns the protocol on a test's own key prefix, and a client
 // for arranging state by hand.

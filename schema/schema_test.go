@@ -2,7 +2,6 @@ package schema_test
 
 import (
 	"context"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -16,11 +15,7 @@ import (
 	"github.com/proteanhq/protean-host/schema"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testserver.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testserver.Main(m) }
 
 func newPool(t *testing.T) *pgxpool.Pool {
 	t.Helper()

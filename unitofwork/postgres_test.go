@@ -2,12 +2,9 @@ package unitofwork_test
 
 import (
 	"encoding/json"
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/testserver"
@@ -16,18 +13,7 @@ import (
 	"github.com/proteanhq/protean-host/unitofwork"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testserver.Stop()
-	if code == 0 {
-		// Begin's lock waiters and the pools tests open all end.
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testserver.Main(m) }
 
 // backendHarness is one backend under test and its stores, read from
 // outside any unit of work.

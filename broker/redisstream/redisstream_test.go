@@ -4,15 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/brokertest"
@@ -20,19 +17,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/testserver"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testserver.Stop()
-	if code == 0 {
-		// Every goroutine the package's code starts has an owner that
-		// ends it by the time the tests do.
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testserver.Main(m) }
 
 // client returns a client of the test server and the test's key prefix.
 func client(t testing.TB) (*redis.Client, string) {

@@ -105,3 +105,26 @@ func withKeyPrefix(c *config.Config, prefix string) {
 	b.KeyPrefix = prefix
 	c.Brokers[c.Outbox.Broker] = b
 }
+
+// A host's sessions end a transaction left idle longer than the lease TTL
+// (at least 5 s), so a stalled host's locks (a positions row, a category's
+// append lock, the relay's claim lock) do not outlive its leases.
+func TestPoolBoundsIdleTransactions(t *testing.T) {
+	cfg := config.Default()
+	url := testserver.Postgres(t)
+	cfg.Databases[config.DefaultName] = config.Database{Provider: config.ProviderPostgreSQL, DatabaseURI: url}
+	cfg.EventStore = config.EventStore{Provider: config.ProviderMessageDB, DatabaseURI: url}
+	pool, err := openPool(context.Background(), cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	var v string
+	require.NoError(t, pool.QueryRow(context.Background(), "SHOW idle_in_transaction_session_timeout").Scan(&v))
+	require.Equal(t, "15s", v, "the default lease TTL")
+
+	cfg.Server.Partitioning.LeaseTTLMS = 2000
+	pool2, err := openPool(context.Background(), cfg)
+	require.NoError(t, err)
+	defer pool2.Close()
+	require.NoError(t, pool2.QueryRow(context.Background(), "SHOW idle_in_transaction_session_timeout").Scan(&v))
+	require.Equal(t, "5s", v, "never below 5 s")
+}

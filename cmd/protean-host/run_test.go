@@ -8,14 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/proteanhq/protean-host/config"
 	"github.com/proteanhq/protean-host/internal/testserver"
@@ -357,17 +355,4 @@ func metricLines(metrics, name string) string {
 	return strings.Join(out, "\n")
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	wasmbuild.Cleanup()
-	testserver.Stop()
-	if code == 0 {
-		// Every goroutine the package's code starts has an owner that
-		// ends it by the time the tests do.
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testserver.Main(m, wasmbuild.Cleanup) }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -63,7 +65,14 @@ func openPool(ctx context.Context, cfg config.Config) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := pgxpool.New(ctx, uri)
+	pcfg, err := pgxpool.ParseConfig(uri)
+	if err != nil {
+		return nil, fmt.Errorf("databases.default.database_uri: %w", err)
+	}
+	if _, set := pcfg.ConnConfig.RuntimeParams[idleInTxParam]; !set {
+		pcfg.ConnConfig.RuntimeParams[idleInTxParam] = strconv.FormatInt(idleInTxTimeout(cfg).Milliseconds(), 10)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("databases.default.database_uri: %w", err)
 	}
@@ -72,6 +81,24 @@ func openPool(ctx context.Context, cfg config.Config) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("connecting to PostgreSQL (databases.default.database_uri): %w", err)
 	}
 	return pool, nil
+}
+
+// idleInTxParam bounds how long a session may sit in an open transaction
+// without sending anything: PostgreSQL then ends the session and its locks
+// go with it. A host that stalls (a frozen VM, a stopped process) in the
+// middle of a transaction would otherwise hold its row and advisory locks
+// (a partition's positions row, a category's append lock, the relay's claim
+// lock) and stall every other host until it resumed. The hosts' own
+// transactions never wait on anything but the database between statements.
+// A database_uri that sets the parameter keeps its value.
+const idleInTxParam = "idle_in_transaction_session_timeout"
+
+// idleInTxTimeout is the partition lease TTL, so that a stalled host holds
+// database locks no longer than its leases, and at least 5 s, so that a
+// loaded machine's pause between two statements does not end a healthy
+// transaction.
+func idleInTxTimeout(cfg config.Config) time.Duration {
+	return max(cfg.Server.Partitioning.LeaseTTL(), 5*time.Second)
 }
 
 func openStores(ctx context.Context, cfg config.Config) (*stores, error) {

@@ -2,22 +2,36 @@ package testserver
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
 
 	"github.com/proteanhq/protean-host/internal/txdone"
 )
 
-// Main is the TestMain body every package that uses this one needs: it runs
-// the tests, stops the servers and exits with the tests' code.
+// Main is the TestMain body of every package whose tests use real servers
+// or start goroutines: it runs the tests, then cleanups (such as
+// wasmbuild.Cleanup), stops the servers, and, when the tests passed, fails
+// the run if any goroutine is left (goleak): every goroutine the package's
+// code starts must have an owner that ends it by the time its test does.
 //
 //	func TestMain(m *testing.M) { testserver.Main(m) }
-func Main(m *testing.M) {
+func Main(m *testing.M, cleanups ...func()) {
 	code := m.Run()
+	for _, c := range cleanups {
+		c()
+	}
 	Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
