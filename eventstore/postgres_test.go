@@ -1,9 +1,9 @@
 package eventstore_test
 
 import (
-	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/eventstore"
@@ -27,13 +27,9 @@ func TestPostgresConformance(t *testing.T) {
 		s := eventstore.NewPostgres(pool)
 		return storetest.Harness{
 			Store: s,
-			Begin: func(ctx context.Context) (storetest.Tx, error) {
-				tx, end, err := testserver.Begin(ctx, pool)
-				if err != nil {
-					return nil, err
-				}
-				return postgresTx{PostgresTx: s.Tx(tx), PgxTx: end}, nil
-			},
+			Begin: testserver.BeginWith(pool, func(tx pgx.Tx, end testserver.PgxTx) storetest.Tx {
+				return postgresTx{PostgresTx: s.Tx(tx), PgxTx: end}
+			}),
 		}
 	})
 }

@@ -1,9 +1,10 @@
 package outbox_test
 
 import (
-	"context"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/outbox"
@@ -26,13 +27,9 @@ func TestPostgresConformance(t *testing.T) {
 		s := outbox.NewPostgres(pool, now)
 		return storetest.Harness{
 			Store: s,
-			Begin: func(ctx context.Context) (storetest.Tx, error) {
-				tx, end, err := testserver.Begin(ctx, pool)
-				if err != nil {
-					return nil, err
-				}
-				return postgresTx{PostgresTx: s.Tx(tx), PgxTx: end}, nil
-			},
+			Begin: testserver.BeginWith(pool, func(tx pgx.Tx, end testserver.PgxTx) storetest.Tx {
+				return postgresTx{PostgresTx: s.Tx(tx), PgxTx: end}
+			}),
 		}
 	})
 }

@@ -1,9 +1,10 @@
 package position_test
 
 import (
-	"context"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/position"
@@ -26,13 +27,9 @@ func TestPostgresConformance(t *testing.T) {
 		s := position.NewPostgres(pool, now)
 		return positiontest.Harness{
 			Store: s,
-			Begin: func(ctx context.Context) (positiontest.Tx, error) {
-				tx, end, err := testserver.Begin(ctx, pool)
-				if err != nil {
-					return nil, err
-				}
-				return postgresTx{PostgresTx: s.Tx(tx), PgxTx: end}, nil
-			},
+			Begin: testserver.BeginWith(pool, func(tx pgx.Tx, end testserver.PgxTx) positiontest.Tx {
+				return postgresTx{PostgresTx: s.Tx(tx), PgxTx: end}
+			}),
 		}
 	})
 }

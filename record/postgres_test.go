@@ -1,8 +1,9 @@
 package record_test
 
 import (
-	"context"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/record"
@@ -25,13 +26,9 @@ func TestPostgresConformance(t *testing.T) {
 		s := record.NewPostgres(pool)
 		return storetest.Harness{
 			Store: s,
-			Begin: func(ctx context.Context) (storetest.Tx, error) {
-				tx, end, err := testserver.Begin(ctx, pool)
-				if err != nil {
-					return nil, err
-				}
-				return postgresTx{PostgresTx: s.Tx(tx), PgxTx: end}, nil
-			},
+			Begin: testserver.BeginWith(pool, func(tx pgx.Tx, end testserver.PgxTx) storetest.Tx {
+				return postgresTx{PostgresTx: s.Tx(tx), PgxTx: end}
+			}),
 		}
 	})
 }

@@ -53,6 +53,20 @@ func Begin(ctx context.Context, pool *pgxpool.Pool) (pgx.Tx, PgxTx, error) {
 	return tx, PgxTx{Tx: tx}, nil
 }
 
+// BeginWith is a suite harness's Begin over pool: a READ COMMITTED
+// transaction, made a suite Tx by wrap (the store's view of it beside its
+// PgxTx ending).
+func BeginWith[T any](pool *pgxpool.Pool, wrap func(tx pgx.Tx, end PgxTx) T) func(context.Context) (T, error) {
+	return func(ctx context.Context) (T, error) {
+		tx, end, err := Begin(ctx, pool)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		return wrap(tx, end), nil
+	}
+}
+
 // Commit commits the transaction.
 func (t PgxTx) Commit(ctx context.Context) error {
 	if err := t.Tx.Commit(ctx); err != nil {
