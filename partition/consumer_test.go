@@ -258,24 +258,9 @@ func TestConsumerStopReleasesForAnImmediateTakeover(t *testing.T) {
 func TestStalledOwnerIsFencedOutOfRedisAndThePositions(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	release := make(chan struct{})
-	stalled := make(chan struct{}, 1)
-	var once sync.Once
+	stall, stalled, release := stallGate(t)
 	ha := newEffects(r.store)
-	ha.gate = func(ctx context.Context, _ partition.Batch) {
-		once.Do(func() { stalled <- struct{}{} })
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-	}
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	})
+	ha.gate = func(ctx context.Context, _ partition.Batch) { stall(ctx) }
 	hb := newEffects(r.store)
 	r.pub.publish("order", "c-1", 4)
 	a := r.consumer("host-a", ha, 300*time.Millisecond)
@@ -287,7 +272,7 @@ func TestStalledOwnerIsFencedOutOfRedisAndThePositions(t *testing.T) {
 	b := r.consumer("host-b", hb, 300*time.Millisecond)
 	start(t, b)
 	r.waitApplied(hb)
-	close(release) // a resumes with its old generation
+	release() // a resumes with its old generation
 	testwait.For(t, "host-a gives the partition up", func() (bool, string) {
 		return len(a.Owned()) == 0, fmt.Sprintf("a owns %v", a.Owned())
 	})
@@ -431,4 +416,23 @@ func TestDifferentKeysRunInParallel(t *testing.T) {
 func partitionFence(b partition.Batch) position.Fence {
 	return position.Fence{Group: b.Group, Unit: b.Unit, Generation: b.Generation,
 		Advance: map[string]int64{b.Source: b.Messages[len(b.Messages)-1].GlobalPosition}}
+}
+
+// stallGate stalls the first batch that passes it (stall reports on
+// stalled) until release, or its context ends; release is also called at
+// the test's end.
+func stallGate(t *testing.T) (stall func(context.Context), stalled <-chan struct{}, release func()) {
+	ch := make(chan struct{}, 1)
+	gate := make(chan struct{})
+	var once, released sync.Once
+	release = func() { released.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	stall = func(ctx context.Context) {
+		once.Do(func() { ch <- struct{}{} })
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+	}
+	return stall, ch, release
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -52,23 +51,8 @@ func TestStalledOwnersLateCommitIsRejectedByPostgres(t *testing.T) {
 	r := newRig(t)
 	pg := unitofwork.NewPostgres(testserver.PostgresPool(t))
 	uow := unitofwork.New(pg, unitofwork.Options{Broker: "default"})
-	release := make(chan struct{})
-	stalled := make(chan struct{}, 1)
-	var once sync.Once
-	ha := &pgEffects{uow: uow, gate: func(ctx context.Context) {
-		once.Do(func() { stalled <- struct{}{} })
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-	}}
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	})
+	stall, stalled, release := stallGate(t)
+	ha := &pgEffects{uow: uow, gate: stall}
 	hb := &pgEffects{uow: uow}
 	r.pub.publish("order", "c-1", 4)
 	cons := func(owner string, h partition.Handler) *partition.Consumer {
@@ -95,7 +79,7 @@ func TestStalledOwnersLateCommitIsRejectedByPostgres(t *testing.T) {
 		got := logged()
 		return len(got) == 4, fmt.Sprint(got)
 	})
-	close(release)
+	release()
 	testwait.For(t, "host-a gives the partition up", func() (bool, string) {
 		return len(a.Owned()) == 0, fmt.Sprint(a.Owned())
 	})

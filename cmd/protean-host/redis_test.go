@@ -182,6 +182,19 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
+// twoProcesses starts two host processes over the example plugins, and a
+// client of the deployment's Redis.
+func (d redisDeployment) twoProcesses(t *testing.T) ([]*process, *redis.Client) {
+	t.Helper()
+	dir := wasmbuild.Examples(t)
+	procs := []*process{d.startProcess(t, dir), d.startProcess(t, dir)}
+	opt, err := redis.ParseURL(d.redisURL)
+	require.NoError(t, err)
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	return procs, rdb
+}
+
 // startProcess runs protean-host run on a config written for d.
 func (d redisDeployment) startProcess(t *testing.T, dir string) *process {
 	t.Helper()
@@ -280,12 +293,7 @@ func (o *orderLog) projected(p *process) {
 // and nothing committed before the crash is applied again.
 func TestRedisFailoverAfterKill(t *testing.T) {
 	d := newRedisDeployment(t)
-	dir := wasmbuild.Examples(t)
-	procs := []*process{d.startProcess(t, dir), d.startProcess(t, dir)}
-	opt, err := redis.ParseURL(d.redisURL)
-	require.NoError(t, err)
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
+	procs, rdb := d.twoProcesses(t)
 
 	log := &orderLog{t: t}
 	for i := 0; i < 5; i++ {
@@ -320,12 +328,7 @@ func TestRedisFailoverAfterKill(t *testing.T) {
 // and gives the partition up, and no order is reordered or applied twice.
 func TestRedisStalledOwnerResumes(t *testing.T) {
 	d := newRedisDeployment(t)
-	dir := wasmbuild.Examples(t)
-	procs := []*process{d.startProcess(t, dir), d.startProcess(t, dir)}
-	opt, err := redis.ParseURL(d.redisURL)
-	require.NoError(t, err)
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
+	procs, rdb := d.twoProcesses(t)
 	log := &orderLog{t: t}
 	log.place(procs[0], "o-0")
 	log.projected(procs[0])
