@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/lifecycle"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
 
@@ -147,12 +147,12 @@ func (e *Engine) resubscribeLocked() {
 
 // StopGrace is how long Stop waits, once its deadline has canceled the
 // work in progress, for that work to return before it gives up on it.
-const StopGrace = 250 * time.Millisecond
+const StopGrace = lifecycle.Grace
 
 // ErrAbandoned: Stop's deadline passed and, StopGrace after canceling it,
 // work was still running (a guest call of an uninterruptible module
 // cannot be canceled). Stop returned without it; see Stop.
-var ErrAbandoned = errors.New("engine: work still running past the stop deadline")
+var ErrAbandoned = lifecycle.ErrAbandoned
 
 // Stop stops the engine in two phases.
 //
@@ -207,21 +207,11 @@ func (e *Engine) Stop(ctx context.Context) error {
 		e.cancelWork() // releases the context's resources
 		close(e.done)
 	}()
-	select {
-	case <-e.done:
-		return nil
-	case <-ctx.Done():
-	}
-	e.cancelWork()
-	grace := time.NewTimer(StopGrace)
-	defer grace.Stop()
-	select {
-	case <-e.done:
-		return ctx.Err()
-	case <-grace.C:
+	err := lifecycle.Wait(ctx, e.done, e.cancelWork)
+	if errors.Is(err, ErrAbandoned) {
 		e.log.Warn("engine stop: work still running past the deadline; not waiting for it", "grace", StopGrace)
-		return fmt.Errorf("%w: %w", ErrAbandoned, ctx.Err())
 	}
+	return err
 }
 
 // Done returns a channel closed once a stopped engine has nothing left

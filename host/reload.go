@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/proteanhq/protean-host/internal/lifecycle"
 )
 
 // Outcome is what a reload did.
@@ -149,7 +151,7 @@ func (r *Reloader) Start(ctx context.Context) error {
 
 // StopGrace is how long Stop waits, once its deadline has canceled a
 // reload in progress, for the watch to return.
-const StopGrace = 250 * time.Millisecond
+const StopGrace = lifecycle.Grace
 
 // Stop ends the watch in two phases. Soft: no new reload starts, and a
 // reload in progress finishes (a valid set is applied). Hard, if ctx ends
@@ -166,20 +168,12 @@ func (r *Reloader) Stop(ctx context.Context) error {
 	}
 	stop()
 	defer cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-	}
-	cancel()
-	grace := time.NewTimer(StopGrace)
-	defer grace.Stop()
-	select {
-	case <-done:
-	case <-grace.C:
+	err := lifecycle.Wait(ctx, done, cancel)
+	if errors.Is(err, lifecycle.ErrAbandoned) {
 		r.log.Warn("plugin reloader stop: the reload in progress did not return after cancel", "dir", r.dir, "grace", StopGrace)
+		return ctx.Err()
 	}
-	return ctx.Err()
+	return err
 }
 
 // watch reloads on changes until soft ends; reloads run on work, which only

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/internal/lifecycle"
 	"github.com/proteanhq/protean-host/partition"
 )
 
@@ -137,7 +138,7 @@ func (r *Relay) Start(ctx context.Context) error {
 
 // StopGrace is how long Stop waits, once its deadline has canceled the
 // pass in progress, for that pass to return.
-const StopGrace = 250 * time.Millisecond
+const StopGrace = lifecycle.Grace
 
 // Stop stops the background passes in two phases. Soft: no new pass
 // starts, and the pass in progress runs to its end (its rows are marked
@@ -157,20 +158,12 @@ func (r *Relay) Stop(ctx context.Context) error {
 	r.mu.Unlock()
 	stop()
 	defer cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-	}
-	cancel()
-	grace := time.NewTimer(StopGrace)
-	defer grace.Stop()
-	select {
-	case <-done:
-	case <-grace.C:
+	err := lifecycle.Wait(ctx, done, cancel)
+	if errors.Is(err, lifecycle.ErrAbandoned) {
 		r.opts.Logger.Warn("outbox relay stop: the pass in progress did not return after cancel", "broker", r.opts.Broker, "grace", StopGrace)
+		return ctx.Err()
 	}
-	return ctx.Err()
+	return err
 }
 
 // loop runs passes until soft ends; each pass runs on work, which only a

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/internal/lifecycle"
 	"github.com/proteanhq/protean-host/position"
 )
 
@@ -195,7 +196,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 
 // StopGrace is how long Stop waits, once its deadline has canceled the
 // work in hand, for the workers to return.
-const StopGrace = 250 * time.Millisecond
+const StopGrace = lifecycle.Grace
 
 // Stop stops discovery, lets every worker finish the batch in hand, and
 // releases every lease so successors take over at once. If ctx ends first,
@@ -215,25 +216,16 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	c.stopNow()
 	done := make(chan struct{})
 	go func() { c.wg.Wait(); close(done) }()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = ctx.Err()
-		c.cancelWork()
-		// A worker in a guest call that cannot be canceled (an
-		// uninterruptible module) is not waited for past StopGrace: its
-		// batch commits nothing (its context is canceled) and its
-		// messages stay pending for the next owner.
-		grace := time.NewTimer(StopGrace)
-		defer grace.Stop()
-		select {
-		case <-done:
-		case <-grace.C:
-			c.log.Warn("partition consumer stop: workers still running after cancel; not waiting for them", "grace", StopGrace)
-		}
-	}
+	// A worker in a guest call that cannot be canceled (an uninterruptible
+	// module) is not waited for past StopGrace: its batch commits nothing
+	// (its context is canceled) and its messages stay pending for the next
+	// owner.
+	err := lifecycle.Wait(ctx, done, c.cancelWork)
 	c.cancelWork()
+	if errors.Is(err, lifecycle.ErrAbandoned) {
+		c.log.Warn("partition consumer stop: workers still running after cancel; not waiting for them", "grace", StopGrace)
+		return ctx.Err()
+	}
 	return err
 }
 
