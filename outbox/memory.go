@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proteanhq/protean-host/internal/dbtime"
 	"github.com/proteanhq/protean-host/internal/memtx"
 )
 
@@ -16,7 +17,7 @@ import (
 // holds for its whole life; Claim, the marks and reads take a separate,
 // short lock and never wait for a transaction.
 type Memory struct {
-	now func() time.Time
+	clock dbtime.Clock
 
 	writeMu sync.Mutex // held by the one open MemoryTx
 
@@ -33,15 +34,8 @@ var _ Store = (*Memory)(nil)
 // NewMemory returns an empty memory outbox that reads time from now; nil
 // means time.Now.
 func NewMemory(now func() time.Time) *Memory {
-	if now == nil {
-		now = time.Now
-	}
-	return &Memory{now: now, keys: make(map[dedupKey]struct{})}
+	return &Memory{clock: dbtime.NewClock(now), keys: make(map[dedupKey]struct{})}
 }
-
-// clock returns the current time as the store records it: UTC, to the
-// microsecond, like PostgreSQL's timestamptz.
-func (m *Memory) clock() time.Time { return m.now().UTC().Truncate(time.Microsecond) }
 
 // Begin opens a transaction. It blocks until no other transaction on m is
 // open, and holds m's write lock until Commit or Rollback.
@@ -70,7 +64,7 @@ func (m *Memory) Claim(ctx context.Context, broker, owner string, limit int, loc
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := m.clock()
+	now := m.clock.Now()
 	// A key's rows are claimable while every earlier active row of the key
 	// is claimable too; the first active row that is not (locked, waiting
 	// for its retry) blocks the rest of its key.
@@ -140,7 +134,7 @@ func (m *Memory) batchOwned(ctx context.Context, op, owner string, ids []int64, 
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := m.clock()
+	now := m.clock.Now()
 	var missed []int64
 	for _, id := range ids {
 		r := m.findLocked(id)
@@ -160,7 +154,7 @@ func (m *Memory) batchOwned(ctx context.Context, op, owner string, ids []int64, 
 
 // MarkFailed implements Store.
 func (m *Memory) MarkFailed(ctx context.Context, id int64, owner, errMsg string, nextRetryAt time.Time) error {
-	next := nextRetryAt.UTC().Truncate(time.Microsecond)
+	next := dbtime.Of(nextRetryAt)
 	return m.markOwned(ctx, id, owner, func(r *Row, _ time.Time) {
 		r.RetryCount++
 		r.LastError = errMsg
@@ -179,7 +173,7 @@ func (m *Memory) markOwned(ctx context.Context, id int64, owner string, mark fun
 		if r.Status != StatusProcessing || r.LockedBy != owner {
 			return fmt.Errorf("outbox row %d: %s, locked by %q, not %q: %w", id, r.Status, r.LockedBy, owner, ErrNotOwner)
 		}
-		mark(r, m.clock())
+		mark(r, m.clock.Now())
 		r.LockedBy, r.LockedUntil = "", nil
 		return nil
 	})
@@ -324,7 +318,7 @@ func (tx *MemoryTx) Add(ctx context.Context, rows []Row) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	prepared, err := prepare(rows, tx.m.clock())
+	prepared, err := prepare(rows, tx.m.clock.Now())
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/proteanhq/protean-host/internal/dbtime"
 	"github.com/proteanhq/protean-host/internal/txdone"
 )
 
@@ -31,8 +32,8 @@ import (
 // Time is the injected clock's, passed to every statement, never the
 // database's now().
 type Postgres struct {
-	pool *pgxpool.Pool
-	now  func() time.Time
+	pool  *pgxpool.Pool
+	clock dbtime.Clock
 }
 
 var _ Store = (*Postgres)(nil)
@@ -40,15 +41,8 @@ var _ Store = (*Postgres)(nil)
 // NewPostgres returns a store on pool's database that reads time from now;
 // nil means time.Now.
 func NewPostgres(pool *pgxpool.Pool, now func() time.Time) *Postgres {
-	if now == nil {
-		now = time.Now
-	}
-	return &Postgres{pool: pool, now: now}
+	return &Postgres{pool: pool, clock: dbtime.NewClock(now)}
 }
-
-// clock returns the current time as the table stores it: UTC, to the
-// microsecond.
-func (p *Postgres) clock() time.Time { return p.now().UTC().Truncate(time.Microsecond) }
 
 // Tx returns a view of the outbox inside tx, the caller's transaction: the
 // rows it adds become claimable when tx commits.
@@ -91,7 +85,7 @@ func (t *PostgresTx) Add(ctx context.Context, rows []Row) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	prepared, err := prepare(rows, t.p.clock())
+	prepared, err := prepare(rows, t.p.clock.Now())
 	if err != nil {
 		return err
 	}
@@ -257,7 +251,7 @@ func (p *Postgres) Claim(ctx context.Context, broker, owner string, limit int, l
 	if err != nil {
 		return nil, err
 	}
-	now := p.clock()
+	now := p.clock.Now()
 	var out []Row
 	err = pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, claimLockSQL, broker); err != nil {
@@ -288,7 +282,7 @@ func (p *Postgres) Claim(ctx context.Context, broker, owner string, limit int, l
 func (p *Postgres) MarkPublished(ctx context.Context, id int64, owner string) error {
 	return p.markOwned(ctx, id, owner, `UPDATE outbox SET status = 'published', published_at = $3,
 		next_retry_at = NULL, locked_by = NULL, locked_until = NULL, last_processed_at = $3
-		WHERE id = $1 AND status = 'processing' AND locked_by = $2`, p.clock())
+		WHERE id = $1 AND status = 'processing' AND locked_by = $2`, p.clock.Now())
 }
 
 // MarkPublishedBatch implements Store.
@@ -314,7 +308,7 @@ func (p *Postgres) batchOwned(ctx context.Context, op, owner string, ids []int64
 	if len(ids) == 0 {
 		return nil
 	}
-	rows, err := p.pool.Query(ctx, sql, ids, owner, p.clock())
+	rows, err := p.pool.Query(ctx, sql, ids, owner, p.clock.Now())
 	if err != nil {
 		return fmt.Errorf("outbox: %s: %w", op, err)
 	}
@@ -348,7 +342,7 @@ func (p *Postgres) MarkFailed(ctx context.Context, id int64, owner, errMsg strin
 			|| CASE WHEN retry_count + 1 >= max_retries THEN '{"reason": "Max retries exceeded"}'::jsonb ELSE '{}'::jsonb END,
 		locked_by = NULL, locked_until = NULL, last_processed_at = $3
 		WHERE id = $1 AND status = 'processing' AND locked_by = $2`,
-		p.clock(), nextRetryAt.UTC().Truncate(time.Microsecond), errMsg)
+		p.clock.Now(), dbtime.Of(nextRetryAt), errMsg)
 }
 
 // markOwned runs a mark that applies only under owner's lock, and explains
@@ -389,7 +383,7 @@ func (p *Postgres) Abandon(ctx context.Context, id int64, reason string) error {
 	return p.transition(ctx, id, "abandon", `UPDATE outbox SET status = 'abandoned',
 		last_error = jsonb_build_object('message', $2::text, 'reason', $2::text, 'failed_at', $3::timestamptz, 'retry_count', retry_count),
 		next_retry_at = NULL, locked_until = NULL, locked_by = NULL
-		WHERE id = $1 AND status <> 'published'`, reason, p.clock())
+		WHERE id = $1 AND status <> 'published'`, reason, p.clock.Now())
 }
 
 // Retry implements Store.

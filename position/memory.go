@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proteanhq/protean-host/internal/dbtime"
 	"github.com/proteanhq/protean-host/internal/memtx"
 )
 
@@ -20,7 +21,7 @@ import (
 // lock and never wait. A goroutine holding a MemoryTx must not call Claim
 // or Set on the same Memory: it would wait for itself.
 type Memory struct {
-	now func() time.Time
+	clock dbtime.Clock
 
 	writeMu sync.Mutex // held by the one open MemoryTx, Claim or Set
 
@@ -35,13 +36,8 @@ var _ Store = (*Memory)(nil)
 // NewMemory returns an empty store that reads time from now; nil means
 // time.Now.
 func NewMemory(now func() time.Time) *Memory {
-	if now == nil {
-		now = time.Now
-	}
-	return &Memory{now: now, rows: make(map[unitKey]*Row)}
+	return &Memory{clock: dbtime.NewClock(now), rows: make(map[unitKey]*Row)}
 }
-
-func (m *Memory) clock() time.Time { return m.now().UTC().Truncate(time.Microsecond) }
 
 // Begin opens a transaction. It blocks until no other change on m is under
 // way, and holds m's write lock until Commit or Rollback.
@@ -61,7 +57,7 @@ func (m *Memory) Claim(ctx context.Context, group, unit string) (Row, error) {
 	err := m.change(func(tx *MemoryTx) {
 		r := tx.row(unitKey{group, unit}, true)
 		r.Generation++
-		r.UpdatedAt = m.clock()
+		r.UpdatedAt = m.clock.Now()
 		out = copyRow(r)
 	})
 	return out, err
@@ -78,7 +74,7 @@ func (m *Memory) Set(ctx context.Context, group, unit, source string, pos int64)
 	return m.change(func(tx *MemoryTx) {
 		r := tx.row(unitKey{group, unit}, true)
 		r.Positions[source] = pos
-		r.UpdatedAt = m.clock()
+		r.UpdatedAt = m.clock.Now()
 	})
 }
 
@@ -210,7 +206,7 @@ func (tx *MemoryTx) Advance(ctx context.Context, f Fence) error {
 	for src, pos := range f.Advance {
 		r.Positions[src] = pos
 	}
-	r.UpdatedAt = tx.m.clock()
+	r.UpdatedAt = tx.m.clock.Now()
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/proteanhq/protean-host/internal/dbtime"
 	"github.com/proteanhq/protean-host/internal/txdone"
 )
 
@@ -25,8 +26,8 @@ import (
 //
 // Time is the injected clock's, never the database's now().
 type Postgres struct {
-	pool *pgxpool.Pool
-	now  func() time.Time
+	pool  *pgxpool.Pool
+	clock dbtime.Clock
 }
 
 var _ Store = (*Postgres)(nil)
@@ -34,13 +35,8 @@ var _ Store = (*Postgres)(nil)
 // NewPostgres returns a store on pool's database that reads time from now;
 // nil means time.Now.
 func NewPostgres(pool *pgxpool.Pool, now func() time.Time) *Postgres {
-	if now == nil {
-		now = time.Now
-	}
-	return &Postgres{pool: pool, now: now}
+	return &Postgres{pool: pool, clock: dbtime.NewClock(now)}
 }
-
-func (p *Postgres) clock() time.Time { return p.now().UTC().Truncate(time.Microsecond) }
 
 // Tx returns a view of the table inside tx, the caller's transaction.
 func (p *Postgres) Tx(tx pgx.Tx) *PostgresTx { return &PostgresTx{p: p, tx: tx} }
@@ -71,7 +67,7 @@ func (p *Postgres) Claim(ctx context.Context, group, unit string) (Row, error) {
 		VALUES ($1, $2, 1, '{}', $3)
 		ON CONFLICT (consumer_group, unit) DO UPDATE
 		SET generation = consumer_positions.generation + 1, updated_at = EXCLUDED.updated_at
-		RETURNING `+rowColumns, group, unit, p.clock()))
+		RETURNING `+rowColumns, group, unit, p.clock.Now()))
 	if err != nil {
 		return Row{}, fmt.Errorf("position %s/%s: claim: %w", group, unit, err)
 	}
@@ -90,7 +86,7 @@ func (p *Postgres) Set(ctx context.Context, group, unit, source string, pos int6
 		VALUES ($1, $2, 0, jsonb_build_object($3::text, $4::bigint), $5)
 		ON CONFLICT (consumer_group, unit) DO UPDATE
 		SET positions = consumer_positions.positions || EXCLUDED.positions, updated_at = EXCLUDED.updated_at`,
-		group, unit, source, pos, p.clock())
+		group, unit, source, pos, p.clock.Now())
 	if err != nil {
 		return fmt.Errorf("position %s/%s: set %s: %w", group, unit, source, err)
 	}
@@ -181,7 +177,7 @@ func (t *PostgresTx) Advance(ctx context.Context, f Fence) error {
 		return err
 	}
 	for range maxAdvanceTries {
-		tag, err := t.tx.Exec(ctx, advanceSQL, f.Group, f.Unit, f.Generation, string(js), t.p.clock())
+		tag, err := t.tx.Exec(ctx, advanceSQL, f.Group, f.Unit, f.Generation, string(js), t.p.clock.Now())
 		if err != nil {
 			return t.mapError(f, err)
 		}

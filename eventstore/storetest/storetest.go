@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/suite"
 )
 
 // Tx is a transaction on the store under test, as the suite drives it. The
@@ -32,54 +33,36 @@ type Tx interface {
 	// StreamVersion and ReadStream see the transaction's own appends.
 	StreamVersion(ctx context.Context, stream string) (int64, error)
 	ReadStream(ctx context.Context, stream string, fromPosition int64, limit int) ([]eventstore.Event, error)
-	// Commit publishes the appends. After Rollback it fails.
-	Commit(ctx context.Context) error
-	// Rollback discards the appends. After Commit it is a no-op.
-	Rollback(ctx context.Context) error
+	suite.Tx
 }
 
 // Harness is one store under test.
-type Harness struct {
-	// Store must be empty and not shared with any other Harness.
-	Store eventstore.Store
-	// Begin opens a transaction on Store. Appending through Store while a
-	// transaction is open may block, so the suite never does.
-	Begin func(ctx context.Context) (Tx, error)
-}
+type Harness = suite.Harness[eventstore.Store, Tx]
 
 // Run runs the suite. newHarness is called once per subtest, possibly from
 // parallel subtests.
 func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, h Harness)
-	}{
-		{"AppendAndRead", testAppendAndRead},
-		{"EmptyAppend", testEmptyAppend},
-		{"CallerIDs", testCallerIDs},
-		{"PositionsGapless", testPositionsGapless},
-		{"InclusiveReads", testInclusiveReads},
-		{"Limits", testLimits},
-		{"DefaultLimit", testDefaultLimit},
-		{"CategoryIsolation", testCategoryIsolation},
-		{"InvalidInput", testInvalidInput},
-		{"CancelledContext", testCancelledContext},
-		{"ExpectedVersion", testExpectedVersion},
-		{"ExpectedVersionWithinBatch", testExpectedVersionWithinBatch},
-		{"BatchAtomicity", testBatchAtomicity},
-		{"ConcurrentWritersOneWins", testConcurrentWritersOneWins},
-		{"ConcurrentWritersNoLostAppend", testConcurrentWritersNoLostAppend},
-		{"TxStagedNotVisibleUntilCommit", testTxStagedNotVisible},
-		{"TxRollbackDiscards", testTxRollback},
-		{"TxFailedAppendStagesNothing", testTxFailedAppendStagesNothing},
-		{"TxDone", testTxDone},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t, newHarness(t))
-		})
-	}
+	suite.Run(t, map[string]func(t *testing.T, h Harness){
+		"AppendAndRead":                 testAppendAndRead,
+		"EmptyAppend":                   testEmptyAppend,
+		"CallerIDs":                     testCallerIDs,
+		"PositionsGapless":              testPositionsGapless,
+		"InclusiveReads":                testInclusiveReads,
+		"Limits":                        testLimits,
+		"DefaultLimit":                  testDefaultLimit,
+		"CategoryIsolation":             testCategoryIsolation,
+		"InvalidInput":                  testInvalidInput,
+		"CancelledContext":              testCancelledContext,
+		"ExpectedVersion":               testExpectedVersion,
+		"ExpectedVersionWithinBatch":    testExpectedVersionWithinBatch,
+		"BatchAtomicity":                testBatchAtomicity,
+		"ConcurrentWritersOneWins":      testConcurrentWritersOneWins,
+		"ConcurrentWritersNoLostAppend": testConcurrentWritersNoLostAppend,
+		"TxStagedNotVisibleUntilCommit": testTxStagedNotVisible,
+		"TxRollbackDiscards":            testTxRollback,
+		"TxFailedAppendStagesNothing":   testTxFailedAppendStagesNothing,
+		"TxDone":                        testTxDone,
+	}, func(t *testing.T, fn func(*testing.T, Harness)) { fn(t, newHarness(t)) })
 }
 
 var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
@@ -650,10 +633,7 @@ func testConcurrentWritersNoLostAppend(t *testing.T, h Harness) {
 
 func begin(t *testing.T, h Harness) Tx {
 	t.Helper()
-	require.NotNil(t, h.Begin, "Harness.Begin is required")
-	tx, err := h.Begin(t.Context())
-	require.NoError(t, err)
-	return tx
+	return suite.Begin(t, h.Begin)
 }
 
 func testTxStagedNotVisible(t *testing.T, h Harness) {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/proteanhq/protean-host/internal/suite"
 	"github.com/proteanhq/protean-host/outbox"
 )
 
@@ -30,83 +31,53 @@ import (
 type Tx interface {
 	// Add checks and stages rows, all or nothing.
 	Add(ctx context.Context, rows []outbox.Row) error
-	// Commit makes the rows claimable. After Rollback it fails.
-	Commit(ctx context.Context) error
-	// Rollback discards them. After Commit it is a no-op.
-	Rollback(ctx context.Context) error
+	suite.Tx
 }
 
 // Harness is one store under test.
-type Harness struct {
-	// Store must be empty and not shared with any other Harness.
-	Store outbox.Store
-	// Begin opens a transaction on Store.
-	Begin func(ctx context.Context) (Tx, error)
-}
+type Harness = suite.Harness[outbox.Store, Tx]
 
 // Run runs the suite. newHarness is called once per subtest, possibly from
 // parallel subtests, with the clock the store must use.
 func Run(t *testing.T, newHarness func(t *testing.T, now func() time.Time) Harness) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, h Harness, c *clock)
-	}{
-		{"AddAndClaim", testAddAndClaim},
-		{"ClaimOrderByPriorityThenID", testClaimOrder},
-		{"ClaimLimitAndDefaults", testClaimLimit},
-		{"ConcurrentClaimersNeverShareARow", testConcurrentClaimers},
-		{"ExpiredLockIsReclaimedAtTheExactInstant", testExpiredLock},
-		{"FailedRowIsDueAtTheExactInstant", testFailedDue},
-		{"RetriesThenAbandonsKeepingLastError", testRetryThenAbandon},
-		{"RowsPastMaxRetriesAreNeverClaimed", testMaxRetries},
-		{"NonOwnerMarksRejected", testNonOwner},
-		{"Abandon", testAbandon},
-		{"RetryCommand", testRetryCommand},
-		{"Cleanup", testCleanup},
-		{"Stats", testStats},
-		{"Duplicates", testDuplicates},
-		{"TxStagedUntilCommit", testTxStaged},
-		{"TxRollbackDiscards", testTxRollback},
-		{"TxDone", testTxDone},
-		{"InvalidInput", testInvalidInput},
-		{"CancelledContext", testCancelledContext},
-		{"RowsAreCopies", testRowsAreCopies},
-		{"ClaimIsPerBroker", testClaimPerBroker},
-		{"RacingClaimersNeverHoldTwoRowsOfOneKey", testRacingClaimersPerKey},
-		{"FailingRowHoldsBackOnlyItsKey", testFailingRowHoldsBackItsKey},
-		{"OrderingKeyParts", testOrderingKeyParts},
-		{"CrashBeforeMarkIsRedelivered", testCrashBeforeMark},
-		{"BatchMarksNeedTheLock", testBatchMarksNeedTheLock},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			c := &clock{now: start}
-			tc.fn(t, newHarness(t, c.Now), c)
-		})
-	}
+	suite.Run(t, map[string]func(t *testing.T, h Harness, c *clock){
+		"AddAndClaim":                             testAddAndClaim,
+		"ClaimOrderByPriorityThenID":              testClaimOrder,
+		"ClaimLimitAndDefaults":                   testClaimLimit,
+		"ConcurrentClaimersNeverShareARow":        testConcurrentClaimers,
+		"ExpiredLockIsReclaimedAtTheExactInstant": testExpiredLock,
+		"FailedRowIsDueAtTheExactInstant":         testFailedDue,
+		"RetriesThenAbandonsKeepingLastError":     testRetryThenAbandon,
+		"RowsPastMaxRetriesAreNeverClaimed":       testMaxRetries,
+		"NonOwnerMarksRejected":                   testNonOwner,
+		"Abandon":                                 testAbandon,
+		"RetryCommand":                            testRetryCommand,
+		"Cleanup":                                 testCleanup,
+		"Stats":                                   testStats,
+		"Duplicates":                              testDuplicates,
+		"TxStagedUntilCommit":                     testTxStaged,
+		"TxRollbackDiscards":                      testTxRollback,
+		"TxDone":                                  testTxDone,
+		"InvalidInput":                            testInvalidInput,
+		"CancelledContext":                        testCancelledContext,
+		"RowsAreCopies":                           testRowsAreCopies,
+		"ClaimIsPerBroker":                        testClaimPerBroker,
+		"RacingClaimersNeverHoldTwoRowsOfOneKey":  testRacingClaimersPerKey,
+		"FailingRowHoldsBackOnlyItsKey":           testFailingRowHoldsBackItsKey,
+		"OrderingKeyParts":                        testOrderingKeyParts,
+		"CrashBeforeMarkIsRedelivered":            testCrashBeforeMark,
+		"BatchMarksNeedTheLock":                   testBatchMarksNeedTheLock,
+	}, func(t *testing.T, fn func(*testing.T, Harness, *clock)) {
+		c := suite.NewClock()
+		fn(t, newHarness(t, c.Now), c)
+	})
 }
 
-var start = time.Date(2026, 8, 21, 9, 0, 0, 0, time.UTC)
+// start is where the suite's clock starts.
+var start = suite.Start
 
 // clock is the suite's time; it moves only when a test moves it.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	return c.now
-}
+type clock = suite.Clock
 
 func row(msg string, priority int) outbox.Row {
 	return outbox.Row{
@@ -121,10 +92,7 @@ func row(msg string, priority int) outbox.Row {
 
 func begin(t *testing.T, h Harness) Tx {
 	t.Helper()
-	require.NotNil(t, h.Begin, "Harness.Begin is required")
-	tx, err := h.Begin(t.Context())
-	require.NoError(t, err)
-	return tx
+	return suite.Begin(t, h.Begin)
 }
 
 func add(t *testing.T, h Harness, rows ...outbox.Row) {

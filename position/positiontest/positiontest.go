@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/proteanhq/protean-host/internal/suite"
 	"github.com/proteanhq/protean-host/position"
 )
 
@@ -27,85 +28,46 @@ type Tx interface {
 	// Advance checks a fence and stages its positions; a failed Advance
 	// stages nothing and the transaction goes on.
 	Advance(ctx context.Context, f position.Fence) error
-	// Commit applies what Advance staged. After Rollback it fails with
-	// position.ErrTxDone.
-	Commit(ctx context.Context) error
-	// Rollback discards it. After Commit it is a no-op.
-	Rollback(ctx context.Context) error
+	suite.Tx
 }
 
 // Harness is one store under test.
-type Harness struct {
-	// Store must be empty and not shared with any other Harness.
-	Store position.Store
-	// Begin opens a transaction on Store. The suite never calls Store's
-	// Claim or Set from the goroutine that holds an open transaction.
-	Begin func(ctx context.Context) (Tx, error)
-}
+type Harness = suite.Harness[position.Store, Tx]
 
 // Run runs the suite. newHarness is called once per subtest, possibly from
 // parallel subtests, with the clock the store must use.
 func Run(t *testing.T, newHarness func(t *testing.T, now func() time.Time) Harness) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, h Harness, c *clock)
-	}{
-		{"ClaimCreatesThenBumps", testClaim},
-		{"AdvanceChecksGenerationAndMonotonicity", testAdvance},
-		{"SourcesAreIndependent", testSources},
-		{"UnitsAndGroupsAreIndependent", testUnitsAndGroups},
-		{"StaleGenerationRejectedAfterNewerClaim", testStale},
-		{"RollbackLeavesNothing", testRollback},
-		{"FailedAdvanceStagesNothingTxGoesOn", testFailedAdvance},
-		{"TxDone", testTxDone},
-		{"SetMovesByHandWithoutBumping", testSet},
-		{"FenceOnlyChecksGeneration", testFenceOnly},
-		{"InvalidInput", testInvalid},
-		{"CancelledContext", testCancelled},
-		{"RowsAreCopies", testCopies},
-		{"ConcurrentClaimsGetDistinctGenerations", testConcurrentClaims},
-		{"OldAndNewOwnerNeverBothApply", testOwnersRace},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			c := &clock{now: start}
-			tc.fn(t, newHarness(t, c.Now), c)
-		})
-	}
+	suite.Run(t, map[string]func(t *testing.T, h Harness, c *clock){
+		"ClaimCreatesThenBumps":                  testClaim,
+		"AdvanceChecksGenerationAndMonotonicity": testAdvance,
+		"SourcesAreIndependent":                  testSources,
+		"UnitsAndGroupsAreIndependent":           testUnitsAndGroups,
+		"StaleGenerationRejectedAfterNewerClaim": testStale,
+		"RollbackLeavesNothing":                  testRollback,
+		"FailedAdvanceStagesNothingTxGoesOn":     testFailedAdvance,
+		"TxDone":                                 testTxDone,
+		"SetMovesByHandWithoutBumping":           testSet,
+		"FenceOnlyChecksGeneration":              testFenceOnly,
+		"InvalidInput":                           testInvalid,
+		"CancelledContext":                       testCancelled,
+		"RowsAreCopies":                          testCopies,
+		"ConcurrentClaimsGetDistinctGenerations": testConcurrentClaims,
+		"OldAndNewOwnerNeverBothApply":           testOwnersRace,
+	}, func(t *testing.T, fn func(*testing.T, Harness, *clock)) {
+		c := suite.NewClock()
+		fn(t, newHarness(t, c.Now), c)
+	})
 }
 
-var start = time.Date(2026, 8, 21, 9, 0, 0, 0, time.UTC)
+// start is where the suite's clock starts.
+var start = suite.Start
 
 // clock is the suite's time; it moves only when a test moves it.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	return c.now
-}
+type clock = suite.Clock
 
 func begin(t *testing.T, h Harness) Tx {
 	t.Helper()
-	require.NotNil(t, h.Begin, "Harness.Begin is required")
-	tx, err := h.Begin(t.Context())
-	require.NoError(t, err)
-	// A failed assertion must not leave the transaction open: it holds a
-	// pooled connection (or a memory store's lock) that the harness's
-	// cleanup would wait for.
-	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	return tx
+	return suite.Begin(t, h.Begin)
 }
 
 // advance runs f in a transaction of its own and returns Advance's error;

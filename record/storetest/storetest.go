@@ -20,6 +20,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/proteanhq/protean-host/internal/suite"
 	"github.com/proteanhq/protean-host/record"
 )
 
@@ -31,51 +32,33 @@ type Tx interface {
 	Load(ctx context.Context, key record.Key) (record.Record, error)
 	// Write checks and stages writes, all or nothing.
 	Write(ctx context.Context, writes []record.Write) error
-	// Commit applies the staged writes. After Rollback it fails.
-	Commit(ctx context.Context) error
-	// Rollback discards them. After Commit it is a no-op.
-	Rollback(ctx context.Context) error
+	suite.Tx
 }
 
 // Harness is one store under test.
-type Harness struct {
-	// Store must be empty and not shared with any other Harness.
-	Store record.Store
-	// Begin opens a transaction on Store. Committing through Store while a
-	// transaction is open may block, so the suite never does.
-	Begin func(ctx context.Context) (Tx, error)
-}
+type Harness = suite.Harness[record.Store, Tx]
 
 // Run runs the suite. newHarness is called once per subtest, possibly from
 // parallel subtests.
 func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, h Harness)
-	}{
-		{"LoadMissing", testLoadMissing},
-		{"CompareAndSet", testCompareAndSet},
-		{"Delete", testDelete},
-		{"KeysAreIndependent", testKeysAreIndependent},
-		{"DataIsCopied", testDataIsCopied},
-		{"BatchAllOrNothing", testBatchAllOrNothing},
-		{"BatchChainsOnOneKey", testBatchChains},
-		{"InvalidInput", testInvalidInput},
-		{"CancelledContext", testCancelledContext},
-		{"ConcurrentWritersOneWins", testConcurrentWritersOneWins},
-		{"NoLostUpdate", testNoLostUpdate},
-		{"ConcurrentDisjointKeys", testConcurrentDisjointKeys},
-		{"TxReadYourWrites", testTxReadYourWrites},
-		{"TxRollbackDiscards", testTxRollback},
-		{"TxFailedWriteStagesNothing", testTxFailedWriteStagesNothing},
-		{"TxDone", testTxDone},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t, newHarness(t))
-		})
-	}
+	suite.Run(t, map[string]func(t *testing.T, h Harness){
+		"LoadMissing":                testLoadMissing,
+		"CompareAndSet":              testCompareAndSet,
+		"Delete":                     testDelete,
+		"KeysAreIndependent":         testKeysAreIndependent,
+		"DataIsCopied":               testDataIsCopied,
+		"BatchAllOrNothing":          testBatchAllOrNothing,
+		"BatchChainsOnOneKey":        testBatchChains,
+		"InvalidInput":               testInvalidInput,
+		"CancelledContext":           testCancelledContext,
+		"ConcurrentWritersOneWins":   testConcurrentWritersOneWins,
+		"NoLostUpdate":               testNoLostUpdate,
+		"ConcurrentDisjointKeys":     testConcurrentDisjointKeys,
+		"TxReadYourWrites":           testTxReadYourWrites,
+		"TxRollbackDiscards":         testTxRollback,
+		"TxFailedWriteStagesNothing": testTxFailedWriteStagesNothing,
+		"TxDone":                     testTxDone,
+	}, func(t *testing.T, fn func(*testing.T, Harness)) { fn(t, newHarness(t)) })
 }
 
 func agg(id string) record.Key { return record.Key{Kind: record.KindAggregate, Type: "order", ID: id} }
@@ -399,10 +382,7 @@ func testConcurrentDisjointKeys(t *testing.T, h Harness) {
 
 func begin(t *testing.T, h Harness) Tx {
 	t.Helper()
-	require.NotNil(t, h.Begin, "Harness.Begin is required")
-	tx, err := h.Begin(t.Context())
-	require.NoError(t, err)
-	return tx
+	return suite.Begin(t, h.Begin)
 }
 
 func stage(t *testing.T, tx Tx, writes ...record.Write) {
