@@ -133,7 +133,7 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 	if err != nil {
 		return fail(err)
 	}
-	callCtx, cancel := context.WithTimeout(WithSession(ctx, s), m.Limits.Timeout)
+	callCtx, cancel := context.WithTimeout(withSession(ctx, s), m.Limits.Timeout)
 	defer cancel()
 	rc, out, err := inst.CallWithContext(callCtx, abi.ExportHandle, in)
 	switch {

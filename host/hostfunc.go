@@ -19,9 +19,9 @@ type Session interface {
 
 type sessionKey struct{}
 
-// WithSession returns a context carrying s for the host functions of calls
+// withSession returns a context carrying s for the host functions of calls
 // made with it.
-func WithSession(ctx context.Context, s Session) context.Context {
+func withSession(ctx context.Context, s Session) context.Context {
 	return context.WithValue(ctx, sessionKey{}, s)
 }
 
