@@ -9,6 +9,12 @@ CONFIG ?= configs/domain.toml
 FUZZTIME ?= 50000x
 BENCHTIME ?= 1s
 EXAMPLES := $(notdir $(wildcard plugins/examples/*))
+# Module source directories `make dev` builds and watches: the examples, or
+# your own (make dev MODULES="../handlers/my_projector ../handlers/orders").
+MODULES ?= $(wildcard plugins/examples/*)
+# More flags for `protean-host run` in make run and make dev, e.g.
+# RUN_FLAGS="--listen 127.0.0.1:9090".
+RUN_FLAGS ?=
 
 .DEFAULT_GOAL := help
 
@@ -17,7 +23,7 @@ help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*##"} /^[a-z-]+:.*##/ {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: plugins
-plugins: ## Build the example plugins into build/plugins with plain Go (wasip1)
+plugins: ## Build the example plugins into PLUGINS_DIR (default build/plugins) with plain Go (wasip1)
 	@mkdir -p $(PLUGINS_DIR)
 	@for p in $(EXAMPLES); do \
 		echo "plugin $$p -> $(PLUGINS_DIR)/$$p.wasm"; \
@@ -30,11 +36,15 @@ build: ## Build the protean-host binary into build/
 
 .PHONY: run
 run: plugins build ## Build the examples and start the host on the embedded default (memory stores, inline broker)
-	./build/protean-host run --config $(CONFIG)
+	./build/protean-host run --config $(CONFIG) --plugins $(PLUGINS_DIR) $(RUN_FLAGS)
+
+.PHONY: dev
+dev: build ## Build MODULES (default: the examples) into PLUGINS_DIR, run the host with --watch, rebuild a module when its sources change
+	RUN_FLAGS='$(RUN_FLAGS)' scripts/dev.sh $(PLUGINS_DIR) $(CONFIG) $(MODULES)
 
 .PHONY: validate
 validate: plugins build ## Validate the example plugins against the config
-	./build/protean-host validate --config $(CONFIG)
+	./build/protean-host validate --config $(CONFIG) --plugins $(PLUGINS_DIR)
 
 .PHONY: test
 # Tests share one compiled-code cache: the plain pass compiles each WASM

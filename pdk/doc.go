@@ -36,5 +36,7 @@
 // store failure transiently, so returning it as is does the right thing.
 //
 // Only export_wasm.go needs wasip1; the rest builds natively, so handler
-// logic can be unit-tested with go test.
+// logic can be unit-tested with go test: package pdktest runs a module's
+// registered handlers against an in-memory host (commands, events, records,
+// streams) through the same code the export runs.
 package pdk

@@ -1,6 +1,6 @@
 // Command protean-host runs event-driven handlers compiled to WebAssembly.
 //
-//	protean-host run      [--config FILE] [--plugins DIR] [--listen ADDR]
+//	protean-host run      [--config FILE] [--plugins DIR] [--listen ADDR] [--watch]
 //	protean-host validate [--config FILE] [--plugins DIR]
 //	protean-host migrate  [--config FILE]
 //	protean-host outbox status | outbox retry ID [--config FILE]

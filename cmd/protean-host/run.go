@@ -88,8 +88,12 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	listen := fs.String("listen", "", "HTTP listen `ADDR` (overrides [http] listen)")
 	drain := fs.Duration("shutdown-timeout", defaultShutdownTimeout,
 		"on SIGINT/SIGTERM, how long in-flight work may drain before it is canceled (`DURATION`)")
+	watch := fs.Bool("watch", false, "reload the plugins directory when a *.wasm file changes (sets [plugins] watch = true)")
 	if err := e.parse(fs, args); err != nil {
 		return err
+	}
+	if *watch {
+		e.cfg.Plugins.Watch = true
 	}
 	if *drain <= 0 {
 		return fmt.Errorf("--shutdown-timeout %s: must be positive", *drain)
