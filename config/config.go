@@ -204,6 +204,14 @@ type Tenant struct {
 	TimeoutMS      *int     `toml:"timeout_ms"`
 	MaxOutputBytes *int64   `toml:"max_output_bytes"`
 	Interruptible  *bool    `toml:"interruptible"`
+	// GrantRead lets other tenants read categories this tenant owns:
+	// reader tenant → categories. Their modules may subscribe handlers to
+	// the category's events, read its streams and load its aggregates,
+	// never write there. The owner grants; a reader cannot take.
+	GrantRead map[string][]string `toml:"grant_read"`
+	// GrantDispatch lets other tenants dispatch this tenant's command
+	// types as follow-up commands: reader tenant → command types.
+	GrantDispatch map[string][]string `toml:"grant_dispatch"`
 }
 
 // HTTP is the [http] table.
@@ -370,6 +378,30 @@ func (c Config) TenantOf(module string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// TenantName returns the tenant of module: the tenant whose modules list
+// names it, or host.DefaultTenant ("default") when none does.
+func (c Config) TenantName(module string) string {
+	if name, ok := c.TenantOf(module); ok {
+		return name
+	}
+	return host.DefaultTenant
+}
+
+// Tenancy returns the modules' tenants and the grants between tenants, as
+// the host validates and enforces them.
+func (c Config) Tenancy() host.Tenancy {
+	g := host.Grants{Read: map[string]map[string][]string{}, Dispatch: map[string]map[string][]string{}}
+	for name, t := range c.Tenants {
+		if len(t.GrantRead) > 0 {
+			g.Read[name] = t.GrantRead
+		}
+		if len(t.GrantDispatch) > 0 {
+			g.Dispatch[name] = t.GrantDispatch
+		}
+	}
+	return host.Tenancy{Of: c.TenantName, Grants: g}
 }
 
 // ModuleLimits returns the sandbox limits for module: [plugins.limits] with

@@ -21,7 +21,8 @@
 //	[server.stream_subscription]  max_retries, retry_delay_seconds
 //	[plugins]                 dir, watch, cache_dir
 //	[plugins.limits]          memory_mb, timeout_ms, max_output_bytes, manifest_timeout_ms, interruptible
-//	[tenants.NAME]            modules (file names without .wasm), and memory_mb / timeout_ms / max_output_bytes / interruptible overrides
+//	[tenants.NAME]            modules (file names without .wasm), memory_mb / timeout_ms / max_output_bytes / interruptible overrides,
+//	                          grant_read = { READER = ["category", ...] }, grant_dispatch = { READER = ["CommandType", ...] }
 //	[http]                    listen
 //
 // Defaults (generated from Default, which reads them from the packages that
@@ -82,6 +83,15 @@
 // Broker providers other than inline and redis are accepted here: the host
 // rejects them where it builds brokers and checks `sequential_by`, with a
 // reason that names the broker and the categories that need partitioning.
+//
+// Tenants: a module belongs to the tenant whose modules list names it, or
+// to the tenant "default" when none does ([tenants.default] may set its
+// limits and grants). A tenant owns the categories its modules write; the
+// owner grants other tenants read of a category (grant_read: their
+// handlers may subscribe to it, their modules load its aggregates and read
+// its streams, never write) or the dispatch of a command type
+// (grant_dispatch). The reader does not ask; only the owner's table
+// counts. See host.ValidateTenants.
 //
 // Times are plain numbers whose unit is in the key name (_ms, _seconds,
 // _hours), as in Protean; the methods on each section convert them to

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/proteanhq/protean-host/host"
 )
 
 // FieldError is one problem with one setting. Key is the dotted TOML key
@@ -181,6 +183,8 @@ func (v *validator) tenants(tenants map[string]Tenant) {
 		if t.MaxOutputBytes != nil {
 			v.bytes(pre+"max_output_bytes", *t.MaxOutputBytes)
 		}
+		v.grants(tenants, name, pre+"grant_read", t.GrantRead)
+		v.grants(tenants, name, pre+"grant_dispatch", t.GrantDispatch)
 		for i, m := range t.Modules {
 			switch prev, taken := owner[m]; {
 			case m == "":
@@ -191,6 +195,26 @@ func (v *validator) tenants(tenants map[string]Tenant) {
 				v.add(pre+"modules", "lists %q, which already belongs to tenants.%s", m, prev)
 			default:
 				owner[m] = name
+			}
+		}
+	}
+}
+
+// grants checks one grant table: every reader is a tenant (a [tenants]
+// entry, or host.DefaultTenant), not the granting one, and every name is
+// non-empty.
+func (v *validator) grants(tenants map[string]Tenant, owner, key string, g map[string][]string) {
+	for _, reader := range sortedKeys(g) {
+		_, known := tenants[reader]
+		switch {
+		case reader == owner:
+			v.add(key+"."+reader, "grants tenant %s to itself (a tenant always has what it owns)", reader)
+		case !known && reader != host.DefaultTenant:
+			v.add(key+"."+reader, "names tenant %s, which is not a [tenants.%s] table (nor %q, the tenant of unlisted modules)", reader, reader, host.DefaultTenant)
+		}
+		for i, n := range g[reader] {
+			if n == "" {
+				v.add(fmt.Sprintf("%s.%s[%d]", key, reader, i), "must not be empty")
 			}
 		}
 	}

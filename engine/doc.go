@@ -9,11 +9,19 @@
 // commit and nacking on failure (the broker retries with backoff and
 // dead-letters after its retries).
 //
-// A module's scope is what it may read and write: aggregates of the
-// categories its messages are declared on, the projection documents and
-// process state of its own projectors and process managers, streams of its
-// categories, and events of the types it declares (on their declared
-// category). Anything else fails the message with a *ScopeError.
+// A module's scope is what it may read and write, from its manifest AND
+// its tenant's ownership (host.Ownership, decided by config at
+// validation): it writes aggregates, appends events and reads streams of
+// the categories it declares that its tenant owns; it reads (loads
+// aggregates, reads streams) categories it declares whose owner grants its
+// tenant read (grant_read), never writes them; it reads and writes the
+// projection documents and process state of its own projectors and
+// process managers; and it dispatches follow-up commands of its own
+// tenant, or those another tenant grants it (grant_dispatch). The checks
+// live in one place (scope.go), which every host function, of whatever
+// ABI version, and every effect goes through. Anything else fails the
+// message, permanently, with a *ScopeError naming the module and its
+// tenant.
 //
 // Lifecycle. New takes the set; Start starts the consumers; Stop ends
 // both in two phases. Soft: new commands are refused (ErrStopped), no

@@ -129,7 +129,7 @@ func New(set *host.Set, opts Options) *Engine {
 func (e *Engine) Swap(set *host.Set) {
 	l := &loaded{set: set, scopes: map[*host.Module]*scope{}, users: newGate()}
 	for _, m := range set.Modules() {
-		l.scopes[m] = newScope(m.File, m.Manifest)
+		l.scopes[m] = newScope(set, m)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

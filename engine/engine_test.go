@@ -174,7 +174,7 @@ func TestScopeIsolatesModules(t *testing.T) {
 	// refused by the host function.
 	res, err = e.call(context.Background(), l, route, []abi.Envelope{op("foreign_load")})
 	require.NoError(t, err)
-	require.Contains(t, res[0].Error.Message, "aggregate category order is not one the module declares messages on")
+	require.Contains(t, res[0].Error.Message, "may not read aggregates of category order: the module declares no messages on it")
 	// The module got a scope error, which the kit does not retry.
 	require.Equal(t, abi.ErrorPermanent, res[0].Error.Kind)
 	var se *ScopeError
@@ -182,7 +182,7 @@ func TestScopeIsolatesModules(t *testing.T) {
 	// So is reading a stream of such a category.
 	res, err = e.call(context.Background(), l, route, []abi.Envelope{op("read")})
 	require.NoError(t, err)
-	require.Contains(t, res[0].Error.Message, "stream order-x is of category order")
+	require.Contains(t, res[0].Error.Message, "may not read stream order-x of category order")
 	require.Equal(t, abi.ErrorPermanent, res[0].Error.Kind)
 	require.ErrorAs(t, res[0].err, &se)
 }

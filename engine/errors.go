@@ -52,10 +52,14 @@ func (e *HandlerError) Rejected() bool { return e.Kind == abi.ErrorRejected }
 // did not declare, a stream of a category it does not know.
 type ScopeError struct {
 	File string
-	What string
+	// Tenant is the module's tenant.
+	Tenant string
+	What   string
 }
 
-func (e *ScopeError) Error() string { return fmt.Sprintf("plugin %s: %s", e.File, e.What) }
+func (e *ScopeError) Error() string {
+	return fmt.Sprintf("plugin %s (tenant %s): %s", e.File, e.Tenant, e.What)
+}
 
 // result is one guest result with the error the engine reads from it: nil,
 // or a *HandlerError. The error keeps the host's own cause where the host

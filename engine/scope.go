@@ -4,64 +4,149 @@ import (
 	"fmt"
 
 	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/host"
 )
 
-// scope is what one module may touch: aggregates of the categories its
-// messages are declared on, projection documents and process state of its
-// own projectors and process managers, streams of its categories, and
-// events of the types it declares. Tenants' modules therefore cannot read
-// or write each other's state.
+// scope is what one module may touch, derived from its manifest AND its
+// tenant's ownership (host.Ownership), so a module cannot widen it by
+// declaring more: it writes aggregates, streams and events only of the
+// categories it declares that its tenant owns; it reads those and the
+// categories it declares that their owner grants its tenant
+// (grant_read); it reads and writes the projection documents and process
+// state of its own projectors and process managers; and it dispatches
+// commands of its own tenant, or those another tenant grants it
+// (grant_dispatch). Every host function (whatever the ABI version) and
+// every effect is checked here, in one place.
 type scope struct {
-	file       string
-	categories map[string]bool
-	handlers   map[string]abi.Kind
-	events     map[string]string // event type → category
+	file   string
+	tenant string
+	// write and read: categories the module may write and read.
+	write, read map[string]bool
+	handlers    map[string]abi.Kind
+	events      map[string]string // event type → category
+	set         *host.Set
 }
 
-func newScope(file string, m *abi.Manifest) *scope {
-	s := &scope{file: file, categories: map[string]bool{}, handlers: map[string]abi.Kind{}, events: map[string]string{}}
-	for _, msg := range m.Messages {
-		s.categories[msg.Category] = true
+func newScope(set *host.Set, m *host.Module) *scope {
+	tenant := m.Tenant
+	if tenant == "" {
+		tenant = host.DefaultTenant
+	}
+	s := &scope{file: m.File, tenant: tenant, write: map[string]bool{}, read: map[string]bool{},
+		handlers: map[string]abi.Kind{}, events: map[string]string{}, set: set}
+	owners := set.Owners()
+	grants := owners.Grants()
+	allow := func(cat string) {
+		owner, ok := owners.Owner(cat)
+		switch {
+		case !ok || owner == tenant:
+			s.write[cat], s.read[cat] = true, true
+		case grants.CanRead(owner, tenant, cat):
+			s.read[cat] = true
+		}
+	}
+	for _, msg := range m.Manifest.Messages {
+		allow(msg.Category)
 		if msg.Kind == abi.MessageEvent {
 			s.events[msg.Type] = msg.Category
 		}
 	}
-	for _, h := range m.Handlers {
+	for _, h := range m.Manifest.Handlers {
 		s.handlers[h.Name] = h.Kind
+		if h.Category != "" {
+			allow(h.Category)
+		}
 	}
 	return s
 }
 
+func (s *scope) refuse(format string, args ...any) error {
+	return &ScopeError{File: s.file, Tenant: s.tenant, What: fmt.Sprintf(format, args...)}
+}
+
+// load checks a host-function load of a record.
+func (s *scope) load(kind abi.RecordKind, typ string) error {
+	if kind == abi.RecordAggregate {
+		if s.read[typ] {
+			return nil
+		}
+		return s.refuse("may not read aggregates of category %s: %s", typ, s.whose(typ))
+	}
+	return s.record(kind, typ)
+}
+
+// whose explains why a category is out of reach.
+func (s *scope) whose(cat string) string {
+	owner, ok := s.set.Owners().Owner(cat)
+	switch {
+	case !ok:
+		return "the module declares no messages on it"
+	case owner == s.tenant:
+		return fmt.Sprintf("the module declares no messages on it (it belongs to its tenant %s; declare them to use it)", owner)
+	}
+	return fmt.Sprintf("it belongs to tenant %s", owner)
+}
+
+// record checks a write of a record (or a load of a projection or
+// process state).
 func (s *scope) record(kind abi.RecordKind, typ string) error {
 	switch kind {
 	case abi.RecordAggregate:
-		if s.categories[typ] {
+		if s.write[typ] {
 			return nil
 		}
-		return &ScopeError{s.file, fmt.Sprintf("aggregate category %s is not one the module declares messages on", typ)}
+		if s.read[typ] {
+			return s.refuse("may not write aggregates of category %s: it belongs to tenant %s, which grants tenant %s read only", typ, s.owner(typ), s.tenant)
+		}
+		return s.refuse("may not write aggregates of category %s: %s", typ, s.whose(typ))
 	case abi.RecordProjection:
 		if k := s.handlers[typ]; k == abi.KindProjector || k == abi.KindProcessManager {
 			return nil
 		}
-		return &ScopeError{s.file, fmt.Sprintf("projection %s is not a projector or process manager of the module", typ)}
+		return s.refuse("projection %s is not a projector or process manager of the module", typ)
 	case abi.RecordProcess:
 		if s.handlers[typ] == abi.KindProcessManager {
 			return nil
 		}
-		return &ScopeError{s.file, fmt.Sprintf("process %s is not a process manager of the module", typ)}
+		return s.refuse("process %s is not a process manager of the module", typ)
 	}
-	return &ScopeError{s.file, fmt.Sprintf("unknown record kind %q", kind)}
+	return s.refuse("unknown record kind %q", kind)
 }
 
+func (s *scope) owner(cat string) string {
+	o, _ := s.set.Owners().Owner(cat)
+	return o
+}
+
+// stream checks a host-function read of a stream.
 func (s *scope) stream(stream string) error {
 	cat, _, err := abi.SplitStream(stream)
 	if err != nil {
-		return &ScopeError{s.file, err.Error()}
+		return s.refuse("%v", err)
 	}
-	if !s.categories[cat] {
-		return &ScopeError{s.file, fmt.Sprintf("stream %s is of category %s, which the module declares no messages on", stream, cat)}
+	if !s.read[cat] {
+		return s.refuse("may not read stream %s of category %s: %s", stream, cat, s.whose(cat))
 	}
 	return nil
+}
+
+// command checks a follow-up command the module asks for: its type is
+// handled by a module of the module's tenant, or its owner grants it.
+// An unknown type passes here and fails as unknown when dispatched.
+func (s *scope) command(typ string) error {
+	route, ok := s.set.Command(typ)
+	if !ok {
+		return nil
+	}
+	owner := route.Module.Tenant
+	if owner == "" {
+		owner = host.DefaultTenant
+	}
+	if owner == s.tenant || s.set.Owners().Grants().CanDispatch(owner, s.tenant, typ) {
+		return nil
+	}
+	return s.refuse("may not dispatch command %s: it belongs to tenant %s (handler %s in %s), which does not grant it to tenant %s",
+		typ, owner, route.Handler.Name, route.Module.File, s.tenant)
 }
 
 // effects checks every effect of a result against the scope.
@@ -77,14 +162,22 @@ func (s *scope) effects(e *abi.Effects) error {
 	for _, ev := range e.Events {
 		cat, ok := s.events[ev.Type]
 		if !ok {
-			return &ScopeError{s.file, fmt.Sprintf("emits event %s, which the module does not declare", ev.Type)}
+			return s.refuse("emits event %s, which the module does not declare", ev.Type)
 		}
 		got, _, err := abi.SplitStream(ev.Stream)
 		if err != nil {
-			return &ScopeError{s.file, err.Error()}
+			return s.refuse("%v", err)
 		}
 		if got != cat {
-			return &ScopeError{s.file, fmt.Sprintf("appends %s to stream %s, but %s is declared on category %s", ev.Type, ev.Stream, ev.Type, cat)}
+			return s.refuse("appends %s to stream %s, but %s is declared on category %s", ev.Type, ev.Stream, ev.Type, cat)
+		}
+		if !s.write[cat] {
+			return s.refuse("may not append %s to stream %s: category %s belongs to tenant %s", ev.Type, ev.Stream, cat, s.owner(cat))
+		}
+	}
+	for _, c := range e.Commands {
+		if err := s.command(c.Type); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -29,7 +29,7 @@ type session struct {
 }
 
 func (s *session) Load(ctx context.Context, req *abi.LoadRequest) abi.LoadResponse {
-	if err := s.scope.record(req.Kind, req.Type); err != nil {
+	if err := s.scope.load(req.Kind, req.Type); err != nil {
 		s.refused = err
 		return abi.LoadResponse{Error: err.Error(), ErrorKind: abi.HostScope}
 	}

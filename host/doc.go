@@ -24,7 +24,17 @@
 //   - event_key: every module that declares an event of a partitioned
 //     category declares the key field too;
 //   - consistency: module and handler names are unique, a message type has
-//     one kind and one category, a command has one handler.
+//     one kind and one category, a command has one handler;
+//   - tenant (ValidateTenants, tenant.go): a category, and so its event and
+//     command types, belongs to one tenant: the one whose modules write it
+//     (declare a command on it, handle commands on it, or declare an event
+//     on it that none of their own subscribers handle), never decided by
+//     file order; two tenants claiming one category is a problem naming
+//     both files. Another tenant's module may subscribe to (declare as
+//     handled) an event of it only where the owner grants it read
+//     (grant_read), and may declare one of its commands (to dispatch it)
+//     only where the owner grants it (grant_dispatch). Modules no tenant
+//     lists belong to DefaultTenant ("default").
 //
 // A Set is a validated module set with the lookups the engine needs.
 // Module.Handle runs a batch through a pooled instance (at most

@@ -71,6 +71,9 @@ type Module struct {
 	Manifest *abi.Manifest
 	// Limits are the limits its instances run under.
 	Limits Limits
+	// Tenant is the tenant the module belongs to (DefaultTenant unless
+	// config lists it under another).
+	Tenant string
 
 	compiled *extism.CompiledPlugin
 	pool     *pool
@@ -110,6 +113,7 @@ var (
 type Loader struct {
 	limits    Limits
 	tenantLim func(module string) Limits
+	tenancy   Tenancy
 	cache     wazero.CompilationCache
 	funcs     []extism.HostFunction
 	poolSize  int
@@ -123,6 +127,9 @@ type LoaderOptions struct {
 	// TenantLimits, when set, returns the limits for a module by name
 	// (a tenant's overrides over Limits).
 	TenantLimits func(module string) Limits
+	// Tenancy says which tenant each module belongs to and what tenants
+	// grant each other; the zero value puts every module in DefaultTenant.
+	Tenancy Tenancy
 	// CacheDir, when set, keeps compiled code on disk across restarts.
 	CacheDir string
 	// HostFunctions are the functions modules may import.
@@ -135,7 +142,7 @@ type LoaderOptions struct {
 
 // NewLoader returns a Loader. Close it to release the compilation cache.
 func NewLoader(opts LoaderOptions) (*Loader, error) {
-	l := &Loader{limits: opts.Limits.withDefaults(), tenantLim: opts.TenantLimits, funcs: opts.HostFunctions,
+	l := &Loader{limits: opts.Limits.withDefaults(), tenantLim: opts.TenantLimits, tenancy: opts.Tenancy, funcs: opts.HostFunctions,
 		poolSize: opts.Instances, log: opts.Logger}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
@@ -200,7 +207,7 @@ func (l *Loader) load(ctx context.Context, file string, b []byte) (*Module, erro
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotWASM, err)
 	}
-	m := &Module{File: file, SHA256: hex.EncodeToString(sum[:]), Limits: lim, compiled: compiled,
+	m := &Module{File: file, SHA256: hex.EncodeToString(sum[:]), Limits: lim, Tenant: l.tenancy.of(name), compiled: compiled,
 		pool: newPool(l.poolSize), log: l.log}
 	man, err := l.readManifest(ctx, m)
 	if err != nil {

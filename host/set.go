@@ -28,6 +28,7 @@ type Set struct {
 	subscribers map[string][]Route
 	messages    map[string]abi.Message
 	projections map[string]Route
+	owners      *Ownership
 
 	closeOnce sync.Once
 	closeErr  error
@@ -46,7 +47,7 @@ func LoadSet(ctx context.Context, l *Loader, dir string, broker Broker) (*Set, [
 			_ = m.Close(ctx)
 		}
 	}
-	set, problems := NewSet(mods, broker)
+	set, problems := NewTenantSet(mods, broker, l.tenancy.Grants)
 	if len(problems) > 0 || len(errs) > 0 {
 		closeAll()
 		for _, p := range problems {
@@ -57,18 +58,27 @@ func LoadSet(ctx context.Context, l *Loader, dir string, broker Broker) (*Set, [
 	return set, nil
 }
 
-// NewSet validates modules as one set and indexes them.
+// NewSet validates modules as one set and indexes them, with no grants
+// between tenants.
 func NewSet(mods []*Module, broker Broker) (*Set, []*Problem) {
+	return NewTenantSet(mods, broker, Grants{})
+}
+
+// NewTenantSet validates modules as one set, tenant ownership under
+// grants included (ValidateTenants), and indexes them.
+func NewTenantSet(mods []*Module, broker Broker, grants Grants) (*Set, []*Problem) {
 	ds := make([]Declared, len(mods))
 	for i, m := range mods {
-		ds[i] = Declared{File: m.File, Manifest: m.Manifest}
+		ds[i] = Declared{File: m.File, Manifest: m.Manifest, Tenant: m.Tenant}
 	}
 	keys, problems := Validate(ds, broker)
+	owners, tp := ValidateTenants(ds, grants)
+	problems = append(problems, tp...)
 	if len(problems) > 0 {
 		return nil, problems
 	}
 	s := &Set{modules: slices.Clone(mods), keys: keys, commands: map[string]Route{}, subscribers: map[string][]Route{},
-		messages: map[string]abi.Message{}, projections: map[string]Route{}}
+		messages: map[string]abi.Message{}, projections: map[string]Route{}, owners: owners}
 	for _, m := range mods {
 		for _, msg := range m.Manifest.Messages {
 			s.messages[msg.Type] = msg
@@ -124,6 +134,10 @@ func (s *Set) Projection(name string) bool {
 	_, ok := s.projections[name]
 	return ok
 }
+
+// Owners returns who owns each category of the set, and the grants it was
+// validated with.
+func (s *Set) Owners() *Ownership { return s.owners }
 
 // PartitionField returns the partition key field of a category.
 func (s *Set) PartitionField(category string) (string, bool) {

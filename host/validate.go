@@ -39,6 +39,8 @@ func (p *Problem) Error() string { return p.File + ": " + p.Msg }
 type Declared struct {
 	File     string
 	Manifest *abi.Manifest
+	// Tenant is the module's tenant; "" is DefaultTenant.
+	Tenant string
 }
 
 // Broker is what validation needs to know of the outbox broker. The

@@ -149,6 +149,7 @@ func (e *env) loader(funcs host.Session) (*host.Loader, error) {
 	return host.NewLoader(host.LoaderOptions{
 		Limits:        limits(""),
 		TenantLimits:  limits,
+		Tenancy:       cfg.Tenancy(),
 		CacheDir:      cfg.Plugins.CacheDir,
 		HostFunctions: host.HostFunctions(funcs),
 		Logger:        e.log,

@@ -1,0 +1,211 @@
+package host
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/proteanhq/protean-host/abi"
+)
+
+// DefaultTenant is the tenant of every module that no [tenants.NAME]
+// modules list names. It is a tenant like any other: it owns what its
+// modules declare, and grants and is granted like the others.
+const DefaultTenant = "default"
+
+// RuleTenant is the registration rule of tenant ownership: no two tenants
+// claim one category (and so its event and command types), and a tenant
+// subscribes to, or declares commands of, another tenant's category only
+// where that tenant grants it.
+const RuleTenant Rule = "tenant"
+
+// Grants are what tenants let other tenants do with what they own. The
+// owner grants; the reader cannot take.
+type Grants struct {
+	// Read[owner][reader] lists the categories of owner whose events
+	// reader's modules may subscribe to, whose streams they may read and
+	// whose aggregates they may load. Never write.
+	Read map[string]map[string][]string
+	// Dispatch[owner][reader] lists the command types of owner that
+	// reader's modules may dispatch as follow-up commands.
+	Dispatch map[string]map[string][]string
+}
+
+// CanRead reports whether owner lets reader read category.
+func (g Grants) CanRead(owner, reader, category string) bool {
+	return slices.Contains(g.Read[owner][reader], category)
+}
+
+// CanDispatch reports whether owner lets reader dispatch command type typ.
+func (g Grants) CanDispatch(owner, reader, typ string) bool {
+	return slices.Contains(g.Dispatch[owner][reader], typ)
+}
+
+// Tenancy says which tenant each module belongs to and what tenants grant
+// each other (config's [tenants.NAME] tables).
+type Tenancy struct {
+	// Of returns the tenant of a module by file name without ".wasm"; nil,
+	// or "", means DefaultTenant.
+	Of     func(module string) string
+	Grants Grants
+}
+
+func (t Tenancy) of(module string) string {
+	if t.Of == nil {
+		return DefaultTenant
+	}
+	if n := t.Of(module); n != "" {
+		return n
+	}
+	return DefaultTenant
+}
+
+func tenantOf(name string) string {
+	if name == "" {
+		return DefaultTenant
+	}
+	return name
+}
+
+// Ownership is who owns each category of a validated set. A tenant owns a
+// category when one of its modules writes there: declares a command on
+// it, handles commands on it, or declares an event on it that none of its
+// own subscribers handle (one it can only be emitting). An event a
+// module's subscribers handle is a read, unless the category belongs to no
+// other tenant, in which case the reader owns it. Event and command types
+// belong to the owner of their category; projections and process state to
+// the tenant of the module whose handler names them.
+type Ownership struct {
+	categories map[string]claim
+	grants     Grants
+}
+
+type claim struct {
+	tenant string
+	file   string
+	what   string // e.g. "declares event OrderPlaced"
+}
+
+// Owner returns the tenant owning category.
+func (o *Ownership) Owner(category string) (string, bool) {
+	if o == nil {
+		return "", false
+	}
+	c, ok := o.categories[category]
+	return c.tenant, ok
+}
+
+// Grants returns the grants the set was validated with.
+func (o *Ownership) Grants() Grants {
+	if o == nil {
+		return Grants{}
+	}
+	return o.grants
+}
+
+// declaration is one thing a module declares about a category.
+type declaration struct {
+	tenant, file, category, what string
+	typ                          string
+	kind                         abi.MessageKind
+}
+
+// ValidateTenants applies RuleTenant to a module set: it returns who owns
+// each category, and a problem for every category two tenants claim (naming
+// both files), every subscription to another tenant's category without its
+// read grant, and every command of another tenant's category a module
+// declares (to dispatch it) without its dispatch grant.
+func ValidateTenants(mods []Declared, g Grants) (*Ownership, []*Problem) {
+	var claims, reads, dispatches []declaration
+	for _, d := range mods {
+		t := tenantOf(d.Tenant)
+		subscribed := map[string]bool{}
+		handled := map[string]bool{}
+		for _, h := range d.Manifest.Handlers {
+			if h.Kind == abi.KindCommandHandler {
+				if h.Category != "" {
+					claims = append(claims, declaration{tenant: t, file: d.File, category: h.Category,
+						what: fmt.Sprintf("has command handler %s on it", h.Name)})
+				}
+				for _, typ := range h.Handles {
+					handled[typ] = true
+				}
+				continue
+			}
+			for _, typ := range h.Handles {
+				subscribed[typ] = true
+			}
+		}
+		for _, msg := range d.Manifest.Messages {
+			dl := declaration{tenant: t, file: d.File, category: msg.Category, typ: msg.Type, kind: msg.Kind,
+				what: fmt.Sprintf("declares %s %s", msg.Kind, msg.Type)}
+			switch {
+			case msg.Kind == abi.MessageEvent && subscribed[msg.Type]:
+				reads = append(reads, dl)
+			case msg.Kind == abi.MessageCommand && !handled[msg.Type]:
+				dispatches = append(dispatches, dl)
+			default:
+				claims = append(claims, dl)
+			}
+		}
+	}
+	o := &Ownership{categories: map[string]claim{}, grants: g}
+	var problems []*Problem
+	// Writes claim first, then reads of categories nobody writes: the
+	// owner is decided by what the set declares, never by file order.
+	owned := map[string]bool{}
+	for _, c := range claims {
+		owned[c.category] = true
+	}
+	for _, r := range reads {
+		if !owned[r.category] {
+			claims = append(claims, r)
+		}
+	}
+	byCat := map[string][]declaration{}
+	for _, c := range claims {
+		byCat[c.category] = append(byCat[c.category], c)
+	}
+	cats := make([]string, 0, len(byCat))
+	for c := range byCat {
+		cats = append(cats, c)
+	}
+	sort.Strings(cats)
+	for _, cat := range cats {
+		cs := byCat[cat]
+		first := cs[0]
+		o.categories[cat] = claim{tenant: first.tenant, file: first.file, what: first.what}
+		reported := map[string]bool{}
+		for _, c := range cs[1:] {
+			if c.tenant == first.tenant || reported[c.tenant] {
+				continue
+			}
+			reported[c.tenant] = true
+			problems = append(problems, &Problem{Rule: RuleTenant, File: c.file, Type: c.typ,
+				Msg: fmt.Sprintf("tenants %s and %s both claim category %s: %s %s, and %s %s (a category belongs to one tenant; another tenant may only read it, where the owner grants it)",
+					first.tenant, c.tenant, cat, first.file, first.what, c.file, c.what)})
+		}
+	}
+	for _, r := range reads {
+		if !owned[r.category] {
+			continue // a claim of a category nobody writes: judged above
+		}
+		owner := o.categories[r.category]
+		if owner.tenant == r.tenant || g.CanRead(owner.tenant, r.tenant, r.category) {
+			continue
+		}
+		problems = append(problems, &Problem{Rule: RuleTenant, File: r.file, Type: r.typ,
+			Msg: fmt.Sprintf("tenant %s subscribes to %s of category %s, which tenant %s owns (%s %s), without a grant: the owner grants it with [tenants.%s] grant_read = { %s = [%q] }",
+				r.tenant, r.typ, r.category, owner.tenant, owner.file, owner.what, owner.tenant, r.tenant, r.category)})
+	}
+	for _, d := range dispatches {
+		owner, ok := o.categories[d.category]
+		if !ok || owner.tenant == d.tenant || g.CanDispatch(owner.tenant, d.tenant, d.typ) {
+			continue
+		}
+		problems = append(problems, &Problem{Rule: RuleTenant, File: d.file, Type: d.typ,
+			Msg: fmt.Sprintf("tenant %s declares command %s of category %s, which tenant %s owns (%s %s), without a grant: the owner grants it with [tenants.%s] grant_dispatch = { %s = [%q] }",
+				d.tenant, d.typ, d.category, owner.tenant, owner.file, owner.what, owner.tenant, d.tenant, d.typ)})
+	}
+	return o, problems
+}
