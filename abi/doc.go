@@ -27,15 +27,46 @@
 //	  "module": {"name": "client_orders", "version": "1.0.0"},
 //	  "messages": [
 //	    {"type": "OrderPlaced", "kind": "event", "category": "order",
-//	     "fields": [{"name": "order_id", "type": "string"},
-//	                {"name": "client_id", "type": "string"},
-//	                {"name": "total", "type": "float"}]}
+//	     "fields": [{"name": "order_id", "type": "string", "required": true},
+//	                {"name": "client_id", "type": "string", "required": true},
+//	                {"name": "total", "type": "float", "required": true}]}
 //	  ],
 //	  "handlers": [
 //	    {"name": "client_orders", "kind": "projector", "category": "order",
 //	     "handles": ["OrderPlaced"], "sequential_by": "client_id"}
 //	  ]
 //	}
+//
+// # Message fields
+//
+// Each declared message lists its top-level payload fields as {"name",
+// "type", "required"}. The host checks every command's payload against
+// its declaration before any guest runs (Message.CheckPayload), and
+// answers a mismatch as the client's mistake (HTTP 422 naming the field):
+//
+//	string    a JSON string
+//	int       a JSON number written as an integer (no fraction, no
+//	          exponent) within int64: 42, -7; not 42.0, 1e3 or 2^63
+//	float     a JSON number within float64: 42.5, 1e300; not 1e400
+//	bool      true or false
+//	object    a JSON object (its members are not checked)
+//	array     a JSON array (its elements are not checked)
+//	any, ""   any JSON value
+//
+// A field with "required": true must be present and not null; any other
+// field may be absent or null. A key the message does not declare, or a
+// key given twice, is refused. required was added within ABI version 1
+// and is optional: absent means false. Package pdk derives fields from a
+// Go struct: a field is required unless it is a pointer or an interface,
+// is tagged omitempty or omitzero, or comes from an embedded pointer.
+// Event payloads are not checked by the host: a module writes them.
+//
+// A handler that cannot decode a command payload (a value out of its Go
+// type's narrower range, an int8 given 300) should fail it with kind
+// rejected (package pdk does), so the client gets 422, not 500. An id
+// over MaxIDLength that a command handler took verbatim from a command
+// field (as a stream or record id, or in a load) is answered as a 422
+// naming that field, not as the module's failure.
 //
 // Handler kinds are command_handler, event_handler, projector and
 // process_manager. A process manager has no category; it names, per handled

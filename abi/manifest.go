@@ -45,8 +45,9 @@ const (
 	MessageEvent   MessageKind = "event"
 )
 
-// FieldType is the declared type of a message field. It documents the
-// payload; the host does not coerce by it.
+// FieldType is the declared type of a message field. The host checks a
+// command's payload against it before any guest runs (see
+// Message.CheckPayload); it never coerces a value.
 type FieldType string
 
 // Field types.
@@ -117,6 +118,9 @@ func (m Message) HasField(name string) bool {
 type Field struct {
 	Name string    `json:"name"`
 	Type FieldType `json:"type,omitempty"`
+	// Required says a payload must carry the field, and not as null.
+	// Added within ABI version 1: optional, absent means false.
+	Required bool `json:"required,omitempty"`
 }
 
 // Handler declares one handler of a module.

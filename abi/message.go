@@ -298,7 +298,7 @@ func DecodeHandleResponse(b []byte, n, limit int) (*HandleResponse, error) {
 	}
 	for i, res := range r.Results {
 		if err := res.check(); err != nil {
-			return nil, fmt.Errorf("%w: results[%d]: %v", ErrResponse, i, err)
+			return nil, fmt.Errorf("%w: results[%d]: %w", ErrResponse, i, err)
 		}
 	}
 	if len(r.Results) < n && r.Results[len(r.Results)-1].Error == nil {
@@ -325,7 +325,7 @@ func (r *Result) check() error {
 			return err
 		}
 		if _, _, err := SplitStream(ev.Stream); err != nil {
-			return fmt.Errorf("events[%d]: %v", i, err)
+			return fmt.Errorf("events[%d]: %w", i, err)
 		}
 		if !isObject(ev.Data) {
 			return fmt.Errorf("events[%d].data must be a JSON object", i)
@@ -342,7 +342,7 @@ func (r *Result) check() error {
 			return err
 		}
 		if err := checkID(w.ID); err != nil {
-			return fmt.Errorf("writes[%d].id: %v", i, err)
+			return fmt.Errorf("writes[%d].id: %w", i, err)
 		}
 		if w.ExpectedVersion < 0 {
 			return fmt.Errorf("writes[%d].expected_version %d must be >= 0", i, w.ExpectedVersion)
@@ -365,12 +365,23 @@ func (r *Result) check() error {
 // MaxIDLength bounds record ids and stream ids.
 const MaxIDLength = 255
 
+// IDLengthError is an id (of a record or stream) longer than MaxIDLength.
+// It keeps the id, so a host can tell which input it came from; its
+// message quotes at most ClipLength bytes of it.
+type IDLengthError struct {
+	ID string
+}
+
+func (e *IDLengthError) Error() string {
+	return fmt.Sprintf("%q (%d bytes) is longer than %d bytes", Clip(e.ID, ClipLength), len(e.ID), MaxIDLength)
+}
+
 func checkID(id string) error {
 	if id == "" {
 		return errors.New("empty")
 	}
 	if len(id) > MaxIDLength {
-		return fmt.Errorf("longer than %d bytes", MaxIDLength)
+		return &IDLengthError{ID: id}
 	}
 	return nil
 }
@@ -381,15 +392,15 @@ func SplitStream(stream string) (category, id string, err error) {
 		if stream[i] == '-' {
 			category, id = stream[:i], stream[i+1:]
 			if err := checkCategory("stream category", category); err != nil {
-				return "", "", fmt.Errorf("stream %q: %v", stream, err)
+				return "", "", fmt.Errorf("stream %q: %v", Clip(stream, ClipLength), err)
 			}
 			if err := checkID(id); err != nil {
-				return "", "", fmt.Errorf("stream %q: id %v", stream, err)
+				return "", "", fmt.Errorf("stream %q: %w", Clip(stream, ClipLength), err)
 			}
 			return category, id, nil
 		}
 	}
-	return "", "", fmt.Errorf("stream %q must be {category}-{id}", stream)
+	return "", "", fmt.Errorf("stream %q must be {category}-{id}", Clip(stream, ClipLength))
 }
 
 func isObject(b json.RawMessage) bool {
@@ -415,7 +426,7 @@ func DecodeLoadRequest(b []byte) (*LoadRequest, error) {
 		return nil, fmt.Errorf("%w: %v", ErrResponse, err)
 	}
 	if err := checkID(r.ID); err != nil {
-		return nil, fmt.Errorf("%w: id %v", ErrResponse, err)
+		return nil, fmt.Errorf("%w: id %w", ErrResponse, err)
 	}
 	return &r, nil
 }
@@ -428,7 +439,7 @@ func DecodeReadStreamRequest(b []byte) (*ReadStreamRequest, error) {
 		return nil, err
 	}
 	if _, _, err := SplitStream(r.Stream); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrResponse, err)
+		return nil, fmt.Errorf("%w: %w", ErrResponse, err)
 	}
 	if r.From < 0 {
 		return nil, fmt.Errorf("%w: from %d must be >= 0", ErrResponse, r.From)

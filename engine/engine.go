@@ -197,7 +197,8 @@ type DispatchedCommand struct {
 // Dispatch runs a command through its handler and commits the effects in
 // one unit of work. The call and the commit run under ctx and the
 // engine's own context, so Stop's hard phase cancels them too. Errors:
-// ErrUnknownCommand, ErrBadInput, ErrStopped, a *HandlerError (Rejected()
+// ErrUnknownCommand, ErrBadInput, an *abi.InputError (the payload does not
+// match the declared fields), ErrStopped, a *HandlerError (Rejected()
 // for 422), a *ScopeError, a conflict (unitofwork.Conflict), a
 // *unitofwork.KeyError.
 func (e *Engine) Dispatch(ctx context.Context, typ string, data json.RawMessage, md abi.Metadata) (*CommandResult, error) {
@@ -236,13 +237,16 @@ func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage,
 	if !isObject(data) {
 		return nil, fmt.Errorf("%w: command %s: body must be a JSON object", ErrBadInput, typ)
 	}
+	if err := checkCommand(route, typ, data); err != nil {
+		return nil, err
+	}
 	env := abi.Envelope{ID: eventstore.NewID(), Type: typ, Time: e.now().UTC(), Data: data, Metadata: &md}
 	if md.CorrelationID == "" {
 		env.Metadata.CorrelationID = env.ID
 	}
 	res, err := e.handleOne(ctx, l, route, env)
 	if err != nil {
-		return nil, err
+		return nil, inputCause(typ, data, err)
 	}
 	committed, err := e.opts.UnitOfWork.Commit(ctx, unitofwork.Change{Effects: res.Effects,
 		Metadata: abi.Metadata{CorrelationID: env.Metadata.CorrelationID, CausationID: env.ID, Tenant: md.Tenant}})
@@ -303,7 +307,16 @@ func (e *Engine) call(ctx context.Context, l *loaded, route host.Route, envs []a
 		}
 		return nil, &HandlerError{File: route.Module.File, Handler: route.Handler.Name, Type: envs[0].Type, Kind: kind, Err: err}
 	}
-	return checkResults(route, envs, results, sc, sess.refused), nil
+	out := checkResults(route, envs, results, sc, sess.refused)
+	if sess.tooLong != nil {
+		for i := range out {
+			var ge *guestError
+			if errors.As(out[i].err, &ge) && ge.cause == nil {
+				ge.cause = sess.tooLong
+			}
+		}
+	}
+	return out, nil
 }
 
 // Projection returns a projection document and its version.

@@ -112,7 +112,12 @@ type guestError struct {
 	cause error
 }
 
-func (e *guestError) Error() string { return e.msg }
+// maxGuestMessage bounds how much of a guest's error message the host
+// repeats (in answers and logs): a module quoting a client's huge value
+// must not make every line that mentions the failure huge too.
+const maxGuestMessage = 1024
+
+func (e *guestError) Error() string { return abi.Clip(e.msg, maxGuestMessage) }
 
 // Unwrap returns the host's cause, or nil.
 func (e *guestError) Unwrap() error { return e.cause }

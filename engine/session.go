@@ -26,6 +26,18 @@ type session struct {
 	// refused is the last *ScopeError answered. Host functions run on the
 	// goroutine of the guest call, so no lock is needed.
 	refused error
+	// tooLong is the last request the host refused for an id over
+	// abi.MaxIDLength (see host.InvalidObserver): a command that failed
+	// after it may owe it to its own input (see inputCause).
+	tooLong error
+}
+
+// Invalid implements host.InvalidObserver.
+func (s *session) Invalid(err error) {
+	var ide *abi.IDLengthError
+	if errors.As(err, &ide) {
+		s.tooLong = err
+	}
 }
 
 func (s *session) Load(ctx context.Context, req *abi.LoadRequest) abi.LoadResponse {

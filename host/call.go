@@ -162,7 +162,7 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 	m.release(inst)
 	resp, err := abi.DecodeHandleResponse(out, len(msgs), m.Limits.MaxOutputBytes)
 	if err != nil {
-		return fail(fmt.Errorf("%w: %v", ErrOutput, err))
+		return fail(fmt.Errorf("%w: %w", ErrOutput, err))
 	}
 	return resp.Results, nil
 }

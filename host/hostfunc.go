@@ -17,6 +17,20 @@ type Session interface {
 	ReadStream(ctx context.Context, req *abi.ReadStreamRequest) abi.ReadStreamResponse
 }
 
+// InvalidObserver is an optional ability of a Session: it is told of each
+// request the host answered as malformed before the Session saw it (an id
+// over abi.MaxIDLength, say), so that a message the module then fails can
+// keep the host's error as its cause.
+type InvalidObserver interface {
+	Invalid(err error)
+}
+
+func invalid(s Session, err error) {
+	if o, ok := s.(InvalidObserver); ok {
+		o.Invalid(err)
+	}
+}
+
 type sessionKey struct{}
 
 // withSession returns a context carrying s for the host functions of calls
@@ -42,6 +56,7 @@ func HostFunctions(fallback Session) []extism.HostFunction {
 			stack[0] = answer(ctx, p, stack[0], func(s Session, b []byte) any {
 				req, err := abi.DecodeLoadRequest(b)
 				if err != nil {
+					invalid(s, err)
 					return abi.LoadResponse{Error: err.Error(), ErrorKind: abi.HostInvalid}
 				}
 				return s.Load(ctx, req)
@@ -53,6 +68,7 @@ func HostFunctions(fallback Session) []extism.HostFunction {
 			stack[0] = answer(ctx, p, stack[0], func(s Session, b []byte) any {
 				req, err := abi.DecodeReadStreamRequest(b)
 				if err != nil {
+					invalid(s, err)
 					return abi.ReadStreamResponse{Error: err.Error(), ErrorKind: abi.HostInvalid}
 				}
 				return s.ReadStream(ctx, req)

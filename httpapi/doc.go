@@ -10,5 +10,8 @@
 // type, projection or document, 405 a known path with another method, 409
 // expected-version conflict, 413 body over MaxBodyBytes, 422 validation (a
 // rejected partition key, or a handler's rejection), 500 handler failure,
-// 503 stopping.
+// 503 stopping. A command body that does not match its declared fields
+// (abi.Message.CheckPayload) answers 422 with {"error", "fields"}, fields
+// naming the offending fields. Error messages are cut at MaxErrorBytes, so
+// an answer stays short whatever the client sent.
 package httpapi

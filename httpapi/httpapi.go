@@ -121,8 +121,13 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// MaxErrorBytes bounds the message of an error answer (and of its log
+// line): a message quoting a client's huge value is cut, so the answer
+// stays short whatever the input.
+const MaxErrorBytes = 512
+
 func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, map[string]string{"error": msg})
+	writeJSON(w, code, map[string]string{"error": abi.Clip(msg, MaxErrorBytes)})
 }
 
 // status maps an engine error to its HTTP status.
@@ -136,7 +141,7 @@ func status(err error) int {
 		return http.StatusNotFound
 	case unitofwork.Conflict(err):
 		return http.StatusConflict
-	case errors.As(err, &ke):
+	case errors.As(err, &ke), errors.Is(err, abi.ErrInput):
 		return http.StatusUnprocessableEntity
 	case errors.As(err, &he) && he.Rejected():
 		return http.StatusUnprocessableEntity
@@ -172,12 +177,24 @@ func (a *api) command(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		code := status(err)
 		if code >= 500 {
-			a.log.Error("command failed", "type", typ, "error", err)
+			a.log.Error("command failed", "type", abi.Clip(typ, abi.ClipLength), "error", abi.Clip(err.Error(), MaxErrorBytes))
+		}
+		var ie *abi.InputError
+		if errors.As(err, &ie) {
+			writeInputError(w, ie)
+			return
 		}
 		writeError(w, code, err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// writeInputError answers 422 for a payload that does not match its
+// declaration: {"error": "...", "fields": ["total", ...]}, the fields in
+// the order of the problems.
+func writeInputError(w http.ResponseWriter, ie *abi.InputError) {
+	writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": abi.Clip(ie.Error(), MaxErrorBytes), "fields": ie.Fields()})
 }
 
 func (a *api) projection(w http.ResponseWriter, r *http.Request) {

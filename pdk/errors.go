@@ -1,6 +1,7 @@
 package pdk
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -64,4 +65,21 @@ func toABIError(err error) *abi.Error {
 		return &abi.Error{Kind: e.Kind, Message: e.Err.Error()}
 	}
 	return &abi.Error{Kind: abi.ErrorPermanent, Message: err.Error()}
+}
+
+// decodeError is the failure of a message that does not decode into its Go
+// type. A command's payload is the client's: a payload the handler cannot
+// read is rejected (the host answers 422), naming the field. An event's
+// payload was written by a module: not reading it is a permanent failure
+// (a bug or an incompatible change), which halts its partition.
+func decodeError(typ string, command bool, err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		err = fmt.Errorf("%s: want %s, got JSON %s", te.Field, te.Type, te.Value)
+	}
+	err = fmt.Errorf("decode %s: %w", typ, err)
+	if command {
+		return &Error{Kind: abi.ErrorRejected, Err: err}
+	}
+	return Permanent(err)
 }

@@ -53,7 +53,15 @@ func declare[T any](kind abi.MessageKind, typ, category string) {
 // FieldsOf lists the top-level JSON fields of a struct type as
 // encoding/json would name them: the json tag's name, else the Go name;
 // embedded structs are flattened; "-" and unexported fields are skipped.
+// A field is required unless it is a pointer or an interface, is tagged
+// omitempty or omitzero, or comes from an embedded pointer: a payload
+// without it would leave a zero value the handler cannot tell from a
+// client's omission.
 func FieldsOf(t reflect.Type) []abi.Field {
+	return fieldsOf(t, true)
+}
+
+func fieldsOf(t reflect.Type, required bool) []abi.Field {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -67,9 +75,11 @@ func FieldsOf(t reflect.Type) []abi.Field {
 		if tag == "-" {
 			continue
 		}
-		name, _, _ := strings.Cut(tag, ",")
+		name, opts, _ := strings.Cut(tag, ",")
+		optional := f.Type.Kind() == reflect.Pointer || f.Type.Kind() == reflect.Interface ||
+			hasOption(opts, "omitempty") || hasOption(opts, "omitzero")
 		if f.Anonymous && name == "" {
-			out = append(out, FieldsOf(f.Type)...)
+			out = append(out, fieldsOf(f.Type, required && f.Type.Kind() != reflect.Pointer)...)
 			continue
 		}
 		if !f.IsExported() {
@@ -78,9 +88,20 @@ func FieldsOf(t reflect.Type) []abi.Field {
 		if name == "" {
 			name = f.Name
 		}
-		out = append(out, abi.Field{Name: name, Type: fieldType(f.Type)})
+		out = append(out, abi.Field{Name: name, Type: fieldType(f.Type), Required: required && !optional})
 	}
 	return out
+}
+
+func hasOption(opts, want string) bool {
+	for opts != "" {
+		var o string
+		o, opts, _ = strings.Cut(opts, ",")
+		if o == want {
+			return true
+		}
+	}
+	return false
 }
 
 func fieldType(t reflect.Type) abi.FieldType {
@@ -187,10 +208,11 @@ func On[T any](h *Handler, typ string, fn func(ctx *Context, msg T) error) *Hand
 		return h
 	}
 	h.decl.Handles = append(h.decl.Handles, typ)
+	command := h.decl.Kind == abi.KindCommandHandler
 	h.routes[typ] = func(ctx *Context, data json.RawMessage) error {
 		var msg T
 		if err := json.Unmarshal(data, &msg); err != nil {
-			return Permanent(fmt.Errorf("decode %s: %w", typ, err))
+			return decodeError(typ, command, err)
 		}
 		return fn(ctx, msg)
 	}

@@ -98,15 +98,23 @@ func TestManifestFromDeclarations(t *testing.T) {
 	require.NoError(t, err)
 	m2, err := abi.DecodeManifest(b)
 	require.NoError(t, err, "the kit's manifest must pass the host's decoder")
+	placedMsg, ok := m2.Message("OrderPlaced")
+	require.True(t, ok)
 	require.Equal(t, []abi.Field{
-		{Name: "order_id", Type: abi.FieldString},
+		{Name: "order_id", Type: abi.FieldString, Required: true},
 		{Name: "client_id", Type: abi.FieldString},
-		{Name: "total", Type: abi.FieldFloat},
-		{Name: "Tags", Type: abi.FieldArray},
-		{Name: "note", Type: abi.FieldString},
-	}, m2.Messages[0].Fields)
-	require.Equal(t, abi.SequentialBy{Field: "client_id"}, m2.Handlers[0].SequentialBy)
-	require.Equal(t, []string{"OrderPlaced"}, m2.Handlers[0].Handles)
+		{Name: "total", Type: abi.FieldFloat, Required: true},
+		{Name: "Tags", Type: abi.FieldArray, Required: true},
+		{Name: "note", Type: abi.FieldString, Required: true},
+	}, placedMsg.Fields)
+	var h abi.Handler
+	for _, h = range m2.Handlers {
+		if h.Name == "by_client" {
+			break
+		}
+	}
+	require.Equal(t, abi.SequentialBy{Field: "client_id"}, h.SequentialBy)
+	require.Equal(t, []string{"OrderPlaced"}, h.Handles)
 }
 
 func TestBatchSeesItsOwnWrites(t *testing.T) {

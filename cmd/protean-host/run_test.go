@@ -220,7 +220,7 @@ func TestEmbeddedRejectsBadInput(t *testing.T) {
 		{"malformed body", "PlaceOrder", `{"order_id":`, 400, "request body must be a JSON object"},
 		{"array body", "PlaceOrder", `[1,2]`, 400, "request body must be a JSON object"},
 		{"unknown command", "Frobnicate", `{}`, 404, "unknown command type: Frobnicate"},
-		{"handler failure", "PlaceOrder", `{"order_id":"o-x","client_id":"c-1","total":"lots"}`, 500, "decode PlaceOrder"},
+		{"wrong type", "PlaceOrder", `{"order_id":"o-x","client_id":"c-1","total":"lots"}`, 422, "total: want a number, got string"},
 		{"handler rejection", "CancelOrder", `{"order_id":"nope"}`, 422, "order nope does not exist"},
 		{"duplicate", "PlaceOrder", `{"order_id":"bad","client_id":"c-9","total":1}`, 422, "order bad already exists"},
 	} {

@@ -15,7 +15,7 @@ import (
 type Op struct {
 	Op  string `json:"op"`
 	ID  string `json:"id"`
-	Arg string `json:"arg"`
+	Arg string `json:"arg,omitempty"`
 }
 
 type doc struct {
