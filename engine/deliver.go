@@ -109,6 +109,9 @@ func (e *Engine) resubscribeLocked() {
 		return
 	}
 	subs := subscriptions(e.Set(), e.opts.Partitioned)
+	if e.opts.EventStore {
+		subs = nil // the event-store subscriptions deliver everything
+	}
 	want := map[subscription]bool{}
 	for _, s := range subs {
 		want[s] = true

@@ -31,6 +31,11 @@ type Options struct {
 	// workers (package partition, through [Engine.Partitions]), so Start's
 	// consumers leave them alone.
 	Partitioned bool
+	// EventStore says every event handler, projector and process manager
+	// is served by event-store subscriptions (package subscription, through
+	// [Engine.Partitions] and [Engine.EventStoreSubscriptions]), so Start's
+	// broker consumers deliver nothing: one delivery path per handler.
+	EventStore bool
 }
 
 // Engine runs handler modules: it dispatches commands to command handlers

@@ -1,0 +1,318 @@
+package subscription
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/lifecycle"
+	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/position"
+)
+
+// Reader is the part of an event store a subscription reads.
+type Reader interface {
+	ReadCategory(ctx context.Context, category string, fromGlobal int64, limit int) ([]eventstore.Event, error)
+	ReadAll(ctx context.Context, fromGlobal int64, limit int) ([]eventstore.Event, error)
+}
+
+// Positions is the consumer-positions store an owner claims its unit in.
+type Positions = partition.Positions
+
+// MessageError is implemented by errors that are the message's own
+// failure and say whether a retry may help (engine.HandlerError). It is
+// the default of Options.Classify.
+type MessageError interface{ Retryable() bool }
+
+func classifyDefault(err error) (message, retryable bool) {
+	var me MessageError
+	if errors.As(err, &me) {
+		return true, me.Retryable()
+	}
+	return false, false
+}
+
+// Defaults.
+const (
+	DefaultBatchSize  = 100
+	DefaultPoll       = 100 * time.Millisecond
+	DefaultGapTimeout = 5 * time.Second
+	DefaultLeaseTTL   = 15 * time.Second
+)
+
+// Options configure a Consumer. Events, Positions, Leases, Failures,
+// Handler, Skip, Subscriptions and Owner are required.
+type Options struct {
+	Events    Reader
+	Positions Positions
+	Leases    Leases
+	Failures  Failures
+	// Handler handles a batch and commits each message's effects with the
+	// position (engine.Partitions()).
+	Handler partition.Handler
+	// Skip commits a fence alone: the position moves past a message that
+	// is recorded as failed or held (unitofwork.CommitFenced with no
+	// changes).
+	Skip func(ctx context.Context, f position.Fence) error
+	// Subscriptions lists what to run; called on every pass, so a reload
+	// takes effect at the next one.
+	Subscriptions func() []Subscription
+	// Key returns a message's partition key for a partitioned
+	// subscription ("" if it has none).
+	Key func(category string, data json.RawMessage) string
+	// Head returns the head global position of a category (or All), for
+	// the lag metric; nil reports no lag.
+	Head func(ctx context.Context, category string) (int64, error)
+	// Classify says whether a handler error is the message's own failure
+	// (it counts against MaxRetries, and a retry is tried only if
+	// retryable) or not (a lost connection, a failed commit: retried with
+	// backoff without end, never skipping the message). Nil means
+	// MessageError. engine.Classify is the engine's.
+	Classify func(err error) (message, retryable bool)
+	// Owner names this host in the leases.
+	Owner string
+	// LeaseTTL is how long a lease outlives its last renewal; Heartbeat
+	// (default LeaseTTL/5) how often leases are renewed and free units
+	// tried.
+	LeaseTTL, Heartbeat time.Duration
+	// Poll is a caught-up worker's wait for new events when nothing wakes
+	// it (Notify); BatchSize the events read at once.
+	Poll      time.Duration
+	BatchSize int
+	// GapTimeout is how long a $all subscription holds at a gap in global
+	// positions before it abandons it.
+	GapTimeout time.Duration
+	// MaxRetries and RetryDelay: a failing message is retried after
+	// RetryDelay, doubling, MaxRetries times, then recorded as failed.
+	MaxRetries int
+	RetryDelay time.Duration
+	Metrics    *Metrics
+	Logger     *slog.Logger
+	// Now is the clock of the gap timeout; nil means time.Now.
+	Now func() time.Time
+}
+
+// Consumer runs the event-store subscriptions this host holds the lease
+// of: one worker per (group, unit).
+type Consumer struct {
+	opts Options
+	log  *slog.Logger
+
+	wakeMu sync.Mutex
+	wake   chan struct{}
+
+	mu      sync.Mutex
+	started bool
+	workers map[unitKey]*worker
+	// stop ends the supervisor and the workers' waits (soft); work is the
+	// context of every read, call and commit, canceled at Stop's hard
+	// phase.
+	stop, work             context.Context
+	cancelStop, cancelWork context.CancelFunc
+	wg                     sync.WaitGroup
+	done                   chan struct{}
+	stopOnce               sync.Once
+}
+
+// NewConsumer checks opts and returns a Consumer; Start runs it.
+func NewConsumer(opts Options) (*Consumer, error) {
+	if opts.Events == nil || opts.Positions == nil || opts.Leases == nil || opts.Failures == nil ||
+		opts.Handler == nil || opts.Skip == nil || opts.Subscriptions == nil || opts.Owner == "" {
+		return nil, fmt.Errorf("subscription: Events, Positions, Leases, Failures, Handler, Skip, Subscriptions and Owner are required: %w", ErrInvalid)
+	}
+	if opts.LeaseTTL <= 0 {
+		opts.LeaseTTL = DefaultLeaseTTL
+	}
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = opts.LeaseTTL / 5
+	}
+	if opts.Poll <= 0 {
+		opts.Poll = DefaultPoll
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = DefaultBatchSize
+	}
+	if opts.GapTimeout <= 0 {
+		opts.GapTimeout = DefaultGapTimeout
+	}
+	if opts.MaxRetries < 0 {
+		opts.MaxRetries = 0
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Classify == nil {
+		opts.Classify = classifyDefault
+	}
+	if opts.Key == nil {
+		opts.Key = func(string, json.RawMessage) string { return "" }
+	}
+	c := &Consumer{opts: opts, log: opts.Logger, wake: make(chan struct{}), workers: map[unitKey]*worker{}, done: make(chan struct{})}
+	c.stop, c.cancelStop = context.WithCancel(context.Background())
+	c.work, c.cancelWork = context.WithCancel(context.Background())
+	return c, nil
+}
+
+// Notify wakes the caught-up workers: a commit in this process may have
+// appended events (wire it to the unit of work's Committed). Other hosts'
+// appends are seen within Poll.
+func (c *Consumer) Notify() {
+	c.wakeMu.Lock()
+	close(c.wake)
+	c.wake = make(chan struct{})
+	c.wakeMu.Unlock()
+}
+
+func (c *Consumer) woken() <-chan struct{} {
+	c.wakeMu.Lock()
+	defer c.wakeMu.Unlock()
+	return c.wake
+}
+
+// Start runs the supervisor: every Heartbeat it renews the leases of the
+// running workers, stops those whose subscription is gone or whose lease
+// was lost, and starts a worker for each subscription whose lease it
+// acquires. ctx's values are kept, its cancellation is not.
+func (c *Consumer) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return errors.New("subscription: consumer already started")
+	}
+	select {
+	case <-c.stop.Done():
+		return errors.New("subscription: consumer stopped")
+	default:
+	}
+	c.started = true
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.supervise()
+	}()
+	return nil
+}
+
+// Stop stops the consumer in two phases. Soft: no worker takes a new
+// batch; the batches in hand commit; the leases are released (another
+// host takes over at once). Hard, at ctx's end: reads, guest calls and
+// commits are canceled (nothing half-committed: a canceled commit rolls
+// back and the messages are read again by the next owner), and Stop
+// returns ctx's error within lifecycle.Grace (lifecycle.ErrAbandoned if
+// work still runs then). Stop before Start and a second Stop are no-ops.
+func (c *Consumer) Stop(ctx context.Context) error {
+	first := false
+	c.stopOnce.Do(func() { first = true })
+	if !first {
+		return nil
+	}
+	c.cancelStop()
+	c.mu.Lock()
+	started := c.started
+	c.mu.Unlock()
+	if !started {
+		c.cancelWork()
+		close(c.done)
+		return nil
+	}
+	go func() {
+		c.wg.Wait()
+		c.cancelWork()
+		close(c.done)
+	}()
+	return lifecycle.Wait(ctx, c.done, c.cancelWork)
+}
+
+func (c *Consumer) supervise() {
+	for {
+		c.pass()
+		select {
+		case <-c.stop.Done():
+			c.mu.Lock()
+			ws := c.workers
+			c.mu.Unlock()
+			for _, w := range ws {
+				<-w.done
+			}
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(c.work), c.opts.Heartbeat)
+			for k := range ws {
+				if err := c.opts.Leases.Release(rctx, k.group, k.unit, c.opts.Owner); err != nil {
+					c.log.Warn("subscription: release lease", "group", k.group, "unit", k.unit, "error", err)
+				}
+			}
+			cancel()
+			return
+		case <-time.After(c.opts.Heartbeat):
+		}
+	}
+}
+
+// pass is one supervisor round.
+func (c *Consumer) pass() {
+	ctx := c.work
+	want := map[unitKey]Subscription{}
+	for _, s := range c.opts.Subscriptions() {
+		want[unitKey{s.Group, s.Unit()}] = s
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, w := range c.workers {
+		select {
+		case <-w.done:
+			delete(c.workers, k)
+			continue
+		default:
+		}
+		if s, ok := want[k]; !ok || s != w.sub {
+			w.cancel() // gone, or changed: a new worker starts on a later pass
+			continue
+		}
+		ok, err := c.opts.Leases.Renew(ctx, k.group, k.unit, c.opts.Owner, c.opts.LeaseTTL)
+		if err != nil {
+			c.log.Warn("subscription: renew lease", "group", k.group, "unit", k.unit, "error", err)
+			continue // the fence still guards the effects; try again next pass
+		}
+		if !ok {
+			c.log.Warn("subscription: lease lost", "group", k.group, "unit", k.unit)
+			c.opts.Metrics.lease(k.group, "lost")
+			w.cancel()
+		}
+	}
+	for k, s := range want {
+		if _, running := c.workers[k]; running {
+			continue
+		}
+		ok, err := c.opts.Leases.Acquire(ctx, k.group, k.unit, c.opts.Owner, c.opts.LeaseTTL)
+		if err != nil {
+			c.log.Warn("subscription: acquire lease", "group", k.group, "unit", k.unit, "error", err)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		c.opts.Metrics.lease(k.group, "acquired")
+		w := &worker{c: c, sub: s, done: make(chan struct{}), halted: map[string]bool{}}
+		var soft context.Context
+		soft, w.cancel = context.WithCancel(c.stop)
+		c.workers[k] = w
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			defer close(w.done)
+			defer w.cancel()
+			w.run(soft)
+		}()
+	}
+	c.opts.Metrics.owned.Set(float64(len(c.workers)))
+}

@@ -1,0 +1,174 @@
+package subscription
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+type unitKey struct{ group, unit string }
+
+// MemoryLeases are Leases inside one process (the embedded default, where
+// one host is all there is). Now is the clock; nil means time.Now.
+type MemoryLeases struct {
+	Now func() time.Time
+
+	mu     sync.Mutex
+	leases map[unitKey]memLease
+}
+
+type memLease struct {
+	owner   string
+	expires time.Time
+}
+
+var _ Leases = (*MemoryLeases)(nil)
+
+func (m *MemoryLeases) now() time.Time {
+	if m.Now != nil {
+		return m.Now()
+	}
+	return time.Now()
+}
+
+// Acquire implements Leases.
+func (m *MemoryLeases) Acquire(_ context.Context, group, unit, owner string, ttl time.Duration) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.leases == nil {
+		m.leases = map[unitKey]memLease{}
+	}
+	k, now := unitKey{group, unit}, m.now()
+	if l, ok := m.leases[k]; ok && l.owner != owner && now.Before(l.expires) {
+		return false, nil
+	}
+	m.leases[k] = memLease{owner: owner, expires: now.Add(ttl)}
+	return true, nil
+}
+
+// Renew implements Leases.
+func (m *MemoryLeases) Renew(_ context.Context, group, unit, owner string, ttl time.Duration) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := unitKey{group, unit}
+	if l, ok := m.leases[k]; !ok || l.owner != owner {
+		return false, nil
+	}
+	m.leases[k] = memLease{owner: owner, expires: m.now().Add(ttl)}
+	return true, nil
+}
+
+// Release implements Leases.
+func (m *MemoryLeases) Release(_ context.Context, group, unit, owner string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := unitKey{group, unit}
+	if l, ok := m.leases[k]; ok && l.owner == owner {
+		delete(m.leases, k)
+	}
+	return nil
+}
+
+// Holder implements Leases.
+func (m *MemoryLeases) Holder(_ context.Context, group, unit string) (string, time.Time, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.leases[unitKey{group, unit}]
+	return l.owner, l.expires, ok, nil
+}
+
+// MemoryFailures are Failures in memory. Now is the clock; nil means
+// time.Now.
+type MemoryFailures struct {
+	Now func() time.Time
+
+	mu   sync.Mutex
+	recs map[unitKey]map[int64]Failure
+}
+
+var _ Failures = (*MemoryFailures)(nil)
+
+func (m *MemoryFailures) now() time.Time {
+	if m.Now != nil {
+		return m.Now()
+	}
+	return time.Now()
+}
+
+// Record implements Failures.
+func (m *MemoryFailures) Record(_ context.Context, f Failure) error {
+	if err := validFailure(f); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.recs == nil {
+		m.recs = map[unitKey]map[int64]Failure{}
+	}
+	k := unitKey{f.Group, f.Unit}
+	if m.recs[k] == nil {
+		m.recs[k] = map[int64]Failure{}
+	}
+	now := m.now().UTC()
+	if old, ok := m.recs[k][f.GlobalPosition]; ok {
+		f.FailedAt = old.FailedAt
+	} else {
+		f.FailedAt = now
+	}
+	f.Updated = now
+	m.recs[k][f.GlobalPosition] = f
+	return nil
+}
+
+// List implements Failures.
+func (m *MemoryFailures) List(_ context.Context, group, unit string, open bool) ([]Failure, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Failure
+	for k, recs := range m.recs {
+		if (group != "" && k.group != group) || (unit != "" && k.unit != unit) {
+			continue
+		}
+		for _, f := range recs {
+			if !open || f.Status.Open() {
+				out = append(out, f)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Failure) int {
+		return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Unit, b.Unit), cmp.Compare(a.GlobalPosition, b.GlobalPosition))
+	})
+	return out, nil
+}
+
+// Mark implements Failures.
+func (m *MemoryFailures) Mark(_ context.Context, group, unit string, pos int64, action string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, ok := m.recs[unitKey{group, unit}][pos]
+	if !ok {
+		return notFound(group, unit, pos)
+	}
+	st, err := nextStatus(group, unit, pos, f.Status, action)
+	if err != nil {
+		return err
+	}
+	f.Status, f.Updated = st, m.now().UTC()
+	m.recs[unitKey{group, unit}][pos] = f
+	return nil
+}
+
+// Resolve implements Failures.
+func (m *MemoryFailures) Resolve(_ context.Context, group, unit string, pos int64, status Status, attempts int, msg string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, ok := m.recs[unitKey{group, unit}][pos]
+	if !ok {
+		return notFound(group, unit, pos)
+	}
+	f.Status, f.Attempts, f.Error, f.Updated = status, attempts, msg, m.now().UTC()
+	m.recs[unitKey{group, unit}][pos] = f
+	return nil
+}

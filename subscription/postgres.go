@@ -1,0 +1,166 @@
+package subscription
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// PostgresLeases are Leases in the subscription_leases table (package
+// schema). Expiry is the database's clock: hosts' clocks may disagree, the
+// database's is one.
+type PostgresLeases struct{ pool *pgxpool.Pool }
+
+// NewPostgresLeases returns the leases of the database behind pool.
+func NewPostgresLeases(pool *pgxpool.Pool) *PostgresLeases { return &PostgresLeases{pool: pool} }
+
+var _ Leases = (*PostgresLeases)(nil)
+
+// Acquire implements Leases: one upsert that takes the row only when it is
+// lapsed or owner's.
+func (p *PostgresLeases) Acquire(ctx context.Context, group, unit, owner string, ttl time.Duration) (bool, error) {
+	tag, err := p.pool.Exec(ctx, `INSERT INTO subscription_leases AS l (consumer_group, unit, owner, expires_at)
+		VALUES ($1, $2, $3, clock_timestamp() + $4 * interval '1 millisecond')
+		ON CONFLICT (consumer_group, unit) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+		WHERE l.owner = excluded.owner OR l.expires_at <= clock_timestamp()`, group, unit, owner, ttl.Milliseconds())
+	if err != nil {
+		return false, fmt.Errorf("subscription %s/%s: acquire lease: %w", group, unit, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Renew implements Leases. A lapsed lease nobody took is renewed: its
+// owner has been the only one since.
+func (p *PostgresLeases) Renew(ctx context.Context, group, unit, owner string, ttl time.Duration) (bool, error) {
+	tag, err := p.pool.Exec(ctx, `UPDATE subscription_leases SET expires_at = clock_timestamp() + $4 * interval '1 millisecond'
+		WHERE consumer_group = $1 AND unit = $2 AND owner = $3`, group, unit, owner, ttl.Milliseconds())
+	if err != nil {
+		return false, fmt.Errorf("subscription %s/%s: renew lease: %w", group, unit, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Release implements Leases.
+func (p *PostgresLeases) Release(ctx context.Context, group, unit, owner string) error {
+	if _, err := p.pool.Exec(ctx, `DELETE FROM subscription_leases WHERE consumer_group = $1 AND unit = $2 AND owner = $3`,
+		group, unit, owner); err != nil {
+		return fmt.Errorf("subscription %s/%s: release lease: %w", group, unit, err)
+	}
+	return nil
+}
+
+// Holder implements Leases.
+func (p *PostgresLeases) Holder(ctx context.Context, group, unit string) (string, time.Time, bool, error) {
+	var owner string
+	var exp time.Time
+	err := p.pool.QueryRow(ctx, `SELECT owner, expires_at FROM subscription_leases WHERE consumer_group = $1 AND unit = $2`,
+		group, unit).Scan(&owner, &exp)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", time.Time{}, false, nil
+	}
+	if err != nil {
+		return "", time.Time{}, false, fmt.Errorf("subscription %s/%s: lease holder: %w", group, unit, err)
+	}
+	return owner, exp.UTC(), true, nil
+}
+
+// PostgresFailures are Failures in the subscription_failures table.
+type PostgresFailures struct{ pool *pgxpool.Pool }
+
+// NewPostgresFailures returns the failure records of the database behind
+// pool.
+func NewPostgresFailures(pool *pgxpool.Pool) *PostgresFailures { return &PostgresFailures{pool: pool} }
+
+var _ Failures = (*PostgresFailures)(nil)
+
+// Record implements Failures.
+func (p *PostgresFailures) Record(ctx context.Context, f Failure) error {
+	if err := validFailure(f); err != nil {
+		return err
+	}
+	_, err := p.pool.Exec(ctx, `INSERT INTO subscription_failures
+		(consumer_group, unit, global_position, message_id, stream, type, partition_key, status, attempts, error, failed_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), now())
+		ON CONFLICT (consumer_group, unit, global_position) DO UPDATE SET status = excluded.status,
+			attempts = excluded.attempts, error = excluded.error, partition_key = excluded.partition_key, updated_at = now()`,
+		f.Group, f.Unit, f.GlobalPosition, f.MessageID, f.Stream, f.Type, f.Key, string(f.Status), f.Attempts, f.Error)
+	if err != nil {
+		return fmt.Errorf("subscription %s/%s: record failure at %d: %w", f.Group, f.Unit, f.GlobalPosition, err)
+	}
+	return nil
+}
+
+// List implements Failures.
+func (p *PostgresFailures) List(ctx context.Context, group, unit string, open bool) ([]Failure, error) {
+	rows, err := p.pool.Query(ctx, `SELECT consumer_group, unit, global_position, message_id, stream, type, partition_key,
+			status, attempts, error, failed_at, updated_at
+		FROM subscription_failures
+		WHERE ($1 = '' OR consumer_group = $1) AND ($2 = '' OR unit = $2)
+			AND (NOT $3 OR status IN ('failed', 'held', 'retry'))
+		ORDER BY consumer_group COLLATE "C", unit COLLATE "C", global_position`, group, unit, open)
+	if err != nil {
+		return nil, fmt.Errorf("subscription: list failures: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Failure, error) {
+		var f Failure
+		var st string
+		err := r.Scan(&f.Group, &f.Unit, &f.GlobalPosition, &f.MessageID, &f.Stream, &f.Type, &f.Key, &st, &f.Attempts, &f.Error, &f.FailedAt, &f.Updated)
+		f.Status, f.FailedAt, f.Updated = Status(st), f.FailedAt.UTC(), f.Updated.UTC()
+		return f, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscription: list failures: %w", err)
+	}
+	return out, nil
+}
+
+// Mark implements Failures: the status check and the update under the
+// row's lock.
+func (p *PostgresFailures) Mark(ctx context.Context, group, unit string, pos int64, action string) error {
+	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		var have string
+		err := tx.QueryRow(ctx, `SELECT status FROM subscription_failures
+			WHERE consumer_group = $1 AND unit = $2 AND global_position = $3 FOR UPDATE`, group, unit, pos).Scan(&have)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound(group, unit, pos)
+		}
+		if err != nil {
+			return fmt.Errorf("subscription %s/%s: mark failure at %d: %w", group, unit, pos, err)
+		}
+		st, err := nextStatus(group, unit, pos, Status(have), action)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE subscription_failures SET status = $4, updated_at = now()
+			WHERE consumer_group = $1 AND unit = $2 AND global_position = $3`, group, unit, pos, string(st))
+		return err
+	})
+}
+
+// Resolve implements Failures.
+func (p *PostgresFailures) Resolve(ctx context.Context, group, unit string, pos int64, status Status, attempts int, msg string) error {
+	tag, err := p.pool.Exec(ctx, `UPDATE subscription_failures SET status = $4, attempts = $5, error = $6, updated_at = now()
+		WHERE consumer_group = $1 AND unit = $2 AND global_position = $3`, group, unit, pos, string(status), attempts, msg)
+	if err != nil {
+		return fmt.Errorf("subscription %s/%s: resolve failure at %d: %w", group, unit, pos, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return notFound(group, unit, pos)
+	}
+	return nil
+}
+
+func notFound(group, unit string, pos int64) error {
+	return fmt.Errorf("subscription %s/%s: position %d: %w", group, unit, pos, ErrNotFound)
+}
+
+func validFailure(f Failure) error {
+	if f.Group == "" || f.Unit == "" || f.GlobalPosition < 1 {
+		return fmt.Errorf("subscription: failure record %q/%q at %d: %w", f.Group, f.Unit, f.GlobalPosition, ErrInvalid)
+	}
+	return nil
+}

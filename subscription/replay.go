@@ -1,0 +1,103 @@
+package subscription
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/position"
+)
+
+// RetrySource is the source a rerun of the message at global position pos
+// advances in the unit's positions row: its own, so that the rerun commits
+// its effects once however often it runs (a second commit is ErrApplied),
+// without moving the unit's position, which is past it already.
+func RetrySource(pos int64) string { return "retry:" + strconv.FormatInt(pos, 10) }
+
+// replay reads the unit's open failure records (at most once per Poll),
+// rebuilds the halted keys, and reruns what an operator released: a record
+// set to retry, and the records held behind a key whose head was retried
+// or skipped, in position order, stopping a key at its first failure.
+func (w *worker) replay(soft context.Context) error {
+	c := w.c
+	if now := c.opts.Now(); now.Sub(w.checked) < c.opts.Poll {
+		return nil
+	} else {
+		w.checked = now
+	}
+	open, err := c.opts.Failures.List(c.work, w.sub.Group, w.sub.Unit(), true)
+	if err != nil {
+		return err
+	}
+	c.opts.Metrics.openFails.WithLabelValues(w.sub.Group, w.sub.Unit()).Set(float64(len(open)))
+	halted := map[string]bool{}
+	blocked := map[string]bool{} // keys whose head is failed: nothing of theirs runs
+	for _, f := range open {
+		if soft.Err() != nil {
+			return errLost
+		}
+		if f.Key != "" {
+			halted[f.Key] = true
+			if blocked[f.Key] {
+				continue
+			}
+		}
+		if f.Status == StatusFailed || (f.Status == StatusHeld && f.Key == "") {
+			if f.Key != "" {
+				blocked[f.Key] = true
+			}
+			continue
+		}
+		ok, err := w.rerun(f)
+		if err != nil {
+			return err
+		}
+		if !ok && f.Key != "" {
+			blocked[f.Key] = true
+		}
+	}
+	for k := range halted {
+		if !blocked[k] {
+			delete(halted, k) // every record of the key reran: it flows again
+		}
+	}
+	w.halted = halted
+	return nil
+}
+
+// rerun runs one recorded message again and records the outcome; false
+// means it failed again.
+func (w *worker) rerun(f Failure) (bool, error) {
+	c := w.c
+	var evs []eventstore.Event
+	var err error
+	if w.sub.Category == All {
+		evs, err = c.opts.Events.ReadAll(c.work, f.GlobalPosition, 1)
+	} else {
+		evs, err = c.opts.Events.ReadCategory(c.work, w.sub.Category, f.GlobalPosition, 1)
+	}
+	if err != nil {
+		return false, err
+	}
+	if len(evs) == 0 || evs[0].GlobalPosition != f.GlobalPosition {
+		return false, fmt.Errorf("subscription %s/%s: failure record at %d: event not found", f.Group, f.Unit, f.GlobalPosition)
+	}
+	_, herr := c.opts.Handler.Handle(c.work, w.batch(RetrySource(f.GlobalPosition), evs))
+	switch {
+	case herr == nil || position.Applied(herr):
+		c.opts.Metrics.message(w.sub, "replayed", 1)
+		c.log.Info("subscription: recorded message rerun and committed", "group", f.Group, "unit", f.Unit,
+			"global_position", f.GlobalPosition, "message_id", f.MessageID, "status_was", string(f.Status))
+		return true, c.opts.Failures.Resolve(c.work, f.Group, f.Unit, f.GlobalPosition, StatusResolved, f.Attempts+1, "")
+	case position.Fenced(herr) || c.work.Err() != nil:
+		return false, errLost
+	}
+	if message, _ := c.opts.Classify(herr); !message {
+		return false, herr
+	}
+	c.opts.Metrics.message(w.sub, "retried", 1)
+	c.log.Warn("subscription: recorded message failed again", "group", f.Group, "unit", f.Unit,
+		"global_position", f.GlobalPosition, "message_id", f.MessageID, "error", herr)
+	return false, c.opts.Failures.Resolve(c.work, f.Group, f.Unit, f.GlobalPosition, StatusFailed, f.Attempts+1, herr.Error())
+}

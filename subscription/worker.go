@@ -1,0 +1,359 @@
+package subscription
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/backoff"
+	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/position"
+)
+
+// worker is the owner of one unit while this host holds its lease.
+type worker struct {
+	c      *Consumer
+	sub    Subscription
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	generation int64
+	// pos is the global position committed last (0: none yet).
+	pos int64
+	// gapAt is the first missing position the worker holds at (0: none),
+	// gapSince when it first saw it.
+	gapAt    int64
+	gapSince time.Time
+	// halted are the partition keys with open failure records: their
+	// later messages are held behind them.
+	halted map[string]bool
+	// checked is when the open failure records were last read.
+	checked time.Time
+}
+
+// errLost: the unit has a newer owner (fenced) or the worker was told to
+// stop; it ends without committing more.
+var errLost = errors.New("subscription: unit lost or stopping")
+
+// run claims the unit and handles its events until soft ends or the unit
+// is lost.
+func (w *worker) run(soft context.Context) {
+	c, s := w.c, w.sub
+	log := c.log.With("group", s.Group, "unit", s.Unit())
+	ctx := c.work
+	var row position.Row
+	for pause := 1; ; pause++ {
+		var err error
+		row, err = c.opts.Positions.Claim(ctx, s.Group, s.Unit())
+		if err == nil {
+			break
+		}
+		log.Warn("subscription: claim failed", "error", err)
+		if !w.sleep(soft, w.retryPause(pause)) {
+			return
+		}
+	}
+	w.generation, w.pos = row.Generation, row.Positions[s.Unit()]
+	log.Info("subscription: claimed", "generation", w.generation, "position", w.pos)
+	failures := 0
+	for soft.Err() == nil {
+		if err := w.replay(soft); err != nil {
+			if errors.Is(err, errLost) {
+				break
+			}
+			failures++
+			log.Warn("subscription: failure records", "error", err)
+			if !w.sleep(soft, w.retryPause(failures)) {
+				break
+			}
+			continue
+		}
+		wake := c.woken()
+		evs, err := w.read(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			failures++
+			log.Warn("subscription: read failed", "error", err)
+			if !w.sleep(soft, w.retryPause(failures)) {
+				break
+			}
+			continue
+		}
+		failures = 0
+		evs, holdFor := w.admit(evs)
+		if len(evs) == 0 {
+			w.lag(ctx)
+			wait := c.opts.Poll
+			if holdFor > 0 {
+				wait = min(wait, holdFor)
+			}
+			select {
+			case <-soft.Done():
+			case <-wake:
+			case <-time.After(wait):
+			}
+			continue
+		}
+		if err := w.handle(soft, evs); err != nil {
+			if !errors.Is(err, errLost) {
+				log.Warn("subscription: stopped", "error", err)
+			}
+			break
+		}
+	}
+	log.Info("subscription: released", "generation", w.generation, "position", w.pos)
+}
+
+func (w *worker) read(ctx context.Context) ([]eventstore.Event, error) {
+	if w.sub.Category == All {
+		return w.c.opts.Events.ReadAll(ctx, w.pos+1, w.c.opts.BatchSize)
+	}
+	return w.c.opts.Events.ReadCategory(ctx, w.sub.Category, w.pos+1, w.c.opts.BatchSize)
+}
+
+// admit returns the events that may be handled now, and, when it holds at
+// a gap, how long until the gap's timeout.
+//
+// Only a $all subscription holds: within one category appends commit in
+// global position order (the category's advisory lock is held to commit),
+// so a category read never sees a position whose predecessors in the
+// category are still to commit, and a hole there is a rollback or another
+// category's event. Across categories a later position can commit first:
+// a hole in $all may still fill. The first read of a fresh subscription
+// (no position yet) starts where the store starts: positions below its
+// first event are not a gap.
+func (w *worker) admit(evs []eventstore.Event) ([]eventstore.Event, time.Duration) {
+	if w.sub.Category != All || len(evs) == 0 {
+		return evs, 0
+	}
+	c := w.c
+	next := w.pos + 1
+	for i, ev := range evs {
+		if ev.GlobalPosition == next || (w.pos == 0 && i == 0) {
+			next = ev.GlobalPosition + 1
+			continue
+		}
+		if i > 0 {
+			return evs[:i], 0 // handle up to the gap; hold there next
+		}
+		now := c.opts.Now()
+		if w.gapAt != next {
+			w.gapAt, w.gapSince = next, now
+			c.opts.Metrics.gap(w.sub, "held")
+			c.log.Debug("subscription: holding at a gap", "group", w.sub.Group, "unit", w.sub.Unit(),
+				"missing_from", next, "next_visible", ev.GlobalPosition)
+		}
+		if left := c.opts.GapTimeout - now.Sub(w.gapSince); left > 0 {
+			return nil, left
+		}
+		c.opts.Metrics.gap(w.sub, "abandoned")
+		c.log.Warn("subscription: gap abandoned after the timeout: positions missing below the next event are skipped",
+			"group", w.sub.Group, "unit", w.sub.Unit(), "missing_from", next, "missing_to", ev.GlobalPosition-1,
+			"timeout", c.opts.GapTimeout)
+		w.gapAt = 0
+		next = ev.GlobalPosition + 1
+	}
+	return evs, 0
+}
+
+// handle runs events through the handler in order, parking those of
+// halted keys.
+func (w *worker) handle(soft context.Context, evs []eventstore.Event) error {
+	for len(evs) > 0 {
+		j := 0
+		for j < len(evs) && !w.isHalted(evs[j]) {
+			j++
+		}
+		if j > 0 {
+			n, err := w.runBatch(soft, evs[:j])
+			if err != nil {
+				return err
+			}
+			evs = evs[n:]
+			continue
+		}
+		if err := w.park(evs[0], StatusHeld, 0, "held behind an earlier failure of its key"); err != nil {
+			return err
+		}
+		evs = evs[1:]
+	}
+	return nil
+}
+
+func (w *worker) key(ev eventstore.Event) string {
+	if !w.sub.Partitioned {
+		return ""
+	}
+	return w.c.opts.Key(eventstore.Category(ev.Stream), ev.Data)
+}
+
+func (w *worker) isHalted(ev eventstore.Event) bool {
+	if len(w.halted) == 0 {
+		return false
+	}
+	k := w.key(ev)
+	return k != "" && w.halted[k]
+}
+
+// runBatch handles evs, retrying a failing message with backoff and
+// recording it past its retries. It returns how many events it consumed:
+// all, or up to a recorded failure (its key is halted now, so the caller
+// sorts the rest again).
+func (w *worker) runBatch(soft context.Context, all []eventstore.Event) (int, error) {
+	c := w.c
+	attempts, infra := 0, 0
+	evs := all
+	for len(evs) > 0 {
+		batch := evs
+		if attempts > 0 || infra > 0 {
+			batch = evs[:1] // after a failure, the head alone
+		}
+		done, err := c.opts.Handler.Handle(c.work, w.batch(w.sub.Unit(), batch))
+		if done > 0 {
+			w.advanced(batch[done-1].GlobalPosition)
+			c.opts.Metrics.message(w.sub, "ok", done)
+			evs = evs[done:]
+			attempts, infra = 0, 0
+		}
+		if err == nil {
+			continue
+		}
+		switch {
+		case position.Fenced(err) || c.work.Err() != nil:
+			return 0, errLost
+		case position.Applied(err):
+			if err := w.reload(); err != nil {
+				return 0, err
+			}
+			for len(evs) > 0 && evs[0].GlobalPosition <= w.pos {
+				evs = evs[1:]
+			}
+			continue
+		}
+		head := evs[0]
+		message, retryable := c.opts.Classify(err)
+		if !message {
+			infra++
+			c.log.Warn("subscription: commit failed; retrying", "group", w.sub.Group, "unit", w.sub.Unit(),
+				"global_position", head.GlobalPosition, "attempt", infra, "error", err)
+			if !w.sleep(soft, w.retryPause(infra)) {
+				return 0, errLost
+			}
+			continue
+		}
+		attempts++
+		c.opts.Metrics.message(w.sub, "retried", 1)
+		if retryable && attempts <= c.opts.MaxRetries {
+			c.log.Warn("subscription: message failed; retrying", "group", w.sub.Group, "unit", w.sub.Unit(),
+				"global_position", head.GlobalPosition, "message_id", head.ID, "attempt", attempts,
+				"max_retries", c.opts.MaxRetries, "error", err)
+			if !w.sleep(soft, backoff.Delay(attempts, c.opts.RetryDelay, 2, 0, 0, nil)) {
+				return 0, errLost
+			}
+			continue
+		}
+		if err := w.park(head, StatusFailed, attempts, err.Error()); err != nil {
+			return 0, err
+		}
+		return len(all) - len(evs) + 1, nil
+	}
+	return len(all), nil
+}
+
+// park records ev as failed (or held behind its key) and moves the
+// position past it: the record is written first, so a crash in between
+// handles the message again rather than lose it.
+func (w *worker) park(ev eventstore.Event, st Status, attempts int, msg string) error {
+	c := w.c
+	key := w.key(ev)
+	f := Failure{Group: w.sub.Group, Unit: w.sub.Unit(), GlobalPosition: ev.GlobalPosition, MessageID: ev.ID,
+		Stream: ev.Stream, Type: ev.Type, Key: key, Status: st, Attempts: attempts, Error: msg}
+	if err := c.opts.Failures.Record(c.work, f); err != nil {
+		return err
+	}
+	if st == StatusFailed {
+		c.log.Error("subscription: message failed past its retries; recorded for an operator and skipped",
+			"group", w.sub.Group, "unit", w.sub.Unit(), "global_position", ev.GlobalPosition, "message_id", ev.ID,
+			"type", ev.Type, "key", key, "attempts", attempts, "error", msg)
+		c.opts.Metrics.message(w.sub, "failed", 1)
+	} else {
+		c.opts.Metrics.message(w.sub, "held", 1)
+	}
+	if key != "" {
+		w.halted[key] = true
+	}
+	err := c.opts.Skip(c.work, position.Fence{Group: w.sub.Group, Unit: w.sub.Unit(), Generation: w.generation,
+		Advance: map[string]int64{w.sub.Unit(): ev.GlobalPosition}})
+	switch {
+	case err == nil:
+		w.advanced(ev.GlobalPosition)
+	case position.Fenced(err):
+		return errLost
+	case position.Applied(err):
+		return w.reload()
+	default:
+		return err
+	}
+	return nil
+}
+
+func (w *worker) advanced(pos int64) {
+	w.pos = pos
+	w.c.opts.Metrics.position.WithLabelValues(w.sub.Group, w.sub.Unit()).Set(float64(pos))
+}
+
+// reload adopts the row's position after an operator moved it.
+func (w *worker) reload() error {
+	row, ok, err := w.c.opts.Positions.Get(w.c.work, w.sub.Group, w.sub.Unit())
+	if err != nil {
+		return err
+	}
+	if !ok || row.Generation != w.generation {
+		return errLost
+	}
+	w.pos = max(w.pos, row.Positions[w.sub.Unit()])
+	return nil
+}
+
+func (w *worker) batch(source string, evs []eventstore.Event) partition.Batch {
+	msgs := make([]broker.Message, len(evs))
+	for i, ev := range evs {
+		msgs[i] = broker.Message{ID: ev.ID, Stream: w.sub.Category, Type: ev.Type, Data: ev.Data, Metadata: ev.Metadata,
+			EventStream: ev.Stream, Category: eventstore.Category(ev.Stream), Position: ev.Position,
+			GlobalPosition: ev.GlobalPosition, Time: ev.Time, PartitionKey: w.key(ev)}
+	}
+	return partition.Batch{Group: w.sub.Group, Unit: w.sub.Unit(), Source: source, Generation: w.generation, Messages: msgs}
+}
+
+func (w *worker) lag(ctx context.Context) {
+	if w.c.opts.Head == nil {
+		return
+	}
+	head, err := w.c.opts.Head(ctx, w.sub.Category)
+	if err != nil {
+		return
+	}
+	w.c.opts.Metrics.lag.WithLabelValues(w.sub.Group, w.sub.Unit()).Set(float64(max(head-w.pos, 0)))
+}
+
+// sleep waits d unless soft ends first; it reports whether to go on.
+func (w *worker) sleep(soft context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-soft.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// retryPause is the pause after the n-th consecutive infrastructure
+// failure: from 50 ms, doubling, at most 5 s.
+func (w *worker) retryPause(n int) time.Duration {
+	return backoff.Delay(n, 50*time.Millisecond, 2, 5*time.Second, 0.2, nil)
+}
