@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proteanhq/protean-host/internal/jsonnul"
+
 	"github.com/proteanhq/protean-host/internal/txdone"
 )
 
@@ -161,6 +163,9 @@ func prepare(events []NewEvent) ([]NewEvent, error) {
 		}
 		if e.Metadata != nil && !json.Valid(e.Metadata) {
 			return nil, fmt.Errorf("event %d: stream %s: %w: metadata is not JSON", i, e.Stream, ErrInvalid)
+		}
+		if jsonnul.Has(e.Data) || jsonnul.Has(e.Metadata) {
+			return nil, fmt.Errorf("event %d: stream %s: type %s: %w: a JSON string holds \\u0000, which PostgreSQL's jsonb cannot store", i, e.Stream, e.Type, ErrInvalid)
 		}
 		if e.ID == "" {
 			e.ID = NewID()

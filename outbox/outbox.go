@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/proteanhq/protean-host/internal/jsonnul"
+
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/txdone"
 	"github.com/proteanhq/protean-host/partition"
@@ -213,6 +215,8 @@ func prepare(rows []Row, now time.Time) ([]Row, error) {
 			return nil, fmt.Errorf("%s: %w: data is not JSON", what, ErrInvalid)
 		case r.Metadata != nil && !json.Valid(r.Metadata):
 			return nil, fmt.Errorf("%s: %w: metadata is not JSON", what, ErrInvalid)
+		case jsonnul.Has(r.Data) || jsonnul.Has(r.Metadata):
+			return nil, fmt.Errorf("%s: %w: a JSON string holds \\u0000, which PostgreSQL's jsonb cannot store", what, ErrInvalid)
 		}
 		if r.Category == "" {
 			r.Category = eventstore.Category(r.Stream)

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/proteanhq/protean-host/internal/jsonnul"
+
 	"github.com/proteanhq/protean-host/internal/txdone"
 )
 
@@ -111,6 +113,9 @@ func prepare(writes []Write) ([]Write, error) {
 		if w.Data != nil {
 			if !json.Valid(w.Data) {
 				return nil, fmt.Errorf("write %d: record %s: %w: data is not JSON", i, w.Key, ErrInvalid)
+			}
+			if jsonnul.Has(w.Data) {
+				return nil, fmt.Errorf("write %d: record %s: %w: a JSON string holds \\u0000, which PostgreSQL's jsonb cannot store", i, w.Key, ErrInvalid)
 			}
 			if bytes.Equal(bytes.TrimSpace(w.Data), []byte("null")) {
 				w.Data = nil

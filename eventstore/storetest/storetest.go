@@ -397,6 +397,10 @@ func testInvalidInput(t *testing.T, h Harness) {
 		"metadata not JSON":     func(e *eventstore.NewEvent) { e.Metadata = json.RawMessage(`nope`) },
 		"id not a UUID":         func(e *eventstore.NewEvent) { e.ID = "order-1-0" },
 		"expected version < -2": func(e *eventstore.NewEvent) { e.ExpectedVersion = -3 },
+		// jsonb cannot store U+0000: both stores refuse it before the
+		// database, the same way.
+		"data holds NUL":     func(e *eventstore.NewEvent) { e.Data = json.RawMessage(`{"s":"a\u0000b"}`) },
+		"metadata holds NUL": func(e *eventstore.NewEvent) { e.Metadata = json.RawMessage(`{"\u0000":1}`) },
 	}
 	for name, mutate := range bad {
 		e := good
@@ -406,7 +410,17 @@ func testInvalidInput(t *testing.T, h Harness) {
 	}
 	require.Empty(t, readAll(t, h.Store), "no invalid batch lands")
 
-	_, err := h.Store.ReadStream(ctx, "order", 0, 0)
+	nul := good
+	nul.Type, nul.Data = "Noted", json.RawMessage(`{"s":"\u0000"}`)
+	_, err := h.Store.Append(ctx, []eventstore.NewEvent{nul})
+	require.ErrorIs(t, err, eventstore.ErrInvalid)
+	require.ErrorContains(t, err, "stream order-1: type Noted", "the error names the event")
+	// An escaped backslash before u0000 is text, not a NUL.
+	text := good
+	text.Data = json.RawMessage(`{"s":"\\u0000"}`)
+	appendOK(t, h.Store, text)
+
+	_, err = h.Store.ReadStream(ctx, "order", 0, 0)
 	require.ErrorIs(t, err, eventstore.ErrInvalid, "a category is not a stream")
 	_, err = h.Store.StreamVersion(ctx, "order")
 	require.ErrorIs(t, err, eventstore.ErrInvalid, "a category is not a stream")

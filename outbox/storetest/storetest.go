@@ -715,6 +715,8 @@ func testInvalidInput(t *testing.T, h Harness, c *clock) {
 		"negative max":        func(r *outbox.Row) { r.MaxRetries = -1 },
 		"data not JSON":       func(r *outbox.Row) { r.Data = json.RawMessage(`{`) },
 		"metadata not JSON":   func(r *outbox.Row) { r.Metadata = json.RawMessage(`x`) },
+		"data holds NUL":      func(r *outbox.Row) { r.Data = json.RawMessage(`{"s":"\u0000"}`) },
+		"metadata holds NUL":  func(r *outbox.Row) { r.Metadata = json.RawMessage(`{"s":"\u0000"}`) },
 		"key too long":        func(r *outbox.Row) { r.PartitionKey = ptr(strings.Repeat("é", outbox.MaxPartitionKeyLength+1)) },
 		"broker too long":     func(r *outbox.Row) { r.TargetBroker = strings.Repeat("b", outbox.MaxBrokerLength+1) },
 	} {

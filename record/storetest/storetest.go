@@ -230,6 +230,9 @@ func testInvalidInput(t *testing.T, h Harness) {
 		"empty id":         write(record.Key{Kind: record.KindAggregate, Type: "order"}, 0, doc(1)),
 		"negative version": write(agg("1"), -1, doc(1)),
 		"data not JSON":    write(agg("1"), 0, json.RawMessage(`{"n":`)),
+		// jsonb cannot store U+0000: both stores refuse it before the
+		// database, the same way.
+		"data holds NUL": write(agg("1"), 0, json.RawMessage(`{"s":"\u0000"}`)),
 	} {
 		require.ErrorIs(t, h.Store.Commit(ctx, []record.Write{w}), record.ErrInvalid, name)
 	}
