@@ -14,6 +14,7 @@ import (
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/subscription"
 )
 
 // Environment variables that override connection strings, so secrets need
@@ -111,7 +112,56 @@ type Server struct {
 	Partitioning       Partitioning       `toml:"partitioning"`
 	PriorityLanes      PriorityLanes      `toml:"priority_lanes"`
 	StreamSubscription StreamSubscription `toml:"stream_subscription"`
+	// DefaultSubscriptionType is how events reach handlers: "stream" (the
+	// outbox relays to the broker, whose consumers deliver) or
+	// "event_store" (package subscription reads the event store with
+	// positions committed in the effect transaction). "" picks: event_store
+	// when the stores are PostgreSQL and the broker is inline (crash-safe
+	// without Redis), stream otherwise. See [Config.SubscriptionType].
+	DefaultSubscriptionType string `toml:"default_subscription_type"`
+	// EventStoreSubscription is [server.event_store_subscription].
+	EventStoreSubscription EventStoreSubscription `toml:"event_store_subscription"`
 }
+
+// Subscription types of [server] default_subscription_type.
+const (
+	SubscriptionStream     = "stream"
+	SubscriptionEventStore = "event_store"
+)
+
+// SubscriptionType resolves [server] default_subscription_type: as set,
+// or, when unset, event_store for PostgreSQL stores with the inline
+// broker (the inline broker keeps nothing across a crash; the event store
+// and the positions do) and stream otherwise (the embedded default keeps
+// everything in memory anyway, and Redis is durable and partitions keys
+// across hosts).
+func (c Config) SubscriptionType() string {
+	if t := c.Server.DefaultSubscriptionType; t != "" {
+		return t
+	}
+	if c.EventStore.Provider == ProviderMessageDB && c.OutboxBroker().Provider == ProviderInline {
+		return SubscriptionEventStore
+	}
+	return SubscriptionStream
+}
+
+// EventStoreSubscription is [server.event_store_subscription]: how the
+// event-store subscriptions read. Their leases take lease_ttl_ms and
+// heartbeat_interval_seconds from [server.partitioning], their retries
+// max_retries and retry_delay_seconds from [server.stream_subscription].
+type EventStoreSubscription struct {
+	BatchSize      int `toml:"batch_size"`       // events read and handled at once
+	PollIntervalMS int `toml:"poll_interval_ms"` // a caught-up reader's wait for other hosts' appends
+	// GapTimeoutMS is how long a $all subscription holds at a gap in
+	// global positions before it abandons it (Protean: 5 s).
+	GapTimeoutMS int `toml:"gap_timeout_ms"`
+}
+
+// PollInterval is poll_interval_ms as a duration.
+func (e EventStoreSubscription) PollInterval() time.Duration { return ms(e.PollIntervalMS) }
+
+// GapTimeout is gap_timeout_ms as a duration.
+func (e EventStoreSubscription) GapTimeout() time.Duration { return ms(e.GapTimeoutMS) }
 
 // Partitioning is [server.partitioning]: the lease protocol's timing.
 type Partitioning struct {
@@ -263,6 +313,11 @@ func Default() Config {
 			StreamSubscription: StreamSubscription{
 				MaxRetries:        sub.MaxRetries,
 				RetryDelaySeconds: sub.RetryDelay.Seconds(),
+			},
+			EventStoreSubscription: EventStoreSubscription{
+				BatchSize:      subscription.DefaultBatchSize,
+				PollIntervalMS: toMS(subscription.DefaultPoll),
+				GapTimeoutMS:   toMS(subscription.DefaultGapTimeout),
 			},
 		},
 		Plugins: Plugins{

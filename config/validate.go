@@ -87,6 +87,16 @@ func (c Config) Validate() error {
 	ss := c.Server.StreamSubscription
 	v.positive("server.stream_subscription.max_retries", ss.MaxRetries)
 	v.seconds("server.stream_subscription.retry_delay_seconds", ss.RetryDelaySeconds, true)
+	switch c.Server.DefaultSubscriptionType {
+	case "", SubscriptionStream, SubscriptionEventStore:
+	default:
+		v.add("server.default_subscription_type", "%q: want %q or %q (or unset: %s with PostgreSQL and the inline broker, %s otherwise)",
+			c.Server.DefaultSubscriptionType, SubscriptionStream, SubscriptionEventStore, SubscriptionEventStore, SubscriptionStream)
+	}
+	es := c.Server.EventStoreSubscription
+	v.positive("server.event_store_subscription.batch_size", es.BatchSize)
+	v.ms("server.event_store_subscription.poll_interval_ms", es.PollIntervalMS, false)
+	v.ms("server.event_store_subscription.gap_timeout_ms", es.GapTimeoutMS, false)
 
 	if c.Plugins.Dir == "" {
 		v.add("plugins.dir", "must not be empty")

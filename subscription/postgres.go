@@ -164,3 +164,20 @@ func validFailure(f Failure) error {
 	}
 	return nil
 }
+
+// PostgresHead returns the head global position of a category (All: of
+// the store) in the event store behind pool, for Options.Head: the last
+// position, through MessageDB's category index.
+func PostgresHead(pool *pgxpool.Pool) func(ctx context.Context, category string) (int64, error) {
+	return func(ctx context.Context, category string) (int64, error) {
+		var head int64
+		var err error
+		if category == All {
+			err = pool.QueryRow(ctx, `SELECT coalesce(max(global_position), 0) FROM message_store.messages`).Scan(&head)
+		} else {
+			err = pool.QueryRow(ctx, `SELECT coalesce(max(global_position), 0) FROM message_store.messages
+				WHERE message_store.category(stream_name) = $1`, category).Scan(&head)
+		}
+		return head, err
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/proteanhq/protean-host/httpapi"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/subscription"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
 
@@ -134,6 +135,9 @@ type hostProcess struct {
 	relay    *outbox.Relay
 	// partitions is the partitioned consumer; nil without a Redis broker.
 	partitions *partition.Consumer
+	// subs runs the event-store subscriptions; nil unless the delivery is
+	// event_store (config.Config.SubscriptionType).
+	subs *subscription.Consumer
 	reloader   *host.Reloader
 	closers    []func() error
 	log        *slog.Logger
@@ -199,8 +203,16 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	fromStore := cfg.SubscriptionType() == config.SubscriptionEventStore
+	pub := br.pub
+	if fromStore && br.redis == nil {
+		// Nothing reads the inline broker when the handlers read the event
+		// store: the relay marks the rows published without keeping them.
+		pub = discardPublisher{br.pub}
+	}
+	e.log.Info("delivery", "subscription_type", cfg.SubscriptionType(), "broker", cfg.OutboxBroker().Provider)
 	h.relay = outbox.NewRelay(st.outbox, outbox.RelayOptions{
-		Broker: cfg.Outbox.Broker, Owner: owner, Publisher: br.pub,
+		Broker: cfg.Outbox.Broker, Owner: owner, Publisher: pub,
 		BatchSize: cfg.Outbox.MessagesPerTick, Tick: cfg.Outbox.TickInterval(), LockFor: cfg.Outbox.LockTimeout(),
 		BaseDelay: cfg.Outbox.BaseRetryDelay(), MaxDelay: cfg.Outbox.MaxRetryDelay(), Jitter: cfg.Outbox.BackoffJitter,
 		BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix, LanesEnabled: cfg.Server.PriorityLanes.Enabled,
@@ -212,12 +224,22 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	uow := unitofwork.New(st.backend, unitofwork.Options{
 		Keys:           keysFunc(func(c string) (string, bool) { return eng.PartitionField(c) }),
 		BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix,
-		Broker:         cfg.Outbox.Broker, MaxRetries: cfg.Outbox.MaxRetries, Committed: h.relay.Notify,
+		Broker:         cfg.Outbox.Broker, MaxRetries: cfg.Outbox.MaxRetries, Committed: func() {
+			h.relay.Notify()
+			if h.subs != nil {
+				h.subs.Notify()
+			}
+		},
 	})
 	eng = engine.New(set, engine.Options{Events: st.events, Records: st.records, UnitOfWork: uow, Logger: e.log,
-		Metrics: engine.NewMetrics(reg), Partitioned: br.redis != nil})
+		Metrics: engine.NewMetrics(reg), Partitioned: br.redis != nil && !fromStore, EventStore: fromStore})
 	h.eng = eng
-	if br.redis != nil {
+	if fromStore {
+		if h.subs, err = newSubscriptions(cfg, st, eng, uow, owner, reg, e.log); err != nil {
+			return nil, err
+		}
+	}
+	if br.redis != nil && !fromStore {
 		p := cfg.Server.Partitioning
 		lanes := cfg.Server.PriorityLanes
 		h.partitions, err = partition.NewConsumer(partition.ConsumerOptions{
@@ -254,6 +276,11 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	}
 	if h.partitions != nil {
 		if err := h.partitions.Start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if h.subs != nil {
+		if err := h.subs.Start(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -307,6 +334,11 @@ func (h *hostProcess) shutdown() error {
 	if h.partitions != nil {
 		if err := h.partitions.Stop(sctx); err != nil {
 			errs = append(errs, fmt.Errorf("partition workers: %w", err))
+		}
+	}
+	if h.subs != nil {
+		if err := h.subs.Stop(sctx); err != nil {
+			errs = append(errs, fmt.Errorf("event-store subscriptions: %w", err))
 		}
 	}
 	if h.eng != nil {

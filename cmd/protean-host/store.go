@@ -16,6 +16,7 @@ import (
 	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/record"
 	"github.com/proteanhq/protean-host/schema"
+	"github.com/proteanhq/protean-host/subscription"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
 
@@ -34,7 +35,12 @@ type stores struct {
 		List(ctx context.Context, group string) ([]position.Row, error)
 	}
 	backend unitofwork.Backend
-	close   func()
+	// leases and failures are the event-store subscriptions' (package
+	// subscription); head is the lag metric's head position (nil: none).
+	leases   subscription.Leases
+	failures subscription.Failures
+	head     func(ctx context.Context, category string) (int64, error)
+	close    func()
 }
 
 // errMemoryOnly is returned by commands that need a database when the
@@ -104,7 +110,8 @@ func idleInTxTimeout(cfg config.Config) time.Duration {
 func openStores(ctx context.Context, cfg config.Config) (*stores, error) {
 	if _, err := postgresURI(cfg); errors.Is(err, errMemoryOnly) {
 		mem := unitofwork.NewMemory()
-		return &stores{events: mem.Events, records: mem.Records, outbox: mem.Outbox, positions: mem.Positions, backend: mem, close: func() {}}, nil
+		return &stores{events: mem.Events, records: mem.Records, outbox: mem.Outbox, positions: mem.Positions, backend: mem,
+			leases: &subscription.MemoryLeases{}, failures: &subscription.MemoryFailures{}, close: func() {}}, nil
 	}
 	pool, err := openPool(ctx, cfg)
 	if err != nil {
@@ -115,5 +122,7 @@ func openStores(ctx context.Context, cfg config.Config) (*stores, error) {
 		return nil, err
 	}
 	pg := unitofwork.NewPostgres(pool)
-	return &stores{events: pg.Events, records: pg.Records, outbox: pg.Outbox, positions: pg.Positions, backend: pg, close: pool.Close}, nil
+	return &stores{events: pg.Events, records: pg.Records, outbox: pg.Outbox, positions: pg.Positions, backend: pg,
+		leases: subscription.NewPostgresLeases(pool), failures: subscription.NewPostgresFailures(pool),
+		head: subscription.PostgresHead(pool), close: pool.Close}, nil
 }

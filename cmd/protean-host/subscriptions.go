@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/config"
+	"github.com/proteanhq/protean-host/engine"
+	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/position"
+	"github.com/proteanhq/protean-host/subscription"
+	"github.com/proteanhq/protean-host/unitofwork"
+)
+
+// newSubscriptions builds the event-store subscriptions' consumer: the
+// engine's batch handler, the positions fence, the leases and failure
+// records of the stores, the partition keys of the running set.
+func newSubscriptions(cfg config.Config, st *stores, eng *engine.Engine, uow *unitofwork.UnitOfWork, owner string,
+	reg prometheus.Registerer, log *slog.Logger) (*subscription.Consumer, error) {
+	p, es, ss := cfg.Server.Partitioning, cfg.Server.EventStoreSubscription, cfg.Server.StreamSubscription
+	suffix := cfg.Server.PriorityLanes.BackfillSuffix
+	return subscription.NewConsumer(subscription.Options{
+		Events: st.events, Positions: st.positions, Leases: st.leases, Failures: st.failures,
+		Handler: eng.Partitions(),
+		Skip: func(ctx context.Context, f position.Fence) error {
+			_, err := uow.CommitFenced(ctx, f)
+			return err
+		},
+		Subscriptions: eng.EventStoreSubscriptions,
+		Key: func(category string, data json.RawMessage) string {
+			field, ok := eng.PartitionField(category)
+			if !ok {
+				return ""
+			}
+			var v map[string]any
+			dec := json.NewDecoder(bytes.NewReader(data))
+			dec.UseNumber()
+			if dec.Decode(&v) != nil {
+				return ""
+			}
+			key, err := partition.Validate(v[field], suffix)
+			if err != nil {
+				return ""
+			}
+			return key
+		},
+		Head: st.head, Classify: engine.Classify, Owner: owner,
+		LeaseTTL: p.LeaseTTL(), Heartbeat: p.HeartbeatInterval(),
+		Poll: es.PollInterval(), BatchSize: es.BatchSize, GapTimeout: es.GapTimeout(),
+		MaxRetries: ss.MaxRetries, RetryDelay: ss.RetryDelay(),
+		Metrics: subscription.NewMetrics(reg), Logger: log,
+	})
+}
+
+// discardPublisher is the relay's target when the handlers read the event
+// store and the broker is inline: no one would read what it kept. It
+// reports the inline broker's capabilities.
+type discardPublisher struct{ broker.Publisher }
+
+// Publish keeps nothing.
+func (discardPublisher) Publish(context.Context, ...broker.Message) error { return nil }
