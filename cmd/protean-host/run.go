@@ -137,10 +137,10 @@ type hostProcess struct {
 	partitions *partition.Consumer
 	// subs runs the event-store subscriptions; nil unless the delivery is
 	// event_store (config.Config.SubscriptionType).
-	subs *subscription.Consumer
-	reloader   *host.Reloader
-	closers    []func() error
-	log        *slog.Logger
+	subs     *subscription.Consumer
+	reloader *host.Reloader
+	closers  []func() error
+	log      *slog.Logger
 	// shutdownTimeout is the drain's bound (defaultShutdownTimeout).
 	shutdownTimeout time.Duration
 	// guestsRunning is set when the engine's stop left a guest call
