@@ -36,6 +36,9 @@ type Options struct {
 	// [Engine.Partitions] and [Engine.EventStoreSubscriptions]), so Start's
 	// broker consumers deliver nothing: one delivery path per handler.
 	EventStore bool
+	// Handled, if set, sees every message a handler handled or failed
+	// (see [Handled]); `protean-host plugin test` prints them.
+	Handled func(Handled)
 }
 
 // Engine runs handler modules: it dispatches commands to command handlers
@@ -310,7 +313,9 @@ func (e *Engine) call(ctx context.Context, l *loaded, route host.Route, envs []a
 		if errors.As(err, &ce) && errors.Is(err, host.ErrCanceled) {
 			kind = abi.ErrorTransient
 		}
-		return nil, &HandlerError{File: route.Module.File, Handler: route.Handler.Name, Type: envs[0].Type, Kind: kind, Err: err}
+		herr := &HandlerError{File: route.Module.File, Handler: route.Handler.Name, Type: envs[0].Type, Kind: kind, Err: err}
+		e.handled(route, envs[:1], []result{{err: herr}})
+		return nil, herr
 	}
 	out := checkResults(route, envs, results, sc, sess.refused)
 	if sess.tooLong != nil {
@@ -321,6 +326,7 @@ func (e *Engine) call(ctx context.Context, l *loaded, route host.Route, envs []a
 			}
 		}
 	}
+	e.handled(route, envs, out)
 	return out, nil
 }
 

@@ -4,6 +4,8 @@
 //	protean-host validate [--config FILE] [--plugins DIR]
 //	protean-host migrate  [--config FILE]
 //	protean-host outbox status | outbox retry ID [--config FILE]
+//	protean-host plugin new NAME --kind KIND --category C [--dir DIR]
+//	protean-host plugin test MODULE.wasm... --messages FILE.jsonl [--json]
 //
 // Every subcommand takes --config (default configs/domain.toml) and
 // --plugins (overrides [plugins] dir). Exit status 0 is success; failures
@@ -50,6 +52,7 @@ func commands() []command {
 		{"validate", "load and validate the plugins against the config, print what they declare", cmdValidate},
 		{"migrate", "create or upgrade the PostgreSQL schema (idempotent)", cmdMigrate},
 		{"outbox", "status: rows by status, oldest pending, abandoned rows; retry ID: requeue a failed or abandoned row", cmdOutbox},
+		{"plugin", "new NAME --kind K --category C: scaffold a handler module; test MODULE.wasm --messages FILE.jsonl: run it on in-memory stores", cmdPlugin},
 		{"partitions", "list | inspect CATEGORY KEY | skip | dlq | resume CATEGORY KEY: see and unblock halted partitions (Redis)", cmdPartitions},
 	}
 }
@@ -124,7 +127,13 @@ func (e *env) parse(fs *flag.FlagSet, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	cfg, err := config.Load(e.configPath)
+	return e.configure(e.configPath)
+}
+
+// configure loads the config at path ("" for the defaults), applies
+// --plugins, and sets up the log.
+func (e *env) configure(path string) error {
+	cfg, err := config.Load(path)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/internal/testwait"
+	"github.com/proteanhq/protean-host/internal/wasmbuild"
+)
+
+// The author's loop of README "Writing a handler", as a new author runs it
+// outside this repository: plugin new (every kind), the scaffold's own
+// native tests and build (its Makefile), plugin test on its sample
+// messages, then a host started with run --watch that picks up a module
+// dropped into its directory and serves the projection.
+func TestAuthorLoop(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Fatalf("the scaffold builds with make: %v", err)
+	}
+	work := t.TempDir()
+	cfg := configFile(t, "inline")
+	wasm := map[string]string{}
+	for _, m := range []struct{ name, kind string }{
+		{"tally", "command_handler"}, {"tally_totals", "projector"},
+		{"tally_watch", "event_handler"}, {"tally_flow", "process_manager"},
+	} {
+		dir := filepath.Join(work, m.name)
+		code, out, errs := cli(t, "plugin", "new", m.name, "--kind", m.kind, "--category", "tally",
+			"--dir", dir, "--host-src", wasmbuild.Root())
+		require.Equal(t, 0, code, "plugin new %s: %s", m.name, errs)
+		require.Contains(t, out, "wrote "+m.kind+" module "+m.name)
+		gomod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		require.NoError(t, err)
+		require.Contains(t, string(gomod), "replace github.com/proteanhq/protean-host => "+wasmbuild.Root())
+
+		// The scaffold's Makefile: its native pdktest tests, then the build.
+		mk := exec.Command("make", "test", "build")
+		mk.Dir = dir
+		mk.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off")
+		b, err := mk.CombinedOutput()
+		require.NoError(t, err, "make test build in the %s scaffold:\n%s", m.kind, b)
+		wasm[m.name] = filepath.Join(dir, "build", m.name+".wasm")
+
+		code, out, errs = cli(t, "plugin", "test", wasm[m.name], "--config", cfg,
+			"--messages", filepath.Join(dir, "testdata", "messages.jsonl"))
+		require.Equal(t, 0, code, "plugin test %s:\n%s\n%s", m.name, out, errs)
+		require.Regexp(t, `\d+ messages: \d+ passed, 0 failed`, out)
+	}
+	// A scaffold refuses to overwrite.
+	code, _, errs := cli(t, "plugin", "new", "tally", "--kind", "projector", "--category", "tally",
+		"--dir", filepath.Join(work, "tally"), "--host-src", wasmbuild.Root())
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, "not empty")
+
+	// The four fit together: a command's event reaches the three others.
+	var all []string
+	for _, p := range wasm {
+		all = append(all, p)
+	}
+	code, out, errs := cli(t, append([]string{"plugin", "test", "--config", cfg, "--messages", messagesFile(t,
+		`{"type":"RecordTally","data":{"id":"a-1","amount":1500}}`)}, all...)...)
+	require.Equal(t, 0, code, "%s\n%s", out, errs)
+	for _, h := range []string{"tally_totals [tally_totals.wasm]", "tally_watch [tally_watch.wasm]", "tally_flow [tally_flow.wasm]", "event   tally-a-1 TallyFlagged"} {
+		require.Contains(t, out, h)
+	}
+
+	// run --watch: the command handler first, then the projector dropped in
+	// (written under another name and renamed, as README says).
+	plugins := t.TempDir()
+	wasmbuild.Copy(t, wasm["tally"], plugins, "tally.wasm")
+	h := runCLI(t, "run", "--config", cfg, "--plugins", plugins, "--listen", "127.0.0.1:0", "--watch")
+	require.Equal(t, 200, h.post(t, "/v1/commands/RecordTally", `{"id":"a-1","amount":5}`), "the command handler serves")
+	wasmbuild.Copy(t, wasm["tally_totals"], plugins, "tally_totals.tmp")
+	require.NoError(t, os.Rename(filepath.Join(plugins, "tally_totals.tmp"), filepath.Join(plugins, "tally_totals.wasm")))
+	testwait.For(t, "the projector reloaded in and projecting", func() (bool, string) {
+		code, body := h.get(t, "/v1/projections/tally_totals/a-1")
+		return code == 200 && strings.Contains(body, `"count":1`), fmt.Sprintf("%d %s; log:\n%s", code, body, h.stderr.tail(10))
+	})
+	require.Equal(t, 200, h.post(t, "/v1/commands/RecordTally", `{"id":"a-1","amount":2}`))
+	testwait.For(t, "the second record projected", func() (bool, string) {
+		code, body := h.get(t, "/v1/projections/tally_totals/a-1")
+		return code == 200 && strings.Contains(body, `"total":7`), fmt.Sprintf("%d %s", code, body)
+	})
+	require.Equal(t, 0, h.stop(t), "run exits 0 on SIGINT; log:\n%s", h.stderr.tail(10))
+}
+
+// cliHost is `protean-host run` running in the test process.
+type cliHost struct {
+	addr   string
+	stderr *logBuffer
+	cancel context.CancelFunc
+	code   chan int
+}
+
+var listening = regexp.MustCompile(`msg=listening addr=(\S+)`)
+
+// runCLI runs the command line in the background until stop, and waits
+// for its HTTP listener.
+func runCLI(t *testing.T, args ...string) *cliHost {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &cliHost{stderr: &logBuffer{}, cancel: cancel, code: make(chan int, 1)}
+	go func() { h.code <- run(ctx, args, io.Discard, h.stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		<-h.code
+	})
+	testwait.For(t, "the host listening", func() (bool, string) {
+		m := listening.FindStringSubmatch(h.stderr.String())
+		if m == nil {
+			select {
+			case c := <-h.code:
+				h.code <- c
+				t.Fatalf("run exited %d before listening:\n%s", c, h.stderr.String())
+			default:
+			}
+			return false, h.stderr.tail(5)
+		}
+		h.addr = m[1]
+		return true, ""
+	})
+	return h
+}
+
+func (h *cliHost) stop(t *testing.T) int {
+	t.Helper()
+	h.cancel()
+	c := testwait.Recv(t, "run to return", h.code)
+	h.code <- c // for the cleanup
+	return c
+}
+
+func (h *cliHost) post(t *testing.T, path, body string) int {
+	t.Helper()
+	resp, err := http.Post("http://"+h.addr+path, "application/json", bytes.NewBufferString(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Logf("POST %s: %d %s", path, resp.StatusCode, b)
+	}
+	return resp.StatusCode
+}
+
+func (h *cliHost) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + h.addr + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	var v any
+	if json.Unmarshal(b, &v) == nil {
+		b, _ = json.Marshal(v)
+	}
+	return resp.StatusCode, string(b)
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// cmdPlugin is the handler author's tools: `plugin new` scaffolds a module,
+// `plugin test` runs one against a file of messages.
+func cmdPlugin(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprintln(e.stderr, "usage: protean-host plugin new NAME --kind KIND --category C [--dir DIR]")
+		fmt.Fprintln(e.stderr, "       protean-host plugin test MODULE.wasm... --messages FILE.jsonl [--json]")
+		return exitError{2}
+	}
+	switch args[0] {
+	case "new":
+		return cmdPluginNew(ctx, e, args[1:])
+	case "test":
+		return cmdPluginTest(ctx, e, args[1:])
+	}
+	return fmt.Errorf("unknown subcommand %q (want new or test)", args[0])
+}
+
+// parseAuthor parses args for an author tool. Authors run these from their
+// handler's directory, where the host's configs/domain.toml does not exist:
+// without an explicit --config and without that file, the defaults apply
+// (the embedded setup: memory stores, inline broker).
+func (e *env) parseAuthor(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(interspersed(fs, args)); err != nil {
+		return err
+	}
+	explicit := false
+	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "config" })
+	path := e.configPath
+	if !explicit {
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			path = ""
+		}
+	}
+	return e.configure(path)
+}
+
+// interspersed moves flags after positional arguments to the front, so
+// `plugin test m.wasm --messages f.jsonl` parses as authors type it (the
+// flag package stops at the first positional argument).
+func interspersed(fs *flag.FlagSet, args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			pos = append(pos, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := a[1:]
+		if name[0] == '-' {
+			name = name[1:]
+		}
+		if strings.Contains(name, "=") {
+			continue
+		}
+		if f := fs.Lookup(name); f != nil && !isBool(f) && i+1 < len(args) {
+			i++
+			flags = append(flags, args[i])
+		}
+	}
+	return append(flags, pos...)
+}
+
+func isBool(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
