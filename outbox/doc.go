@@ -16,13 +16,16 @@
 //
 // Rows reach the broker in commit order per key. A row's ordering key is
 // (target broker, category, partition key, or the stream when it has none,
-// priority), and IDs grow with commit order within a category. An eligible
-// row is claimable only while no earlier row of its ordering key is active
-// (pending, processing, or failed and waiting for its retry): so at most
-// one row of a key is out with a relay at a time, however many relays
+// priority), and IDs grow with commit order within a category. A claim
+// hands out each key's ready run: its active rows (pending, processing, or
+// failed and waiting for a retry) in ID order up to the first one that is
+// not eligible. So no two claims hold rows of one key, however many relays
 // claim, and a failing row holds back the later rows of its own key and no
-// others. Published and abandoned rows hold nothing back. The price is one
-// row of a key per claim: a key's rows flow one publish at a time.
+// others. Published and abandoned rows hold nothing back. On PostgreSQL a
+// claim is one statement that walks the active-row index to its limit (it
+// costs the rows it hands out, not the backlog) and re-checks its picks
+// under their row locks, so a claim racing a relay's mark never takes back
+// the row being marked.
 //
 // Delivery is at least once: a relay that crashes after publishing but
 // before marking leaves the row processing until its lock expires, and the

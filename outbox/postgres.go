@@ -25,9 +25,11 @@ import (
 // commit order, which is what per-key ordering stands on. A unit of work
 // that appended the events first already holds it.
 //
-// Claim is one statement: it picks claimable rows with FOR UPDATE SKIP
-// LOCKED and leases them, so racing relays skip each other's rows instead
-// of waiting or sharing them.
+// Claim is one statement (claimSQL): it walks the active-row index to the
+// limit, locks its candidates with FOR UPDATE SKIP LOCKED, re-checks them
+// under the lock, and leases them, so racing relays skip each other's rows
+// instead of waiting or sharing them, and a claim racing a relay's mark
+// never takes back a row just marked.
 //
 // Time is the injected clock's, passed to every statement, never the
 // database's now().
@@ -218,32 +220,55 @@ func scanRow(row pgx.Row) (Row, error) {
 	return r, nil
 }
 
-// claimSQL leases the claimable rows of a broker. The window walks each
-// ordering key's active rows in ID order and keeps them while every row so
-// far is eligible (see eligible): the first locked or not-yet-due row ends
-// its key's run. It runs under the broker's claim lock (claimLockSQL), so
-// no other claim of the broker is between its snapshot and its commit: two
-// claims never hold rows of one key.
-const claimSQL = `WITH active AS (
-	SELECT id, category, ordering_key, priority,
-		bool_and(retry_count < max_retries
-			AND (status <> 'failed' OR next_retry_at IS NULL OR next_retry_at <= $2)
-			AND (status <> 'processing' OR locked_until <= $2))
-		OVER (PARTITION BY category, ordering_key, priority ORDER BY id ROWS UNBOUNDED PRECEDING) AS runnable
-	FROM outbox
-	WHERE target_broker = $1 AND status IN ('pending', 'failed', 'processing')
-), picked AS (
-	SELECT id FROM active WHERE runnable ORDER BY priority DESC, id LIMIT $3
+// eligibleSQL is a row's own claimability at $2 (now): retries left, not
+// waiting for its retry time, not under another claim's live lock.
+const eligibleSQL = `(%[1]s.retry_count < %[1]s.max_retries
+	AND (%[1]s.status <> 'failed' OR %[1]s.next_retry_at IS NULL OR %[1]s.next_retry_at <= $2)
+	AND (%[1]s.status <> 'processing' OR %[1]s.locked_until <= $2))`
+
+// claimSQL leases the claimable rows of a broker in one statement, without
+// a transaction of its own.
+//
+// candidates walks the broker's active rows in claim order (priority, then
+// id) on the outbox_active index and stops at the limit, so a claim costs
+// the rows it hands out, not the backlog. A row is a candidate if it is
+// eligible and no earlier active row of its ordering key is not (probed on
+// outbox_ordering): a key's run ends at its first locked or not-yet-due
+// row. FOR UPDATE SKIP LOCKED locks the candidates and skips rows another
+// claim or a mark holds; a candidate changed since the statement's
+// snapshot is re-checked on its newest version (READ COMMITTED re-evaluates
+// the WHERE of a locking read), so a row a relay has just marked published
+// or abandoned, or failed with a retry time ahead, is not taken back.
+//
+// The snapshot that chose the candidates may be stale for the rows before
+// them, so the UPDATE keeps a candidate only if every earlier active row of
+// its key is a candidate too: those are locked by this statement and
+// re-checked, and any other earlier row (skipped because locked, changed,
+// or beyond the walk) holds its key back until a later claim. That keeps
+// per-key order without serialising claims: racing claims skip each
+// other's rows and never hold rows of one key at once.
+var claimSQL = `WITH candidates AS (
+	SELECT c.id, c.category, c.ordering_key, c.priority
+	FROM outbox c
+	WHERE c.target_broker = $1 AND c.status IN ('pending', 'failed', 'processing')
+		AND ` + fmt.Sprintf(eligibleSQL, "c") + `
+		AND NOT EXISTS (SELECT 1 FROM outbox e
+			WHERE e.target_broker = $1 AND e.category = c.category AND e.ordering_key = c.ordering_key
+				AND e.priority = c.priority AND e.id < c.id AND e.status IN ('pending', 'failed', 'processing')
+				AND NOT ` + fmt.Sprintf(eligibleSQL, "e") + `)
+	ORDER BY c.priority DESC, c.id
+	LIMIT $3
+	FOR UPDATE OF c SKIP LOCKED
 )
 UPDATE outbox o SET status = 'processing', locked_by = $4, locked_until = $5, last_processed_at = $2
-FROM picked WHERE o.id = picked.id
+FROM candidates k
+WHERE o.id = k.id AND NOT EXISTS (SELECT 1 FROM outbox e
+	WHERE e.target_broker = $1 AND e.category = k.category AND e.ordering_key = k.ordering_key
+		AND e.priority = k.priority AND e.id < k.id AND e.status IN ('pending', 'failed', 'processing')
+		AND e.id NOT IN (SELECT id FROM candidates))
 RETURNING ` + `o.id, o.message_id, o.stream_name, o.category, o.type, o.data, o.metadata, o.partition_key, o.priority,
 	o.target_broker, o.status, o.retry_count, o.max_retries, o.next_retry_at, o.locked_until, coalesce(o.locked_by, ''),
 	coalesce(o.last_error->>'message', ''), o.created_at, o.published_at`
-
-// claimLockSQL serialises the claims of one broker until their commit.
-// Claims are one short statement each; publishing happens outside.
-const claimLockSQL = `SELECT pg_advisory_xact_lock(hashtext('protean.outbox.claim'), hashtext($1))`
 
 // Claim implements Store.
 func (p *Postgres) Claim(ctx context.Context, broker, owner string, limit int, lockFor time.Duration) ([]Row, error) {
@@ -251,21 +276,12 @@ func (p *Postgres) Claim(ctx context.Context, broker, owner string, limit int, l
 	if err != nil {
 		return nil, err
 	}
-	now := p.clock.Now()
-	var out []Row
-	err = pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, claimLockSQL, broker); err != nil {
-			return err
-		}
-		// A new statement, so its snapshot follows the previous claim's
-		// commit.
-		rows, err := tx.Query(ctx, claimSQL, broker, now, limit, owner, now.Add(lockFor))
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) { return scanRow(r) })
-		return err
-	})
+	now := p.clock()
+	rows, err := p.pool.Query(ctx, claimSQL, broker, now, limit, owner, now.Add(lockFor))
+	if err != nil {
+		return nil, fmt.Errorf("outbox: claim: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) { return scanRow(r) })
 	if err != nil {
 		return nil, fmt.Errorf("outbox: claim: %w", err)
 	}
