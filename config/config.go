@@ -267,7 +267,13 @@ type Tenant struct {
 // HTTP is the [http] table.
 type HTTP struct {
 	Listen string `toml:"listen"` // host:port of the HTTP API
+	// ReadWaitMS bounds how long GET /v1/projections/{name}/{id}?min_position=N
+	// waits for the projection to reach N before it answers 504.
+	ReadWaitMS int `toml:"read_wait_ms"`
 }
+
+// ReadWait is ReadWaitMS as a duration.
+func (h HTTP) ReadWait() time.Duration { return ms(h.ReadWaitMS) }
 
 // Default returns the configuration used where the file says nothing: the
 // embedded setup (memory stores, inline broker) and Protean's defaults for
@@ -333,7 +339,7 @@ func Default() Config {
 			},
 		},
 		Tenants: map[string]Tenant{},
-		HTTP:    HTTP{Listen: "127.0.0.1:8080"},
+		HTTP:    HTTP{Listen: "127.0.0.1:8080", ReadWaitMS: 5000},
 	}
 }
 

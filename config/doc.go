@@ -26,7 +26,7 @@
 //	[plugins.limits]          memory_mb, timeout_ms, max_output_bytes, manifest_timeout_ms, interruptible
 //	[tenants.NAME]            modules (file names without .wasm), memory_mb / timeout_ms / max_output_bytes / interruptible overrides,
 //	                          grant_read = { READER = ["category", ...] }, grant_dispatch = { READER = ["CommandType", ...] }
-//	[http]                    listen
+//	[http]                    listen, read_wait_ms
 //
 // Defaults (generated from Default, which reads them from the packages that
 // own them: outbox.DefaultRelayOptions, broker.DefaultOptions,
@@ -41,6 +41,7 @@
 //	event_store.database_uri = ""
 //	event_store.provider = "memory"
 //	http.listen = "127.0.0.1:8080"
+//	http.read_wait_ms = 5000
 //	outbox.abandoned_retention_hours = 720
 //	outbox.backoff_jitter = 0.1
 //	outbox.base_retry_delay_ms = 1000

@@ -265,6 +265,7 @@ func (e *Engine) deliver(ctx context.Context, src Source, s subscription, d brok
 	defer l.users.leave()
 	route, ok := l.route(s.handler, d.Type)
 	if !ok {
+		e.handledEvent(ctx, s.handler, s.stream, d.GlobalPosition)
 		e.settle(ctx, src, s, d, "skip", nil)
 		return
 	}
@@ -285,6 +286,7 @@ func (e *Engine) deliver(ctx context.Context, src Source, s subscription, d brok
 		e.settle(ctx, src, s, d, "nack", err)
 		return
 	}
+	e.handledEvent(ctx, s.handler, s.stream, d.GlobalPosition)
 	e.settle(ctx, src, s, d, "ack", nil)
 }
 

@@ -9,6 +9,11 @@
 // commit and nacking on failure (the broker retries with backoff and
 // dead-letters after its retries).
 //
+// WaitHandled serves read-your-writes (GET /v1/projections/…?min_position=N):
+// it waits until a projector or process manager has handled every event of
+// its categories at or below a global position; see progress.go for how
+// "handled" is decided against the event store.
+//
 // A module's scope is what it may read and write, from its manifest AND
 // its tenant's ownership (host.Ownership, decided by config at
 // validation): it writes aggregates, appends events and reads streams of

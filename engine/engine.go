@@ -13,6 +13,7 @@ import (
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/record"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
@@ -39,6 +40,15 @@ type Options struct {
 	// Handled, if set, sees every message a handler handled or failed
 	// (see [Handled]); `protean-host plugin test` prints them.
 	Handled func(Handled)
+	// Positions, with Partitioned, is the consumer-positions table the
+	// partition workers of every host instance commit to: WaitHandled
+	// reads it for events other instances handled. Optional.
+	Positions Positions
+}
+
+// Positions reads the consumer-positions table (position.Store has it).
+type Positions interface {
+	Get(ctx context.Context, group, unit string) (position.Row, bool, error)
 }
 
 // Engine runs handler modules: it dispatches commands to command handlers
@@ -56,6 +66,9 @@ type Engine struct {
 
 	// commands admits dispatches until Stop, which drains them.
 	commands *gate
+	// progress is what this process's consumers have handled, for
+	// WaitHandled (read-your-writes).
+	progress *progress
 	// work is the engine's own context: every guest call and commit runs
 	// under a context that ends when it does, whatever the caller's
 	// context. Stop's hard phase cancels it.
@@ -121,7 +134,7 @@ func New(set *host.Set, opts Options) *Engine {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
-	e := &Engine{opts: opts, log: opts.Logger, now: opts.Now, commands: newGate(),
+	e := &Engine{opts: opts, log: opts.Logger, now: opts.Now, commands: newGate(), progress: newProgress(),
 		stopped: make(chan struct{}), done: make(chan struct{})}
 	e.work, e.cancelWork = context.WithCancel(context.Background())
 	e.Swap(set)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
@@ -125,6 +126,13 @@ func (p partitionHandler) Handle(ctx context.Context, b partition.Batch) (int, e
 			err = &HandlerError{File: route.Module.File, Handler: route.Handler.Name, Type: causes[0].Type, Kind: abi.ErrorPermanent, Err: err}
 		}
 		return 0, err
+	}
+	for _, m := range b.Messages[:fail] {
+		cat := m.Category
+		if cat == "" {
+			cat = eventstore.Category(m.EventStream)
+		}
+		e.handledEvent(ctx, b.Group, cat, m.GlobalPosition)
 	}
 	for j, c := range changes {
 		if c.Effects != nil && len(c.Effects.Commands) > 0 {

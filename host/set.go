@@ -135,6 +135,13 @@ func (s *Set) Projection(name string) bool {
 	return ok
 }
 
+// ProjectionRoute returns the route of the projector or process manager
+// named name.
+func (s *Set) ProjectionRoute(name string) (Route, bool) {
+	r, ok := s.projections[name]
+	return r, ok
+}
+
 // Owners returns who owns each category of the set, and the grants it was
 // validated with.
 func (s *Set) Owners() *Ownership { return s.owners }

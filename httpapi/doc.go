@@ -1,7 +1,10 @@
 // Package httpapi is the HTTP API of a running host:
 //
 //	POST /v1/commands/{type}          dispatch a command; body = its fields as a JSON object
-//	GET  /v1/projections/{name}/{id}  a projection document (X-Record-Version carries its version)
+//	GET  /v1/projections/{name}/{id}  a projection document (X-Record-Version carries its version);
+//	                                  ?min_position=N waits, at most Options.ReadWait, until the
+//	                                  projection's handler has handled global position N (504 past
+//	                                  it; the engine's HandledWaiter ability)
 //	GET  /v1/plugins                  the loaded modules, their handlers and partition keys
 //	GET  /healthz                     200 while the host accepts work, 503 while it stops
 //	GET  /metrics                     Prometheus text format

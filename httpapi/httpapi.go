@@ -33,16 +33,33 @@ type Engine interface {
 	Healthy() error
 }
 
+// HandledWaiter is the optional ability of an Engine behind
+// GET /v1/projections/{name}/{id}?min_position=N: wait until the
+// projection's handler has handled global position N (see
+// engine.Engine.WaitHandled); an error that errors.Is
+// engine.ErrNotCaughtUp when ctx ended first.
+type HandledWaiter interface {
+	WaitHandled(ctx context.Context, projection string, position int64) error
+}
+
 // Options configure the API handler.
 type Options struct {
 	Logger *slog.Logger
 	// Registry serves GET /metrics and receives the API's own metrics.
 	Registry *prometheus.Registry
+	// ReadWait bounds a projection read's wait for ?min_position
+	// (DefaultReadWait if zero); past it the read answers 504.
+	ReadWait time.Duration
 }
+
+// DefaultReadWait is the bound of a ?min_position wait when Options set
+// none ([http] read_wait_ms).
+const DefaultReadWait = 5 * time.Second
 
 type api struct {
 	e        Engine
 	log      *slog.Logger
+	readWait time.Duration
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 }
@@ -55,7 +72,10 @@ func New(e Engine, opts Options) http.Handler {
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
-	a := &api{e: e, log: opts.Logger,
+	if opts.ReadWait <= 0 {
+		opts.ReadWait = DefaultReadWait
+	}
+	a := &api{e: e, log: opts.Logger, readWait: opts.ReadWait,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_http_requests_total",
 			Help: "HTTP requests, by route and status code."}, []string{"route", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "protean_http_request_seconds",
@@ -198,6 +218,11 @@ func writeInputError(w http.ResponseWriter, ie *abi.InputError) {
 }
 
 func (a *api) projection(w http.ResponseWriter, r *http.Request) {
+	if q := r.URL.Query().Get("min_position"); q != "" || r.URL.Query().Has("min_position") {
+		if !a.waitHandled(w, r, q) {
+			return
+		}
+	}
 	data, version, err := a.e.Projection(r.Context(), r.PathValue("name"), r.PathValue("id"))
 	if err != nil {
 		writeError(w, status(err), err.Error())
@@ -206,6 +231,35 @@ func (a *api) projection(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Record-Version", strconv.FormatInt(version, 10))
 	_, _ = w.Write(data)
+}
+
+// waitHandled serves ?min_position=N: it waits, at most readWait, until
+// the projection has handled global position N, and reports whether the
+// read may go on; if not, it has answered (400 for a bad N, 404 for an
+// unknown projection, 504 past the bound).
+func (a *api) waitHandled(w http.ResponseWriter, r *http.Request, q string) bool {
+	n, err := strconv.ParseInt(q, 10, 64)
+	if err != nil || n < 0 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("min_position must be a global position, an integer >= 0 (got %q)", abi.Clip(q, abi.ClipLength)))
+		return false
+	}
+	hw, ok := a.e.(HandledWaiter)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, "min_position is not supported by this engine")
+		return false
+	}
+	name := r.PathValue("name")
+	ctx, cancel := context.WithTimeout(r.Context(), a.readWait)
+	defer cancel()
+	if err := hw.WaitHandled(ctx, name, n); err != nil {
+		if errors.Is(err, engine.ErrNotCaughtUp) {
+			writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("projection %s has not handled global position %d within %s; it is eventually consistent: retry later", name, n, a.readWait))
+			return false
+		}
+		writeError(w, status(err), err.Error())
+		return false
+	}
+	return true
 }
 
 // Plugin describes a loaded module for GET /v1/plugins.

@@ -232,7 +232,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		},
 	})
 	eng = engine.New(set, engine.Options{Events: st.events, Records: st.records, UnitOfWork: uow, Logger: e.log,
-		Metrics: engine.NewMetrics(reg), Partitioned: br.redis != nil && !fromStore, EventStore: fromStore})
+		Metrics: engine.NewMetrics(reg), Partitioned: br.redis != nil && !fromStore, EventStore: fromStore, Positions: st.positions})
 	h.eng = eng
 	if fromStore {
 		if h.subs, err = newSubscriptions(cfg, st, eng, uow, owner, reg, e.log); err != nil {
@@ -295,7 +295,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 			return nil, fmt.Errorf("plugins.watch: %w", err)
 		}
 	}
-	h.srv = &http.Server{Handler: httpapi.New(eng, httpapi.Options{Logger: e.log, Registry: reg}), ReadHeaderTimeout: 10 * time.Second}
+	h.srv = &http.Server{Handler: httpapi.New(eng, httpapi.Options{Logger: e.log, Registry: reg, ReadWait: cfg.HTTP.ReadWait()}), ReadHeaderTimeout: 10 * time.Second}
 	served = true
 	go func() { h.served <- h.srv.Serve(ln) }()
 	e.log.Info("listening", "addr", h.addr, "config", e.configPath)

@@ -1,0 +1,341 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/position"
+)
+
+// Read-your-writes. A client that got global position N from a command's
+// answer may ask for a projection "as of N": WaitHandled blocks until the
+// projection's handler (its consumer group) has handled every event of its
+// categories at or below N. Events of other categories do not concern it.
+//
+// What "handled" means is decided against the event store, not against a
+// delivery order: the group's consumers report each event whose effects
+// committed (mark), and a check walks the category's events above the
+// group's watermark in the store, advancing the watermark across handled
+// ones and stopping at the first that is not. So it holds whatever order
+// the relay and the broker deliver in, and an event that is dead-lettered
+// or held by a halted partition is never counted as handled (the wait runs
+// into its bound). Within one category the store's commits follow global
+// position order (MessageDB's advisory lock; the memory store appends
+// under one lock), so an event cannot appear below the watermark after the
+// walk has passed it.
+//
+// Events of a partitioned category that another host instance handled are
+// not marked here: for them the check reads the consumer-positions row of
+// the event's unit (Options.Positions), whose position for the event's
+// partition stream has reached the event once its effects committed. The
+// engine gives every event one priority, so a partition's events all
+// travel one lane; the check takes the highest position recorded for the
+// partition stream or its lane.
+
+// progress is what this process's consumers have handled, per consumer
+// group and category.
+type progress struct {
+	mu      sync.Mutex
+	groups  map[string]map[string]*handled
+	changed chan struct{} // closed and replaced on every mark
+}
+
+// handled is one group's progress in one category.
+type handled struct {
+	// upTo is the watermark: every event of the category at or below it
+	// has been handled.
+	upTo int64
+	// above holds handled positions above upTo not yet walked over.
+	above map[int64]struct{}
+	// walkAt is the size of above that calls for the next walk: it
+	// doubles while a gap keeps the walk from folding them, so a group
+	// stuck behind an unhandled event walks the store rarely, not per
+	// event.
+	walkAt int
+}
+
+// compactAt is how many handled positions above the watermark a group
+// keeps before its consumer walks the store to fold them into it; maxAbove
+// bounds them when the walk cannot (an event before them is never
+// handled: dead-lettered, or its partition halted): then they are dropped,
+// and a wait past that event runs into its bound, as it would anyway.
+const (
+	compactAt = 4096
+	maxAbove  = 1 << 20
+	// walkBatch is how many events one store read of the walk takes.
+	walkBatch = 512
+	// remotePoll is how often a wait re-checks when other host instances
+	// may be handling its events (they do not wake it).
+	remotePoll = 50 * time.Millisecond
+)
+
+func newProgress() *progress {
+	return &progress{groups: map[string]map[string]*handled{}, changed: make(chan struct{})}
+}
+
+func (p *progress) stateLocked(group, category string) *handled {
+	g := p.groups[group]
+	if g == nil {
+		g = map[string]*handled{}
+		p.groups[group] = g
+	}
+	h := g[category]
+	if h == nil {
+		h = &handled{above: map[int64]struct{}{}, walkAt: compactAt}
+		g[category] = h
+	}
+	return h
+}
+
+// mark records that group handled the event at global position gp of
+// category, and reports whether the group holds enough positions above its
+// watermark to be worth a walk.
+func (p *progress) mark(group, category string, gp int64) (compact bool) {
+	if gp <= 0 {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := p.stateLocked(group, category)
+	if gp > h.upTo {
+		h.above[gp] = struct{}{}
+	}
+	close(p.changed)
+	p.changed = make(chan struct{})
+	return len(h.above) >= h.walkAt
+}
+
+// wait returns a channel closed at the next mark.
+func (p *progress) wait() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.changed
+}
+
+func (p *progress) watermark(group, category string) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stateLocked(group, category).upTo
+}
+
+func (p *progress) has(group, category string, gp int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := p.stateLocked(group, category)
+	_, ok := h.above[gp]
+	return ok || gp <= h.upTo
+}
+
+// advance raises the watermark to w (never lowers it) and forgets the
+// positions it covers; past maxAbove it drops the rest (see maxAbove).
+func (p *progress) advance(group, category string, w int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := p.stateLocked(group, category)
+	if w > h.upTo {
+		h.upTo = w
+		for gp := range h.above {
+			if gp <= w {
+				delete(h.above, gp)
+			}
+		}
+	}
+	if len(h.above) >= maxAbove {
+		h.above = map[int64]struct{}{}
+	}
+	h.walkAt = max(compactAt, 2*len(h.above))
+}
+
+// handledEvent records that group handled the event at gp of category,
+// and walks the store when enough have gathered above the watermark.
+func (e *Engine) handledEvent(ctx context.Context, group, category string, gp int64) {
+	if !e.progress.mark(group, category, gp) {
+		return
+	}
+	if _, err := e.caughtUp(ctx, group, category, gp, nil); err != nil {
+		e.log.Warn("read-your-writes: walking the store failed", "group", group, "category", category, "error", err)
+	}
+	e.progress.advance(group, category, 0) // applies maxAbove
+}
+
+// caughtUp reports whether group has handled every event of category at or
+// below n, advancing its watermark over what it finds handled. rows caches
+// the positions rows a check has read (nil: do not consult them).
+func (e *Engine) caughtUp(ctx context.Context, group, category string, n int64, rows map[string]position.Row) (bool, error) {
+	w := e.progress.watermark(group, category)
+	defer func() { e.progress.advance(group, category, w) }()
+	for w < n {
+		evs, err := e.opts.Events.ReadCategory(ctx, category, w+1, walkBatch)
+		if err != nil {
+			return false, err
+		}
+		for _, ev := range evs {
+			if ev.GlobalPosition > n {
+				return true, nil
+			}
+			if !e.progress.has(group, category, ev.GlobalPosition) {
+				ok, err := e.handledElsewhere(ctx, group, category, ev, rows)
+				if err != nil || !ok {
+					return false, err
+				}
+			}
+			w = ev.GlobalPosition
+		}
+		if len(evs) < walkBatch {
+			return true, nil // nothing of the category is left at or below n
+		}
+	}
+	return true, nil
+}
+
+// handledElsewhere reports whether another host instance has committed
+// the effects of ev for group, by the positions row of ev's unit: with
+// event-store subscriptions the unit and source are the category; with
+// partition workers the unit is ev's partition (or a correlated process
+// manager's value) and the source its partition stream or lane. It is
+// false where no such row can exist (no positions store, or a category
+// the broker's consumer groups deliver).
+func (e *Engine) handledElsewhere(ctx context.Context, group, category string, ev eventstore.Event, rows map[string]position.Row) (bool, error) {
+	if rows == nil || e.opts.Positions == nil {
+		return false, nil
+	}
+	unit, stream, lanes := category, category, false
+	if !e.opts.EventStore {
+		if !e.opts.Partitioned {
+			return false, nil
+		}
+		set := e.Set()
+		key, ok := partitionKey(set, category, ev.Data)
+		if !ok {
+			return false, nil
+		}
+		unit, stream, lanes = partition.PartitionUnit(category, key), partition.StreamName(category, key), true
+		if correlated(set, group) {
+			unit = partition.CorrelationUnit(group, key)
+		}
+	}
+	row, seen := rows[unit]
+	if !seen {
+		var err error
+		row, _, err = e.opts.Positions.Get(ctx, group, unit)
+		if err != nil {
+			return false, err
+		}
+		rows[unit] = row
+	}
+	for src, pos := range row.Positions {
+		if (src == stream || lanes && strings.HasPrefix(src, stream+":")) && pos >= ev.GlobalPosition {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// partitionKey is the partition key of an event of category, if the
+// category is partitioned.
+func partitionKey(set *host.Set, category string, data json.RawMessage) (string, bool) {
+	field, ok := set.PartitionField(category)
+	if !ok {
+		return "", false
+	}
+	var fields map[string]any
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&fields); err != nil {
+		return "", false
+	}
+	return partition.KeyString(fields[field])
+}
+
+// correlated reports whether group is a process manager that owns its
+// correlation values across categories (one unit per value).
+func correlated(set *host.Set, group string) bool {
+	r, ok := set.ProjectionRoute(group)
+	return ok && r.Handler.Kind == abi.KindProcessManager && r.Handler.SequentialBy.Correlation
+}
+
+// ErrNotCaughtUp: a wait for a projection to reach a position ended first.
+var ErrNotCaughtUp = errors.New("projection has not caught up")
+
+// CaughtUpError is ErrNotCaughtUp with what was waited for.
+type CaughtUpError struct {
+	Projection string
+	Position   int64
+	Err        error // the context's error that ended the wait
+}
+
+func (e *CaughtUpError) Error() string {
+	return fmt.Sprintf("projection %s has not handled global position %d yet: %v", e.Projection, e.Position, e.Err)
+}
+
+// Unwrap returns ErrNotCaughtUp and the context's error.
+func (e *CaughtUpError) Unwrap() []error { return []error{ErrNotCaughtUp, e.Err} }
+
+// WaitHandled waits until the projector or process manager named name has
+// handled every event of its categories at or below global position n
+// (see the overview above), or ctx ends: then it returns a *CaughtUpError
+// (errors.Is ErrNotCaughtUp and ctx's error). An unknown name is
+// ErrUnknownProjection.
+func (e *Engine) WaitHandled(ctx context.Context, name string, n int64) error {
+	for {
+		set := e.Set()
+		cats, ok := projectionCategories(set, name)
+		if !ok {
+			return fmt.Errorf("%w: %s", ErrUnknownProjection, name)
+		}
+		changed := e.progress.wait()
+		done := true
+		rows := map[string]position.Row{}
+		for _, c := range cats {
+			ok, err := e.caughtUp(ctx, name, c, n, rows)
+			if err != nil && ctx.Err() == nil {
+				return err
+			}
+			if !ok || err != nil {
+				done = false
+				break
+			}
+		}
+		if done {
+			return nil
+		}
+		var poll <-chan time.Time
+		if e.opts.Positions != nil && (e.opts.Partitioned || e.opts.EventStore) {
+			poll = e.after(remotePoll)
+		}
+		select {
+		case <-ctx.Done():
+			return &CaughtUpError{Projection: name, Position: n, Err: ctx.Err()}
+		case <-changed:
+		case <-poll:
+		}
+	}
+}
+
+// projectionCategories lists the categories of the events the projector or
+// process manager named name handles.
+func projectionCategories(set *host.Set, name string) ([]string, bool) {
+	r, ok := set.ProjectionRoute(name)
+	if !ok {
+		return nil, false
+	}
+	var cats []string
+	for _, t := range r.Handler.Handles {
+		msg, _ := set.Message(t)
+		if msg.Category != "" && !slices.Contains(cats, msg.Category) {
+			cats = append(cats, msg.Category)
+		}
+	}
+	return cats, true
+}

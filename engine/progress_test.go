@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/testwait"
+	"github.com/proteanhq/protean-host/internal/wasmbuild"
+	"github.com/proteanhq/protean-host/unitofwork"
+)
+
+// examplesEngine runs the example modules on memory stores and a started
+// inline broker that nothing relays to: a test publishes by hand, so it
+// decides when the projector gets an event.
+func examplesEngine(t *testing.T) (*Engine, *unitofwork.Memory, *broker.Inline) {
+	t.Helper()
+	l, err := host.NewLoader(host.LoaderOptions{CacheDir: wasmbuild.CacheDir(t)})
+	require.NoError(t, err)
+	set, errs := host.LoadSet(context.Background(), l, wasmbuild.Examples(t), host.Broker{Name: "default", Provider: "inline"})
+	require.Empty(t, errs)
+	mem := unitofwork.NewMemory()
+	e := New(set, Options{Events: mem.Events, Records: mem.Records, UnitOfWork: unitofwork.New(mem, unitofwork.Options{Broker: "default", Keys: nil})})
+	src, err := broker.NewInline(broker.DefaultOptions())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	t.Cleanup(func() { _ = src.Close() })
+	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
+	require.NoError(t, e.Start(context.Background(), src))
+	return e, mem, src
+}
+
+// publish hands the stored event at global position gp to the broker, as
+// the relay would.
+func publish(t *testing.T, mem *unitofwork.Memory, src *broker.Inline, gp int64) {
+	t.Helper()
+	evs, err := mem.Events.ReadAll(context.Background(), gp, 1)
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	ev := evs[0]
+	cat := eventstore.Category(ev.Stream)
+	require.NoError(t, src.Publish(context.Background(), broker.Message{ID: ev.ID, Stream: cat, Type: ev.Type, Data: ev.Data,
+		EventStream: ev.Stream, Category: cat, Position: ev.Position, GlobalPosition: ev.GlobalPosition, Time: ev.Time}))
+}
+
+func waitFor(e *Engine, name string, n int64, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return e.WaitHandled(ctx, name, n)
+}
+
+// A projector that has not handled an event of its category at or below N
+// is not caught up (the wait runs into its bound); once it has, it is, and
+// events of categories it does not read never hold it back.
+func TestWaitHandled(t *testing.T) {
+	e, mem, src := examplesEngine(t)
+	ctx := context.Background()
+	place := func(i int) int64 {
+		res, err := e.Dispatch(ctx, "PlaceOrder", json.RawMessage(fmt.Sprintf(`{"order_id":"o-%d","client_id":"c-1","total":1}`, i)), abi.Metadata{})
+		require.NoError(t, err)
+		return res.Events[0].GlobalPosition
+	}
+	require.NoError(t, waitFor(e, "client_orders", 0, time.Minute), "position 0: nothing to wait for")
+	p1, p2 := place(1), place(2)
+
+	// Stalled: nothing reached the projector.
+	err := waitFor(e, "client_orders", p1, 100*time.Millisecond)
+	require.ErrorIs(t, err, ErrNotCaughtUp)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Contains(t, err.Error(), fmt.Sprintf("projection client_orders has not handled global position %d", p1))
+
+	// The second event handled first (another key's order, say) does not
+	// make the first count as handled.
+	publish(t, mem, src, p2)
+	testwait.For(t, "the projector handled o-2", func() (bool, string) {
+		_, _, err := e.Projection(ctx, "client_orders", "c-1")
+		return err == nil, fmt.Sprint(err)
+	})
+	require.ErrorIs(t, waitFor(e, "client_orders", p1, 100*time.Millisecond), ErrNotCaughtUp)
+	require.ErrorIs(t, waitFor(e, "client_orders", p2, 100*time.Millisecond), ErrNotCaughtUp, "p1 is below p2 and unhandled")
+
+	// A waiter blocked before the event is handled returns once it is.
+	waited := make(chan error, 1)
+	go func() { waited <- waitFor(e, "client_orders", p2, time.Minute) }()
+	publish(t, mem, src, p1)
+	require.NoError(t, testwait.Recv(t, "the wait for p2", waited))
+	require.NoError(t, waitFor(e, "client_orders", p1, time.Minute))
+
+	// fulfillment does not read category order: order's events never hold
+	// it back, but a payment it has not handled does.
+	require.NoError(t, waitFor(e, "fulfillment", p2, time.Minute))
+	res, err := e.Dispatch(ctx, "RecordPayment", json.RawMessage(`{"payment_id":"p-1","order_id":"o-1","amount":1}`), abi.Metadata{})
+	require.NoError(t, err)
+	pay := res.Events[0].GlobalPosition
+	require.ErrorIs(t, waitFor(e, "fulfillment", pay, 100*time.Millisecond), ErrNotCaughtUp)
+	require.NoError(t, waitFor(e, "client_orders", pay, time.Minute), "client_orders does not read payments")
+	publish(t, mem, src, pay)
+	require.NoError(t, waitFor(e, "fulfillment", pay, time.Minute))
+
+	require.ErrorIs(t, waitFor(e, "orders", 1, time.Minute), ErrUnknownProjection, "a command handler has no projection")
+}
+
+// A consumer's marks fold into the watermark as they pile up; a gap (an
+// event never handled) stops the fold there, and then the walks thin out
+// (not one per event) until the gap is handled.
+func TestProgressCompacts(t *testing.T) {
+	mem := unitofwork.NewMemory()
+	ctx := context.Background()
+	var evs []eventstore.NewEvent
+	for i := range 3 * compactAt {
+		evs = append(evs, eventstore.NewEvent{Stream: fmt.Sprintf("c-%d", i), Type: "E", Data: json.RawMessage(`{}`), ExpectedVersion: eventstore.AnyVersion})
+	}
+	stored, err := mem.Events.Append(ctx, evs)
+	require.NoError(t, err)
+	e := &Engine{opts: Options{Events: mem.Events}, progress: newProgress(), log: slog.New(slog.DiscardHandler)}
+	for _, ev := range stored[:compactAt] {
+		e.handledEvent(ctx, "g", "c", ev.GlobalPosition)
+	}
+	require.Equal(t, stored[compactAt-1].GlobalPosition, e.progress.watermark("g", "c"), "folded")
+	require.Empty(t, e.progress.groups["g"]["c"].above)
+
+	gap := stored[compactAt+10].GlobalPosition
+	for _, ev := range stored[compactAt:] {
+		if ev.GlobalPosition != gap {
+			e.handledEvent(ctx, "g", "c", ev.GlobalPosition)
+		}
+	}
+	require.Equal(t, gap-1, e.progress.watermark("g", "c"), "folded up to the gap")
+	h := e.progress.groups["g"]["c"]
+	require.Len(t, h.above, int(stored[len(stored)-1].GlobalPosition-gap), "the marks above the gap are kept")
+	require.Greater(t, h.walkAt, len(h.above), "the next walk waits for more than are kept")
+
+	e.handledEvent(ctx, "g", "c", gap)
+	ok, err := e.caughtUp(ctx, "g", "c", stored[len(stored)-1].GlobalPosition, nil)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, stored[len(stored)-1].GlobalPosition, e.progress.watermark("g", "c"))
+	require.Empty(t, h.above)
+}

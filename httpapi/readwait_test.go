@@ -1,0 +1,57 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/engine"
+	"github.com/proteanhq/protean-host/httpapi"
+)
+
+// stalledEngine's projector never catches up: a wait ends with its
+// context.
+type stalledEngine struct {
+	fakeEngine
+	waited chan int64
+}
+
+func (s *stalledEngine) WaitHandled(ctx context.Context, name string, n int64) error {
+	s.waited <- n
+	<-ctx.Done()
+	return &engine.CaughtUpError{Projection: name, Position: n, Err: ctx.Err()}
+}
+
+func TestMinPositionBound(t *testing.T) {
+	e := &stalledEngine{waited: make(chan int64, 1)}
+	srv := httptest.NewServer(httpapi.New(e, httpapi.Options{ReadWait: 20 * time.Millisecond}))
+	defer srv.Close()
+	code, body := getJSON(t, srv.URL+"/v1/projections/docs/1?min_position=17")
+	require.Equal(t, 504, code, body)
+	require.Contains(t, body["error"], "projection docs has not handled global position 17 within 20ms")
+	require.Equal(t, int64(17), <-e.waited)
+
+	code, body = getJSON(t, srv.URL+"/v1/projections/docs/1?min_position=seventeen")
+	require.Equal(t, 400, code, body)
+	require.Len(t, e.waited, 0, "a bad position never waits")
+
+	// Without min_position nothing waits.
+	code, _ = getJSON(t, srv.URL+"/v1/projections/docs/1")
+	require.Equal(t, 200, code)
+	require.Len(t, e.waited, 0)
+}
+
+func getJSON(t *testing.T, url string) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var body map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	return resp.StatusCode, body
+}
