@@ -147,6 +147,10 @@ func NewLoader(opts LoaderOptions) (*Loader, error) {
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
+	// Extism drops every guest log line below a process-wide level that
+	// is off unless set, so a module's ctx.Log never reached the logger.
+	// Let every level through: the logger's own level decides.
+	extism.SetLogLevel(extism.LogLevelTrace)
 	if opts.CacheDir != "" {
 		c, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
 		if err != nil {

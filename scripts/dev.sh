@@ -25,7 +25,7 @@ build() {
 	local dir=$1 name out
 	name=$(basename "$dir")
 	out=$plugins/$name.wasm
-	if (cd "$dir" && GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 go build -buildmode=c-shared -o "$out.tmp" .); then
+	if (cd "$dir" && GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 go build -trimpath -buildmode=c-shared -o "$out.tmp" .); then
 		mv "$out.tmp" "$out"
 		echo "dev: built $dir -> $out"
 	else

@@ -75,6 +75,7 @@ func TestAuthorLoop(t *testing.T) {
 	for _, h := range []string{"tally_totals [tally_totals.wasm]", "tally_watch [tally_watch.wasm]", "tally_flow [tally_flow.wasm]", "event   tally-a-1 TallyFlagged"} {
 		require.Contains(t, out, h)
 	}
+	require.Contains(t, errs, `msg="flagging a-1" module=tally_watch.wasm`, "a guest's ctx.Log reaches the host's log")
 
 	// run --watch: the command handler first, then the projector dropped in
 	// (written under another name and renamed, as README says).
