@@ -1,9 +1,10 @@
 package abi
 
-// Version is the ABI version this package describes. A module's manifest
-// states the version it was built against; the host refuses a module whose
-// version differs.
-const Version = 1
+// Version is the newest ABI version this package describes. A module's
+// manifest states the version it was built against; the host runs
+// versions MinVersion to Version side by side (v1: JSON through Extism
+// memory; v2: the binary fast path of v2.md) and refuses any other.
+const Version = 2
 
 // Exports a module provides. Both follow the Extism calling convention: no
 // parameters, an i32 return (0 = success), input read with the Extism input

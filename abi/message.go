@@ -290,21 +290,30 @@ func DecodeHandleResponse(b []byte, n, limit int) (*HandleResponse, error) {
 	if err := decodeStrict(b, limit, &r); err != nil {
 		return nil, err
 	}
+	if err := checkResults(&r, n); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// checkResults checks a decoded HandleResponse (v1 or v2) for a request of
+// n messages.
+func checkResults(r *HandleResponse, n int) error {
 	if len(r.Results) == 0 && n > 0 {
-		return nil, fmt.Errorf("%w: no results for %d messages", ErrResponse, n)
+		return fmt.Errorf("%w: no results for %d messages", ErrResponse, n)
 	}
 	if len(r.Results) > n {
-		return nil, fmt.Errorf("%w: %d results for %d messages", ErrResponse, len(r.Results), n)
+		return fmt.Errorf("%w: %d results for %d messages", ErrResponse, len(r.Results), n)
 	}
 	for i, res := range r.Results {
 		if err := res.check(); err != nil {
-			return nil, fmt.Errorf("%w: results[%d]: %w", ErrResponse, i, err)
+			return fmt.Errorf("%w: results[%d]: %w", ErrResponse, i, err)
 		}
 	}
 	if len(r.Results) < n && r.Results[len(r.Results)-1].Error == nil {
-		return nil, fmt.Errorf("%w: %d results for %d messages and the last is not an error", ErrResponse, len(r.Results), n)
+		return fmt.Errorf("%w: %d results for %d messages and the last is not an error", ErrResponse, len(r.Results), n)
 	}
-	return &r, nil
+	return nil
 }
 
 func (r *Result) check() error {
@@ -419,16 +428,23 @@ func DecodeLoadRequest(b []byte) (*LoadRequest, error) {
 	if err := decodeStrict(b, MaxHostRequestBytes, &r); err != nil {
 		return nil, err
 	}
-	if !r.Kind.valid() {
-		return nil, fmt.Errorf("%w: kind %q must be aggregate, projection or process", ErrResponse, r.Kind)
-	}
-	if err := checkName("type", r.Type); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrResponse, err)
-	}
-	if err := checkID(r.ID); err != nil {
-		return nil, fmt.Errorf("%w: id %w", ErrResponse, err)
+	if err := r.check(); err != nil {
+		return nil, err
 	}
 	return &r, nil
+}
+
+func (r *LoadRequest) check() error {
+	if !r.Kind.valid() {
+		return fmt.Errorf("%w: kind %q must be aggregate, projection or process", ErrResponse, r.Kind)
+	}
+	if err := checkName("type", r.Type); err != nil {
+		return fmt.Errorf("%w: %v", ErrResponse, err)
+	}
+	if err := checkID(r.ID); err != nil {
+		return fmt.Errorf("%w: id %w", ErrResponse, err)
+	}
+	return nil
 }
 
 // DecodeReadStreamRequest parses and checks a guest's protean_read_stream
@@ -438,14 +454,21 @@ func DecodeReadStreamRequest(b []byte) (*ReadStreamRequest, error) {
 	if err := decodeStrict(b, MaxHostRequestBytes, &r); err != nil {
 		return nil, err
 	}
-	if _, _, err := SplitStream(r.Stream); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrResponse, err)
-	}
-	if r.From < 0 {
-		return nil, fmt.Errorf("%w: from %d must be >= 0", ErrResponse, r.From)
-	}
-	if r.Limit < 0 {
-		return nil, fmt.Errorf("%w: limit %d must be >= 0", ErrResponse, r.Limit)
+	if err := r.check(); err != nil {
+		return nil, err
 	}
 	return &r, nil
+}
+
+func (r *ReadStreamRequest) check() error {
+	if _, _, err := SplitStream(r.Stream); err != nil {
+		return fmt.Errorf("%w: %w", ErrResponse, err)
+	}
+	if r.From < 0 {
+		return fmt.Errorf("%w: from %d must be >= 0", ErrResponse, r.From)
+	}
+	if r.Limit < 0 {
+		return fmt.Errorf("%w: limit %d must be >= 0", ErrResponse, r.Limit)
+	}
+	return nil
 }

@@ -125,17 +125,33 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 	fail := func(err error) ([]abi.Result, error) {
 		return nil, &CallError{File: m.File, Handler: handler, Err: err}
 	}
-	in, err := json.Marshal(abi.HandleRequest{Handler: handler, Messages: msgs})
-	if err != nil {
+	var (
+		in  []byte
+		v2  *callV2 // set for a module of ABI v2 (abiv2.go)
+		err error
+	)
+	sessCtx := withSession(ctx, s)
+	if m.Manifest != nil && m.Manifest.ABIVersion >= 2 {
+		sessCtx, v2 = m.handleV2(sessCtx, handler, msgs, s)
+	} else if in, err = json.Marshal(abi.HandleRequest{Handler: handler, Messages: msgs}); err != nil {
 		return fail(err)
 	}
 	inst, err := m.acquire(ctx)
 	if err != nil {
 		return fail(err)
 	}
-	callCtx, cancel := context.WithTimeout(withSession(ctx, s), m.Limits.Timeout)
+	callCtx, cancel := context.WithTimeout(sessCtx, m.Limits.Timeout)
 	defer cancel()
-	rc, out, err := inst.CallWithContext(callCtx, abi.ExportHandle, in)
+	var (
+		rc  uint32
+		out []byte
+	)
+	if v2 != nil {
+		rc, err = m.callV2(callCtx, inst, v2)
+	} else {
+		rc, out, err = inst.CallWithContext(callCtx, abi.ExportHandle, in)
+	}
+	var memErr *GuestMemoryError
 	switch {
 	case ctx.Err() != nil:
 		m.discard(inst)
@@ -143,6 +159,12 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 	case callCtx.Err() != nil && !m.Limits.Uninterruptible:
 		m.discard(inst)
 		return fail(fmt.Errorf("%w (limit %s)", ErrTimeout, m.Limits.Timeout))
+	case errors.As(err, &memErr):
+		m.discard(inst)
+		return fail(memErr)
+	case v2 != nil && v2.outErr != nil:
+		m.discard(inst)
+		return fail(fmt.Errorf("%w: %v", ErrOutput, v2.outErr))
 	case err != nil || rc != 0:
 		// Either way the instance's state is suspect: replace it.
 		m.discard(inst)
@@ -157,9 +179,15 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 		if err == nil {
 			msg = inst.GetError()
 		}
+		if err == nil && v2 != nil && v2.errMsg != "" {
+			msg = v2.errMsg
+		}
 		return fail(fmt.Errorf("%w (code %d): %s", ErrFailed, rc, msg))
 	}
 	m.release(inst)
+	if v2 != nil {
+		return v2.resultsOrFail(fail, len(msgs))
+	}
 	resp, err := abi.DecodeHandleResponse(out, len(msgs), m.Limits.MaxOutputBytes)
 	if err != nil {
 		return fail(fmt.Errorf("%w: %w", ErrOutput, err))
@@ -197,6 +225,7 @@ func (m *Module) release(inst *extism.Plugin) {
 }
 
 func (m *Module) discard(inst *extism.Plugin) {
+	m.v2.Delete(inst)
 	_ = inst.Close(context.Background())
 	<-m.pool.sem
 }

@@ -175,13 +175,13 @@ func TestValidateExamples(t *testing.T) {
 }
 
 func TestABIVersionMismatch(t *testing.T) {
-	m, err := sharedLoader(t).LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/raw", "variant=abi2"))
+	m, err := sharedLoader(t).LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/raw", "variant=abi3"))
 	require.NoError(t, err)
 	defer m.Close(context.Background())
 	_, problems := host.Validate([]host.Declared{{File: "future.wasm", Manifest: m.Manifest}}, inline)
 	require.Len(t, problems, 1)
 	require.Equal(t, host.RuleABIVersion, problems[0].Rule)
-	require.Contains(t, problems[0].Error(), "future.wasm: module future is built for ABI v2; this host speaks ABI v1")
+	require.Contains(t, problems[0].Error(), "future.wasm: module future is built for ABI v3; this host speaks ABI v1 to v2")
 }
 
 func TestHostileFiles(t *testing.T) {

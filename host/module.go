@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	extism "github.com/extism/go-sdk"
@@ -78,6 +80,7 @@ type Module struct {
 	compiled *extism.CompiledPlugin
 	pool     *pool
 	log      *slog.Logger
+	v2       sync.Map // *extism.Plugin → *instanceV2, for ABI v2 modules (abiv2.go)
 }
 
 // Close releases the module's compiled code and runtime.
@@ -163,6 +166,7 @@ func NewLoader(opts LoaderOptions) (*Loader, error) {
 	if l.funcs == nil {
 		l.funcs = HostFunctions(nil)
 	}
+	l.funcs = append(slices.Clip(l.funcs), HostFunctionsV2()...)
 	return l, nil
 }
 

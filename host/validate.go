@@ -75,10 +75,10 @@ type PartitionKey struct {
 func Validate(mods []Declared, broker Broker) (map[string]PartitionKey, []*Problem) {
 	v := &validator{keys: map[string]PartitionKey{}}
 	for _, d := range mods {
-		if d.Manifest.ABIVersion != abi.Version {
+		if d.Manifest.ABIVersion < abi.MinVersion || d.Manifest.ABIVersion > abi.Version {
 			v.add(&Problem{Rule: RuleABIVersion, File: d.File,
-				Msg: fmt.Sprintf("module %s is built for ABI v%d; this host speaks ABI v%d (rebuild it with a matching pdk)",
-					d.Manifest.Module.Name, d.Manifest.ABIVersion, abi.Version)})
+				Msg: fmt.Sprintf("module %s is built for ABI v%d; this host speaks ABI v%d to v%d (rebuild it with a matching pdk)",
+					d.Manifest.Module.Name, d.Manifest.ABIVersion, abi.MinVersion, abi.Version)})
 		}
 	}
 	v.consistency(mods)

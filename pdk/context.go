@@ -3,6 +3,7 @@ package pdk
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 
 	"github.com/proteanhq/protean-host/abi"
 )
@@ -15,10 +16,12 @@ const (
 )
 
 // host is what the kit needs from the host during a handle: the two host
-// functions and logging. The WASM build calls the real host; tests use a fake.
+// functions and logging, whatever the wire (jsonHost for ABI v1, the v2
+// host functions in the WASM build). An error is a response the kit could
+// not read. Tests use fakes.
 type host interface {
-	load(req []byte) []byte
-	readStream(req []byte) []byte
+	load(req *abi.LoadRequest) (*abi.LoadResponse, error)
+	readStream(req *abi.ReadStreamRequest) (*abi.ReadStreamResponse, error)
 	log(level, msg string)
 }
 
@@ -46,6 +49,10 @@ type recordKey struct {
 type stagedRecord struct {
 	version int64
 	data    json.RawMessage
+	// value is what Save was given: a later Load into a value of the same
+	// type gets a copy of it instead of decoding data again (decode once
+	// per batch). Reference fields (slices, maps) are shared with it.
+	value any
 }
 
 // overlay carries the writes of the batch's earlier, successful messages,
@@ -65,14 +72,13 @@ func (c *Context) HandlerName() string { return c.handler.decl.Name }
 func (c *Context) Load(kind abi.RecordKind, typ, id string, v any) (version int64, err error) {
 	k := recordKey{kind, typ, id}
 	if r, ok := c.staged[k]; ok {
-		return r.version, unmarshalRecord(r.data, v)
+		return r.version, r.loadInto(v)
 	}
 	if r, ok := (*c.batch)[k]; ok {
-		return r.version, unmarshalRecord(r.data, v)
+		return r.version, r.loadInto(v)
 	}
-	req, _ := json.Marshal(abi.LoadRequest{Kind: kind, Type: typ, ID: id})
-	var resp abi.LoadResponse
-	if err := json.Unmarshal(c.host.load(req), &resp); err != nil {
+	resp, err := c.host.load(&abi.LoadRequest{Kind: kind, Type: typ, ID: id})
+	if err != nil {
 		return 0, Transient(fmt.Errorf("load %s %s/%s: bad host response: %w", kind, typ, id, err))
 	}
 	if resp.Error != "" {
@@ -89,22 +95,39 @@ func unmarshalRecord(data json.RawMessage, v any) error {
 	if len(data) == 0 || string(data) == "null" {
 		return nil
 	}
-	if err := json.Unmarshal(data, v); err != nil {
+	if err := decodeJSON(data, v); err != nil {
 		return Permanent(fmt.Errorf("decode record: %w", err))
 	}
 	return nil
+}
+
+// loadInto sets *v to the staged value when v points to its type, and
+// decodes the staged bytes otherwise.
+func (r stagedRecord) loadInto(v any) error {
+	if r.value != nil && (len(r.data) > 0 && string(r.data) != "null") {
+		dst := reflect.ValueOf(v)
+		src := reflect.ValueOf(r.value)
+		if src.Kind() == reflect.Pointer && !src.IsNil() {
+			src = src.Elem()
+		}
+		if dst.Kind() == reflect.Pointer && !dst.IsNil() && dst.Elem().Type() == src.Type() {
+			dst.Elem().Set(src)
+			return nil
+		}
+	}
+	return unmarshalRecord(r.data, v)
 }
 
 // Save writes a record whose current version is expected (0 for a new one).
 // The host commits it only if the record still has that version; otherwise
 // the message fails with a conflict and nothing of it is committed.
 func (c *Context) Save(kind abi.RecordKind, typ, id string, expected int64, v any) error {
-	data, err := json.Marshal(v)
+	data, err := encodeJSON(v)
 	if err != nil {
 		return Permanent(fmt.Errorf("encode %s %s/%s: %w", kind, typ, id, err))
 	}
 	c.effects.Writes = append(c.effects.Writes, abi.Write{Kind: kind, Type: typ, ID: id, ExpectedVersion: expected, Data: data})
-	c.staged[recordKey{kind, typ, id}] = stagedRecord{version: expected + 1, data: data}
+	c.staged[recordKey{kind, typ, id}] = stagedRecord{version: expected + 1, data: data, value: v}
 	return nil
 }
 
@@ -120,7 +143,7 @@ func (c *Context) EmitExpecting(stream, typ string, data any, expected int64) er
 }
 
 func (c *Context) emit(stream, typ string, data any, expected *int64) error {
-	b, err := json.Marshal(data)
+	b, err := encodeJSON(data)
 	if err != nil {
 		return Permanent(fmt.Errorf("encode event %s: %w", typ, err))
 	}
@@ -131,7 +154,7 @@ func (c *Context) emit(stream, typ string, data any, expected *int64) error {
 // Dispatch asks the host to dispatch a command once this message's effects
 // have committed.
 func (c *Context) Dispatch(typ string, data any) error {
-	b, err := json.Marshal(data)
+	b, err := encodeJSON(data)
 	if err != nil {
 		return Permanent(fmt.Errorf("encode command %s: %w", typ, err))
 	}
@@ -141,9 +164,8 @@ func (c *Context) Dispatch(typ string, data any) error {
 
 // ReadStream reads up to limit events of stream from position from.
 func (c *Context) ReadStream(stream string, from int64, limit int) ([]abi.Envelope, error) {
-	req, _ := json.Marshal(abi.ReadStreamRequest{Stream: stream, From: from, Limit: limit})
-	var resp abi.ReadStreamResponse
-	if err := json.Unmarshal(c.host.readStream(req), &resp); err != nil {
+	resp, err := c.host.readStream(&abi.ReadStreamRequest{Stream: stream, From: from, Limit: limit})
+	if err != nil {
 		return nil, Transient(fmt.Errorf("read stream %s: bad host response: %w", stream, err))
 	}
 	if resp.Error != "" {

@@ -17,13 +17,35 @@ func handle(in []byte, h host) ([]byte, error) {
 	if err := json.Unmarshal(in, &req); err != nil {
 		return nil, fmt.Errorf("pdk: decode handle request: %w", err)
 	}
+	resp, err := handleRequest(&req, h)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(resp)
+}
+
+// handleV2 is handle on ABI v2's binary encoding (abi/v2.md).
+func handleV2(in []byte, h host) ([]byte, error) {
+	req, err := abi.DecodeHandleRequestV2(in)
+	if err != nil {
+		return nil, fmt.Errorf("pdk: decode handle request: %w", err)
+	}
+	resp, err := handleRequest(req, h)
+	if err != nil {
+		return nil, err
+	}
+	return abi.AppendHandleResponseV2(make([]byte, 0, 256*len(resp.Results)+16), resp), nil
+}
+
+func handleRequest(req *abi.HandleRequest, h host) (*abi.HandleResponse, error) {
 	hd := mod.handler(req.Handler)
 	if hd == nil {
 		return nil, fmt.Errorf("pdk: module %s has no handler %q", mod.info.Name, req.Handler)
 	}
 	batch := overlay{}
-	resp := abi.HandleResponse{Results: make([]abi.Result, 0, len(req.Messages))}
-	for _, env := range req.Messages {
+	resp := &abi.HandleResponse{Results: make([]abi.Result, 0, len(req.Messages))}
+	effects := make([]abi.Effects, len(req.Messages))
+	for i, env := range req.Messages {
 		ctx := &Context{env: env, handler: hd, host: h, batch: &batch, staged: map[recordKey]stagedRecord{}}
 		err := run(hd, ctx, env)
 		if err != nil {
@@ -31,10 +53,10 @@ func handle(in []byte, h host) ([]byte, error) {
 			break
 		}
 		maps.Copy(batch, ctx.staged)
-		effects := ctx.effects
-		resp.Results = append(resp.Results, abi.Result{Effects: &effects})
+		effects[i] = ctx.effects
+		resp.Results = append(resp.Results, abi.Result{Effects: &effects[i]})
 	}
-	return json.Marshal(resp)
+	return resp, nil
 }
 
 func run(hd *Handler, ctx *Context, env abi.Envelope) (err error) {

@@ -28,7 +28,7 @@ func init() {
 func TestDecodeFailureKinds(t *testing.T) {
 	call := func(handler, typ, data string) *abi.Error {
 		req, _ := json.Marshal(abi.HandleRequest{Handler: handler, Messages: []abi.Envelope{{ID: "m-1", Type: typ, Data: json.RawMessage(data)}}})
-		out, err := handle(req, &fakeHost{})
+		out, err := handle(req, jsonHost{&fakeHost{}})
 		require.NoError(t, err)
 		r := decode(t, out, 1)
 		require.NotNil(t, r.Results[0].Error)

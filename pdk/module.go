@@ -211,7 +211,7 @@ func On[T any](h *Handler, typ string, fn func(ctx *Context, msg T) error) *Hand
 	command := h.decl.Kind == abi.KindCommandHandler
 	h.routes[typ] = func(ctx *Context, data json.RawMessage) error {
 		var msg T
-		if err := json.Unmarshal(data, &msg); err != nil {
+		if err := decodeJSON(data, &msg); err != nil {
 			return decodeError(typ, command, err)
 		}
 		return fn(ctx, msg)
@@ -225,7 +225,7 @@ func Manifest() (*abi.Manifest, error) {
 	if len(mod.problems) > 0 {
 		return nil, fmt.Errorf("pdk: %s", strings.Join(mod.problems, "; "))
 	}
-	m := &abi.Manifest{ABIVersion: abi.Version, Module: mod.info, Messages: mod.messages}
+	m := &abi.Manifest{ABIVersion: ABIVersion(), Module: mod.info, Messages: mod.messages}
 	for _, h := range mod.handlers {
 		m.Handlers = append(m.Handlers, h.decl)
 	}
@@ -247,4 +247,19 @@ func (r *registry) handler(name string) *Handler {
 		}
 	}
 	return nil
+}
+
+// abiFlag selects the ABI the module speaks. Empty (the default) is the
+// newest, abi.Version (v2, the fast path); "1" builds a module that speaks
+// ABI v1 (JSON through Extism memory), for hosts that predate v2:
+//
+//	go build -ldflags "-X github.com/proteanhq/protean-host/pdk.abiFlag=1" …
+var abiFlag = ""
+
+// ABIVersion is the ABI version the module declares and speaks.
+func ABIVersion() int {
+	if abiFlag == "1" {
+		return 1
+	}
+	return abi.Version
 }

@@ -121,7 +121,7 @@ func TestBatchSeesItsOwnWrites(t *testing.T) {
 	h := &fakeHost{records: map[string]abi.LoadResponse{
 		"projection/by_client/c-1": {Found: true, Version: 7, Data: json.RawMessage(`{"n": 2, "ids": ["a", "b"]}`)},
 	}}
-	out, err := handle(request("o-1", "o-2", "o-3"), h)
+	out, err := handle(request("o-1", "o-2", "o-3"), jsonHost{h})
 	require.NoError(t, err)
 	r := decode(t, out, 3)
 	require.Len(t, r.Results, 3)
@@ -148,7 +148,7 @@ func TestBatchStopsAtFirstError(t *testing.T) {
 		{"plain", abi.ErrorPermanent, "plain failure"},
 	} {
 		t.Run(tc.id, func(t *testing.T) {
-			out, err := handle(request("o-1", tc.id, "o-3"), &fakeHost{})
+			out, err := handle(request("o-1", tc.id, "o-3"), jsonHost{&fakeHost{}})
 			require.NoError(t, err)
 			r := decode(t, out, 3)
 			require.Len(t, r.Results, 2, "nothing after the failing message is handled")
@@ -160,17 +160,17 @@ func TestBatchStopsAtFirstError(t *testing.T) {
 }
 
 func TestHandleRejectsBadRequests(t *testing.T) {
-	_, err := handle([]byte(`{`), &fakeHost{})
+	_, err := handle([]byte(`{`), jsonHost{&fakeHost{}})
 	require.ErrorContains(t, err, "decode handle request")
-	_, err = handle([]byte(`{"handler": "nope", "messages": []}`), &fakeHost{})
+	_, err = handle([]byte(`{"handler": "nope", "messages": []}`), jsonHost{&fakeHost{}})
 	require.ErrorContains(t, err, `module pdktest has no handler "nope"`)
 
 	// A message the handler does not route, and a payload that does not
 	// decode, fail that message permanently.
-	out, err := handle([]byte(`{"handler": "by_client", "messages": [{"id": "1", "type": "Other", "data": {}}]}`), &fakeHost{})
+	out, err := handle([]byte(`{"handler": "by_client", "messages": [{"id": "1", "type": "Other", "data": {}}]}`), jsonHost{&fakeHost{}})
 	require.NoError(t, err)
 	require.Contains(t, decode(t, out, 1).Results[0].Error.Message, "does not handle Other")
-	out, err = handle([]byte(`{"handler": "by_client", "messages": [{"id": "1", "type": "OrderPlaced", "data": {"total": "x"}}]}`), &fakeHost{})
+	out, err = handle([]byte(`{"handler": "by_client", "messages": [{"id": "1", "type": "OrderPlaced", "data": {"total": "x"}}]}`), jsonHost{&fakeHost{}})
 	require.NoError(t, err)
 	require.Contains(t, decode(t, out, 1).Results[0].Error.Message, "decode OrderPlaced")
 }
@@ -199,7 +199,7 @@ func TestHostErrorsKeepTheirKind(t *testing.T) {
 		{`{"found":false,"version":0,"messages":null,"error":"db down"}`, abi.ErrorTransient, ""},
 	}
 	for _, tc := range tests {
-		ctx := &Context{host: answerHost{tc.resp}, batch: &overlay{}, staged: map[recordKey]stagedRecord{}}
+		ctx := &Context{host: jsonHost{answerHost{tc.resp}}, batch: &overlay{}, staged: map[recordKey]stagedRecord{}}
 		var v map[string]any
 		_, loadErr := ctx.Load(Aggregate, "order", "o-1", &v)
 		_, readErr := ctx.ReadStream("order-o-1", 0, 10)

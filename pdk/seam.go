@@ -5,7 +5,7 @@ import "github.com/proteanhq/protean-host/pdk/internal/seam"
 // The test host (package pdktest) runs handlers through the same handle
 // the WASM export calls, with its in-memory host behind the seam.
 func init() {
-	seam.Handle = func(req []byte, h seam.Host) ([]byte, error) { return handle(req, seamHost{h}) }
+	seam.Handle = func(req []byte, h seam.Host) ([]byte, error) { return handle(req, jsonHost{seamHost{h}}) }
 }
 
 type seamHost struct{ h seam.Host }

@@ -160,7 +160,17 @@ func projected(t *testing.T, h *testHost, what, path string) reply {
 }
 
 func TestEmbeddedQuickstart(t *testing.T) {
-	h := embedded(t, wasmbuild.Examples(t))
+	quickstart(t, wasmbuild.Examples(t))
+}
+
+// The examples as built before ABI v2 (ABI v1: JSON through Extism
+// memory) still load and pass the quickstart.
+func TestEmbeddedQuickstartABIv1(t *testing.T) {
+	quickstart(t, wasmbuild.Examples(t, wasmbuild.ABIv1))
+}
+
+func quickstart(t *testing.T, dir string) {
+	h := embedded(t, dir)
 	r := post(t, h, "PlaceOrder", `{"order_id":"o-1","client_id":"c-1","total":42.5}`)
 	require.Equal(t, 200, r.code, r.raw)
 	require.Equal(t, "order-o-1", r.body["events"].([]any)[0].(map[string]any)["stream"])

@@ -48,13 +48,17 @@ func Build(tb testing.TB, pkg string, vars ...string) string {
 	}
 	name := strings.NewReplacer("/", "_", ".", "", "=", "-", ",", "_").Replace(strings.TrimPrefix(pkg, "./"))
 	for _, v := range vars {
-		name += "_" + strings.NewReplacer("=", "-").Replace(v)
+		name += "_" + strings.NewReplacer("=", "-", "/", "_").Replace(v)
 	}
 	out := filepath.Join(dir, fmt.Sprintf("%d_%s.wasm", len(built), name))
 	args := []string{"build", "-buildmode=c-shared", "-o", out}
 	if len(vars) > 0 {
 		var ld []string
 		for _, v := range vars {
+			if strings.Contains(v, "/") { // a full path: pkg.name=value
+				ld = append(ld, "-X "+v)
+				continue
+			}
 			ld = append(ld, "-X main."+v)
 		}
 		args = append(args, "-ldflags", strings.Join(ld, " "))
@@ -72,6 +76,10 @@ func Build(tb testing.TB, pkg string, vars ...string) string {
 	return out
 }
 
+// ABIv1 is a Build var that makes a pdk module speak ABI v1 (JSON through
+// Extism memory), as every module built before ABI v2 does.
+const ABIv1 = "github.com/proteanhq/protean-host/pdk.abiFlag=1"
+
 // Copy copies the module at src into dir under name.
 func Copy(tb testing.TB, src, dir, name string) string {
 	tb.Helper()
@@ -87,8 +95,9 @@ func Copy(tb testing.TB, src, dir, name string) string {
 }
 
 // Examples builds every example module of plugins/examples into a fresh
-// directory and returns it.
-func Examples(tb testing.TB) string {
+// directory and returns it. vars apply to every module (ABIv1 builds them
+// as modules built before ABI v2 were).
+func Examples(tb testing.TB, vars ...string) string {
 	tb.Helper()
 	entries, err := os.ReadDir(filepath.Join(Root(), "plugins", "examples"))
 	if err != nil {
@@ -97,7 +106,7 @@ func Examples(tb testing.TB) string {
 	out := tb.TempDir()
 	for _, e := range entries {
 		if e.IsDir() {
-			Copy(tb, Build(tb, "./plugins/examples/"+e.Name()), out, e.Name()+".wasm")
+			Copy(tb, Build(tb, "./plugins/examples/"+e.Name(), vars...), out, e.Name()+".wasm")
 		}
 	}
 	return out

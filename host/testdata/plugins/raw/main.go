@@ -29,8 +29,8 @@ func manifest() int32 {
 	case "fail":
 		extism.SetErrorString("refusing on purpose")
 		return 1
-	case "abi2":
-		extism.OutputString(`{"abi_version": 2, "module": {"name": "future", "version": "2.0.0"},
+	case "abi3":
+		extism.OutputString(`{"abi_version": 3, "module": {"name": "future", "version": "2.0.0"},
 			"messages": [{"type": "Ping", "kind": "event", "category": "ping", "fields": [{"name": "id"}]}],
 			"handlers": [{"name": "pinger", "kind": "event_handler", "category": "ping", "handles": ["Ping"]}]}`)
 	}
