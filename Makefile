@@ -29,6 +29,17 @@ plugins: ## Build the example plugins into PLUGINS_DIR (default build/plugins) w
 		echo "plugin $$p -> $(PLUGINS_DIR)/$$p.wasm"; \
 		GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 $(GO) build -buildmode=c-shared -o $(PLUGINS_DIR)/$$p.wasm ./plugins/examples/$$p || exit 1; \
 	done
+	@# The C examples (ABI v2 without the Go kit) go to build/plugins-c: each
+	@# replaces its Go namesake, so they cannot share one plugins directory.
+	@if scripts/wasm-c.sh check; then \
+		mkdir -p $(PLUGINS_DIR)-c; \
+		for c in plugins/c/*.c; do \
+			n=$$(basename $$c .c); echo "plugin $$c -> $(PLUGINS_DIR)-c/$$n.wasm"; \
+			scripts/wasm-c.sh build $$c $(PLUGINS_DIR)-c/$$n.wasm || exit 1; \
+		done; \
+	else \
+		echo "note: skipping plugins/c (no clang/lld/wasi-libc; scripts/wasm-c.sh ensure installs them)"; \
+	fi
 
 .PHONY: build
 build: ## Build the protean-host binary into build/

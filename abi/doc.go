@@ -14,7 +14,14 @@
 // reactor (with _initialize) is supported; the host runs _initialize before
 // the first export.
 //
-// The ABI version is Version (1). Every payload is UTF-8 JSON.
+// Two ABI versions run side by side, chosen by each module's manifest
+// (abi_version): v1, described on this page, where every document is
+// UTF-8 JSON passed through Extism memory; and v2 (Version), the fast data
+// path: the same contract with a binary envelope and results, one bulk
+// copy in and out, and host functions (import module HostNamespaceV2) that
+// read and write the module's own memory. v2.md in this directory is its
+// byte-by-byte reference and rationale; package pdk speaks v2. Payloads
+// are UTF-8 JSON in both.
 //
 // # Exports
 //

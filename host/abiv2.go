@@ -82,6 +82,19 @@ func (m *Module) handleV2(ctx context.Context, handler string, msgs []abi.Envelo
 	return context.WithValue(ctx, callV2Key{}, c), c
 }
 
+// manifestCallV2 prepares protean_manifest's call so that the module may
+// write its manifest with the v2 output function (bounded by
+// abi.MaxManifestBytes) as well as with Extism's output_set: a module
+// that speaks only v2 needs no Extism import at all.
+func manifestCallV2(ctx context.Context, inst *extism.Plugin) (context.Context, *callV2) {
+	main, err := mainModule(inst)
+	if err != nil {
+		return ctx, nil
+	}
+	c := &callV2{mem: main.Memory(), limit: abi.MaxManifestBytes, log: slog.New(slog.DiscardHandler)}
+	return context.WithValue(ctx, callV2Key{}, c), c
+}
+
 // resultsOrFail decodes what a v2 call left as its output.
 func (c *callV2) resultsOrFail(fail func(error) ([]abi.Result, error), n int) ([]abi.Result, error) {
 	resp, err := abi.DecodeHandleResponseV2(c.out, n, c.limit)

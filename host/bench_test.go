@@ -11,12 +11,6 @@ import (
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
-// BenchmarkHandleWASM runs the client_orders example projector on
-// OrderPlaced events through the sandbox (JSON in, host-function load,
-// JSON out), one event per call and 50 per call. BenchmarkHandleNative is
-// its baseline in the same run: the same decode, load, update and encode
-// in plain Go. Compare ns per event.
-
 type placed struct {
 	OrderID  string  `json:"order_id"`
 	ClientID string  `json:"client_id"`
@@ -52,69 +46,96 @@ func events(n int) []abi.Envelope {
 
 var startDoc = json.RawMessage(`{"client_id":"c-1","orders":2,"total":85,"order_ids":["a","b"]}`)
 
-func BenchmarkHandleWASM(b *testing.B) { benchHandle(b, false) }
-
-// BenchmarkHandleWASMUninterruptible is the same without deadline
-// enforcement ([plugins.limits] interruptible = false, trusted modules).
-func BenchmarkHandleWASMUninterruptible(b *testing.B) { benchHandle(b, true) }
-
-func benchHandle(b *testing.B, uninterruptible bool) {
-	l, err := host.NewLoader(host.LoaderOptions{CacheDir: wasmbuild.CacheDir(b), Limits: host.Limits{Uninterruptible: uninterruptible}})
+// BenchmarkProjector is the Done-when figure of issue 10: the per-event
+// cost of the example projector as native Go (the baseline, first, in the
+// same run), as the Go guest on ABI v2 and on ABI v1, and as the C guest
+// (plugins/c, ABI v2), each with the deadline enforced (the default
+// limits), and the Go v2 guest without it (interruptible = false) for
+// reference; batch 1 and batch 50. x_native is each guest's ns/event over
+// native's.
+func BenchmarkProjector(b *testing.B) {
+	l, err := host.NewLoader(host.LoaderOptions{CacheDir: wasmbuild.CacheDir(b)})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer l.Close(context.Background())
-	m, err := l.LoadFile(context.Background(), wasmbuild.Copy(b, wasmbuild.Build(b, "./plugins/examples/client_orders"), b.TempDir(), "client_orders.wasm"))
+	trusted, err := host.NewLoader(host.LoaderOptions{CacheDir: wasmbuild.CacheDir(b), Limits: host.Limits{Uninterruptible: true}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer m.Close(context.Background())
+	defer trusted.Close(context.Background())
+	load := func(l *host.Loader, path string) *host.Module {
+		m, err := l.LoadFile(context.Background(), wasmbuild.Copy(b, path, b.TempDir(), "client_orders.wasm"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = m.Close(context.Background()) })
+		return m
+	}
+	goV2 := wasmbuild.Build(b, "./plugins/examples/client_orders")
+	guests := []struct {
+		name string
+		m    *host.Module
+	}{
+		{"go_v2", load(l, goV2)},
+		{"c_v2", load(l, wasmbuild.BuildC(b, "plugins/c/client_orders.c"))},
+		{"go_v1", load(l, wasmbuild.Build(b, "./plugins/examples/client_orders", wasmbuild.ABIv1))},
+		{"go_v2_uninterruptible", load(trusted, goV2)},
+	}
 	s := &docSession{doc: startDoc}
 	for _, n := range []int{1, 50} {
 		batch := events(n)
-		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
+		var native float64
+		b.Run(fmt.Sprintf("batch=%d/native", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				res, err := m.Handle(context.Background(), "client_orders", batch, s)
-				if err != nil || len(res) != n || res[0].Error != nil {
-					b.Fatalf("%v %+v", err, res)
-				}
+				nativeProjector(b, batch)
 			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/event")
+			native = float64(b.Elapsed().Nanoseconds()) / float64(b.N*n)
+			b.ReportMetric(native, "ns/event")
 		})
+		for _, g := range guests {
+			b.Run(fmt.Sprintf("batch=%d/%s", n, g.name), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					res, err := g.m.Handle(context.Background(), "client_orders", batch, s)
+					if err != nil || len(res) != n || res[0].Error != nil {
+						b.Fatalf("%v %+v", err, res)
+					}
+				}
+				perEvent := float64(b.Elapsed().Nanoseconds()) / float64(b.N*n)
+				b.ReportMetric(perEvent, "ns/event")
+				if native > 0 {
+					b.ReportMetric(perEvent/native, "x_native")
+				}
+			})
+		}
 	}
 }
 
-func BenchmarkHandleNative(b *testing.B) {
-	for _, n := range []int{1, 50} {
-		batch := events(n)
-		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				var doc clientOrders
-				if err := json.Unmarshal(startDoc, &doc); err != nil {
-					b.Fatal(err)
-				}
-				writes := make([]abi.Write, 0, n)
-				for _, env := range batch {
-					var ev placed
-					if err := json.Unmarshal(env.Data, &ev); err != nil {
-						b.Fatal(err)
-					}
-					doc.Orders++
-					doc.Total += ev.Total
-					doc.OrderIDs = append(doc.OrderIDs, ev.OrderID)
-					data, err := json.Marshal(doc)
-					if err != nil {
-						b.Fatal(err)
-					}
-					writes = append(writes, abi.Write{Kind: abi.RecordProjection, Type: "client_orders", ID: ev.ClientID, Data: data})
-				}
-				if len(writes) != n {
-					b.Fatal("lost writes")
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/event")
-		})
+// nativeProjector is client_orders in plain Go: decode each event, update
+// the document loaded once per batch, encode it per event.
+func nativeProjector(b *testing.B, batch []abi.Envelope) {
+	var doc clientOrders
+	if err := json.Unmarshal(startDoc, &doc); err != nil {
+		b.Fatal(err)
+	}
+	writes := make([]abi.Write, 0, len(batch))
+	for _, env := range batch {
+		var ev placed
+		if err := json.Unmarshal(env.Data, &ev); err != nil {
+			b.Fatal(err)
+		}
+		doc.Orders++
+		doc.Total += ev.Total
+		doc.OrderIDs = append(doc.OrderIDs, ev.OrderID)
+		data, err := json.Marshal(doc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		writes = append(writes, abi.Write{Kind: abi.RecordProjection, Type: "client_orders", ID: ev.ClientID, Data: data})
+	}
+	if len(writes) != len(batch) {
+		b.Fatal("lost writes")
 	}
 }

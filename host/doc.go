@@ -43,4 +43,12 @@
 // the Session carried in the call's context. A trap, a non-zero return, a
 // deadline or an unusable output is a *CallError; the instance is then
 // discarded, because a trapped instance is dead even if it looks open.
+//
+// A module's manifest picks its ABI: v1 calls go through the Extism SDK's
+// call protocol with JSON; v2 calls (abiv2.go, abi/v2.md) call the
+// module's protean_handle through wazero directly, hand it the batch in
+// one bounds-checked copy into its memory and take its output in one copy
+// after checking the output limit, and serve the v2 host functions
+// (HostFunctionsV2, registered by every Loader) on the module's memory. A
+// pointer outside that memory ends the call with a *GuestMemoryError.
 package host

@@ -237,7 +237,16 @@ func (l *Loader) readManifest(ctx context.Context, m *Module) (*abi.Manifest, er
 	if !inst.FunctionExists(abi.ExportManifest) {
 		return nil, ErrNoManifest
 	}
-	rc, out, err := inst.CallWithContext(ctx, abi.ExportManifest, nil)
+	// A v2 module may write its manifest with the v2 output function
+	// instead of Extism's output_set (abiv2.go).
+	callCtx, v2 := manifestCallV2(ctx, inst)
+	rc, out, err := inst.CallWithContext(callCtx, abi.ExportManifest, nil)
+	if v2 != nil && (v2.out != nil || v2.outErr != nil) {
+		if v2.outErr != nil {
+			return nil, fmt.Errorf("%s: %v", abi.ExportManifest, v2.outErr)
+		}
+		out = v2.out
+	}
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("%w (limit %s)", ErrManifestTimeout, m.Limits.ManifestTimeout)
 	}

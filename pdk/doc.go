@@ -35,6 +35,23 @@
 // request outside the module's scope fails the message permanently, a
 // store failure transiently, so returning it as is does the right thing.
 //
+// The kit speaks ABI v2 (abi/v2.md): the batch arrives and the results
+// leave in one bulk copy each, in a binary envelope, and loads go through
+// host functions that write into the module's memory. Build with
+// -ldflags "-X github.com/proteanhq/protean-host/pdk.abiFlag=1" for a host
+// older than v2.
+//
+// Speed. Within a batch, a record saved by an earlier message is not
+// decoded again: Load hands out a copy of the saved value when it is
+// loaded into the same type (reference fields such as slices and maps are
+// shared with it, so do not change a value after saving it). Payloads and
+// records go through encoding/json, by reflection, unless their type has
+// its own codec: a DecodeJSON(b []byte) error method on the pointer
+// (JSONDecoder) and an AppendJSON(b []byte) ([]byte, error) method on the
+// value (JSONAppender). Fields, Elements, String, Float, Int, AppendString
+// and AppendFloat make those a few lines; see
+// plugins/examples/client_orders/codec.go. pdk.On stays as it is.
+//
 // Only export_wasm.go needs wasip1; the rest builds natively, so handler
 // logic can be unit-tested with go test: package pdktest runs a module's
 // registered handlers against an in-memory host (commands, events, records,

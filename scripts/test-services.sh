@@ -145,6 +145,10 @@ if [ -z "${PROTEAN_TEST_REDIS_URL:-}" ]; then
 	export PROTEAN_TEST_REDIS_URL="redis://127.0.0.1:$redis_port/0"
 fi
 
+# The C example modules' toolchain (the second guest language): their
+# tests build them and never skip.
+"$(dirname "$0")/wasm-c.sh" ensure
+
 echo "test services: PostgreSQL ${PROTEAN_TEST_DATABASE_URL}, Redis ${PROTEAN_TEST_REDIS_URL}" >&2
 set +e
 "$@"

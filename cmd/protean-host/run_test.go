@@ -169,6 +169,14 @@ func TestEmbeddedQuickstartABIv1(t *testing.T) {
 	quickstart(t, wasmbuild.Examples(t, wasmbuild.ABIv1))
 }
 
+// The C client_orders (plugins/c: ABI v2 without the Go kit) in place
+// of the Go one passes the quickstart.
+func TestEmbeddedQuickstartC(t *testing.T) {
+	dir := wasmbuild.Examples(t)
+	wasmbuild.Copy(t, wasmbuild.BuildC(t, "plugins/c/client_orders.c"), dir, "client_orders.wasm")
+	quickstart(t, dir)
+}
+
 func quickstart(t *testing.T, dir string) {
 	h := embedded(t, dir)
 	r := post(t, h, "PlaceOrder", `{"order_id":"o-1","client_id":"c-1","total":42.5}`)

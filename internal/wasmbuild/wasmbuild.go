@@ -76,6 +76,38 @@ func Build(tb testing.TB, pkg string, vars ...string) string {
 	return out
 }
 
+// BuildC compiles a C example module (src relative to the repository
+// root, e.g. "plugins/c/client_orders.c") with scripts/wasm-c.sh and
+// returns the .wasm path, cached like Build. A missing toolchain fails
+// the test with the command that installs it (make test's
+// scripts/test-services.sh installs it when run as root).
+func BuildC(tb testing.TB, src string) string {
+	tb.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	key := "c|" + src
+	if p, ok := built[key]; ok {
+		return p
+	}
+	if dir == "" {
+		d, err := os.MkdirTemp("", "protean-wasm-")
+		if err != nil {
+			tb.Fatalf("wasmbuild: %v", err)
+		}
+		dir = d
+	}
+	out := filepath.Join(dir, fmt.Sprintf("%d_%s.wasm", len(built), strings.TrimSuffix(filepath.Base(src), ".c")))
+	cmd := exec.Command(filepath.Join(Root(), "scripts", "wasm-c.sh"), "build", src, out)
+	cmd.Dir = Root()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		tb.Fatalf("wasmbuild: scripts/wasm-c.sh build %s: %v\n%s", src, err, stderr.String())
+	}
+	built[key] = out
+	return out
+}
+
 // ABIv1 is a Build var that makes a pdk module speak ABI v1 (JSON through
 // Extism memory), as every module built before ABI v2 does.
 const ABIv1 = "github.com/proteanhq/protean-host/pdk.abiFlag=1"
