@@ -32,9 +32,9 @@ static const char MANIFEST[] =
     "{\"abi_version\":2,"
     "\"module\":{\"name\":\"client_orders\",\"version\":\"1.0.0\"},"
     "\"messages\":[{\"type\":\"OrderPlaced\",\"kind\":\"event\",\"category\":\"order\","
-    "\"fields\":[{\"name\":\"order_id\",\"type\":\"string\"},"
-    "{\"name\":\"client_id\",\"type\":\"string\"},"
-    "{\"name\":\"total\",\"type\":\"float\"}]}],"
+    "\"fields\":[{\"name\":\"order_id\",\"type\":\"string\",\"required\":true},"
+    "{\"name\":\"client_id\",\"type\":\"string\",\"required\":true},"
+    "{\"name\":\"total\",\"type\":\"float\",\"required\":true}]}],"
     "\"handlers\":[{\"name\":\"client_orders\",\"kind\":\"projector\",\"category\":\"order\","
     "\"handles\":[\"OrderPlaced\"],\"sequential_by\":\"client_id\"}]}";
 
