@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/proteanhq/protean-host/internal/pipeline"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -396,4 +398,51 @@ func jsonArg(b []byte) any {
 		return nil
 	}
 	return string(b)
+}
+
+// QueueAppend queues the appends of events on b, a pipeline inside a
+// transaction: the category locks in a fixed order, then one conditional
+// insert per event (appendOneSQL: each sees the earlier ones, so expected
+// versions chain within the batch as in Append). It returns the reader of
+// their results and the categories it locked, which the transaction holds
+// to commit; a refused event (a duplicate id, an expected version that
+// does not hold) reads as pipeline.ErrRefused (run Append to learn which).
+func QueueAppend(b *pgx.Batch, events []NewEvent) (func(pgx.BatchResults) ([]Event, error), []string, error) {
+	prepared, err := prepare(events)
+	if err != nil {
+		return nil, nil, err
+	}
+	var categories []string
+	for _, e := range prepared {
+		categories = append(categories, Category(e.Stream))
+	}
+	slices.Sort(categories) // one lock order for everyone: no deadlocks
+	categories = slices.Compact(categories)
+	for _, c := range categories {
+		b.Queue(`SELECT pg_advisory_xact_lock(message_store.hash_64($1))`, c)
+	}
+	for _, e := range prepared {
+		b.Queue(appendOneSQL, e.ID, e.Stream, e.Type, jsonArg(e.Data), jsonArg(e.Metadata), expectedArg(e.ExpectedVersion))
+	}
+	read := func(br pgx.BatchResults) ([]Event, error) {
+		for range categories {
+			if _, err := br.Exec(); err != nil {
+				return nil, mapAppendError(err, prepared, -1)
+			}
+		}
+		out := make([]Event, len(prepared))
+		for i, e := range prepared {
+			out[i] = Event{ID: e.ID, Stream: e.Stream, Type: e.Type, Data: e.Data, Metadata: e.Metadata}
+			err := br.QueryRow().Scan(&out[i].Position, &out[i].GlobalPosition, &out[i].Time)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil, fmt.Errorf("event %d: stream %s: %w", i, e.Stream, pipeline.ErrRefused)
+			}
+			if err != nil {
+				return nil, mapAppendError(err, prepared, i)
+			}
+			out[i].Time = out[i].Time.UTC()
+		}
+		return out, nil
+	}
+	return read, categories, nil
 }

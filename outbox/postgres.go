@@ -8,6 +8,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/proteanhq/protean-host/internal/pipeline"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -127,6 +129,35 @@ func (t *PostgresTx) Add(ctx context.Context, rows []Row) error {
 		}
 	}
 	return err
+}
+
+// QueueAdd queues the inserts of rows on b, a pipeline inside tx's
+// transaction, without taking the category locks: the caller holds them
+// already, as a unit of work does that appended the rows' events in the
+// same transaction (eventstore.QueueAppend locks the same categories).
+// A duplicate raises (ErrDuplicate), failing the pipeline, so that a COMMIT
+// queued after the rows never commits without them.
+func (p *Postgres) QueueAdd(b *pgx.Batch, rows []Row) (pipeline.Reader, error) {
+	prepared, err := prepare(rows, p.clock())
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range prepared {
+		b.Queue(insertSQL, r.MessageID, r.Stream, r.Category, r.Type,
+			jsonArg(r.Data), jsonArg(r.Metadata), r.CreatedAt, r.MaxRetries, r.PartitionKey, r.Priority, r.TargetBroker)
+	}
+	return func(br pgx.BatchResults) error {
+		for i := range prepared {
+			tag, err := br.Exec()
+			if err != nil {
+				return mapAddError(err, &prepared[i])
+			}
+			if tag.RowsAffected() != 1 {
+				return fmt.Errorf("outbox: message %s for broker %s: %w", prepared[i].MessageID, prepared[i].TargetBroker, pipeline.ErrRefused)
+			}
+		}
+		return nil
+	}, nil
 }
 
 const insertSQL = `INSERT INTO outbox (message_id, stream_name, category, type, data, metadata, created_at,

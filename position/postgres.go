@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/proteanhq/protean-host/internal/pipeline"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -208,4 +210,33 @@ func (t *PostgresTx) mapError(f Fence, err error) error {
 		return ErrTxDone
 	}
 	return fmt.Errorf("position %s/%s: advance: %w", f.Group, f.Unit, err)
+}
+
+// QueueAdvance queues f's check and advance on b, a pipeline inside a
+// transaction, and returns the reader of its one result, which fails when
+// the fence does not hold (without saying why: run Advance to learn the
+// *FenceError or *AppliedError). It is the same statement as Advance's.
+func (p *Postgres) QueueAdvance(b *pgx.Batch, f Fence) (pipeline.Reader, error) {
+	if err := validFence(f); err != nil {
+		return nil, err
+	}
+	advance := f.Advance
+	if advance == nil {
+		advance = map[string]int64{}
+	}
+	js, err := json.Marshal(advance)
+	if err != nil {
+		return nil, err
+	}
+	b.Queue(advanceSQL, f.Group, f.Unit, f.Generation, string(js), p.clock.Now())
+	return func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
+		if err != nil {
+			return fmt.Errorf("position %s/%s: advance: %w", f.Group, f.Unit, err)
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("position %s/%s: advance: %w", f.Group, f.Unit, pipeline.ErrRefused)
+		}
+		return nil
+	}, nil
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/proteanhq/protean-host/internal/pipeline"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -130,15 +132,8 @@ func pgWrite(ctx context.Context, q querier, w Write) error {
 		tag pgconn.CommandTag
 		err error
 	)
-	if w.ExpectedVersion == 0 {
-		tag, err = q.Exec(ctx, `INSERT INTO records (kind, type, id, version, data, updated_at)
-			VALUES ($1, $2, $3, 1, $4, now()) ON CONFLICT (kind, type, id) DO NOTHING`,
-			w.Key.Kind, w.Key.Type, w.Key.ID, jsonArg(w.Data))
-	} else {
-		tag, err = q.Exec(ctx, `UPDATE records SET version = version + 1, data = $4, updated_at = now()
-			WHERE kind = $1 AND type = $2 AND id = $3 AND version = $5`,
-			w.Key.Kind, w.Key.Type, w.Key.ID, jsonArg(w.Data), w.ExpectedVersion)
-	}
+	sql, args := writeSQL(w)
+	tag, err = q.Exec(ctx, sql, args...)
 	if err != nil {
 		return pgError("write "+w.Key.String(), err)
 	}
@@ -167,4 +162,44 @@ func jsonArg(b []byte) any {
 		return nil
 	}
 	return string(b)
+}
+
+// writeSQL is one prepared write as one conditional statement, which
+// changes one row or none (a version that does not hold).
+func writeSQL(w Write) (string, []any) {
+	if w.ExpectedVersion == 0 {
+		return `INSERT INTO records (kind, type, id, version, data, updated_at)
+			VALUES ($1, $2, $3, 1, $4, now()) ON CONFLICT (kind, type, id) DO NOTHING`,
+			[]any{w.Key.Kind, w.Key.Type, w.Key.ID, jsonArg(w.Data)}
+	}
+	return `UPDATE records SET version = version + 1, data = $4, updated_at = now()
+			WHERE kind = $1 AND type = $2 AND id = $3 AND version = $5`,
+		[]any{w.Key.Kind, w.Key.Type, w.Key.ID, jsonArg(w.Data), w.ExpectedVersion}
+}
+
+// QueueWrite queues writes on b, a pipeline inside a transaction, as
+// Write's statements, and returns the reader of their results, which fails
+// with pipeline.ErrRefused on a version that does not hold (run Write to
+// learn the *VersionError). Input is checked as Write checks it.
+func QueueWrite(b *pgx.Batch, writes []Write) (pipeline.Reader, error) {
+	prepared, err := prepare(writes)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range prepared {
+		sql, args := writeSQL(w)
+		b.Queue(sql, args...)
+	}
+	return func(br pgx.BatchResults) error {
+		for _, w := range prepared {
+			tag, err := br.Exec()
+			if err != nil {
+				return pgError("write "+w.Key.String(), err)
+			}
+			if tag.RowsAffected() != 1 {
+				return fmt.Errorf("record: write %s: %w", w.Key, pipeline.ErrRefused)
+			}
+		}
+		return nil
+	}, nil
 }

@@ -20,7 +20,20 @@
 // and an owner that lost its unit cannot commit. A failed fence
 // (position.ErrFenced, position.ErrApplied) rolls the effects back.
 //
+// CommitRun is group commit for a consumer that handled a run of
+// messages: each Step (one message's changes and fence) is atomic and the
+// steps commit in order; it returns the prefix that committed and the
+// first step's error.
+//
 // The Backend seam has a memory implementation (the embedded default,
 // holding the four memory stores' write locks in a fixed order) and a
-// PostgreSQL one (one READ COMMITTED transaction).
+// PostgreSQL one (one READ COMMITTED transaction). On PostgreSQL a unit of
+// work, or a whole run, is two round trips (package internal/pipeline):
+// BEGIN, the fences, the record writes, the category locks (taken once,
+// held to commit) and the appends in one pipeline; the outbox rows, built
+// from the appended positions, and COMMIT in a second. A refusal there (an
+// expected version, a fence, a duplicate) rolls back, and the work runs
+// again through the Tx steps, one round trip each, whose errors carry
+// their kind; for a run, step by step up to the failing one. Refusals are
+// the rare path, so the common one pays nothing for them.
 package unitofwork

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/proteanhq/protean-host/internal/pipeline"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -113,6 +115,130 @@ func (t *postgresTx) Rollback(ctx context.Context) error {
 	t.rolledBack = true
 	if err := t.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return fmt.Errorf("unitofwork: rollback: %w", err)
+	}
+	return nil
+}
+
+// commitPipelined commits stages in one READ COMMITTED transaction in two
+// round trips: BEGIN, the fences, the record writes, the category locks
+// and the appends in one pipeline; then the outbox rows (built from the
+// appended events' positions) and COMMIT in a second. The category locks
+// are taken once, by the appends, and held to commit, which covers the
+// outbox rows of the same categories. Any refusal or error rolls the
+// transaction back and is returned (the caller learns the typed error by
+// running the work step by step). The first round trip's refusals fail no
+// statement, so COMMIT never rides with them; everything in the second
+// raises on failure, so its COMMIT is skipped then.
+func (p *Postgres) commitPipelined(ctx context.Context, stages []*stage, rows func(*stage, []eventstore.Event) ([]outbox.Row, error)) (_ [][]eventstore.Event, err error) {
+	var b pgx.Batch
+	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
+	var readers []pipeline.Reader
+	for _, s := range stages {
+		if s.fence == nil {
+			continue
+		}
+		r, err := p.Positions.QueueAdvance(&b, *s.fence)
+		if err != nil {
+			return nil, err
+		}
+		readers = append(readers, r)
+	}
+	var writes []record.Write
+	var events []eventstore.NewEvent
+	for _, s := range stages {
+		writes = append(writes, s.writes...)
+		events = append(events, s.events...)
+	}
+	if len(writes) > 0 {
+		r, err := record.QueueWrite(&b, writes)
+		if err != nil {
+			return nil, err
+		}
+		readers = append(readers, r)
+	}
+	var appended []eventstore.Event
+	if len(events) > 0 {
+		read, _, err := eventstore.QueueAppend(&b, events)
+		if err != nil {
+			return nil, err
+		}
+		readers = append(readers, func(br pgx.BatchResults) (err error) {
+			appended, err = read(br)
+			return err
+		})
+	}
+
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("unitofwork: acquire: %w", err)
+	}
+	defer conn.Release()
+	open := true // the transaction may be open: roll it back on the way out
+	defer func() {
+		if err != nil && open {
+			// A failed ROLLBACK leaves the connection in a transaction; the
+			// pool destroys such a connection on Release.
+			_, _ = conn.Exec(context.WithoutCancel(ctx), `ROLLBACK`)
+		}
+	}()
+	if err := sendBatch(ctx, conn, &b, readers, false); err != nil {
+		return nil, err
+	}
+
+	// The second round trip ends with COMMIT, so nothing in it may fail
+	// quietly: a duplicate outbox row raises (and COMMIT is skipped).
+	b = pgx.Batch{}
+	out := make([][]eventstore.Event, len(stages))
+	var all []outbox.Row
+	at := 0
+	for i, s := range stages {
+		out[i] = appended[at : at+len(s.events) : at+len(s.events)]
+		at += len(s.events)
+		r, err := rows(s, out[i])
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, r...)
+	}
+	var readers2 []pipeline.Reader
+	if len(all) > 0 {
+		add, err := p.Outbox.QueueAdd(&b, all)
+		if err != nil {
+			return nil, err
+		}
+		readers2 = append(readers2, add)
+	}
+	b.Queue(`COMMIT`)
+	if err := sendBatch(ctx, conn, &b, readers2, true); err != nil {
+		return nil, err
+	}
+	open = false
+	return out, nil
+}
+
+// sendBatch sends b on conn and reads it: BEGIN first if queued, the
+// readers in order, then COMMIT if commit.
+func sendBatch(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, readers []pipeline.Reader, commit bool) (err error) {
+	br := conn.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("unitofwork: pipeline: %w", cerr)
+		}
+	}()
+	if b.QueuedQueries[0].SQL == `BEGIN ISOLATION LEVEL READ COMMITTED` {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("unitofwork: begin: %w", err)
+		}
+	}
+	for _, r := range readers {
+		if err := r(br); err != nil {
+			return err
+		}
+	}
+	if commit {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("unitofwork: commit: %w", err)
+		}
 	}
 	return nil
 }

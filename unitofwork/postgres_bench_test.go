@@ -16,12 +16,18 @@ import (
 	"github.com/proteanhq/protean-host/unitofwork"
 )
 
-// BenchmarkRawInsertCommit is the floor for BenchmarkUnitOfWorkCommit, on
-// the same server in the same run: BEGIN, one single-row INSERT, COMMIT.
-// BenchmarkUnitOfWorkCommit is what the unit of work's storage costs on
-// top of it: BEGIN, one record write, one event append, one outbox row,
-// COMMIT, through the PostgreSQL backend.
-
+// BenchmarkUnitOfWork compares on one database in one run:
+//   - raw: BEGIN, one single-row INSERT, COMMIT (three round trips): the
+//     floor a unit of work is measured against;
+//   - commit: UnitOfWork.Commit of one handled message (a record write, an
+//     event, its outbox row), pipelined in two round trips;
+//   - stepwise: the same through the Tx steps, one round trip each (BEGIN,
+//     write, append, outbox, COMMIT), as the unit of work once did;
+//   - run=N: CommitRun of N such messages, each atomic, in one transaction
+//     (group commit), reported per message (ns/msg, msgs/s).
+//
+// Compare msgs/s: commit against raw is the unit of work's ratio; run=N
+// against raw is group commit's.
 // benchDatabase returns a pool on a fresh, migrated database, or skips
 // when no PostgreSQL server can be had.
 func benchDatabase(b *testing.B) *pgxpool.Pool {
@@ -32,55 +38,92 @@ func benchDatabase(b *testing.B) *pgxpool.Pool {
 	return testserver.PostgresPool(b)
 }
 
-func BenchmarkRawInsertCommit(b *testing.B) {
+func BenchmarkUnitOfWork(b *testing.B) {
 	pool := benchDatabase(b)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_raw (id bigserial PRIMARY KEY, k text NOT NULL, data jsonb)`); err != nil {
 		b.Fatal(err)
 	}
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			b.Fatal(err)
+	perMsg := func(b *testing.B, msgs int) {
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*msgs), "ns/msg")
+		b.ReportMetric(float64(b.N*msgs)/b.Elapsed().Seconds(), "msgs/s")
+	}
+	b.Run("raw", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO bench_raw (k, data) VALUES ($1, $2)`, fmt.Sprintf("raw-%d", i), `{"status":"placed"}`); err != nil {
+				b.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				b.Fatal(err)
+			}
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO bench_raw (k, data) VALUES ($1, $2)`, fmt.Sprintf("raw-%d", i), `{"status":"placed"}`); err != nil {
-			b.Fatal(err)
+		perMsg(b, 1)
+	})
+	u := unitofwork.New(unitofwork.NewPostgres(pool), unitofwork.Options{Keys: keys{"order": "client_id"}, Broker: "default", MaxRetries: 3})
+	b.Run("commit", func(b *testing.B) {
+		run := eventstore.NewID()[:8] // fresh keys and streams per run
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := u.Commit(ctx, unitofwork.Change{Effects: placeOrder(fmt.Sprintf("%sc%d", run, i), `"c-1"`)}); err != nil {
+				b.Fatal(err)
+			}
 		}
-		if err := tx.Commit(ctx); err != nil {
-			b.Fatal(err)
+		perMsg(b, 1)
+	})
+	b.Run("stepwise", func(b *testing.B) {
+		backend := unitofwork.NewPostgres(pool)
+		run := eventstore.NewID()[:8]
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			stepwise(b, backend, fmt.Sprintf("%ss%d", run, i))
 		}
+		perMsg(b, 1)
+	})
+	for _, n := range []int{10, 50} {
+		b.Run(fmt.Sprintf("run=%d", n), func(b *testing.B) {
+			run := eventstore.NewID()[:8]
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				steps := make([]unitofwork.Step, n)
+				for j := range steps {
+					steps[j] = unitofwork.Step{Changes: []unitofwork.Change{{Effects: placeOrder(fmt.Sprintf("%sr%d-%d", run, i, j), `"c-1"`)}}}
+				}
+				if out, err := u.CommitRun(ctx, steps); err != nil || len(out) != n {
+					b.Fatal(err)
+				}
+			}
+			perMsg(b, n)
+		})
 	}
 }
 
-func BenchmarkUnitOfWorkCommit(b *testing.B) {
-	pool := benchDatabase(b)
-	backend := unitofwork.NewPostgres(pool)
+// stepwise commits one message through the Tx steps.
+func stepwise(b *testing.B, backend *unitofwork.Postgres, id string) {
 	ctx := context.Background()
-	run := eventstore.NewID()[:8] // fresh keys and streams per run
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		id := fmt.Sprintf("%s%d", run, i)
-		tx, err := backend.Begin(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		err = tx.Write(ctx, []record.Write{{Key: record.Key{Kind: record.KindAggregate, Type: "order", ID: id}, Data: json.RawMessage(`{"status":"placed"}`)}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		evs, err := tx.Append(ctx, []eventstore.NewEvent{{Stream: "order-" + id, Type: "OrderPlaced", Data: json.RawMessage(`{"order_id":"x"}`), ExpectedVersion: eventstore.NoStream}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		key := "client-" + id
-		err = tx.Add(ctx, []outbox.Row{{MessageID: evs[0].ID, Stream: "order-" + id, Type: "OrderPlaced", Data: evs[0].Data, PartitionKey: &key, TargetBroker: "default"}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := tx.Commit(ctx); err != nil {
-			b.Fatal(err)
-		}
+	tx, err := backend.Begin(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	err = tx.Write(ctx, []record.Write{{Key: record.Key{Kind: record.KindAggregate, Type: "order", ID: id}, Data: json.RawMessage(`{"status":"placed"}`)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	evs, err := tx.Append(ctx, []eventstore.NewEvent{{Stream: "order-" + id, Type: "OrderPlaced", Data: json.RawMessage(`{"order_id":"x"}`), ExpectedVersion: eventstore.NoStream}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	key := "client-" + id
+	err = tx.Add(ctx, []outbox.Row{{MessageID: evs[0].ID, Stream: "order-" + id, Type: "OrderPlaced", Data: evs[0].Data, PartitionKey: &key, TargetBroker: "default"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		b.Fatal(err)
 	}
 }
 

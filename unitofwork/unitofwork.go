@@ -110,12 +110,65 @@ func (u *UnitOfWork) CommitFenced(ctx context.Context, fence position.Fence, cha
 	return u.commit(ctx, &fence, changes)
 }
 
-func (u *UnitOfWork) commit(ctx context.Context, fence *position.Fence, changes []Change) (Committed, error) {
-	var writes []record.Write
-	var events []eventstore.NewEvent
-	var keys []*string
-	var priorities []int
-	var out Committed
+// Step is one handled message of a run: its changes and, for a fenced
+// consumer, the fence its commit applies (the unit's position after this
+// message).
+type Step struct {
+	Fence   *position.Fence
+	Changes []Change
+}
+
+// CommitRun commits a run of handled messages, each step atomically and in
+// order, and returns what the steps that committed wrote (a prefix of
+// steps) and the error of the first one that failed; the steps after it
+// are not tried. This is group commit: on PostgreSQL the whole run is one
+// transaction in two round trips; when a step fails, that transaction is
+// rolled back and the steps are committed one at a time up to the failing
+// one, whose typed error (a conflict, a fence, a key) is returned. On
+// memory each step is its own transaction.
+func (u *UnitOfWork) CommitRun(ctx context.Context, steps []Step) ([]Committed, error) {
+	staged := make([]*stage, 0, len(steps))
+	var err error
+	for _, st := range steps {
+		s, serr := u.stage(st.Fence, st.Changes)
+		if serr != nil {
+			err = serr
+			break
+		}
+		staged = append(staged, s)
+	}
+	if len(staged) > 1 {
+		if out, perr := u.commitStages(ctx, staged); perr == nil {
+			return out, err
+		}
+	}
+	out := make([]Committed, 0, len(staged))
+	for _, s := range staged {
+		c, cerr := u.commitOne(ctx, s)
+		if cerr != nil {
+			return out, cerr
+		}
+		out = append(out, c)
+	}
+	return out, err
+}
+
+// stage is one step, checked and turned into the stores' terms.
+type stage struct {
+	fence      *position.Fence
+	writes     []record.Write
+	events     []eventstore.NewEvent
+	keys       []*string
+	priorities []int
+	commands   []abi.NewCommand
+}
+
+func (s *stage) empty() bool { return len(s.writes) == 0 && len(s.events) == 0 && s.fence == nil }
+
+// stage checks changes (partition keys, metadata) and turns them into the
+// stores' writes; nothing is sent anywhere.
+func (u *UnitOfWork) stage(fence *position.Fence, changes []Change) (*stage, error) {
+	s := &stage{fence: fence}
 	for _, c := range changes {
 		if c.Effects == nil {
 			continue
@@ -125,30 +178,97 @@ func (u *UnitOfWork) commit(ctx context.Context, fence *position.Fence, changes 
 			if !isNull(w.Data) {
 				data = w.Data
 			}
-			writes = append(writes, record.Write{Key: record.Key{Kind: string(w.Kind), Type: w.Type, ID: w.ID}, ExpectedVersion: w.ExpectedVersion, Data: data})
+			s.writes = append(s.writes, record.Write{Key: record.Key{Kind: string(w.Kind), Type: w.Type, ID: w.ID}, ExpectedVersion: w.ExpectedVersion, Data: data})
 		}
 		md, err := json.Marshal(c.Metadata)
 		if err != nil {
-			return Committed{}, err
+			return nil, err
 		}
 		for _, ev := range c.Effects.Events {
 			key, err := u.key(ev)
 			if err != nil {
-				return Committed{}, err
+				return nil, err
 			}
 			expected := eventstore.AnyVersion
 			if ev.ExpectedVersion != nil {
 				expected = *ev.ExpectedVersion
 			}
-			events = append(events, eventstore.NewEvent{ID: ev.ID, Stream: ev.Stream, Type: ev.Type, Data: ev.Data, Metadata: md, ExpectedVersion: expected})
-			keys = append(keys, key)
-			priorities = append(priorities, c.Priority)
+			s.events = append(s.events, eventstore.NewEvent{ID: ev.ID, Stream: ev.Stream, Type: ev.Type, Data: ev.Data, Metadata: md, ExpectedVersion: expected})
+			s.keys = append(s.keys, key)
+			s.priorities = append(s.priorities, c.Priority)
 		}
-		out.Commands = append(out.Commands, c.Effects.Commands...)
+		s.commands = append(s.commands, c.Effects.Commands...)
 	}
-	if len(writes) == 0 && len(events) == 0 && fence == nil {
-		return out, nil
+	return s, nil
+}
+
+// rows are the outbox rows of a stage's appended events.
+func (u *UnitOfWork) rows(s *stage, appended []eventstore.Event) ([]outbox.Row, error) {
+	rows := make([]outbox.Row, len(appended))
+	for i, ev := range appended {
+		md, err := outboxMetadata(ev)
+		if err != nil {
+			return nil, err
+		}
+		rows[i] = outbox.Row{MessageID: ev.ID, Stream: ev.Stream, Category: eventstore.Category(ev.Stream), Type: ev.Type,
+			Data: ev.Data, Metadata: md, PartitionKey: s.keys[i], Priority: s.priorities[i],
+			TargetBroker: u.opts.Broker, MaxRetries: u.opts.MaxRetries}
 	}
+	return rows, nil
+}
+
+func (u *UnitOfWork) commit(ctx context.Context, fence *position.Fence, changes []Change) (Committed, error) {
+	s, err := u.stage(fence, changes)
+	if err != nil {
+		return Committed{}, err
+	}
+	return u.commitOne(ctx, s)
+}
+
+// commitOne commits one stage: pipelined when the backend can (two round
+// trips), and step by step when it cannot or when the pipeline was refused
+// (to learn the typed error, or in the rare case the work now succeeds).
+func (u *UnitOfWork) commitOne(ctx context.Context, s *stage) (Committed, error) {
+	if s.empty() {
+		return Committed{Commands: s.commands}, nil
+	}
+	if out, err := u.commitStages(ctx, []*stage{s}); err == nil {
+		return out[0], nil
+	}
+	return u.commitStepwise(ctx, s)
+}
+
+// commitStages commits stages in one pipelined transaction, if the backend
+// pipelines; errPipeline otherwise. Any error means nothing was committed.
+func (u *UnitOfWork) commitStages(ctx context.Context, stages []*stage) ([]Committed, error) {
+	p, ok := u.backend.(pipeliner)
+	if !ok {
+		return nil, errNoPipeline
+	}
+	appended, err := p.commitPipelined(ctx, stages, u.rows)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Committed, len(stages))
+	for i, s := range stages {
+		out[i] = Committed{Events: appended[i], Commands: s.commands}
+	}
+	if u.opts.Committed != nil {
+		u.opts.Committed()
+	}
+	return out, nil
+}
+
+var errNoPipeline = errors.New("unitofwork: the backend does not pipeline")
+
+// pipeliner is a backend that commits stages in one transaction in a few
+// round trips. rows builds a stage's outbox rows from its appended events.
+type pipeliner interface {
+	commitPipelined(ctx context.Context, stages []*stage, rows func(*stage, []eventstore.Event) ([]outbox.Row, error)) ([][]eventstore.Event, error)
+}
+
+func (u *UnitOfWork) commitStepwise(ctx context.Context, s *stage) (Committed, error) {
+	out := Committed{Commands: s.commands}
 	tx, err := u.backend.Begin(ctx)
 	if err != nil {
 		return Committed{}, err
@@ -157,30 +277,24 @@ func (u *UnitOfWork) commit(ctx context.Context, fence *position.Fence, changes 
 	// The fence goes first: a stale owner or a redelivery fails before
 	// anything is staged, and on PostgreSQL the row lock is taken before
 	// the category locks of the appends, in every fenced unit of work alike.
-	if fence != nil {
-		if err := tx.Advance(ctx, *fence); err != nil {
+	if s.fence != nil {
+		if err := tx.Advance(ctx, *s.fence); err != nil {
 			return Committed{}, err
 		}
 	}
-	if len(writes) > 0 {
-		if err := tx.Write(ctx, writes); err != nil {
+	if len(s.writes) > 0 {
+		if err := tx.Write(ctx, s.writes); err != nil {
 			return Committed{}, err
 		}
 	}
-	if len(events) > 0 {
-		appended, err := tx.Append(ctx, events)
+	if len(s.events) > 0 {
+		appended, err := tx.Append(ctx, s.events)
 		if err != nil {
 			return Committed{}, err
 		}
-		rows := make([]outbox.Row, len(appended))
-		for i, ev := range appended {
-			md, err := outboxMetadata(ev)
-			if err != nil {
-				return Committed{}, err
-			}
-			rows[i] = outbox.Row{MessageID: ev.ID, Stream: ev.Stream, Category: eventstore.Category(ev.Stream), Type: ev.Type,
-				Data: ev.Data, Metadata: md, PartitionKey: keys[i], Priority: priorities[i],
-				TargetBroker: u.opts.Broker, MaxRetries: u.opts.MaxRetries}
+		rows, err := u.rows(s, appended)
+		if err != nil {
+			return Committed{}, err
 		}
 		if err := tx.Add(ctx, rows); err != nil {
 			return Committed{}, err
