@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/internal/testwait"
+	"github.com/proteanhq/protean-host/internal/wasmbuild"
+)
+
+// make dev's loop (scripts/dev.sh): a module's source changes, the script
+// rebuilds it into the plugins directory, and the host started with
+// --watch serves the new version; a change that does not compile leaves
+// the running version serving.
+func TestDevRebuildsOnChange(t *testing.T) {
+	work := t.TempDir()
+	mod := filepath.Join(work, "dev_totals")
+	code, _, errs := cli(t, "plugin", "new", "dev_totals", "--kind", "projector", "--category", "dev",
+		"--dir", mod, "--host-src", wasmbuild.Root())
+	require.Equal(t, 0, code, errs)
+	bin := filepath.Join(work, "protean-host")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/protean-host")
+	build.Dir = wasmbuild.Root()
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	logs := &logBuffer{}
+	dev := exec.Command("bash", "scripts/dev.sh", filepath.Join(work, "plugins"), configFile(t, "inline"), mod)
+	dev.Dir = wasmbuild.Root()
+	dev.Env = append(os.Environ(), "HOST_BIN="+bin, "RUN_FLAGS=--listen 127.0.0.1:0", "DEV_POLL=0.2",
+		"GOFLAGS=-mod=mod", "GOPROXY=off")
+	dev.Stdout, dev.Stderr = logs, logs
+	dev.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // the script and the host it starts: one group to stop
+	require.NoError(t, dev.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- dev.Wait() }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-dev.Process.Pid, syscall.SIGTERM)
+		testwait.Recv(t, "make dev's script to exit", exited)
+	})
+
+	h := &cliHost{stderr: logs}
+	testwait.For(t, "the host listening", func() (bool, string) {
+		m := listening.FindStringSubmatch(logs.String())
+		if m == nil {
+			return false, logs.tail(5)
+		}
+		h.addr = m[1]
+		return true, ""
+	})
+	version := func(v string) func() (bool, string) {
+		return func() (bool, string) {
+			code, body := h.get(t, "/v1/plugins")
+			return code == 200 && strings.Contains(body, `"version":"`+v+`"`), fmt.Sprintf("%d %s; log:\n%s", code, body, logs.tail(8))
+		}
+	}
+	testwait.For(t, "version 0.1.0 served", version("0.1.0"))
+
+	src := filepath.Join(mod, "main.go")
+	edit := func(old, new string) {
+		b, err := os.ReadFile(src)
+		require.NoError(t, err)
+		require.True(t, bytes.Contains(b, []byte(old)), "main.go has %q", old)
+		require.NoError(t, os.WriteFile(src, bytes.Replace(b, []byte(old), []byte(new), 1), 0o644))
+	}
+	edit(`pdk.Module("dev_totals", "0.1.0")`, `pdk.Module("dev_totals", "0.2.0")`)
+	testwait.For(t, "the edit rebuilt and reloaded", version("0.2.0"))
+
+	edit(`func main() {}`, `func main() { not go }`)
+	testwait.For(t, "the failed build reported", func() (bool, string) {
+		return strings.Contains(logs.String(), "failed; the running module is unchanged"), logs.tail(5)
+	})
+	ok, seen := version("0.2.0")()
+	require.True(t, ok, "still serving 0.2.0: %s", seen)
+}
