@@ -19,6 +19,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
+	"github.com/proteanhq/protean-host/subscription"
 )
 
 // pgInline is a migrated PostgreSQL database that host processes share
@@ -180,6 +181,14 @@ func (d pgInline) exactlyOnce(t *testing.T, p *process) {
 		})
 	}
 	t.Logf("%d committed orders projected exactly once", total)
+	testwait.For(t, "the owner reports client_orders caught up", func() (bool, string) {
+		r, err := send("GET", "http://"+p.addr+"/metrics", "")
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(r.raw, `protean_subscription_lag{group="client_orders",unit="order"} 0`) &&
+			strings.Contains(r.raw, `protean_subscription_messages_total{group="client_orders",outcome="ok",unit="order"}`), "no lag 0 in /metrics"
+	})
 }
 
 func firstDiff(a, b []string) int {
@@ -210,6 +219,33 @@ func TestEventStoreSubscriptionSurvivesKill(t *testing.T) {
 	var pub, pending int
 	require.NoError(t, d.pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE status = 'published'), count(*) FILTER (WHERE status <> 'published') FROM outbox`).Scan(&pub, &pending))
 	t.Logf("outbox: %d published, %d not yet", pub, pending)
+	testSubscriptionsCommands(t, d)
+}
+
+// The operator commands: list shows each subscription's position, lease
+// and lag; failed, retry and skip act on the failure records.
+func testSubscriptionsCommands(t *testing.T, d pgInline) {
+	cfg := d.writeConfig(t, "127.0.0.1:0")
+	code, out, errs := cli(t, "subscriptions", "list", "--config", cfg)
+	require.Equal(t, 0, code, errs)
+	require.Regexp(t, `(?m)^client_orders\s+order\s+(\d+)\s+(\d+)\s+0\s+\d+\s+\S+:\d+\s+expires in`, out, "caught up and leased")
+	failures := subscription.NewPostgresFailures(d.pool)
+	require.NoError(t, failures.Record(context.Background(), subscription.Failure{Group: "client_orders", Unit: "order", GlobalPosition: 1,
+		MessageID: "m", Stream: "order-x", Type: "OrderPlaced", Key: "c-9", Status: subscription.StatusFailed, Attempts: 4, Error: "boom"}))
+	code, out, errs = cli(t, "subscriptions", "failed", "--config", cfg)
+	require.Equal(t, 0, code, errs)
+	require.Regexp(t, `(?m)^client_orders\s+order\s+1\s+failed\s+c-9\s+OrderPlaced\s+order-x\s+4\s+\S+\s+boom$`, out)
+	code, _, errs = cli(t, "subscriptions", "skip", "client_orders", "order", "1", "--config", cfg)
+	require.Equal(t, 0, code, errs)
+	code, _, errs = cli(t, "subscriptions", "retry", "client_orders", "order", "1", "--config", cfg)
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, "is skipped: cannot retry")
+	code, out, errs = cli(t, "subscriptions", "failed", "--config", cfg)
+	require.Equal(t, 0, code, errs)
+	require.NotContains(t, out, "boom", "a skipped record is not open")
+	code, out, _ = cli(t, "subscriptions", "failed", "--all", "--config", cfg)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "skipped")
 }
 
 // Two hosts on one database: the lease holder of client_orders is killed

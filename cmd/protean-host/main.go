@@ -6,6 +6,7 @@
 //	protean-host outbox status | outbox retry ID [--config FILE]
 //	protean-host plugin new NAME --kind KIND --category C [--dir DIR]
 //	protean-host plugin test MODULE.wasm... --messages FILE.jsonl [--json]
+//	protean-host subscriptions list | failed | retry|skip GROUP UNIT POSITION [--config FILE]
 //
 // Every subcommand takes --config (default configs/domain.toml) and
 // --plugins (overrides [plugins] dir). Exit status 0 is success; failures
@@ -54,6 +55,7 @@ func commands() []command {
 		{"outbox", "status: rows by status, oldest pending, abandoned rows; retry ID: requeue a failed or abandoned row", cmdOutbox},
 		{"plugin", "new NAME --kind K --category C: scaffold a handler module; test MODULE.wasm --messages FILE.jsonl: run it on in-memory stores", cmdPlugin},
 		{"partitions", "list | inspect CATEGORY KEY | skip | dlq | resume CATEGORY KEY: see and unblock halted partitions (Redis)", cmdPartitions},
+		{"subscriptions", "list | failed | retry|skip GROUP UNIT POSITION: event-store subscriptions' positions, leases and failed messages (PostgreSQL)", cmdSubscriptions},
 	}
 }
 

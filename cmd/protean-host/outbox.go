@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/proteanhq/protean-host/outbox"
-	"github.com/proteanhq/protean-host/schema"
 )
 
 func cmdOutbox(ctx context.Context, e *env, args []string) error {
@@ -33,14 +32,11 @@ func cmdOutbox(ctx context.Context, e *env, args []string) error {
 	if err := e.parse(fs, args); err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, e.cfg)
+	pool, err := openMigratedPool(ctx, e.cfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := schema.Check(ctx, pool); err != nil {
-		return err
-	}
 	store := outbox.NewPostgres(pool, nil)
 	if sub == "retry" {
 		if err := store.Retry(ctx, id); err != nil {

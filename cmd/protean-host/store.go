@@ -113,6 +113,19 @@ func openStores(ctx context.Context, cfg config.Config) (*stores, error) {
 		return &stores{events: mem.Events, records: mem.Records, outbox: mem.Outbox, positions: mem.Positions, backend: mem,
 			leases: &subscription.MemoryLeases{}, failures: &subscription.MemoryFailures{}, close: func() {}}, nil
 	}
+	pool, err := openMigratedPool(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	pg := unitofwork.NewPostgres(pool)
+	return &stores{events: pg.Events, records: pg.Records, outbox: pg.Outbox, positions: pg.Positions, backend: pg,
+		leases: subscription.NewPostgresLeases(pool), failures: subscription.NewPostgresFailures(pool),
+		head: subscription.PostgresHead(pool), close: pool.Close}, nil
+}
+
+// openMigratedPool connects to the config's database and checks that it is
+// migrated: what the operator commands that act on it need first.
+func openMigratedPool(ctx context.Context, cfg config.Config) (*pgxpool.Pool, error) {
 	pool, err := openPool(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -121,8 +134,5 @@ func openStores(ctx context.Context, cfg config.Config) (*stores, error) {
 		pool.Close()
 		return nil, err
 	}
-	pg := unitofwork.NewPostgres(pool)
-	return &stores{events: pg.Events, records: pg.Records, outbox: pg.Outbox, positions: pg.Positions, backend: pg,
-		leases: subscription.NewPostgresLeases(pool), failures: subscription.NewPostgresFailures(pool),
-		head: subscription.PostgresHead(pool), close: pool.Close}, nil
+	return pool, nil
 }
