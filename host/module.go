@@ -152,8 +152,10 @@ func NewLoader(opts LoaderOptions) (*Loader, error) {
 	}
 	// Extism drops every guest log line below a process-wide level that
 	// is off unless set, so a module's ctx.Log never reached the logger.
-	// Let every level through: the logger's own level decides.
-	extism.SetLogLevel(extism.LogLevelTrace)
+	// Let every guest level through (the logger's own level decides), but
+	// not trace: extism's own trace lines are printed to stdout at each
+	// instantiation, before the instance's logger is set.
+	extism.SetLogLevel(extism.LogLevelDebug)
 	if opts.CacheDir != "" {
 		c, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
 		if err != nil {

@@ -40,7 +40,7 @@ const (
 	outcomeOK        = "ok"
 	outcomeRejected  = "rejected"  // the handler said no (a command answers 422)
 	outcomeConflict  = "conflict"  // an expected version did not match (409)
-	outcomeInvalid   = "invalid"   // a bad body or a rejected partition key (400/422)
+	outcomeInvalid   = "invalid"   // fields that do not match the declaration, a bad body, a rejected partition key (400/422)
 	outcomeTransient = "transient" // a retry may help
 	outcomePermanent = "permanent" // a bug, a scope violation, a trap
 )
@@ -242,7 +242,7 @@ func outcomeOf(err error) string {
 		return outcomeOK
 	case unitofwork.Conflict(err):
 		return outcomeConflict
-	case errors.As(err, &ke), errors.Is(err, engine.ErrBadInput):
+	case errors.As(err, &ke), errors.Is(err, engine.ErrBadInput), errors.Is(err, abi.ErrInput):
 		return outcomeInvalid
 	case errors.As(err, &he):
 		switch he.Kind {

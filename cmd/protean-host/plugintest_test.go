@@ -50,11 +50,12 @@ func TestPluginTestRunsMessages(t *testing.T) {
 		`{"type":"PlaceOrder","data":{"order_id":"o-1","client_id":"c-1","total":42.5}}`,
 		`{"type":"PlaceOrder","data":{"order_id":"o-1","client_id":"c-1","total":1},"expect":"rejected"}`,
 		`{"type":"PlaceOrder","data":{"order_id":"o-2","client_id":"a:b","total":1},"expect":"invalid"}`,
+		`{"type":"PlaceOrder","data":{"order_id":"o-3","client_id":"c-1","total":1,"x":1},"expect":"invalid"}`,
 		`# a comment, and an event from elsewhere`,
 		`{"type":"OrderPlaced","stream":"order-o-9","data":{"order_id":"o-9","client_id":"c-1","total":2}}`,
 	)
 	require.Equal(t, 0, code, "stderr: %s\nreports: %+v", errs, reps)
-	require.Len(t, reps, 4)
+	require.Len(t, reps, 5)
 
 	placed := reps[0]
 	require.Equal(t, "command", placed.Kind)
@@ -72,7 +73,10 @@ func TestPluginTestRunsMessages(t *testing.T) {
 	require.Equal(t, outcomeInvalid, reps[2].Outcome)
 	require.Contains(t, reps[2].Error, "partition key contains a colon")
 
-	ev := reps[3]
+	require.Contains(t, reps[3].Error, "x: unknown field")
+	require.Empty(t, reps[3].Handled, "no guest runs on fields that do not match")
+
+	ev := reps[4]
 	require.Equal(t, "event", ev.Kind)
 	require.Len(t, ev.Handled, 1)
 	require.Equal(t, int64(1), ev.Handled[0].Writes[0].ExpectedVersion, "the projector saw line 1's document")
@@ -92,7 +96,7 @@ func TestPluginTestFails(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Len(t, reps, 6)
 	require.False(t, reps[0].Passed)
-	require.NotEqual(t, outcomeOK, reps[0].Outcome, "a body the guest cannot decode fails")
+	require.Equal(t, outcomeInvalid, reps[0].Outcome, "a field of the wrong type: %s", reps[0].Error)
 	require.False(t, reps[1].Passed, "ok where rejected was expected")
 	require.Equal(t, outcomeOK, reps[1].Outcome)
 	require.Contains(t, reps[2].Error, `type "Nope" is not declared`)

@@ -23,7 +23,8 @@
 //		require.Equal(t, int64(1), h.Load(pdk.Projection, "client_orders", "c-1", &doc))
 //	}
 //
-// Command sends a command to the module's command handler for its type;
+// Command sends a command to the module's command handler for its type,
+// after the host's check of its fields against the declaration;
 // Event appends an event to a stream and hands it to every event handler,
 // projector and process manager of the module that handles its type. The
 // effects of a handler that returns nil are applied at once, all or

@@ -99,13 +99,24 @@ func (r Result) Commands() []abi.NewCommand {
 
 // Command runs the module's command handler for typ on a command whose
 // payload is data (a struct or a json.RawMessage), and applies its effects
-// if it succeeds. The test fails if no handler of the module handles typ.
+// if it succeeds. A payload that does not match the fields the module
+// declares for typ (a wrong type, a missing required or an unknown field)
+// fails as the host fails it, before the handler runs: rejected, with an
+// *abi.InputError naming the field (errors.Is abi.ErrInput). The test
+// fails if no handler of the module handles typ.
 func (h *Host) Command(typ string, data any) Result {
 	h.tb.Helper()
 	for _, hd := range h.manifest.Handlers {
 		if hd.Kind == abi.KindCommandHandler && slices.Contains(hd.Handles, typ) {
 			env := abi.Envelope{ID: h.newID(), Type: typ, Time: h.now(), Data: h.marshal(data)}
 			env.Metadata = &abi.Metadata{CorrelationID: env.ID}
+			// The host checks a command's fields against the declaration
+			// before any guest runs, and answers a mismatch 422.
+			if msg, ok := h.manifest.Message(typ); ok {
+				if err := msg.CheckPayload(env.Data); err != nil {
+					return Result{Handler: hd.Name, Err: &pdk.Error{Kind: abi.ErrorRejected, Err: err}}
+				}
+			}
 			return h.run(hd.Name, env)
 		}
 	}

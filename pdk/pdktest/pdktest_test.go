@@ -169,8 +169,22 @@ func TestFailuresArePermanent(t *testing.T) {
 	require.Equal(t, abi.ErrorPermanent, res.Kind())
 	require.True(t, strings.Contains(res.Err.Error(), "kaboom"), "%v", res.Err)
 
-	res = h.Command("PlaceOrder", json.RawMessage(`{"order_id": 5}`))
-	require.ErrorContains(t, res.Err, "decode PlaceOrder")
+}
+
+// A command whose fields do not match the declaration is refused before
+// the handler runs, as the host refuses it (422).
+func TestCommandInputChecked(t *testing.T) {
+	h := pdktest.New(t)
+	for _, body := range []string{
+		`{"order_id": 5, "client_id": "c-1", "total": 1}`,
+		`{"order_id": "o-1", "client_id": "c-1", "total": 1, "extra": true}`,
+		`{"order_id": "o-1", "total": 1}`,
+	} {
+		res := h.Command("PlaceOrder", json.RawMessage(body))
+		require.Equal(t, abi.ErrorRejected, res.Kind(), body)
+		require.ErrorIs(t, res.Err, abi.ErrInput, body)
+	}
+	require.Empty(t, h.Logs(), "the handler never ran")
 }
 
 func TestManifest(t *testing.T) {
