@@ -245,13 +245,6 @@ func (c *Consumer) supervise() {
 			for _, w := range ws {
 				<-w.done
 			}
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(c.work), c.opts.Heartbeat)
-			for k := range ws {
-				if err := c.opts.Leases.Release(rctx, k.group, k.unit, c.opts.Owner); err != nil {
-					c.log.Warn("subscription: release lease", "group", k.group, "unit", k.unit, "error", err)
-				}
-			}
-			cancel()
 			return
 		case <-time.After(c.opts.Heartbeat):
 		}
@@ -286,6 +279,7 @@ func (c *Consumer) pass() {
 		if !ok {
 			c.log.Warn("subscription: lease lost", "group", k.group, "unit", k.unit)
 			c.opts.Metrics.lease(k.group, "lost")
+			w.lost.Store(true)
 			w.cancel()
 		}
 	}
@@ -312,6 +306,7 @@ func (c *Consumer) pass() {
 			defer close(w.done)
 			defer w.cancel()
 			w.run(soft)
+			w.release()
 		}()
 	}
 	c.opts.Metrics.owned.Set(float64(len(c.workers)))

@@ -2,6 +2,7 @@ package subscription_test
 
 import (
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ func runSuite(t *testing.T, newHarness func(t *testing.T) *harness) {
 		"FailedMessageRecordedSkippedRetried": testFailedUnpartitioned,
 		"FailedKeyHoldsItsLaterMessages":      testFailedKeyHalts,
 		"LeaseLapsesAfterTTL":                 testLeaseLapse,
+		"FollowsTheSubscriptionList":          testFollowsList,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -187,4 +189,25 @@ func testLeaseLapse(t *testing.T, h *harness) {
 	ok, err = h.leases.Renew(ctx, "g", "order", "a", time.Minute)
 	require.NoError(t, err)
 	require.False(t, ok, "the old owner's renewal fails once another took it")
+}
+
+// A reload changes the list: the worker of a removed subscription stops
+// and releases its lease, a new one starts at the beginning of its
+// category.
+func testFollowsList(t *testing.T, h *harness) {
+	var list atomic.Pointer[[]subscription.Subscription]
+	list.Store(&[]subscription.Subscription{{Group: "old", Category: "order"}})
+	pos := appendEvents(t, h.events, "order", []string{"a"}, 5)
+	r := newRecorder(h.uow)
+	h.consumer(t, r, consumerOpts{subsFn: func() []subscription.Subscription { return *list.Load() }, ttl: time.Minute})
+	r.waitApplied(t, "old", pos)
+	list.Store(&[]subscription.Subscription{{Group: "new", Category: "order"}})
+	r.waitApplied(t, "new", pos)
+	testwait.For(t, "the removed subscription's lease released", func() (bool, string) {
+		owner, _, ok, err := h.leases.Holder(t.Context(), "old", "order")
+		return err == nil && !ok, owner
+	})
+	more := appendEvents(t, h.events, "order", []string{"b"}, 2)
+	r.waitApplied(t, "new", concat(pos, more))
+	require.Equal(t, pos, r.positions("old"), "the removed subscription handles nothing more")
 }

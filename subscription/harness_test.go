@@ -133,6 +133,7 @@ func (r *recorder) waitApplied(t *testing.T, group string, want []int64) {
 type consumerOpts struct {
 	owner      string
 	subs       []subscription.Subscription
+	subsFn     func() []subscription.Subscription // if set, instead of subs
 	ttl        time.Duration
 	gapTimeout time.Duration
 	retries    int
@@ -144,13 +145,16 @@ func (h *harness) consumer(t *testing.T, r *recorder, o consumerOpts) *subscript
 	if o.owner == "" {
 		o.owner = "host-a"
 	}
+	if o.subsFn == nil {
+		o.subsFn = func() []subscription.Subscription { return o.subs }
+	}
 	if o.ttl == 0 {
 		o.ttl = 2 * time.Second
 	}
 	c, err := subscription.NewConsumer(subscription.Options{
 		Events: h.events, Positions: h.positions, Leases: h.leases, Failures: h.failures, Handler: r,
 		Skip:          func(ctx context.Context, f position.Fence) error { _, err := h.uow.CommitFenced(ctx, f); return err },
-		Subscriptions: func() []subscription.Subscription { return o.subs },
+		Subscriptions: o.subsFn,
 		Key: func(_ string, data json.RawMessage) string {
 			var v struct{ K string }
 			_ = json.Unmarshal(data, &v)

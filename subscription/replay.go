@@ -90,7 +90,10 @@ func (w *worker) rerun(f Failure) (bool, error) {
 		c.log.Info("subscription: recorded message rerun and committed", "group", f.Group, "unit", f.Unit,
 			"global_position", f.GlobalPosition, "message_id", f.MessageID, "status_was", string(f.Status))
 		return true, c.opts.Failures.Resolve(c.work, f.Group, f.Unit, f.GlobalPosition, StatusResolved, f.Attempts+1, "")
-	case position.Fenced(herr) || c.work.Err() != nil:
+	case position.Fenced(herr):
+		w.lost.Store(true)
+		return false, errLost
+	case c.work.Err() != nil:
 		return false, errLost
 	}
 	if message, _ := c.opts.Classify(herr); !message {

@@ -3,6 +3,7 @@ package subscription
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/proteanhq/protean-host/broker"
@@ -31,6 +32,24 @@ type worker struct {
 	halted map[string]bool
 	// checked is when the open failure records were last read.
 	checked time.Time
+	// lost is set when the lease or the unit went to another owner: the
+	// worker then leaves the lease alone.
+	lost atomic.Bool
+}
+
+// release gives the lease up when the worker ends without having lost it
+// (a stop, a subscription a reload removed, an error), so that another
+// host, or this host's next worker, takes over at once.
+func (w *worker) release() {
+	if w.lost.Load() {
+		return
+	}
+	c := w.c
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.work), c.opts.Heartbeat)
+	defer cancel()
+	if err := c.opts.Leases.Release(ctx, w.sub.Group, w.sub.Unit(), c.opts.Owner); err != nil {
+		c.log.Warn("subscription: release lease", "group", w.sub.Group, "unit", w.sub.Unit(), "error", err)
+	}
 }
 
 // errLost: the unit has a newer owner (fenced) or the worker was told to
@@ -223,7 +242,10 @@ func (w *worker) runBatch(soft context.Context, all []eventstore.Event) (int, er
 			continue
 		}
 		switch {
-		case position.Fenced(err) || c.work.Err() != nil:
+		case position.Fenced(err):
+			w.lost.Store(true)
+			return 0, errLost
+		case c.work.Err() != nil:
 			return 0, errLost
 		case position.Applied(err):
 			if err := w.reload(); err != nil {
@@ -292,6 +314,7 @@ func (w *worker) park(ev eventstore.Event, st Status, attempts int, msg string) 
 	case err == nil:
 		w.advanced(ev.GlobalPosition)
 	case position.Fenced(err):
+		w.lost.Store(true)
 		return errLost
 	case position.Applied(err):
 		return w.reload()
@@ -313,6 +336,7 @@ func (w *worker) reload() error {
 		return err
 	}
 	if !ok || row.Generation != w.generation {
+		w.lost.Store(true)
 		return errLost
 	}
 	w.pos = max(w.pos, row.Positions[w.sub.Unit()])
