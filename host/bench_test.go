@@ -50,8 +50,10 @@ var startDoc = json.RawMessage(`{"client_id":"c-1","orders":2,"total":85,"order_
 // cost of the example projector as native Go (the baseline, first, in the
 // same run), as the Go guest on ABI v2 and on ABI v1, and as the C guest
 // (plugins/c, ABI v2), each with the deadline enforced (the default
-// limits), and the Go v2 guest without it (interruptible = false) for
-// reference; batch 1 and batch 50. x_native is each guest's ns/event over
+// limits: the module instrumented, host/instrument), and the Go v2 guest
+// without it (interruptible = false) and with wazero's
+// close-on-context-done (the fallback deadline) for reference; batch 1
+// and batch 50. x_native is each guest's ns/event over
 // native's.
 func BenchmarkProjector(b *testing.B) {
 	l, err := host.NewLoader(host.LoaderOptions{CacheDir: wasmbuild.CacheDir(b)})
@@ -64,6 +66,11 @@ func BenchmarkProjector(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer trusted.Close(context.Background())
+	runtimeDeadline, err := host.NewLoader(host.LoaderOptions{CacheDir: wasmbuild.CacheDir(b), Limits: host.Limits{RuntimeDeadline: true}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer runtimeDeadline.Close(context.Background())
 	load := func(l *host.Loader, path string) *host.Module {
 		m, err := l.LoadFile(context.Background(), wasmbuild.Copy(b, path, b.TempDir(), "client_orders.wasm"))
 		if err != nil {
@@ -81,6 +88,7 @@ func BenchmarkProjector(b *testing.B) {
 		{"c_v2", load(l, wasmbuild.BuildC(b, "plugins/c/client_orders.c"))},
 		{"go_v1", load(l, wasmbuild.Build(b, "./plugins/examples/client_orders", wasmbuild.ABIv1))},
 		{"go_v2_uninterruptible", load(trusted, goV2)},
+		{"go_v2_runtime_deadline", load(runtimeDeadline, goV2)},
 	}
 	s := &docSession{doc: startDoc}
 	for _, n := range []int{1, 50} {

@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"runtime"
 
-	extism "github.com/extism/go-sdk"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/proteanhq/protean-host/abi"
@@ -106,7 +105,7 @@ func isWasmRuntimeError(err error) bool {
 // pool keeps idle instances of one module. Instances are not safe for
 // concurrent use, so each call takes one; at most size exist at once.
 type pool struct {
-	idle chan *extism.Plugin
+	idle chan *instance
 	sem  chan struct{}
 }
 
@@ -114,7 +113,7 @@ func newPool(size int) *pool {
 	if size <= 0 {
 		size = runtime.GOMAXPROCS(0)
 	}
-	return &pool{idle: make(chan *extism.Plugin, size), sem: make(chan struct{}, size)}
+	return &pool{idle: make(chan *instance, size), sem: make(chan struct{}, size)}
 }
 
 // Handle runs handler on a batch of messages in a pooled instance, under
@@ -146,17 +145,21 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 		rc  uint32
 		out []byte
 	)
+	release := inst.guard(callCtx)
 	if v2 != nil {
-		rc, err = m.callV2(callCtx, inst, v2)
+		rc, err = m.callV2(callCtx, inst.Plugin, v2)
 	} else {
 		rc, out, err = inst.CallWithContext(callCtx, abi.ExportHandle, in)
 	}
+	raised := release()
 	var memErr *GuestMemoryError
 	switch {
 	case ctx.Err() != nil:
 		m.discard(inst)
 		return fail(fmt.Errorf("%w: %v", ErrCanceled, ctx.Err()))
-	case callCtx.Err() != nil && !m.Limits.Uninterruptible:
+	case raised || callCtx.Err() != nil && !m.Limits.Uninterruptible:
+		// The guest stopped at the stop flag the host raised (a trap the
+		// host caused, not the guest's), or ran past its deadline anyway.
 		m.discard(inst)
 		return fail(fmt.Errorf("%w (limit %s)", ErrTimeout, m.Limits.Timeout))
 	case errors.As(err, &memErr):
@@ -195,7 +198,7 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 	return resp.Results, nil
 }
 
-func (m *Module) acquire(ctx context.Context) (*extism.Plugin, error) {
+func (m *Module) acquire(ctx context.Context) (*instance, error) {
 	select {
 	case inst := <-m.pool.idle:
 		return inst, nil
@@ -216,7 +219,7 @@ func (m *Module) acquire(ctx context.Context) (*extism.Plugin, error) {
 	}
 }
 
-func (m *Module) release(inst *extism.Plugin) {
+func (m *Module) release(inst *instance) {
 	select {
 	case m.pool.idle <- inst:
 	default: // cannot happen: idle holds as many as sem admits
@@ -224,8 +227,8 @@ func (m *Module) release(inst *extism.Plugin) {
 	}
 }
 
-func (m *Module) discard(inst *extism.Plugin) {
-	m.v2.Delete(inst)
+func (m *Module) discard(inst *instance) {
+	m.v2.Delete(inst.Plugin)
 	_ = inst.Close(context.Background())
 	<-m.pool.sem
 }

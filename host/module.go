@@ -37,6 +37,11 @@ type Limits struct {
 	// Timeout still counts. For trusted modules only. (The zero value, the
 	// safe one, enforces deadlines.)
 	Uninterruptible bool
+	// RuntimeDeadline enforces the deadline with wazero's
+	// close-on-context-done instead of instrumenting the module (see
+	// DeadlineRuntime): the fallback for a module the rewriter refuses,
+	// and the baseline the benchmarks compare against. Not in config.
+	RuntimeDeadline bool
 }
 
 // DefaultLimits are the limits a module gets when config says nothing.
@@ -77,10 +82,15 @@ type Module struct {
 	// config lists it under another).
 	Tenant string
 
+	// Deadline is how the module's call deadline is enforced:
+	// DeadlineInstrumented, DeadlineRuntime or DeadlineOff.
+	Deadline string
+
 	compiled *extism.CompiledPlugin
 	pool     *pool
 	log      *slog.Logger
 	v2       sync.Map // *extism.Plugin → *instanceV2, for ABI v2 modules (abiv2.go)
+	hasStart bool     // instrumented, with its start section exported (see attach)
 }
 
 // Close releases the module's compiled code and runtime.
@@ -208,17 +218,18 @@ func (l *Loader) load(ctx context.Context, file string, b []byte) (*Module, erro
 	if l.tenantLim != nil {
 		lim = l.tenantLim(name).withDefaults()
 	}
+	code, mode, hasStart := prepare(file, b, lim, l.log)
 	rc := wazero.NewRuntimeConfig().
 		WithCompilationCache(l.cache).
-		WithCloseOnContextDone(!lim.Uninterruptible).
+		WithCloseOnContextDone(mode == DeadlineRuntime).
 		WithMemoryLimitPages(uint32(lim.MemoryMB) * 16) // 64 KiB pages
-	manifest := extism.Manifest{Wasm: []extism.Wasm{extism.WasmData{Data: b, Name: "main"}}}
+	manifest := extism.Manifest{Wasm: []extism.Wasm{extism.WasmData{Data: code, Name: "main"}}}
 	compiled, err := extism.NewCompiledPlugin(ctx, manifest, extism.PluginConfig{RuntimeConfig: rc, EnableWasi: true}, l.funcs)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotWASM, err)
 	}
-	m := &Module{File: file, SHA256: hex.EncodeToString(sum[:]), Limits: lim, Tenant: l.tenancy.of(name), compiled: compiled,
-		pool: newPool(l.poolSize), log: l.log}
+	m := &Module{File: file, SHA256: hex.EncodeToString(sum[:]), Limits: lim, Tenant: l.tenancy.of(name), Deadline: mode,
+		compiled: compiled, pool: newPool(l.poolSize), log: l.log, hasStart: hasStart}
 	man, err := l.readManifest(ctx, m)
 	if err != nil {
 		_ = compiled.Close(ctx)
@@ -232,6 +243,9 @@ func (l *Loader) readManifest(ctx context.Context, m *Module) (*abi.Manifest, er
 	ctx, cancel := context.WithTimeout(ctx, m.Limits.ManifestTimeout)
 	defer cancel()
 	inst, err := m.instance(ctx, l.log)
+	if err != nil && ctx.Err() != nil { // a start function that did not return
+		return nil, fmt.Errorf("%w (limit %s): %v", ErrManifestTimeout, m.Limits.ManifestTimeout, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -241,15 +255,17 @@ func (l *Loader) readManifest(ctx context.Context, m *Module) (*abi.Manifest, er
 	}
 	// A v2 module may write its manifest with the v2 output function
 	// instead of Extism's output_set (abiv2.go).
-	callCtx, v2 := manifestCallV2(ctx, inst)
+	callCtx, v2 := manifestCallV2(ctx, inst.Plugin)
+	release := inst.guard(ctx)
 	rc, out, err := inst.CallWithContext(callCtx, abi.ExportManifest, nil)
-	if v2 != nil && (v2.out != nil || v2.outErr != nil) {
+	stopped := release()
+	if v2 != nil && (v2.out != nil || v2.outErr != nil) && !stopped {
 		if v2.outErr != nil {
 			return nil, fmt.Errorf("%s: %v", abi.ExportManifest, v2.outErr)
 		}
 		out = v2.out
 	}
-	if ctx.Err() != nil {
+	if stopped || ctx.Err() != nil {
 		return nil, fmt.Errorf("%w (limit %s)", ErrManifestTimeout, m.Limits.ManifestTimeout)
 	}
 	if err != nil {
@@ -261,11 +277,17 @@ func (l *Loader) readManifest(ctx context.Context, m *Module) (*abi.Manifest, er
 	return abi.DecodeManifest(out)
 }
 
-// instance makes a fresh instance of the module with its logs routed to log.
-func (m *Module) instance(ctx context.Context, log *slog.Logger) (*extism.Plugin, error) {
+// instance makes a fresh instance of the module with its logs routed to
+// log; an instrumented module's start function runs here, under the call
+// deadline (see attach).
+func (m *Module) instance(ctx context.Context, log *slog.Logger) (*instance, error) {
 	// wazero's default clocks are fake (they step on each read); handlers
 	// stamp events with time.Now, so give them the real ones.
 	mc := wazero.NewModuleConfig().WithSysWalltime().WithSysNanotime()
+	in := &instance{}
+	if m.Deadline == DeadlineInstrumented {
+		mc = mc.WithOsyield(in.yield) // the checks call in here (see yield)
+	}
 	inst, err := m.compiled.Instance(ctx, extism.PluginInstanceConfig{ModuleConfig: mc})
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w", err)
@@ -274,7 +296,14 @@ func (m *Module) instance(ctx context.Context, log *slog.Logger) (*extism.Plugin
 	inst.SetLogger(func(level extism.LogLevel, msg string) {
 		log.Log(context.Background(), slogLevel(level), msg, "module", name)
 	})
-	return inst, nil
+	in.Plugin = inst
+	if m.Deadline == DeadlineInstrumented {
+		if err := m.attach(ctx, in); err != nil {
+			_ = inst.Close(context.Background())
+			return nil, err
+		}
+	}
+	return in, nil
 }
 
 func slogLevel(l extism.LogLevel) slog.Level {

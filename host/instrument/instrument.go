@@ -1,0 +1,605 @@
+package instrument
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+)
+
+// Version is the instrumentation's version, recorded in CustomSection.
+// Bump it whenever Module's output changes for the same input.
+const Version = 2
+
+// Period is how many checks the guest passes between two calls into the
+// host (Result's fuel runs from Period down to 0). The host refills it to
+// Period, or leaves it at 0 to stop the guest.
+const Period = 1 << 14
+
+// Names the rewritten module exports or carries.
+const (
+	// FuelGlobal is the exported mutable i32 global each check counts
+	// down; at 0 the guest calls YieldImport, and traps if the host left
+	// it at 0.
+	FuelGlobal = "__protean_fuel"
+	// StartExport is the start section's function, exported for the host
+	// to call after instantiation (present only if there was one).
+	StartExport = "__protean_start"
+	// CustomSection is the custom section that records Version.
+	CustomSection = "protean.instrument"
+	// YieldModule and YieldImport name the imported function the checks
+	// call every Period checks: WASI's sched_yield, which every Go
+	// (wasip1) module imports already, so no import is added and no
+	// function index shifts. wazero answers it with the instance's
+	// ModuleConfig.WithOsyield hook, where the host checks the deadline
+	// and refills the fuel.
+	YieldModule = "wasi_snapshot_preview1"
+	YieldImport = "sched_yield"
+)
+
+// Errors Module returns.
+var (
+	// ErrMalformed is a module Module cannot parse (wazero would refuse it
+	// too).
+	ErrMalformed = errors.New("malformed module")
+	// ErrUnsupported is a module using what Module does not instrument;
+	// an *OpcodeError carries the detail.
+	ErrUnsupported = errors.New("unsupported by the instrumentation")
+	// ErrNoYield is a module that does not import YieldModule.YieldImport
+	// (a [] -> [i32] function), which the checks call into the host
+	// through.
+	ErrNoYield = errors.New("module does not import " + YieldModule + "." + YieldImport)
+	// ErrReserved is a module that already exports FuelGlobal or
+	// StartExport, or carries CustomSection.
+	ErrReserved = errors.New("module uses a name reserved for the instrumentation")
+)
+
+// OpcodeError is an instruction Module does not instrument.
+type OpcodeError struct {
+	// Func is the function's index in the module's function index space
+	// (imports first).
+	Func uint32
+	// Offset is the instruction's offset within the module's bytes.
+	Offset int
+	// Opcode names the instruction: its byte, with the prefix's
+	// sub-opcode for 0xFC/0xFD/0xFE, and its name where known.
+	Opcode string
+}
+
+func (e *OpcodeError) Error() string {
+	return fmt.Sprintf("%v: function %d: opcode %s at offset %#x", ErrUnsupported, e.Func, e.Opcode, e.Offset)
+}
+
+// Unwrap returns ErrUnsupported.
+func (e *OpcodeError) Unwrap() error { return ErrUnsupported }
+
+// Result is a rewritten module.
+type Result struct {
+	// Bytes is the instrumented module.
+	Bytes []byte
+	// HasStart reports whether the module had a start section (now
+	// exported as StartExport).
+	HasStart bool
+	// Checks is the number of checks inserted.
+	Checks int
+}
+
+// Section ids.
+const (
+	secCustom    = 0
+	secType      = 1
+	secImport    = 2
+	secGlobal    = 6
+	secExport    = 7
+	secStart     = 8
+	secCode      = 10
+	secDataCount = 12
+	secTag       = 13
+)
+
+// rank orders known sections as the binary format requires; custom
+// sections (0) may appear anywhere.
+func rank(id byte) int {
+	switch id {
+	case secTag:
+		return 55 // between memory (5) and global (6)
+	case secDataCount:
+		return 95 // between element (9) and code (10)
+	}
+	return int(id) * 10
+}
+
+type section struct {
+	id      byte
+	payload []byte
+}
+
+// Module instruments the binary module b. b is not modified.
+func Module(b []byte) (*Result, error) {
+	if len(b) < 8 || !bytes.Equal(b[:4], []byte{0, 'a', 's', 'm'}) {
+		return nil, fmt.Errorf("%w: bad magic number", ErrMalformed)
+	}
+	if !bytes.Equal(b[4:8], []byte{1, 0, 0, 0}) {
+		return nil, fmt.Errorf("%w: binary version %x", ErrUnsupported, b[4:8])
+	}
+	var secs []section
+	for r := (reader{b: b, off: 8}); r.off < len(b); {
+		id, err := r.byte()
+		if err != nil {
+			return nil, err
+		}
+		size, err := r.u32()
+		if err != nil {
+			return nil, err
+		}
+		p, err := r.bytes(int(size))
+		if err != nil {
+			return nil, fmt.Errorf("%w: section %d overruns the module", ErrMalformed, id)
+		}
+		secs = append(secs, section{id: id, payload: p})
+	}
+
+	var importedFuncs, importedGlobals, definedGlobals uint32
+	var types [][]byte
+	yield, yieldType, hasYield := uint32(0), uint32(0), false
+	start, hasStart := uint32(0), false
+	for _, s := range secs {
+		switch s.id {
+		case secCustom:
+			r := reader{b: s.payload}
+			name, err := r.name()
+			if err != nil {
+				return nil, err
+			}
+			if name == CustomSection {
+				return nil, fmt.Errorf("%w: custom section %s", ErrReserved, CustomSection)
+			}
+		case secType:
+			var err error
+			if types, err = splitTypes(s.payload); err != nil {
+				return nil, err
+			}
+		case secImport:
+			im, err := countImports(s.payload)
+			if err != nil {
+				return nil, err
+			}
+			importedFuncs, importedGlobals = im.funcs, im.globals
+			yield, yieldType, hasYield = im.yield, im.yieldType, im.hasYield
+		case secGlobal:
+			r := reader{b: s.payload}
+			n, err := r.u32()
+			if err != nil {
+				return nil, err
+			}
+			definedGlobals = n
+		case secExport:
+			if err := checkExports(s.payload); err != nil {
+				return nil, err
+			}
+		case secStart:
+			r := reader{b: s.payload}
+			f, err := r.u32()
+			if err != nil {
+				return nil, err
+			}
+			start, hasStart = f, true
+		}
+	}
+	if !hasYield || int(yieldType) >= len(types) || !bytes.Equal(types[yieldType], []byte{0x60, 0x00, 0x01, 0x7F}) {
+		return nil, ErrNoYield
+	}
+	fuel := importedGlobals + definedGlobals
+	check := checkCode(fuel, yield)
+
+	res := &Result{HasStart: hasStart}
+	out := append([]byte(nil), b[:8]...)
+	emit := func(id byte, payload []byte) {
+		out = append(out, id)
+		out = appendU32(out, uint32(len(payload)))
+		out = append(out, payload...)
+	}
+	newGlobal := append([]byte{0x7F, 0x01, 0x41}, appendS32(nil, Period)...) // mut i32 = Period
+	newGlobal = append(newGlobal, 0x0B)
+	var exports []byte
+	nExports := uint32(1)
+	exports = appendName(exports, FuelGlobal)
+	exports = append(exports, 0x03)
+	exports = appendU32(exports, fuel)
+	if hasStart {
+		nExports++
+		exports = appendName(exports, StartExport)
+		exports = append(exports, 0x00)
+		exports = appendU32(exports, start)
+	}
+	globalDone, exportDone := false, false
+	// flush writes the new global and export sections that must come
+	// before a section of rank next and were not merged into an
+	// existing one.
+	flush := func(next int) {
+		if !globalDone && next > rank(secGlobal) {
+			emit(secGlobal, append(appendU32(nil, 1), newGlobal...))
+			globalDone = true
+		}
+		if !exportDone && next > rank(secExport) {
+			emit(secExport, append(appendU32(nil, nExports), exports...))
+			exportDone = true
+		}
+	}
+	for _, s := range secs {
+		if s.id != secCustom {
+			flush(rank(s.id))
+		}
+		switch s.id {
+		case secGlobal:
+			r := reader{b: s.payload}
+			n, _ := r.u32()
+			p := appendU32(nil, n+1)
+			p = append(p, s.payload[r.off:]...)
+			emit(secGlobal, append(p, newGlobal...))
+			globalDone = true
+		case secExport:
+			r := reader{b: s.payload}
+			n, _ := r.u32()
+			p := appendU32(nil, n+nExports)
+			p = append(p, s.payload[r.off:]...)
+			emit(secExport, append(p, exports...))
+			exportDone = true
+		case secStart:
+			// dropped: exported as StartExport instead
+		case secCode:
+			base := len(out) + 1 + len(appendU32(nil, uint32(len(s.payload))))
+			p, n, err := rewriteCode(s.payload, base, importedFuncs, check)
+			if err != nil {
+				return nil, err
+			}
+			res.Checks += n
+			emit(secCode, p)
+		default:
+			emit(s.id, s.payload)
+		}
+	}
+	flush(1 << 30)
+	var ver []byte
+	ver = appendName(ver, CustomSection)
+	ver = append(ver, fmt.Sprintf("version=%d", Version)...)
+	emit(secCustom, ver)
+	res.Bytes = out
+	return res, nil
+}
+
+// checkCode is the check inserted at loop headers and function entries:
+//
+//	global.get $fuel  i32.const 1  i32.sub  global.set $fuel
+//	global.get $fuel  i32.const 0  i32.le_s
+//	if
+//	  call $sched_yield  drop    ;; the host refills $fuel, or leaves 0
+//	  global.get $fuel  i32.eqz
+//	  if  unreachable  end
+//	end
+func checkCode(fuel, yield uint32) []byte {
+	var c []byte
+	get := func() { c = appendU32(append(c, 0x23), fuel) }
+	get()
+	c = append(c, 0x41, 0x01, 0x6B)
+	c = appendU32(append(c, 0x24), fuel)
+	get()
+	c = append(c, 0x41, 0x00, 0x4C, 0x04, 0x40)
+	c = appendU32(append(c, 0x10), yield)
+	c = append(c, 0x1A)
+	get()
+	return append(c, 0x45, 0x04, 0x40, 0x00, 0x0B, 0x0B)
+}
+
+// splitTypes returns the type section's entries, each as its bytes.
+func splitTypes(p []byte) ([][]byte, error) {
+	r := reader{b: p}
+	n, err := r.u32()
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for range n {
+		at := r.off
+		form, err := r.byte()
+		if err != nil {
+			return nil, err
+		}
+		if form != 0x60 {
+			return nil, fmt.Errorf("%w: type form %#x", ErrUnsupported, form)
+		}
+		for range 2 { // params, results
+			k, err := r.u32()
+			if err != nil {
+				return nil, err
+			}
+			for range k {
+				if err := r.valtype(); err != nil {
+					return nil, err
+				}
+			}
+		}
+		out = append(out, r.b[at:r.off])
+	}
+	return out, nil
+}
+
+type imports struct {
+	funcs, globals   uint32
+	yield, yieldType uint32
+	hasYield         bool
+}
+
+func countImports(p []byte) (im imports, err error) {
+	r := reader{b: p}
+	n, err := r.u32()
+	if err != nil {
+		return im, err
+	}
+	for range n {
+		mod, err := r.name()
+		if err != nil {
+			return im, err
+		}
+		name, err := r.name()
+		if err != nil {
+			return im, err
+		}
+		kind, err := r.byte()
+		if err != nil {
+			return im, err
+		}
+		switch kind {
+		case 0x00: // func: type index
+			var t uint32
+			if t, err = r.u32(); err == nil && mod == YieldModule && name == YieldImport {
+				im.yield, im.yieldType, im.hasYield = im.funcs, t, true
+			}
+			im.funcs++
+		case 0x01: // table: reftype, limits
+			if _, err = r.byte(); err == nil {
+				err = r.limits()
+			}
+		case 0x02: // memory: limits
+			err = r.limits()
+		case 0x03: // global: valtype, mutability
+			im.globals++
+			_, err = r.bytes(2)
+		default:
+			return im, fmt.Errorf("%w: import kind %#x", ErrUnsupported, kind)
+		}
+		if err != nil {
+			return im, err
+		}
+	}
+	return im, nil
+}
+
+func checkExports(p []byte) error {
+	r := reader{b: p}
+	n, err := r.u32()
+	if err != nil {
+		return err
+	}
+	for range n {
+		name, err := r.name()
+		if err != nil {
+			return err
+		}
+		if name == FuelGlobal || name == StartExport {
+			return fmt.Errorf("%w: export %s", ErrReserved, name)
+		}
+		if _, err := r.byte(); err != nil {
+			return err
+		}
+		if _, err := r.u32(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rewriteCode instruments every function body of a code section payload.
+// base is the payload's offset in the module, for error offsets.
+func rewriteCode(p []byte, base int, importedFuncs uint32, check []byte) ([]byte, int, error) {
+	r := reader{b: p}
+	n, err := r.u32()
+	if err != nil {
+		return nil, 0, err
+	}
+	out := appendU32(make([]byte, 0, len(p)+len(p)/8), n)
+	checks := 0
+	var body []byte
+	for i := range n {
+		size, err := r.u32()
+		if err != nil {
+			return nil, 0, err
+		}
+		at := r.off
+		code, err := r.bytes(int(size))
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: function body %d overruns the code section", ErrMalformed, i)
+		}
+		var c int
+		body, c, err = rewriteBody(body[:0], code, base+at, importedFuncs+i, check)
+		if err != nil {
+			return nil, 0, err
+		}
+		checks += c
+		out = appendU32(out, uint32(len(body)))
+		out = append(out, body...)
+	}
+	if r.off != len(p) {
+		return nil, 0, fmt.Errorf("%w: %d bytes after the last function body", ErrMalformed, len(p)-r.off)
+	}
+	return out, checks, nil
+}
+
+// rewriteBody appends the instrumented body to out: locals unchanged, a
+// check at entry if the body contains a call (unless the body starts with
+// a loop, whose check comes first anyway), a check right after every
+// loop's block type (the loop's label is its start, so every iteration
+// runs it).
+func rewriteBody(out, code []byte, base int, fn uint32, check []byte) ([]byte, int, error) {
+	r := reader{b: code}
+	nl, err := r.u32()
+	if err != nil {
+		return nil, 0, err
+	}
+	for range nl {
+		if _, err := r.u32(); err != nil {
+			return nil, 0, err
+		}
+		if err := r.valtype(); err != nil {
+			return nil, 0, err
+		}
+	}
+	exprAt := r.off
+	loops, calls, err := scan(&r, base, fn)
+	if err != nil {
+		return nil, 0, err
+	}
+	out = append(out, code[:exprAt]...)
+	checks := 0
+	// A body that starts with a loop gets its check there anyway (Go's
+	// functions all do: the loop is their resumption point).
+	if calls && (len(loops) == 0 || code[exprAt] != 0x03) {
+		out = append(out, check...)
+		checks++
+	}
+	prev := exprAt
+	for _, at := range loops {
+		out = append(out, code[prev:at]...)
+		out = append(out, check...)
+		checks++
+		prev = at
+	}
+	return append(out, code[prev:]...), checks, nil
+}
+
+// scan walks an expression to its end, returning the offsets just after
+// each loop's block type and whether it contains a call.
+func scan(r *reader, base int, fn uint32) (loops []int, calls bool, err error) {
+	depth := 1
+	for depth > 0 {
+		at := r.off
+		op, err := r.byte()
+		if err != nil {
+			return nil, false, fmt.Errorf("%w: function %d: body ends inside an expression", ErrMalformed, fn)
+		}
+		unsupported := func(name string) error {
+			return &OpcodeError{Func: fn, Offset: base + at, Opcode: name}
+		}
+		switch {
+		case op == 0x00, op == 0x01, op == 0x0F, op == 0x1A, op == 0x1B, op == 0xD1,
+			op >= 0x45 && op <= 0xC4:
+			// no immediates
+		case op == 0x02 || op == 0x04: // block, if
+			err = r.blocktype()
+			depth++
+		case op == 0x03: // loop
+			err = r.blocktype()
+			loops = append(loops, r.off)
+			depth++
+		case op == 0x05: // else
+		case op == 0x0B: // end
+			depth--
+		case op == 0x0C, op == 0x0D, // br, br_if
+			op >= 0x20 && op <= 0x26, // local.*, global.*, table.get/set
+			op == 0xD2:               // ref.func
+			_, err = r.u32()
+		case op == 0x0E: // br_table
+			var n uint32
+			if n, err = r.u32(); err == nil {
+				for i := uint32(0); i <= n && err == nil; i++ {
+					_, err = r.u32()
+				}
+			}
+		case op == 0x10: // call
+			calls = true
+			_, err = r.u32()
+		case op == 0x11: // call_indirect: type, table
+			calls = true
+			if _, err = r.u32(); err == nil {
+				_, err = r.u32()
+			}
+		case op == 0x1C: // select t*
+			var n uint32
+			if n, err = r.u32(); err == nil {
+				for i := uint32(0); i < n && err == nil; i++ {
+					err = r.valtype()
+				}
+			}
+		case op >= 0x28 && op <= 0x3E: // loads, stores
+			err = r.memarg()
+		case op == 0x3F, op == 0x40: // memory.size, memory.grow
+			_, err = r.u32()
+		case op == 0x41:
+			_, err = r.sleb(32)
+		case op == 0x42:
+			_, err = r.sleb(64)
+		case op == 0x43:
+			_, err = r.bytes(4)
+		case op == 0x44:
+			_, err = r.bytes(8)
+		case op == 0xD0: // ref.null t
+			err = r.valtype()
+		case op == 0xFC:
+			var sub uint32
+			if sub, err = r.u32(); err != nil {
+				break
+			}
+			switch {
+			case sub <= 7: // saturating truncations
+			case sub == 8, sub == 10, sub == 12, sub == 14: // memory.init, memory.copy, table.init, table.copy
+				if _, err = r.u32(); err == nil {
+					_, err = r.u32()
+				}
+			case sub == 9, sub == 11, sub == 13, sub == 15, sub == 16, sub == 17:
+				_, err = r.u32()
+			default:
+				return nil, false, unsupported(fmt.Sprintf("0xfc %d", sub))
+			}
+		case op == 0xFD:
+			var sub uint32
+			if sub, err = r.u32(); err != nil {
+				break
+			}
+			switch {
+			case sub <= 11, sub == 92, sub == 93: // v128 loads and stores
+				err = r.memarg()
+			case sub == 12, sub == 13: // v128.const, i8x16.shuffle
+				_, err = r.bytes(16)
+			case sub >= 21 && sub <= 34: // extract/replace lane
+				_, err = r.byte()
+			case sub >= 84 && sub <= 91: // load/store lane
+				if err = r.memarg(); err == nil {
+					_, err = r.byte()
+				}
+			case sub <= 255: // the rest of SIMD takes no immediates
+			default:
+				return nil, false, unsupported(fmt.Sprintf("0xfd %d (relaxed SIMD)", sub))
+			}
+		default:
+			return nil, false, unsupported(opName(op))
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("function %d at offset %#x: %w", fn, base+at, err)
+		}
+	}
+	if r.off != len(r.b) {
+		return nil, false, fmt.Errorf("%w: function %d: %d bytes after its end", ErrMalformed, fn, len(r.b)-r.off)
+	}
+	return loops, calls, nil
+}
+
+func opName(op byte) string {
+	names := map[byte]string{
+		0x06: "try", 0x07: "catch", 0x08: "throw", 0x09: "rethrow", 0x0A: "throw_ref",
+		0x12: "return_call", 0x13: "return_call_indirect", 0x14: "call_ref", 0x15: "return_call_ref",
+		0x18: "delegate", 0x19: "catch_all", 0x1F: "try_table", 0xFB: "gc prefix", 0xFE: "atomic prefix",
+	}
+	if n, ok := names[op]; ok {
+		return fmt.Sprintf("%#02x (%s)", op, n)
+	}
+	return fmt.Sprintf("%#02x", op)
+}
