@@ -243,7 +243,7 @@ func (l *Loader) readManifest(ctx context.Context, m *Module) (*abi.Manifest, er
 	ctx, cancel := context.WithTimeout(ctx, m.Limits.ManifestTimeout)
 	defer cancel()
 	inst, err := m.instance(ctx, l.log)
-	if err != nil && ctx.Err() != nil { // a start function that did not return
+	if err != nil && (ctx.Err() != nil || errors.Is(err, ErrTimeout)) { // a start function that did not return
 		return nil, fmt.Errorf("%w (limit %s): %v", ErrManifestTimeout, m.Limits.ManifestTimeout, err)
 	}
 	if err != nil {
