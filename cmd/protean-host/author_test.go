@@ -89,9 +89,19 @@ func TestAuthorLoop(t *testing.T) {
 		code, body := h.get(t, "/v1/projections/tally_totals/a-1")
 		return code == 200 && strings.Contains(body, `"count":1`), fmt.Sprintf("%d %s; log:\n%s", code, body, h.stderr.tail(10))
 	})
-	require.Equal(t, 200, h.post(t, "/v1/commands/RecordTally", `{"id":"a-1","amount":2}`))
+	code, body := h.postBody(t, "/v1/commands/RecordTally", `{"id":"a-1","amount":2}`)
+	require.Equal(t, 200, code, body)
+	var answer struct {
+		Events []struct {
+			GlobalPosition int64 `json:"global_position"`
+		} `json:"events"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &answer))
+	require.Len(t, answer.Events, 1)
+	// README's read-your-writes: the command's global position as
+	// min_position (polled, so a loaded machine's 504 is not a failure).
 	testwait.For(t, "the second record projected", func() (bool, string) {
-		code, body := h.get(t, "/v1/projections/tally_totals/a-1")
+		code, body := h.get(t, fmt.Sprintf("/v1/projections/tally_totals/a-1?min_position=%d", answer.Events[0].GlobalPosition))
 		return code == 200 && strings.Contains(body, `"total":7`), fmt.Sprintf("%d %s", code, body)
 	})
 	require.Equal(t, 0, h.stop(t), "run exits 0 on SIGINT; log:\n%s", h.stderr.tail(10))
@@ -145,14 +155,21 @@ func (h *cliHost) stop(t *testing.T) int {
 
 func (h *cliHost) post(t *testing.T, path, body string) int {
 	t.Helper()
+	code, b := h.postBody(t, path, body)
+	if code != 200 {
+		t.Logf("POST %s: %d %s", path, code, b)
+	}
+	return code
+}
+
+func (h *cliHost) postBody(t *testing.T, path, body string) (int, string) {
+	t.Helper()
 	resp, err := http.Post("http://"+h.addr+path, "application/json", bytes.NewBufferString(body))
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Logf("POST %s: %d %s", path, resp.StatusCode, b)
-	}
-	return resp.StatusCode
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
 }
 
 func (h *cliHost) get(t *testing.T, path string) (int, string) {
