@@ -49,6 +49,10 @@ const (
 	// V2Log (level i32, ptr i32, len i32): a log line; level 0 debug,
 	// 1 info, 2 warn, 3 error.
 	V2Log = "log"
+	// V2MemoryLimit () -> i64: the cap on the module's linear memory in
+	// bytes ([plugins.limits] memory_mb), 0 outside protean_handle. A
+	// garbage-collected guest sizes its heap by it (package pdk does).
+	V2MemoryLimit = "memory_limit"
 )
 
 // MaxLogBytes bounds a v2 log line or error message; longer ones are cut.

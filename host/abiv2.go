@@ -50,6 +50,7 @@ type callV2 struct {
 	mem     api.Memory // the guest's own linear memory
 	in      []byte
 	limit   int
+	memCap  int64 // the module's memory cap in bytes
 	session Session
 	log     *slog.Logger
 	module  string
@@ -75,6 +76,7 @@ func (m *Module) handleV2(ctx context.Context, handler string, msgs []abi.Envelo
 		mem:     emptyMemory{}, // the instance's memory once one is acquired
 		in:      abi.AppendHandleRequestV2(nil, &abi.HandleRequest{Handler: handler, Messages: msgs}),
 		limit:   m.Limits.MaxOutputBytes,
+		memCap:  int64(m.Limits.MemoryMB) << 20,
 		session: s,
 		log:     m.log,
 		module:  m.File,
@@ -223,6 +225,13 @@ func HostFunctionsV2() []extism.HostFunction {
 					c.pending = nil
 				}
 				stack[0] = api.EncodeU32(uint32(len(pending)))
+			}),
+		hostFunctionV2(abi.V2MemoryLimit, nil, []extism.ValueType{extism.ValueTypeI64},
+			func(_ context.Context, c *callV2, _ api.Memory, stack []uint64) {
+				stack[0] = 0
+				if c != nil {
+					stack[0] = api.EncodeI64(c.memCap)
+				}
 			}),
 		hostFunctionV2(abi.V2Log, []extism.ValueType{i32, i32, i32}, nil,
 			func(ctx context.Context, c *callV2, mem api.Memory, stack []uint64) {
