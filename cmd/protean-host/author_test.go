@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"go/format"
 	"io"
 	"net/http"
 	"os"
@@ -44,6 +45,13 @@ func TestAuthorLoop(t *testing.T) {
 		gomod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
 		require.NoError(t, err)
 		require.Contains(t, string(gomod), "replace github.com/proteanhq/protean-host => "+wasmbuild.Root())
+		for _, f := range []string{"main.go", "main_test.go"} {
+			src, err := os.ReadFile(filepath.Join(dir, f))
+			require.NoError(t, err)
+			formatted, err := format.Source(src)
+			require.NoError(t, err, "%s of the %s scaffold", f, m.kind)
+			require.Equal(t, string(formatted), string(src), "%s of the %s scaffold is gofmt'd", f, m.kind)
+		}
 
 		// The scaffold's Makefile: its native pdktest tests, then the build.
 		mk := exec.Command("make", "test", "build")

@@ -7,6 +7,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"go/format"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -112,6 +113,13 @@ func writeScaffold(dir string, data scaffoldData) error {
 			return err
 		}
 		out := b.Bytes()
+		if strings.HasSuffix(f.path, ".go") {
+			// The templates' conditionals leave blank lines; an author's
+			// first diff should not be gofmt's.
+			if out, err = format.Source(out); err != nil {
+				return fmt.Errorf("scaffold %s: %w", f.path, err)
+			}
+		}
 		if !bytes.HasSuffix(out, []byte("\n")) {
 			out = append(out, '\n')
 		}
