@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,8 +61,8 @@ func TestDeadlineStopsPureGuestLoops(t *testing.T) {
 
 // startLoop is a module whose start section loops forever: wazero runs a
 // start section inside instantiation, where no call deadline applies. It
-// imports WASI's sched_yield as Go modules do, so it is instrumented;
-// startLoopRuntime does not, so it falls back to the runtime's deadline.
+// imports WASI's sched_yield as Go modules do; startLoopNoYield does not
+// (the instrumentation adds the import and renumbers the functions).
 var (
 	startLoop = []byte{
 		0x00, 'a', 's', 'm', 0x01, 0x00, 0x00, 0x00,
@@ -72,7 +73,7 @@ var (
 		0x08, 0x01, 0x01, // start: func 1
 		0x0A, 0x09, 0x01, 0x07, 0x00, 0x03, 0x40, 0x0C, 0x00, 0x0B, 0x0B, // loop br 0 end end
 	}
-	startLoopRuntime = []byte{
+	startLoopNoYield = []byte{
 		0x00, 'a', 's', 'm', 0x01, 0x00, 0x00, 0x00,
 		0x01, 0x04, 0x01, 0x60, 0x00, 0x00, // type 0: [] -> []
 		0x03, 0x02, 0x01, 0x00, // func 0: type 0
@@ -87,11 +88,20 @@ var (
 func TestDeadlineStopsStartFunctions(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	dir := t.TempDir()
-	start, startRuntime := filepath.Join(dir, "start.wasm"), filepath.Join(dir, "start_runtime.wasm")
+	start, startNoYield := filepath.Join(dir, "start.wasm"), filepath.Join(dir, "start_no_yield.wasm")
 	require.NoError(t, os.WriteFile(start, startLoop, 0o600))
-	require.NoError(t, os.WriteFile(startRuntime, startLoopRuntime, 0o600))
-	for _, path := range []string{start, startRuntime, wasmbuild.Build(t, "./host/testdata/plugins/behave", "initLoop=yes")} {
-		l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{ManifestTimeout: timeout}, CacheDir: wasmbuild.CacheDir(t)})
+	require.NoError(t, os.WriteFile(startNoYield, startLoopNoYield, 0o600))
+	for _, tc := range []struct {
+		path string
+		lim  host.Limits
+	}{
+		{start, host.Limits{ManifestTimeout: timeout}},
+		{startNoYield, host.Limits{ManifestTimeout: timeout}},
+		{start, host.Limits{ManifestTimeout: timeout, RuntimeDeadline: true}}, // the fallback
+		{wasmbuild.Build(t, "./host/testdata/plugins/behave", "initLoop=yes"), host.Limits{ManifestTimeout: timeout}},
+	} {
+		path := tc.path
+		l, err := host.NewLoader(host.LoaderOptions{Limits: tc.lim, CacheDir: wasmbuild.CacheDir(t)})
 		require.NoError(t, err)
 		began := time.Now()
 		_, err = l.LoadFile(context.Background(), path)
@@ -109,7 +119,13 @@ func TestInstrumentedModulesGiveTheOriginalsResults(t *testing.T) {
 	load := func(lim host.Limits, pkg string) *host.Module {
 		l, err := host.NewLoader(host.LoaderOptions{Limits: lim, CacheDir: wasmbuild.CacheDir(t)})
 		require.NoError(t, err)
-		m, err := l.LoadFile(context.Background(), wasmbuild.Copy(t, wasmbuild.Build(t, pkg), t.TempDir(), filepath.Base(pkg)+".wasm"))
+		path := ""
+		if strings.HasSuffix(pkg, ".c") {
+			path = wasmbuild.BuildC(t, pkg)
+		} else {
+			path = wasmbuild.Build(t, pkg)
+		}
+		m, err := l.LoadFile(context.Background(), wasmbuild.Copy(t, path, t.TempDir(), "client_orders.wasm"))
 		require.NoError(t, err)
 		t.Cleanup(func() {
 			_ = m.Close(context.Background())
@@ -123,6 +139,7 @@ func TestInstrumentedModulesGiveTheOriginalsResults(t *testing.T) {
 		s            func() host.Session
 	}{
 		{"./plugins/examples/client_orders", "client_orders", events(50), func() host.Session { return &docSession{doc: startDoc} }},
+		{"plugins/c/client_orders.c", "client_orders", events(50), func() host.Session { return &docSession{doc: startDoc} }},
 		{"./host/testdata/plugins/behave", "behave", ops("ok", "load", "read", "transient", "rejected", "load"), func() host.Session {
 			return &memSession{records: map[string]abi.LoadResponse{"behave/d": {Found: true, Version: 4, Data: json.RawMessage(`{"seen": ["before"]}`)}}}
 		}},

@@ -22,8 +22,10 @@
 //     no br, br_if or br_table changes;
 //   - the call goes to sched_yield, which every Go (wasip1) module
 //     imports already: no import is added, so no function index shifts.
-//     A module without it is refused (ErrNoYield); the host then falls
-//     back to wazero's close-on-context-done.
+//     A module without it (C, AssemblyScript) gets the import appended
+//     after its imports, and every defined function's index grows by
+//     one: call, ref.func, exports, the start function, element segments,
+//     global initialisers and the name section are renumbered.
 //
 // A start section runs inside instantiation, where no call deadline can be
 // armed; Module removes it and exports its function as StartExport, and

@@ -44,10 +44,6 @@ var (
 	// ErrUnsupported is a module using what Module does not instrument;
 	// an *OpcodeError carries the detail.
 	ErrUnsupported = errors.New("unsupported by the instrumentation")
-	// ErrNoYield is a module that does not import YieldModule.YieldImport
-	// (a [] -> [i32] function), which the checks call into the host
-	// through.
-	ErrNoYield = errors.New("module does not import " + YieldModule + "." + YieldImport)
 	// ErrReserved is a module that already exports FuelGlobal or
 	// StartExport, or carries CustomSection.
 	ErrReserved = errors.New("module uses a name reserved for the instrumentation")
@@ -91,6 +87,7 @@ const (
 	secGlobal    = 6
 	secExport    = 7
 	secStart     = 8
+	secElement   = 9
 	secCode      = 10
 	secDataCount = 12
 	secTag       = 13
@@ -185,8 +182,30 @@ func Module(b []byte) (*Result, error) {
 			start, hasStart = f, true
 		}
 	}
-	if !hasYield || int(yieldType) >= len(types) || !bytes.Equal(types[yieldType], []byte{0x60, 0x00, 0x01, 0x7F}) {
-		return nil, ErrNoYield
+	// Without a sched_yield import, add one at the end of the imports:
+	// every defined function's index then grows by one (renumbering).
+	var adds [4]addition // type, import, global, export
+	rn := renumber{from: ^uint32(0)}
+	if hasYield && (int(yieldType) >= len(types) || !bytes.Equal(types[yieldType], yieldSig)) {
+		return nil, fmt.Errorf("%w: %s.%s has the wrong type", ErrUnsupported, YieldModule, YieldImport)
+	}
+	if !hasYield {
+		yieldType = uint32(len(types))
+		for i, t := range types {
+			if bytes.Equal(t, yieldSig) {
+				yieldType = uint32(i)
+				break
+			}
+		}
+		if yieldType == uint32(len(types)) {
+			adds[0] = addition{id: secType, n: 1, entries: yieldSig}
+		}
+		imp := appendName(nil, YieldModule)
+		imp = appendName(imp, YieldImport)
+		imp = appendU32(append(imp, 0x00), yieldType)
+		adds[1] = addition{id: secImport, n: 1, entries: imp}
+		yield = importedFuncs
+		rn.from = importedFuncs
 	}
 	fuel := importedGlobals + definedGlobals
 	check := checkCode(fuel, yield)
@@ -199,63 +218,69 @@ func Module(b []byte) (*Result, error) {
 		out = append(out, payload...)
 	}
 	newGlobal := append([]byte{0x7F, 0x01, 0x41}, appendS32(nil, Period)...) // mut i32 = Period
-	newGlobal = append(newGlobal, 0x0B)
-	var exports []byte
-	nExports := uint32(1)
-	exports = appendName(exports, FuelGlobal)
-	exports = append(exports, 0x03)
-	exports = appendU32(exports, fuel)
+	adds[2] = addition{id: secGlobal, n: 1, entries: append(newGlobal, 0x0B)}
+	exports := appendName(nil, FuelGlobal)
+	exports = appendU32(append(exports, 0x03), fuel)
+	adds[3] = addition{id: secExport, n: 1, entries: exports}
 	if hasStart {
-		nExports++
-		exports = appendName(exports, StartExport)
-		exports = append(exports, 0x00)
-		exports = appendU32(exports, start)
+		adds[3].n++
+		adds[3].entries = appendName(adds[3].entries, StartExport)
+		adds[3].entries = appendU32(append(adds[3].entries, 0x00), rn.fn(start))
 	}
-	globalDone, exportDone := false, false
-	// flush writes the new global and export sections that must come
-	// before a section of rank next and were not merged into an
-	// existing one.
+	// flush writes the sections to add (ones the module lacks) that
+	// must come before a section of rank next.
 	flush := func(next int) {
-		if !globalDone && next > rank(secGlobal) {
-			emit(secGlobal, append(appendU32(nil, 1), newGlobal...))
-			globalDone = true
-		}
-		if !exportDone && next > rank(secExport) {
-			emit(secExport, append(appendU32(nil, nExports), exports...))
-			exportDone = true
+		for i := range adds {
+			a := &adds[i]
+			if a.n > 0 && !a.done && next > rank(a.id) {
+				emit(a.id, append(appendU32(nil, a.n), a.entries...))
+				a.done = true
+			}
 		}
 	}
 	for _, s := range secs {
 		if s.id != secCustom {
 			flush(rank(s.id))
 		}
+		p := s.payload
+		var err error
+		if rn.active() {
+			switch s.id {
+			case secExport:
+				p, err = rn.exports(p)
+			case secGlobal:
+				p, err = rn.globals(p)
+			case secElement:
+				p, err = rn.elements(p)
+			case secCustom:
+				p, err = rn.names(p)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
 		switch s.id {
-		case secGlobal:
-			r := reader{b: s.payload}
-			n, _ := r.u32()
-			p := appendU32(nil, n+1)
-			p = append(p, s.payload[r.off:]...)
-			emit(secGlobal, append(p, newGlobal...))
-			globalDone = true
-		case secExport:
-			r := reader{b: s.payload}
-			n, _ := r.u32()
-			p := appendU32(nil, n+nExports)
-			p = append(p, s.payload[r.off:]...)
-			emit(secExport, append(p, exports...))
-			exportDone = true
+		case secType, secImport, secGlobal, secExport:
+			for i := range adds {
+				if a := &adds[i]; a.id == s.id && a.n > 0 {
+					p = a.merge(p)
+				}
+			}
+			emit(s.id, p)
 		case secStart:
 			// dropped: exported as StartExport instead
 		case secCode:
-			base := len(out) + 1 + len(appendU32(nil, uint32(len(s.payload))))
-			p, n, err := rewriteCode(s.payload, base, importedFuncs, check)
+			base := len(out) + 1 + len(appendU32(nil, uint32(len(p))))
+			p, n, err := rewriteCode(p, base, importedFuncs, check, rn)
 			if err != nil {
 				return nil, err
 			}
 			res.Checks += n
 			emit(secCode, p)
 		default:
-			emit(s.id, s.payload)
+			if p != nil { // nil: a name section dropped (see names)
+				emit(s.id, p)
+			}
 		}
 	}
 	flush(1 << 30)
@@ -265,6 +290,27 @@ func Module(b []byte) (*Result, error) {
 	emit(secCustom, ver)
 	res.Bytes = out
 	return res, nil
+}
+
+// yieldSig is sched_yield's type: [] -> [i32].
+var yieldSig = []byte{0x60, 0x00, 0x01, 0x7F}
+
+// addition is entries to append to a section (or to a new one).
+type addition struct {
+	id      byte
+	n       uint32
+	entries []byte
+	done    bool
+}
+
+// merge appends the addition to an existing section's payload.
+func (a *addition) merge(p []byte) []byte {
+	r := reader{b: p}
+	n, _ := r.u32() // read before, in the first pass
+	out := appendU32(nil, n+a.n)
+	out = append(out, p[r.off:]...)
+	a.done = true
+	return append(out, a.entries...)
 }
 
 // checkCode is the check inserted at loop headers and function entries:
@@ -400,7 +446,7 @@ func checkExports(p []byte) error {
 
 // rewriteCode instruments every function body of a code section payload.
 // base is the payload's offset in the module, for error offsets.
-func rewriteCode(p []byte, base int, importedFuncs uint32, check []byte) ([]byte, int, error) {
+func rewriteCode(p []byte, base int, importedFuncs uint32, check []byte, rn renumber) ([]byte, int, error) {
 	r := reader{b: p}
 	n, err := r.u32()
 	if err != nil {
@@ -420,7 +466,7 @@ func rewriteCode(p []byte, base int, importedFuncs uint32, check []byte) ([]byte
 			return nil, 0, fmt.Errorf("%w: function body %d overruns the code section", ErrMalformed, i)
 		}
 		var c int
-		body, c, err = rewriteBody(body[:0], code, base+at, importedFuncs+i, check)
+		body, c, err = rewriteBody(body[:0], code, base+at, importedFuncs+i, check, rn)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -439,7 +485,7 @@ func rewriteCode(p []byte, base int, importedFuncs uint32, check []byte) ([]byte
 // a loop, whose check comes first anyway), a check right after every
 // loop's block type (the loop's label is its start, so every iteration
 // runs it).
-func rewriteBody(out, code []byte, base int, fn uint32, check []byte) ([]byte, int, error) {
+func rewriteBody(out, code []byte, base int, fn uint32, check []byte, rn renumber) ([]byte, int, error) {
 	r := reader{b: code}
 	nl, err := r.u32()
 	if err != nil {
@@ -454,7 +500,7 @@ func rewriteBody(out, code []byte, base int, fn uint32, check []byte) ([]byte, i
 		}
 	}
 	exprAt := r.off
-	loops, calls, err := scan(&r, base, fn)
+	loops, refs, calls, err := scan(&r, base, fn)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -467,24 +513,39 @@ func rewriteBody(out, code []byte, base int, fn uint32, check []byte) ([]byte, i
 		checks++
 	}
 	prev := exprAt
-	for _, at := range loops {
-		out = append(out, code[prev:at]...)
-		out = append(out, check...)
-		checks++
-		prev = at
+	for len(loops) > 0 || len(refs) > 0 && rn.active() {
+		if len(loops) > 0 && (len(refs) == 0 || !rn.active() || loops[0] <= refs[0].at) {
+			out = append(out, code[prev:loops[0]]...)
+			out = append(out, check...)
+			checks++
+			prev, loops = loops[0], loops[1:]
+			continue
+		}
+		ref := refs[0]
+		out = append(out, code[prev:ref.at]...)
+		out = appendU32(out, rn.fn(ref.fn))
+		prev, refs = ref.end, refs[1:]
 	}
 	return append(out, code[prev:]...), checks, nil
 }
 
+// funcRef is a function index in a body (of call or ref.func), at
+// [at, end).
+type funcRef struct {
+	at, end int
+	fn      uint32
+}
+
 // scan walks an expression to its end, returning the offsets just after
-// each loop's block type and whether it contains a call.
-func scan(r *reader, base int, fn uint32) (loops []int, calls bool, err error) {
+// each loop's block type, the function indices it holds, and whether it
+// contains a call.
+func scan(r *reader, base int, fn uint32) (loops []int, refs []funcRef, calls bool, err error) {
 	depth := 1
 	for depth > 0 {
 		at := r.off
 		op, err := r.byte()
 		if err != nil {
-			return nil, false, fmt.Errorf("%w: function %d: body ends inside an expression", ErrMalformed, fn)
+			return nil, nil, false, fmt.Errorf("%w: function %d: body ends inside an expression", ErrMalformed, fn)
 		}
 		unsupported := func(name string) error {
 			return &OpcodeError{Func: fn, Offset: base + at, Opcode: name}
@@ -504,9 +565,14 @@ func scan(r *reader, base int, fn uint32) (loops []int, calls bool, err error) {
 		case op == 0x0B: // end
 			depth--
 		case op == 0x0C, op == 0x0D, // br, br_if
-			op >= 0x20 && op <= 0x26, // local.*, global.*, table.get/set
-			op == 0xD2:               // ref.func
+			op >= 0x20 && op <= 0x26: // local.*, global.*, table.get/set
 			_, err = r.u32()
+		case op == 0x10, op == 0xD2: // call, ref.func
+			calls = calls || op == 0x10
+			ref := funcRef{at: r.off}
+			ref.fn, err = r.u32()
+			ref.end = r.off
+			refs = append(refs, ref)
 		case op == 0x0E: // br_table
 			var n uint32
 			if n, err = r.u32(); err == nil {
@@ -514,9 +580,6 @@ func scan(r *reader, base int, fn uint32) (loops []int, calls bool, err error) {
 					_, err = r.u32()
 				}
 			}
-		case op == 0x10: // call
-			calls = true
-			_, err = r.u32()
 		case op == 0x11: // call_indirect: type, table
 			calls = true
 			if _, err = r.u32(); err == nil {
@@ -557,7 +620,7 @@ func scan(r *reader, base int, fn uint32) (loops []int, calls bool, err error) {
 			case sub == 9, sub == 11, sub == 13, sub == 15, sub == 16, sub == 17:
 				_, err = r.u32()
 			default:
-				return nil, false, unsupported(fmt.Sprintf("0xfc %d", sub))
+				return nil, nil, false, unsupported(fmt.Sprintf("0xfc %d", sub))
 			}
 		case op == 0xFD:
 			var sub uint32
@@ -577,19 +640,19 @@ func scan(r *reader, base int, fn uint32) (loops []int, calls bool, err error) {
 				}
 			case sub <= 255: // the rest of SIMD takes no immediates
 			default:
-				return nil, false, unsupported(fmt.Sprintf("0xfd %d (relaxed SIMD)", sub))
+				return nil, nil, false, unsupported(fmt.Sprintf("0xfd %d (relaxed SIMD)", sub))
 			}
 		default:
-			return nil, false, unsupported(opName(op))
+			return nil, nil, false, unsupported(opName(op))
 		}
 		if err != nil {
-			return nil, false, fmt.Errorf("function %d at offset %#x: %w", fn, base+at, err)
+			return nil, nil, false, fmt.Errorf("function %d at offset %#x: %w", fn, base+at, err)
 		}
 	}
 	if r.off != len(r.b) {
-		return nil, false, fmt.Errorf("%w: function %d: %d bytes after its end", ErrMalformed, fn, len(r.b)-r.off)
+		return nil, nil, false, fmt.Errorf("%w: function %d: %d bytes after its end", ErrMalformed, fn, len(r.b)-r.off)
 	}
-	return loops, calls, nil
+	return loops, refs, calls, nil
 }
 
 func opName(op byte) string {

@@ -3,6 +3,7 @@ package instrument_test
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -19,12 +20,18 @@ func TestMain(m *testing.M) { testserver.Main(m) }
 // compiles, with the stop global exported and checks inserted.
 func TestRewritesTheBuiltModules(t *testing.T) {
 	pkgs := []string{"./plugins/examples/client_orders", "./plugins/examples/orders", "./plugins/examples/fulfillment",
-		"./plugins/examples/payments", "./plugins/examples/shipping", "./host/testdata/plugins/behave"}
+		"./plugins/examples/payments", "./plugins/examples/shipping", "./host/testdata/plugins/behave", "plugins/c/client_orders.c"}
 	ctx := context.Background()
 	rt := wazero.NewRuntime(ctx)
 	defer rt.Close(ctx)
 	for _, pkg := range pkgs {
-		b, err := os.ReadFile(wasmbuild.Build(t, pkg))
+		path := ""
+		if strings.HasSuffix(pkg, ".c") {
+			path = wasmbuild.BuildC(t, pkg)
+		} else {
+			path = wasmbuild.Build(t, pkg)
+		}
+		b, err := os.ReadFile(path)
 		require.NoError(t, err)
 		res, err := instrument.Module(b)
 		require.NoError(t, err, pkg)
