@@ -35,13 +35,19 @@ build() {
 	fi
 }
 
-# stamp DIR: the newest modification time of the files of DIR (recursively).
-stamp() { find "$1" -type f \( -name '*.go' -o -name 'go.mod' -o -name 'go.sum' \) -printf '%T@\n' | sort -n | tail -1; }
+# Each module has a stamp file, touched just before its build: a source
+# file newer than it is a change (one made during a build triggers the
+# next). POSIX find and plain files, no bash 4 or GNU find needed.
+stamps=$(mktemp -d)
+trap 'rm -rf "$stamps"' EXIT
+stamp() { echo "$stamps/$(basename "$1")"; }
+changed() {
+	[ -n "$(find "$1" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) -newer "$(stamp "$1")" -print | head -n 1)" ]
+}
 
-declare -A seen
 for d in "$@"; do
+	touch "$(stamp "$d")"
 	build "$d" || exit 1
-	seen[$d]=$(stamp "$d")
 done
 
 # RUN_FLAGS: more flags for run (word-split on purpose), e.g. --listen.
@@ -49,14 +55,13 @@ done
 "$host" run --config "$config" --plugins "$plugins" --watch ${RUN_FLAGS:-} &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid; exit' INT TERM
-trap 'kill $pid 2>/dev/null' EXIT
+trap 'kill $pid 2>/dev/null; rm -rf "$stamps"' EXIT
 echo "dev: host pid $pid, plugins $plugins; watching $* (Ctrl-C stops)"
 while kill -0 "$pid" 2>/dev/null; do
 	sleep "$poll"
 	for d in "$@"; do
-		s=$(stamp "$d")
-		if [ "$s" != "${seen[$d]}" ]; then
-			seen[$d]=$s
+		if changed "$d"; then
+			touch "$(stamp "$d")"
 			build "$d"
 		fi
 	done

@@ -81,3 +81,16 @@ func TestDevRebuildsOnChange(t *testing.T) {
 	ok, seen := version("0.2.0")()
 	require.True(t, ok, "still serving 0.2.0: %s", seen)
 }
+
+// make run, validate and dev run the host on the directory they build
+// into: PLUGINS_DIR reaches --plugins (make run used to build into it and
+// run build/plugins).
+func TestMakePassesPluginsDir(t *testing.T) {
+	for _, target := range []string{"run", "validate", "dev"} {
+		mk := exec.Command("make", "-n", target, "PLUGINS_DIR=/tmp/elsewhere")
+		mk.Dir = wasmbuild.Root()
+		out, err := mk.CombinedOutput()
+		require.NoError(t, err, "make -n %s:\n%s", target, out)
+		require.Regexp(t, `(protean-host (run|validate) --config \S+ --plugins|scripts/dev\.sh) /tmp/elsewhere`, string(out), "make %s", target)
+	}
+}
