@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
@@ -48,6 +49,7 @@ func TestCClientOrdersMatchesGo(t *testing.T) {
 	defer m.Close(context.Background())
 	require.Equal(t, 2, m.Manifest.ABIVersion)
 	require.Equal(t, goMod.Manifest, m.Manifest, "the C module declares what the Go one does")
+	require.Equal(t, host.DeadlineInstrumented, m.Deadline, "the C module imports sched_yield, so its deadline is the cheap one")
 
 	bad := abi.Envelope{ID: "x", Type: "OrderPlaced", Stream: "order-x", Data: json.RawMessage(`{"order_id": 7`)}
 	other := abi.Envelope{ID: "y", Type: "OrderCancelled", Stream: "order-y", Data: json.RawMessage(`{"order_id":"y"}`)}
