@@ -269,8 +269,37 @@ static int unescape(str_t v, buf_t *out) {
     return 0;
 }
 
+static const double pow10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                                1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+// number reads a JSON number. Plain decimals of up to 15 digits are read
+// by hand (an integer below 2^53 divided by an exact power of ten is
+// correctly rounded, as strtod would round it); the rest go to strtod,
+// which in wasi-libc computes in software long double.
 static int number(str_t v, double *out) {
     if (v.n == 0 || v.n > 64 || !(v.p[0] == '-' || (v.p[0] >= '0' && v.p[0] <= '9'))) return -1;
+    {
+        uint32_t i = v.p[0] == '-';
+        int64_t m = 0;
+        int digits = 0, frac = -1;
+        for (; i < v.n; i++) {
+            char c = v.p[i];
+            if (c >= '0' && c <= '9') {
+                m = m * 10 + (c - '0');
+                digits++;
+                if (frac >= 0) frac++;
+            } else if (c == '.' && frac < 0) {
+                frac = 0;
+            } else {
+                break;
+            }
+        }
+        if (i == v.n && digits > 0 && digits <= 15 && frac != 0) {
+            double d = frac > 0 ? (double)m / pow10[frac] : (double)m;
+            *out = v.p[0] == '-' ? -d : d;
+            return 0;
+        }
+    }
     char tmp[65];
     memcpy(tmp, v.p, v.n);
     tmp[v.n] = 0;
@@ -296,8 +325,35 @@ static void put_json_string(buf_t *b, const char *s, uint32_t n) {
     put_u8(b, '"');
 }
 
-// put_double appends the shortest text that reads back as d.
+// put_double appends the shortest text that reads back as d. Money-like
+// values (at most 6 decimals, below 2^53 when scaled) are formatted by
+// hand: wasi-libc's printf formats through long double, in software, and
+// cost more than the rest of the projector. A value m/10^k equal to d
+// reads back as d (the division is correctly rounded, as strtod is), and
+// the smallest such k gives the shortest text.
 static void put_double(buf_t *b, double d) {
+    double p = 1;
+    for (int k = 0; k <= 6; k++, p *= 10) {
+        double m = d * p;
+        if (m > -9007199254740992.0 && m < 9007199254740992.0 && m == (double)(int64_t)m && (double)(int64_t)m / p == d) {
+            int64_t n = (int64_t)m;
+            char tmp[32];
+            int i = sizeof tmp;
+            int neg = n < 0 || (n == 0 && 1 / d < 0);
+            uint64_t u = n < 0 ? -(uint64_t)n : (uint64_t)n;
+            // u's digits, right to left, with the point k digits in and
+            // at least one digit before it.
+            for (int j = 0;; j++) {
+                if (j == k && k > 0) tmp[--i] = '.';
+                tmp[--i] = '0' + (char)(u % 10);
+                u /= 10;
+                if (j >= k && u == 0) break;
+            }
+            if (neg) tmp[--i] = '-';
+            put(b, tmp + i, sizeof tmp - i);
+            return;
+        }
+    }
     char tmp[32];
     for (int prec = 15; prec <= 17; prec++) {
         snprintf(tmp, sizeof tmp, "%.*g", prec, d);
@@ -490,9 +546,9 @@ static int handle_one(rd_t *r) {
     scratch.len = 0;
     put_cstr(&scratch, "{\"client_id\":");
     put_json_string(&scratch, (const char *)d->client_id.p, d->client_id.len);
-    char n[32];
-    snprintf(n, sizeof n, ",\"orders\":%lld,\"total\":", (long long)d->orders);
-    put_cstr(&scratch, n);
+    put_cstr(&scratch, ",\"orders\":");
+    put_double(&scratch, (double)d->orders);
+    put_cstr(&scratch, ",\"total\":");
     put_double(&scratch, d->total);
     put_cstr(&scratch, ",\"order_ids\":[");
     put(&scratch, d->order_ids.p, d->order_ids.len);
