@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proteanhq/protean-host/idempotency"
+
 	"github.com/BurntSushi/toml"
 
 	"github.com/proteanhq/protean-host/broker"
@@ -270,6 +272,14 @@ type HTTP struct {
 	// ReadWaitMS bounds how long GET /v1/projections/{name}/{id}?min_position=N
 	// waits for the projection to reach N before it answers 504.
 	ReadWaitMS int `toml:"read_wait_ms"`
+	// IdempotencyTTLSeconds is how long the answer of a command sent with
+	// an Idempotency-Key is kept (package idempotency).
+	IdempotencyTTLSeconds int `toml:"idempotency_ttl_seconds"`
+}
+
+// IdempotencyTTL is IdempotencyTTLSeconds as a duration.
+func (h HTTP) IdempotencyTTL() time.Duration {
+	return time.Duration(h.IdempotencyTTLSeconds) * time.Second
 }
 
 // ReadWait is ReadWaitMS as a duration.
@@ -339,7 +349,8 @@ func Default() Config {
 			},
 		},
 		Tenants: map[string]Tenant{},
-		HTTP:    HTTP{Listen: "127.0.0.1:8080", ReadWaitMS: 5000},
+		HTTP: HTTP{Listen: "127.0.0.1:8080", ReadWaitMS: 5000,
+			IdempotencyTTLSeconds: int(idempotency.DefaultTTL / time.Second)},
 	}
 }
 

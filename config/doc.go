@@ -26,7 +26,7 @@
 //	[plugins.limits]          memory_mb, timeout_ms, max_output_bytes, manifest_timeout_ms, interruptible
 //	[tenants.NAME]            modules (file names without .wasm), memory_mb / timeout_ms / max_output_bytes / interruptible overrides,
 //	                          grant_read = { READER = ["category", ...] }, grant_dispatch = { READER = ["CommandType", ...] }
-//	[http]                    listen, read_wait_ms
+//	[http]                    listen, read_wait_ms, idempotency_ttl_seconds
 //
 // Defaults (generated from Default, which reads them from the packages that
 // own them: outbox.DefaultRelayOptions, broker.DefaultOptions,
@@ -40,6 +40,7 @@
 //	databases.default.provider = "memory"
 //	event_store.database_uri = ""
 //	event_store.provider = "memory"
+//	http.idempotency_ttl_seconds = 86400
 //	http.listen = "127.0.0.1:8080"
 //	http.read_wait_ms = 5000
 //	outbox.abandoned_retention_hours = 720

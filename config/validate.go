@@ -110,6 +110,7 @@ func (c Config) Validate() error {
 	v.tenants(c.Tenants)
 
 	v.ms("http.read_wait_ms", c.HTTP.ReadWaitMS, false)
+	v.positive("http.idempotency_ttl_seconds", c.HTTP.IdempotencyTTLSeconds)
 	if _, port, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
 		v.add("http.listen", "must be host:port, e.g. 127.0.0.1:8080 (got %q)", c.HTTP.Listen)
 	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {

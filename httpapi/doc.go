@@ -1,6 +1,7 @@
 // Package httpapi is the HTTP API of a running host:
 //
-//	POST /v1/commands/{type}          dispatch a command; body = its fields as a JSON object
+//	POST /v1/commands/{type}          dispatch a command; body = its fields as a JSON object;
+//	                                  optional Idempotency-Key header (idempotentCommand)
 //	GET  /v1/projections/{name}/{id}  a projection document (X-Record-Version carries its version);
 //	                                  ?min_position=N waits, at most Options.ReadWait, until the
 //	                                  projection's handler has handled global position N (504 past

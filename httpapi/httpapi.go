@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/idempotency"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
 
@@ -50,6 +50,9 @@ type Options struct {
 	// ReadWait bounds a projection read's wait for ?min_position
 	// (DefaultReadWait if zero); past it the read answers 504.
 	ReadWait time.Duration
+	// Idempotency keeps the answers of commands sent with an
+	// Idempotency-Key; nil ignores the header.
+	Idempotency idempotency.Store
 }
 
 // DefaultReadWait is the bound of a ?min_position wait when Options set
@@ -60,6 +63,7 @@ type api struct {
 	e        Engine
 	log      *slog.Logger
 	readWait time.Duration
+	idem     idempotency.Store
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 }
@@ -75,7 +79,7 @@ func New(e Engine, opts Options) http.Handler {
 	if opts.ReadWait <= 0 {
 		opts.ReadWait = DefaultReadWait
 	}
-	a := &api{e: e, log: opts.Logger, readWait: opts.ReadWait,
+	a := &api{e: e, log: opts.Logger, readWait: opts.ReadWait, idem: opts.Idempotency,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_http_requests_total",
 			Help: "HTTP requests, by route and status code."}, []string{"route", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "protean_http_request_seconds",
@@ -83,7 +87,7 @@ func New(e Engine, opts Options) http.Handler {
 	}
 	opts.Registry.MustRegister(a.requests, a.latency)
 	mux := http.NewServeMux()
-	a.route(mux, "POST /v1/commands/{type}", a.command)
+	a.route(mux, "POST /v1/commands/{type}", a.idempotentCommand)
 	a.route(mux, "GET /v1/projections/{name}/{id}", a.projection)
 	a.route(mux, "GET /v1/plugins", a.plugins)
 	a.route(mux, "GET /healthz", a.healthz)
@@ -173,14 +177,8 @@ func status(err error) int {
 
 func (a *api) command(w http.ResponseWriter, r *http.Request) {
 	typ := r.PathValue("type")
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", MaxBodyBytes))
-			return
-		}
-		writeError(w, http.StatusBadRequest, "reading request body: "+err.Error())
+	body, ok := readBody(w, r)
+	if !ok {
 		return
 	}
 	var fields map[string]json.RawMessage

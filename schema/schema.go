@@ -18,7 +18,8 @@
 //     them (package eventstore);
 //   - records (package record);
 //   - outbox (package outbox);
-//   - consumer_positions (package position).
+//   - consumer_positions (package position);
+//   - idempotency_keys (package idempotency).
 package schema
 
 import (

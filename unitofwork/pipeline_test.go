@@ -3,9 +3,11 @@ package unitofwork_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/idempotency"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/position"
@@ -225,5 +228,60 @@ func TestCommitRun(t *testing.T) {
 			_, err = h.uow.CommitRun(ctx, []unitofwork.Step{step("g", 6), step("h", 7)})
 			require.ErrorIs(t, err, position.ErrApplied)
 		})
+	}
+}
+
+// On PostgreSQL a command's idempotency key is written in its own unit of
+// work: with its effects, or not at all; a second unit of work under the
+// same context (a follow-up command) does not write it again.
+func TestPostgresIdempotencyKeyInTheUnitOfWork(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := testserver.PostgresPool(t)
+	p := unitofwork.NewPostgres(pool)
+	u := unitofwork.New(p, unitofwork.Options{Keys: keys{"order": "client_id"}, Broker: "default", MaxRetries: 3})
+	keys := idempotency.NewPostgres(pool, time.Hour, nil)
+	row := func(key string) (state string, status int, body string, ok bool) {
+		err := pool.QueryRow(ctx, `SELECT state, coalesce(status, 0), coalesce(convert_from(body, 'UTF8'), '') FROM idempotency_keys WHERE key = $1`, key).Scan(&state, &status, &body)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return "", 0, "", false
+		}
+		require.NoError(t, err)
+		return state, status, body, true
+	}
+	for _, stepwise := range []bool{false, true} {
+		key := fmt.Sprintf("k-%v", stepwise)
+		r := idempotency.Request{Scope: "PlaceOrder", Key: key, Hash: idempotency.HashBody([]byte(`{}`))}
+		kctx := unitofwork.WithIdempotency(ctx, keys, r)
+		if stepwise { // a refusal in the pipeline runs the work step by step
+			_, err := p.Events.Append(ctx, []eventstore.NewEvent{{Stream: "order-" + key, Type: "Other", Data: json.RawMessage(`{}`), ExpectedVersion: eventstore.AnyVersion}})
+			require.NoError(t, err)
+			_, err = u.Commit(kctx, unitofwork.Change{Effects: placeOrder(key, `"c-1"`), Metadata: abi.Metadata{CausationID: "cmd-" + key}})
+			require.True(t, unitofwork.Conflict(err))
+			_, _, _, ok := row(key)
+			require.False(t, ok, "a unit of work that failed wrote no key")
+			kctx = unitofwork.WithIdempotency(ctx, keys, r)
+			e := placeOrder(key, `"c-1"`)
+			e.Events[0].ExpectedVersion = nil
+			e.Events[0].Stream = "order-" + key
+			c, err := u.Commit(kctx, unitofwork.Change{Effects: e, Metadata: abi.Metadata{CausationID: "cmd-" + key}})
+			require.NoError(t, err)
+			require.Len(t, c.Events, 1)
+		} else {
+			_, err := u.Commit(kctx, unitofwork.Change{Effects: placeOrder(key, `"c-1"`), Metadata: abi.Metadata{CausationID: "cmd-" + key}})
+			require.NoError(t, err)
+		}
+		state, status, body, ok := row(key)
+		require.True(t, ok)
+		require.Equal(t, "committed", state, "the unit of work wrote the key; Save writes the full answer")
+		require.Equal(t, 200, status)
+		require.Contains(t, body, `"id":"cmd-`+key+`"`)
+		require.Contains(t, body, `"stream":"order-`+key+`"`)
+
+		// A follow-up committed under the same context leaves the key's answer.
+		_, err := u.Commit(kctx, unitofwork.Change{Effects: placeOrder(key+"-f", `"c-1"`), Metadata: abi.Metadata{CausationID: "follow-up"}})
+		require.NoError(t, err)
+		_, _, body, _ = row(key)
+		require.Contains(t, body, `"id":"cmd-`+key+`"`)
 	}
 }

@@ -87,6 +87,17 @@ func (t *postgresTx) Advance(ctx context.Context, f position.Fence) error {
 	return t.positions.Advance(ctx, f)
 }
 
+func (t *postgresTx) writeKey(ctx context.Context, s *stage, events []eventstore.Event) error {
+	var b pgx.Batch
+	if _, err := queueKey(&b, s, events); err != nil {
+		return err
+	}
+	if err := t.tx.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("unitofwork: idempotency key: %w", err)
+	}
+	return nil
+}
+
 // Commit commits the transaction. Committing twice is a no-op; after
 // Rollback it fails with record.ErrTxDone, as the memory backend does.
 func (t *postgresTx) Commit(ctx context.Context) error {
@@ -201,6 +212,20 @@ func (p *Postgres) commitPipelined(ctx context.Context, stages []*stage, rows fu
 		all = append(all, r...)
 	}
 	var readers2 []pipeline.Reader
+	for i, s := range stages {
+		queued, err := queueKey(&b, s, out[i])
+		if err != nil {
+			return nil, err
+		}
+		if queued {
+			readers2 = append(readers2, func(br pgx.BatchResults) error {
+				if _, err := br.Exec(); err != nil {
+					return fmt.Errorf("unitofwork: idempotency key: %w", err)
+				}
+				return nil
+			})
+		}
+	}
 	if len(all) > 0 {
 		add, err := p.Outbox.QueueAdd(&b, all)
 		if err != nil {

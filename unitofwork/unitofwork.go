@@ -161,9 +161,15 @@ type stage struct {
 	keys       []*string
 	priorities []int
 	commands   []abi.NewCommand
+	// key is a command's idempotency key (WithIdempotency); causation is
+	// the command's id, the answer's.
+	key       *keyWrite
+	causation string
 }
 
-func (s *stage) empty() bool { return len(s.writes) == 0 && len(s.events) == 0 && s.fence == nil }
+func (s *stage) empty() bool {
+	return len(s.writes) == 0 && len(s.events) == 0 && s.fence == nil && s.key == nil
+}
 
 // stage checks changes (partition keys, metadata) and turns them into the
 // stores' writes; nothing is sent anywhere.
@@ -179,6 +185,9 @@ func (u *UnitOfWork) stage(fence *position.Fence, changes []Change) (*stage, err
 				data = w.Data
 			}
 			s.writes = append(s.writes, record.Write{Key: record.Key{Kind: string(w.Kind), Type: w.Type, ID: w.ID}, ExpectedVersion: w.ExpectedVersion, Data: data})
+		}
+		if s.causation == "" {
+			s.causation = c.Metadata.CausationID
 		}
 		md, err := json.Marshal(c.Metadata)
 		if err != nil {
@@ -222,6 +231,9 @@ func (u *UnitOfWork) commit(ctx context.Context, fence *position.Fence, changes 
 	if err != nil {
 		return Committed{}, err
 	}
+	if fence == nil {
+		s.key = keyFrom(ctx)
+	}
 	return u.commitOne(ctx, s)
 }
 
@@ -257,6 +269,11 @@ func (u *UnitOfWork) commitStages(ctx context.Context, stages []*stage) ([]Commi
 		u.opts.Committed()
 	}
 	return out, nil
+}
+
+// keyBatcher is a Tx that writes idempotency keys in its transaction.
+type keyBatcher interface {
+	writeKey(ctx context.Context, s *stage, events []eventstore.Event) error
 }
 
 var errNoPipeline = errors.New("unitofwork: the backend does not pipeline")
@@ -300,6 +317,11 @@ func (u *UnitOfWork) commitStepwise(ctx context.Context, s *stage) (Committed, e
 			return Committed{}, err
 		}
 		out.Events = appended
+	}
+	if kb, ok := tx.(keyBatcher); ok && s.key != nil {
+		if err := kb.writeKey(ctx, s, out.Events); err != nil {
+			return Committed{}, err
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return Committed{}, err

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/proteanhq/protean-host/idempotency"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/proteanhq/protean-host/config"
@@ -40,7 +42,11 @@ type stores struct {
 	leases   subscription.Leases
 	failures subscription.Failures
 	head     func(ctx context.Context, category string) (int64, error)
-	close    func()
+	// idempotency keeps the answers of commands sent with an
+	// Idempotency-Key (in the database, written in each command's unit of
+	// work, or in memory).
+	idempotency idempotency.Store
+	close       func()
 }
 
 // errMemoryOnly is returned by commands that need a database when the
@@ -111,7 +117,8 @@ func openStores(ctx context.Context, cfg config.Config) (*stores, error) {
 	if _, err := postgresURI(cfg); errors.Is(err, errMemoryOnly) {
 		mem := unitofwork.NewMemory()
 		return &stores{events: mem.Events, records: mem.Records, outbox: mem.Outbox, positions: mem.Positions, backend: mem,
-			leases: &subscription.MemoryLeases{}, failures: &subscription.MemoryFailures{}, close: func() {}}, nil
+			leases: &subscription.MemoryLeases{}, failures: &subscription.MemoryFailures{},
+			idempotency: idempotency.NewMemory(cfg.HTTP.IdempotencyTTL(), nil), close: func() {}}, nil
 	}
 	pool, err := openMigratedPool(ctx, cfg)
 	if err != nil {
@@ -120,7 +127,8 @@ func openStores(ctx context.Context, cfg config.Config) (*stores, error) {
 	pg := unitofwork.NewPostgres(pool)
 	return &stores{events: pg.Events, records: pg.Records, outbox: pg.Outbox, positions: pg.Positions, backend: pg,
 		leases: subscription.NewPostgresLeases(pool), failures: subscription.NewPostgresFailures(pool),
-		head: subscription.PostgresHead(pool), close: pool.Close}, nil
+		head: subscription.PostgresHead(pool), idempotency: idempotency.NewPostgres(pool, cfg.HTTP.IdempotencyTTL(), nil),
+		close: pool.Close}, nil
 }
 
 // openMigratedPool connects to the config's database and checks that it is

@@ -1,0 +1,116 @@
+package httpapi
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/proteanhq/protean-host/idempotency"
+	"github.com/proteanhq/protean-host/unitofwork"
+)
+
+// IdempotencyHeader names the header of an idempotent command.
+const IdempotencyHeader = "Idempotency-Key"
+
+// ReplayedHeader is set to "true" on an answer replayed from a stored key.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// idempotentCommand serves POST /v1/commands/{type}: without an
+// Idempotency-Key it is command; with one, concurrent and later repeats of
+// the same key and body get the first answer without running the command
+// again, and the same key with another body answers 422.
+//
+// Stored answers: 2xx, and 4xx but 408, 409 and 429 (a rejected command is
+// rejected again; a conflict or a throttle may pass on a retry); never 5xx
+// (a failure of ours: the retry runs the command again). On PostgreSQL the
+// key is written in the command's own unit of work (so effects and key
+// commit together), then replaced by the full answer.
+func (a *api) idempotentCommand(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get(IdempotencyHeader)
+	if key == "" || a.idem == nil {
+		a.command(w, r)
+		return
+	}
+	if len(key) > idempotency.MaxKeyLength {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s longer than %d bytes", IdempotencyHeader, idempotency.MaxKeyLength))
+		return
+	}
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	req := idempotency.Request{Scope: r.PathValue("type"), Key: key, Hash: idempotency.HashBody(body)}
+	stored, done, err := a.idem.Begin(r.Context(), req)
+	switch {
+	case errors.Is(err, idempotency.ErrMismatch):
+		writeError(w, http.StatusUnprocessableEntity, fmt.Sprintf("%s %q was used with another request body", IdempotencyHeader, key))
+		return
+	case err != nil:
+		a.log.Error("idempotency key", "key", key, "error", err)
+		writeError(w, http.StatusInternalServerError, "idempotency key: "+err.Error())
+		return
+	}
+	defer done()
+	if stored != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set(ReplayedHeader, "true")
+		w.WriteHeader(stored.Status)
+		_, _ = w.Write(stored.Body)
+		return
+	}
+	ctx := r.Context()
+	if kw, ok := a.idem.(unitofwork.KeyWriter); ok {
+		ctx = unitofwork.WithIdempotency(ctx, kw, req)
+	}
+	r = r.WithContext(ctx)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	rec := &recorder{header: w.Header(), code: http.StatusOK}
+	a.command(rec, r)
+	if storable(rec.code) {
+		if err := a.idem.Save(r.Context(), req, idempotency.Answer{Status: rec.code, Body: rec.body.Bytes()}); err != nil {
+			// The command ran: answer it. On PostgreSQL its unit of work
+			// stored the key already; a repeat gets that answer.
+			a.log.Error("idempotency key: save", "key", key, "error", err)
+		}
+	}
+	w.WriteHeader(rec.code)
+	_, _ = w.Write(rec.body.Bytes())
+}
+
+func storable(code int) bool {
+	switch {
+	case code >= 200 && code < 300:
+		return true
+	case code == http.StatusRequestTimeout, code == http.StatusConflict, code == http.StatusTooManyRequests:
+		return false
+	}
+	return code >= 400 && code < 500
+}
+
+// recorder keeps an answer to store it before it is sent.
+type recorder struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header         { return r.header }
+func (r *recorder) WriteHeader(code int)        { r.code = code }
+func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
+
+// readBody reads a command body, answering 413 past MaxBodyBytes or 400.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", MaxBodyBytes))
+			return nil, false
+		}
+		writeError(w, http.StatusBadRequest, "reading request body: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}

@@ -1,0 +1,147 @@
+package idempotency_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/idempotency"
+	"github.com/proteanhq/protean-host/internal/testserver"
+	"github.com/proteanhq/protean-host/internal/testwait"
+)
+
+func TestMain(m *testing.M) { testserver.Main(m) }
+
+type harness struct{ store idempotency.Store }
+
+func harnesses(clock func() time.Time) map[string]func(t *testing.T) harness {
+	return map[string]func(t *testing.T) harness{
+		"memory": func(t *testing.T) harness { return harness{idempotency.NewMemory(time.Hour, clock)} },
+		"postgres": func(t *testing.T) harness {
+			return harness{idempotency.NewPostgres(testserver.PostgresPool(t), time.Hour, clock)}
+		},
+	}
+}
+
+func request(key, body string) idempotency.Request {
+	return idempotency.Request{Scope: "PlaceOrder", Key: key, Hash: idempotency.HashBody([]byte(body))}
+}
+
+// Ten concurrent requests of one key: the first runs, the nine others
+// wait for it and get its answer; none runs the command again.
+func TestConcurrentRepeatsRunOnce(t *testing.T) {
+	t.Parallel()
+	for name, newHarness := range harnesses(nil) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testwait.Context(t)
+			h := newHarness(t)
+			r := request("k-1", `{"order_id":"o-1"}`)
+			var runs, entered atomic.Int32
+			answers := make(chan idempotency.Answer, 10)
+			handle := func() error {
+				entered.Add(1)
+				stored, done, err := h.store.Begin(ctx, r)
+				if err != nil {
+					return err
+				}
+				defer done()
+				if stored != nil {
+					answers <- *stored
+					return nil
+				}
+				n := runs.Add(1)
+				// The first holds the key until the nine others have asked.
+				for entered.Load() < 10 {
+					select {
+					case <-ctx.Done():
+						return ctx.Err()
+					case <-time.After(5 * time.Millisecond):
+					}
+				}
+				a := idempotency.Answer{Status: 200, Body: json.RawMessage(fmt.Sprintf(`{"run":%d}`, n))}
+				if err := h.store.Save(ctx, r, a); err != nil {
+					return err
+				}
+				answers <- a
+				return nil
+			}
+			var wg sync.WaitGroup
+			errs := make(chan error, 10)
+			for range 10 {
+				wg.Go(func() { errs <- handle() })
+			}
+			wg.Wait()
+			close(errs)
+			close(answers)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			require.Equal(t, int32(1), runs.Load(), "the command ran once")
+			var got []string
+			for a := range answers {
+				require.Equal(t, 200, a.Status)
+				got = append(got, string(a.Body))
+			}
+			require.Len(t, got, 10)
+			for _, b := range got {
+				require.JSONEq(t, `{"run":1}`, b)
+			}
+		})
+	}
+}
+
+// The same key with another body is ErrMismatch; whitespace is not
+// another body; another command type is another key; an expired key is
+// gone.
+func TestKeyRules(t *testing.T) {
+	t.Parallel()
+	var now atomic.Pointer[time.Time]
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	now.Store(&t0)
+	clock := func() time.Time { return *now.Load() }
+	for name, newHarness := range harnesses(clock) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			h := newHarness(t)
+			r := request("k-1", `{"order_id": "o-1"}`)
+			stored, done, err := h.store.Begin(ctx, r)
+			require.NoError(t, err)
+			require.Nil(t, stored)
+			require.NoError(t, h.store.Save(ctx, r, idempotency.Answer{Status: 200, Body: json.RawMessage(`{"id":"a"}`)}))
+			done()
+
+			stored, done, err = h.store.Begin(ctx, request("k-1", "{\n\"order_id\":\"o-1\"}"))
+			require.NoError(t, err)
+			require.NotNil(t, stored)
+			require.JSONEq(t, `{"id":"a"}`, string(stored.Body))
+			done()
+
+			_, _, err = h.store.Begin(ctx, request("k-1", `{"order_id":"o-2"}`))
+			require.ErrorIs(t, err, idempotency.ErrMismatch)
+
+			other := r
+			other.Scope = "CancelOrder"
+			stored, done, err = h.store.Begin(ctx, other)
+			require.NoError(t, err)
+			require.Nil(t, stored, "a key is per command type")
+			done()
+
+			later := t0.Add(time.Hour)
+			now.Store(&later)
+			stored, done, err = h.store.Begin(ctx, r)
+			require.NoError(t, err)
+			require.Nil(t, stored, "an expired key is gone")
+			done()
+			now.Store(&t0)
+
+			_, _, err = h.store.Begin(ctx, request("", `{}`))
+			require.ErrorIs(t, err, idempotency.ErrInvalid)
+		})
+	}
+}
