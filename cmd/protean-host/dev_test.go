@@ -36,7 +36,7 @@ func TestDevRebuildsOnChange(t *testing.T) {
 	dev := exec.Command("bash", "scripts/dev.sh", filepath.Join(work, "plugins"), configFile(t, "inline"), mod)
 	dev.Dir = wasmbuild.Root()
 	dev.Env = append(os.Environ(), "HOST_BIN="+bin, "RUN_FLAGS=--listen 127.0.0.1:0", "DEV_POLL=0.2",
-		"GOFLAGS=-mod=mod", "GOPROXY=off")
+		"GOPROXY=off")
 	dev.Stdout, dev.Stderr = logs, logs
 	dev.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // the script and the host it starts: one group to stop
 	require.NoError(t, dev.Start())
