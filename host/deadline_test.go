@@ -13,6 +13,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
@@ -46,7 +47,7 @@ func TestDeadlineStopsPureGuestLoops(t *testing.T) {
 			}()
 		}
 		for range n {
-			o := <-done // each returns: the guest never does on its own
+			o := testwait.Recv(t, "a spinning call to return (the guest never does on its own)", done)
 			require.ErrorIs(t, o.err, host.ErrTimeout, "%d spinning", n)
 			require.Less(t, o.took, timeout+stopBound, "%d spinning: a guest ran %s past its %s deadline", n, o.took-timeout, timeout)
 			t.Logf("%d spinning: stopped %s after the deadline", n, o.took-timeout)
