@@ -157,6 +157,9 @@ type EventStoreSubscription struct {
 	// GapTimeoutMS is how long a $all subscription holds at a gap in
 	// global positions before it abandons it (Protean: 5 s).
 	GapTimeoutMS int `toml:"gap_timeout_ms"`
+	// KeyWorkers is how many key slots of a sequential_by category one
+	// subscription runs in parallel (each key in order); 1 is sequential.
+	KeyWorkers int `toml:"key_workers"`
 }
 
 // PollInterval is poll_interval_ms as a duration.
@@ -334,6 +337,7 @@ func Default() Config {
 				BatchSize:      subscription.DefaultBatchSize,
 				PollIntervalMS: toMS(subscription.DefaultPoll),
 				GapTimeoutMS:   toMS(subscription.DefaultGapTimeout),
+				KeyWorkers:     subscription.DefaultKeyWorkers,
 			},
 		},
 		Plugins: Plugins{

@@ -21,7 +21,7 @@
 //	[server.stream_subscription]  max_retries, retry_delay_seconds
 //	[server]                  default_subscription_type = "stream" | "event_store" (unset: event_store with
 //	                          PostgreSQL stores and the inline broker, stream otherwise; Config.SubscriptionType)
-//	[server.event_store_subscription]  batch_size, poll_interval_ms, gap_timeout_ms
+//	[server.event_store_subscription]  batch_size, poll_interval_ms, gap_timeout_ms, key_workers
 //	[plugins]                 dir, watch, cache_dir
 //	[plugins.limits]          memory_mb, timeout_ms, max_output_bytes, manifest_timeout_ms, interruptible
 //	[tenants.NAME]            modules (file names without .wasm), memory_mb / timeout_ms / max_output_bytes / interruptible overrides,
@@ -64,6 +64,7 @@
 //	server.default_subscription_type = ""
 //	server.event_store_subscription.batch_size = 100
 //	server.event_store_subscription.gap_timeout_ms = 5000
+//	server.event_store_subscription.key_workers = 2
 //	server.event_store_subscription.poll_interval_ms = 100
 //	server.partitioning.heartbeat_interval_seconds = (unset)
 //	server.partitioning.lease_ttl_ms = 15000

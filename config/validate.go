@@ -95,6 +95,7 @@ func (c Config) Validate() error {
 	}
 	es := c.Server.EventStoreSubscription
 	v.positive("server.event_store_subscription.batch_size", es.BatchSize)
+	v.positive("server.event_store_subscription.key_workers", es.KeyWorkers)
 	v.ms("server.event_store_subscription.poll_interval_ms", es.PollIntervalMS, false)
 	v.ms("server.event_store_subscription.gap_timeout_ms", es.GapTimeoutMS, false)
 

@@ -62,6 +62,30 @@ func BenchmarkPostgresSubscription(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	for _, workers := range []int{1, 2, 4} {
+		// A partitioned subscription (64 keys) with per-key workers, batch 100.
+		b.Run(fmt.Sprintf("batch=100/key_workers=%d", workers), func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				h := &noop{uow: uow, all: make(chan struct{}), want: events}
+				c, err := subscription.NewConsumer(subscription.Options{
+					Events: p.Events, Positions: p.Positions, Leases: subscription.NewPostgresLeases(pool),
+					Failures: subscription.NewPostgresFailures(pool), Handler: h,
+					Skip: func(ctx context.Context, f position.Fence) error { _, err := uow.CommitFenced(ctx, f); return err },
+					Subscriptions: func() []subscription.Subscription {
+						return []subscription.Subscription{{Group: fmt.Sprintf("k%d-%d", workers, i), Category: "order", Partitioned: true}}
+					},
+					Key: func(_ string, data json.RawMessage) string {
+						var v struct{ K string }
+						_ = json.Unmarshal(data, &v)
+						return v.K
+					},
+					Owner: "bench", BatchSize: 100, KeyWorkers: workers, Poll: time.Millisecond,
+				})
+				drain(b, c, err, h)
+			}
+			b.ReportMetric(float64(events*b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
 	for _, size := range []int{1, 100} {
 		b.Run(fmt.Sprintf("batch=%d/subscription", size), func(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
@@ -75,16 +99,7 @@ func BenchmarkPostgresSubscription(b *testing.B) {
 					},
 					Owner: "bench", BatchSize: size, Poll: time.Millisecond,
 				})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := c.Start(ctx); err != nil {
-					b.Fatal(err)
-				}
-				<-h.all
-				if err := c.Stop(ctx); err != nil {
-					b.Fatal(err)
-				}
+				drain(b, c, err, h)
 			}
 			b.ReportMetric(float64(events*b.N)/b.Elapsed().Seconds(), "events/s")
 		})
@@ -94,6 +109,21 @@ func BenchmarkPostgresSubscription(b *testing.B) {
 			}
 			b.ReportMetric(float64(events*b.N)/b.Elapsed().Seconds(), "events/s")
 		})
+	}
+}
+
+// drain runs c until h has handled every event, then stops it.
+func drain(b *testing.B, c *subscription.Consumer, err error, h *noop) {
+	ctx := context.Background()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	<-h.all
+	if err := c.Stop(ctx); err != nil {
+		b.Fatal(err)
 	}
 }
 

@@ -43,6 +43,10 @@ const (
 	DefaultPoll       = 100 * time.Millisecond
 	DefaultGapTimeout = 5 * time.Second
 	DefaultLeaseTTL   = 15 * time.Second
+	// DefaultKeyWorkers: per-key workers pay with a WASM handler on 2
+	// cores (engine.BenchmarkEventStoreSubscriptionWASM: ~2x with 2), not
+	// with a trivial one (more commits per batch).
+	DefaultKeyWorkers = 2
 )
 
 // Options configure a Consumer. Events, Positions, Leases, Failures,
@@ -87,6 +91,10 @@ type Options struct {
 	// GapTimeout is how long a $all subscription holds at a gap in global
 	// positions before it abandons it.
 	GapTimeout time.Duration
+	// KeyWorkers is how many key slots of a partitioned subscription run
+	// in parallel inside its one lease (each key stays in order; see
+	// keys.go); 1 or less handles the category sequentially.
+	KeyWorkers int
 	// MaxRetries and RetryDelay: a failing message is retried after
 	// RetryDelay, doubling, MaxRetries times, then recorded as failed.
 	MaxRetries int

@@ -1,6 +1,8 @@
 package subscription_test
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -25,12 +27,13 @@ func TestPostgresSubscription(t *testing.T) {
 
 func runSuite(t *testing.T, newHarness func(t *testing.T) *harness) {
 	for name, fn := range map[string]func(t *testing.T, h *harness){
-		"ResumesAfterItsPositionExactlyOnce":  testResumes,
-		"OneOwnerAcrossHosts":                 testOneOwner,
-		"FailedMessageRecordedSkippedRetried": testFailedUnpartitioned,
-		"FailedKeyHoldsItsLaterMessages":      testFailedKeyHalts,
-		"LeaseLapsesAfterTTL":                 testLeaseLapse,
-		"FollowsTheSubscriptionList":          testFollowsList,
+		"ResumesAfterItsPositionExactlyOnce":      testResumes,
+		"OneOwnerAcrossHosts":                     testOneOwner,
+		"FailedMessageRecordedSkippedRetried":     testFailedUnpartitioned,
+		"FailedKeyHoldsItsLaterMessages":          testFailedKeyHalts,
+		"LeaseLapsesAfterTTL":                     testLeaseLapse,
+		"FollowsTheSubscriptionList":              testFollowsList,
+		"KeyWorkersKeepKeyOrderAndResumeMidBatch": testKeyWorkers,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -210,4 +213,88 @@ func testFollowsList(t *testing.T, h *harness) {
 	more := appendEvents(t, h.events, "order", []string{"b"}, 2)
 	r.waitApplied(t, "new", concat(pos, more))
 	require.Equal(t, pos, r.positions("old"), "the removed subscription handles nothing more")
+}
+
+// Per-key workers: each key's events commit in order; a stop in the middle
+// of a batch (one slot failing, the others committed) and a restart with
+// another slot count apply every event exactly once.
+func testKeyWorkers(t *testing.T, h *harness) {
+	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5"}
+	pos := appendEvents(t, h.events, "order", keys, 30)
+	keyOf := map[int64]string{}
+	for i, p := range pos {
+		keyOf[p] = keys[i%len(keys)]
+	}
+	// The failing key shares its slot with an earlier key, so the slot
+	// commits a prefix before it sticks (a restart must not re-apply it).
+	bad := ""
+	for j := 1; j < len(keys) && bad == ""; j++ {
+		for i := range j {
+			if subscription.Slot(keys[i], 3) == subscription.Slot(keys[j], 3) {
+				bad = keys[j]
+				break
+			}
+		}
+	}
+	require.NotEmpty(t, bad, "6 keys in 3 slots: two share one")
+	subs := []subscription.Subscription{{Group: "proj", Category: "order", Partitioned: true}}
+	r := newRecorder(h.uow)
+	r.setFail(func(_ string, m broker.Message) error {
+		if keyOf[m.GlobalPosition] == bad {
+			return errors.New("database down") // not the message's failure: retried without end
+		}
+		return nil
+	})
+	c := h.consumer(t, r, consumerOpts{subs: subs, keyWorkers: 3, batch: 50})
+	// One batch: every other slot commits all its events; the failing
+	// key's slot commits what precedes the key's first event.
+	stuck, first, want := subscription.Slot(bad, 3), slices.Index(keys, bad), 0
+	for i := range pos {
+		k := keys[i%len(keys)]
+		if subscription.Slot(k, 3) != stuck || i < first {
+			want++
+		}
+	}
+	testwait.For(t, "the slots other than the failing key's applied", func() (bool, string) {
+		n := len(r.positions("proj"))
+		return n == want, fmt.Sprint(n, " want ", want)
+	})
+	stop(t, c)
+	row, _, err := h.positions.Get(t.Context(), "proj", "order")
+	require.NoError(t, err)
+	require.Zero(t, row.Positions["order"], "no low-water mark past the failing key's uncommitted events: %v", row.Positions)
+
+	r.setFail(nil)
+	h.consumer(t, r, consumerOpts{subs: subs, keyWorkers: 2, owner: "host-b"})
+	testwait.For(t, "all 30 applied once", func() (bool, string) {
+		n := len(r.positions("proj"))
+		return n == 30, fmt.Sprint(n)
+	})
+	got := r.positions("proj")
+	require.ElementsMatch(t, pos, got, "each event applied exactly once")
+	for _, k := range keys {
+		var want, have []int64
+		for _, p := range pos {
+			if keyOf[p] == k {
+				want = append(want, p)
+			}
+		}
+		for _, p := range got {
+			if keyOf[p] == k {
+				have = append(have, p)
+			}
+		}
+		require.Equal(t, want, have, "key %s in order", k)
+	}
+	more := appendEvents(t, h.events, "order", keys, 12)
+	testwait.For(t, "later events applied under the new slot count", func() (bool, string) {
+		n := len(r.positions("proj"))
+		return n == 42, fmt.Sprint(n)
+	})
+	row, _, err = h.positions.Get(t.Context(), "proj", "order")
+	require.NoError(t, err)
+	testwait.For(t, "the low-water mark at the last event", func() (bool, string) {
+		row, _, err = h.positions.Get(t.Context(), "proj", "order")
+		return err == nil && row.Positions["order"] == more[len(more)-1], fmt.Sprint(row.Positions)
+	})
 }

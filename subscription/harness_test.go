@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,12 +58,11 @@ func (e msgErr) Error() string   { return fmt.Sprintf("handler failed (retryable
 func (e msgErr) Retryable() bool { return e.retryable }
 
 // recorder is a partition.Handler that commits, per message, a projection
-// document named by the message id (created: a second application of the
-// same message would conflict) with the position, as the engine does, and
-// logs what committed.
+// document with the position, as the engine does, and logs what committed.
 type recorder struct {
-	uow *unitofwork.UnitOfWork
-	mu  sync.Mutex
+	uow    *unitofwork.UnitOfWork
+	writes atomic.Int64
+	mu     sync.Mutex
 	// applied is per group, the global positions in commit order.
 	applied map[string][]int64
 	// fail, if set, fails a message.
@@ -97,9 +97,11 @@ func (r *recorder) Handle(ctx context.Context, b partition.Batch) (int, error) {
 	}
 	var changes []unitofwork.Change
 	for _, m := range b.Messages[:n] {
+		// A new document per application (a second application does not
+		// conflict with the first: the applied log shows it).
 		data, _ := json.Marshal(map[string]any{"global_position": m.GlobalPosition})
 		changes = append(changes, unitofwork.Change{Effects: &abi.Effects{Writes: []abi.Write{{
-			Kind: abi.RecordProjection, Type: "seen_" + b.Group, ID: m.ID, ExpectedVersion: 0, Data: data}}}})
+			Kind: abi.RecordProjection, Type: "seen_" + b.Group, ID: fmt.Sprintf("%d-%d", m.GlobalPosition, r.writes.Add(1)), ExpectedVersion: 0, Data: data}}}})
 	}
 	fence := position.Fence{Group: b.Group, Unit: b.Unit, Generation: b.Generation,
 		Advance: map[string]int64{b.Source: b.Messages[n-1].GlobalPosition}}
@@ -137,6 +139,8 @@ type consumerOpts struct {
 	ttl        time.Duration
 	gapTimeout time.Duration
 	retries    int
+	keyWorkers int
+	batch      int
 	metrics    *subscription.Metrics
 }
 
@@ -147,6 +151,9 @@ func (h *harness) consumer(t *testing.T, r *recorder, o consumerOpts) *subscript
 	}
 	if o.subsFn == nil {
 		o.subsFn = func() []subscription.Subscription { return o.subs }
+	}
+	if o.batch == 0 {
+		o.batch = 7
 	}
 	if o.ttl == 0 {
 		o.ttl = 2 * time.Second
@@ -160,8 +167,8 @@ func (h *harness) consumer(t *testing.T, r *recorder, o consumerOpts) *subscript
 			_ = json.Unmarshal(data, &v)
 			return v.K
 		},
-		Owner: o.owner, LeaseTTL: o.ttl, Heartbeat: o.ttl / 5, Poll: 20 * time.Millisecond, BatchSize: 7,
-		GapTimeout: o.gapTimeout, MaxRetries: o.retries, RetryDelay: time.Millisecond, Metrics: o.metrics,
+		Owner: o.owner, LeaseTTL: o.ttl, Heartbeat: o.ttl / 5, Poll: 20 * time.Millisecond, BatchSize: o.batch,
+		GapTimeout: o.gapTimeout, MaxRetries: o.retries, KeyWorkers: o.keyWorkers, RetryDelay: time.Millisecond, Metrics: o.metrics,
 	})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(t.Context()))

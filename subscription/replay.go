@@ -62,7 +62,9 @@ func (w *worker) replay(soft context.Context) error {
 			delete(halted, k) // every record of the key reran: it flows again
 		}
 	}
+	w.haltMu.Lock()
 	w.halted = halted
+	w.haltMu.Unlock()
 	return nil
 }
 

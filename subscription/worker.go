@@ -3,6 +3,7 @@ package subscription
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,8 +29,14 @@ type worker struct {
 	gapAt    int64
 	gapSince time.Time
 	// halted are the partition keys with open failure records: their
-	// later messages are held behind them.
+	// later messages are held behind them. haltMu guards it while key
+	// slots run in parallel.
 	halted map[string]bool
+	haltMu sync.Mutex
+	// slots is the number of key slots of the batch in hand (1:
+	// sequential), slotPos each slot's last committed position.
+	slots   int
+	slotPos []int64
 	// checked is when the open failure records were last read.
 	checked time.Time
 	// lost is set when the lease or the unit went to another owner: the
@@ -75,6 +82,7 @@ func (w *worker) run(soft context.Context) {
 		}
 	}
 	w.generation, w.pos = row.Generation, row.Positions[s.Unit()]
+	w.slots, w.slotPos = w.keySlots(row)
 	log.Info("subscription: claimed", "generation", w.generation, "position", w.pos)
 	failures := 0
 	for soft.Err() == nil {
@@ -182,20 +190,38 @@ func (w *worker) admit(evs []eventstore.Event) ([]eventstore.Event, time.Duratio
 // handle runs events through the handler in order, parking those of
 // halted keys.
 func (w *worker) handle(soft context.Context, evs []eventstore.Event) error {
+	if w.slots > 1 {
+		return w.handleKeys(soft, evs)
+	}
+	return w.runLane(soft, &lane{src: w.sub.Unit(), pos: &w.pos, unit: true}, evs)
+}
+
+// lane is a run of events committed with one source of the positions row:
+// the unit's own (sequential), or one key slot's (per-key workers).
+type lane struct {
+	src string
+	// pos is the source's last committed position.
+	pos *int64
+	// unit says src is the unit's position (metrics follow it).
+	unit bool
+}
+
+// runLane handles evs in order through l, parking those of halted keys.
+func (w *worker) runLane(soft context.Context, l *lane, evs []eventstore.Event) error {
 	for len(evs) > 0 {
 		j := 0
 		for j < len(evs) && !w.isHalted(evs[j]) {
 			j++
 		}
 		if j > 0 {
-			n, err := w.runBatch(soft, evs[:j])
+			n, err := w.runBatch(soft, l, evs[:j])
 			if err != nil {
 				return err
 			}
 			evs = evs[n:]
 			continue
 		}
-		if err := w.park(evs[0], StatusHeld, 0, "held behind an earlier failure of its key"); err != nil {
+		if err := w.park(l, evs[0], StatusHeld, 0, "held behind an earlier failure of its key"); err != nil {
 			return err
 		}
 		evs = evs[1:]
@@ -211,6 +237,8 @@ func (w *worker) key(ev eventstore.Event) string {
 }
 
 func (w *worker) isHalted(ev eventstore.Event) bool {
+	w.haltMu.Lock()
+	defer w.haltMu.Unlock()
 	if len(w.halted) == 0 {
 		return false
 	}
@@ -222,7 +250,7 @@ func (w *worker) isHalted(ev eventstore.Event) bool {
 // recording it past its retries. It returns how many events it consumed:
 // all, or up to a recorded failure (its key is halted now, so the caller
 // sorts the rest again).
-func (w *worker) runBatch(soft context.Context, all []eventstore.Event) (int, error) {
+func (w *worker) runBatch(soft context.Context, l *lane, all []eventstore.Event) (int, error) {
 	c := w.c
 	attempts, infra := 0, 0
 	evs := all
@@ -231,9 +259,9 @@ func (w *worker) runBatch(soft context.Context, all []eventstore.Event) (int, er
 		if attempts > 0 || infra > 0 {
 			batch = evs[:1] // after a failure, the head alone
 		}
-		done, err := c.opts.Handler.Handle(c.work, w.batch(w.sub.Unit(), batch))
+		done, err := c.opts.Handler.Handle(c.work, w.batch(l.src, batch))
 		if done > 0 {
-			w.advanced(batch[done-1].GlobalPosition)
+			w.advanced(l, batch[done-1].GlobalPosition)
 			c.opts.Metrics.message(w.sub, "ok", done)
 			evs = evs[done:]
 			attempts, infra = 0, 0
@@ -248,10 +276,10 @@ func (w *worker) runBatch(soft context.Context, all []eventstore.Event) (int, er
 		case c.work.Err() != nil:
 			return 0, errLost
 		case position.Applied(err):
-			if err := w.reload(); err != nil {
+			if err := w.reload(l); err != nil {
 				return 0, err
 			}
-			for len(evs) > 0 && evs[0].GlobalPosition <= w.pos {
+			for len(evs) > 0 && evs[0].GlobalPosition <= *l.pos {
 				evs = evs[1:]
 			}
 			continue
@@ -278,7 +306,7 @@ func (w *worker) runBatch(soft context.Context, all []eventstore.Event) (int, er
 			}
 			continue
 		}
-		if err := w.park(head, StatusFailed, attempts, err.Error()); err != nil {
+		if err := w.park(l, head, StatusFailed, attempts, err.Error()); err != nil {
 			return 0, err
 		}
 		return len(all) - len(evs) + 1, nil
@@ -289,7 +317,7 @@ func (w *worker) runBatch(soft context.Context, all []eventstore.Event) (int, er
 // park records ev as failed (or held behind its key) and moves the
 // position past it: the record is written first, so a crash in between
 // handles the message again rather than lose it.
-func (w *worker) park(ev eventstore.Event, st Status, attempts int, msg string) error {
+func (w *worker) park(l *lane, ev eventstore.Event, st Status, attempts int, msg string) error {
 	c := w.c
 	key := w.key(ev)
 	f := Failure{Group: w.sub.Group, Unit: w.sub.Unit(), GlobalPosition: ev.GlobalPosition, MessageID: ev.ID,
@@ -306,31 +334,36 @@ func (w *worker) park(ev eventstore.Event, st Status, attempts int, msg string) 
 		c.opts.Metrics.message(w.sub, "held", 1)
 	}
 	if key != "" {
+		w.haltMu.Lock()
 		w.halted[key] = true
+		w.haltMu.Unlock()
 	}
 	err := c.opts.Skip(c.work, position.Fence{Group: w.sub.Group, Unit: w.sub.Unit(), Generation: w.generation,
-		Advance: map[string]int64{w.sub.Unit(): ev.GlobalPosition}})
+		Advance: map[string]int64{l.src: ev.GlobalPosition}})
 	switch {
 	case err == nil:
-		w.advanced(ev.GlobalPosition)
+		w.advanced(l, ev.GlobalPosition)
 	case position.Fenced(err):
 		w.lost.Store(true)
 		return errLost
 	case position.Applied(err):
-		return w.reload()
+		return w.reload(l)
 	default:
 		return err
 	}
 	return nil
 }
 
-func (w *worker) advanced(pos int64) {
-	w.pos = pos
-	w.c.opts.Metrics.position.WithLabelValues(w.sub.Group, w.sub.Unit()).Set(float64(pos))
+func (w *worker) advanced(l *lane, pos int64) {
+	*l.pos = pos
+	if l.unit {
+		w.c.opts.Metrics.position.WithLabelValues(w.sub.Group, w.sub.Unit()).Set(float64(pos))
+	}
 }
 
-// reload adopts the row's position after an operator moved it.
-func (w *worker) reload() error {
+// reload adopts the row's position of l's source after an operator moved
+// it.
+func (w *worker) reload(l *lane) error {
 	row, ok, err := w.c.opts.Positions.Get(w.c.work, w.sub.Group, w.sub.Unit())
 	if err != nil {
 		return err
@@ -339,7 +372,7 @@ func (w *worker) reload() error {
 		w.lost.Store(true)
 		return errLost
 	}
-	w.pos = max(w.pos, row.Positions[w.sub.Unit()])
+	*l.pos = max(*l.pos, row.Positions[l.src])
 	return nil
 }
 

@@ -51,7 +51,7 @@ func newSubscriptions(cfg config.Config, st *stores, eng *engine.Engine, uow *un
 		},
 		Head: st.head, Classify: engine.Classify, Owner: owner,
 		LeaseTTL: p.LeaseTTL(), Heartbeat: p.HeartbeatInterval(),
-		Poll: es.PollInterval(), BatchSize: es.BatchSize, GapTimeout: es.GapTimeout(),
+		Poll: es.PollInterval(), BatchSize: es.BatchSize, GapTimeout: es.GapTimeout(), KeyWorkers: es.KeyWorkers,
 		MaxRetries: ss.MaxRetries, RetryDelay: ss.RetryDelay(),
 		Metrics: subscription.NewMetrics(reg), Logger: log,
 	})
