@@ -37,9 +37,11 @@ func decodeJSON(b []byte, v any) error {
 	return json.Unmarshal(b, v)
 }
 
-func encodeJSON(v any) ([]byte, error) {
+func encodeJSON(v any) ([]byte, error) { return encodeJSONSized(v, 128) }
+
+func encodeJSONSized(v any, size int) ([]byte, error) {
 	if a, ok := v.(JSONAppender); ok {
-		return a.AppendJSON(make([]byte, 0, 128))
+		return a.AppendJSON(make([]byte, 0, size))
 	}
 	return json.Marshal(v)
 }

@@ -122,12 +122,22 @@ func (r stagedRecord) loadInto(v any) error {
 // The host commits it only if the record still has that version; otherwise
 // the message fails with a conflict and nothing of it is committed.
 func (c *Context) Save(kind abi.RecordKind, typ, id string, expected int64, v any) error {
-	data, err := encodeJSON(v)
+	k := recordKey{kind, typ, id}
+	size := 128 // the record's last encoding, if the batch has one, is a better guess
+	if r, ok := c.staged[k]; ok {
+		size = len(r.data) + 64
+	} else if r, ok := (*c.batch)[k]; ok {
+		size = len(r.data) + 64
+	}
+	data, err := encodeJSONSized(v, size)
 	if err != nil {
 		return Permanent(fmt.Errorf("encode %s %s/%s: %w", kind, typ, id, err))
 	}
 	c.effects.Writes = append(c.effects.Writes, abi.Write{Kind: kind, Type: typ, ID: id, ExpectedVersion: expected, Data: data})
-	c.staged[recordKey{kind, typ, id}] = stagedRecord{version: expected + 1, data: data, value: v}
+	if c.staged == nil {
+		c.staged = map[recordKey]stagedRecord{}
+	}
+	c.staged[k] = stagedRecord{version: expected + 1, data: data, value: v}
 	return nil
 }
 

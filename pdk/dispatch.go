@@ -46,7 +46,7 @@ func handleRequest(req *abi.HandleRequest, h host) (*abi.HandleResponse, error) 
 	resp := &abi.HandleResponse{Results: make([]abi.Result, 0, len(req.Messages))}
 	effects := make([]abi.Effects, len(req.Messages))
 	for i, env := range req.Messages {
-		ctx := &Context{env: env, handler: hd, host: h, batch: &batch, staged: map[recordKey]stagedRecord{}}
+		ctx := &Context{env: env, handler: hd, host: h, batch: &batch} // staged: made by the first Save
 		err := run(hd, ctx, env)
 		if err != nil {
 			resp.Results = append(resp.Results, abi.Result{Error: toABIError(err)})
