@@ -111,6 +111,10 @@
 //	               "data": {"order_id": "o-1", "client_id": "c-1", "total": 42.5},
 //	               "metadata": {"correlation_id": "…"}}]}
 //
+// An event's metadata carries correlation_id, causation_id, tenant, and
+// module: {"name", "version", "sha256"} of the module build whose handler
+// emitted it (the host sets it; added within ABI version 1, optional).
+//
 // Output is a HandleResponse with one Result per message:
 //
 //	{"results": [

@@ -36,6 +36,18 @@ type Metadata struct {
 	CausationID   string `json:"causation_id,omitempty"`
 	// Tenant is the tenant the message belongs to.
 	Tenant string `json:"tenant,omitempty"`
+	// Module is the module whose handler produced the event: its name,
+	// version and the SHA-256 of its file, so an event can be traced to
+	// the exact code that wrote it across reloads. The host sets it on
+	// every event it appends. Added within ABI version 1: optional.
+	Module *ModuleRef `json:"module,omitempty"`
+}
+
+// ModuleRef identifies a module build.
+type ModuleRef struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	SHA256  string `json:"sha256"`
 }
 
 // HandleRequest is the input of protean_handle: a batch of messages for one

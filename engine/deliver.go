@@ -274,7 +274,7 @@ func (e *Engine) deliver(ctx context.Context, src Source, s subscription, d brok
 	if err == nil {
 		var committed unitofwork.Committed
 		committed, err = e.opts.UnitOfWork.Commit(ctx, unitofwork.Change{Effects: res.Effects,
-			Metadata: abi.Metadata{CorrelationID: correlation(env), CausationID: env.ID}})
+			Metadata: abi.Metadata{CorrelationID: correlation(env), CausationID: env.ID, Module: moduleRef(route.Module)}})
 		e.opts.Metrics.commit(route, err)
 		if err == nil {
 			e.followUp(ctx, committed.Commands, env, 1)

@@ -270,7 +270,7 @@ func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage,
 		return nil, inputCause(typ, data, err)
 	}
 	committed, err := e.opts.UnitOfWork.Commit(ctx, unitofwork.Change{Effects: res.Effects,
-		Metadata: abi.Metadata{CorrelationID: env.Metadata.CorrelationID, CausationID: env.ID, Tenant: md.Tenant}})
+		Metadata: abi.Metadata{CorrelationID: env.Metadata.CorrelationID, CausationID: env.ID, Tenant: md.Tenant, Module: moduleRef(route.Module)}})
 	e.opts.Metrics.commit(route, err)
 	if err != nil {
 		return nil, err
@@ -374,4 +374,9 @@ func (e *Engine) Healthy() error {
 	default:
 		return nil
 	}
+}
+
+// moduleRef names the module build whose handler produced an event.
+func moduleRef(m *host.Module) *abi.ModuleRef {
+	return &abi.ModuleRef{Name: m.Manifest.Module.Name, Version: m.Manifest.Module.Version, SHA256: m.SHA256}
 }

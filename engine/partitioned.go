@@ -103,7 +103,7 @@ func (p partitionHandler) Handle(ctx context.Context, b partition.Batch) (int, e
 			break
 		}
 		changes = append(changes, unitofwork.Change{Effects: r.Effects,
-			Metadata: abi.Metadata{CorrelationID: correlation(envs[j]), CausationID: envs[j].ID}})
+			Metadata: abi.Metadata{CorrelationID: correlation(envs[j]), CausationID: envs[j].ID, Module: moduleRef(route.Module)}})
 		causes = append(causes, envs[j])
 	}
 	if fail == 0 {

@@ -146,3 +146,19 @@ func TestProgressCompacts(t *testing.T) {
 	require.Equal(t, stored[len(stored)-1].GlobalPosition, e.progress.watermark("g", "c"))
 	require.Empty(t, h.above)
 }
+
+// Every event the host appends names the module build that produced it.
+func TestEventsNameTheirModule(t *testing.T) {
+	e, mem, _ := examplesEngine(t)
+	ctx := context.Background()
+	res, err := e.Dispatch(ctx, "PlaceOrder", json.RawMessage(`{"order_id":"o-1","client_id":"c-1","total":1}`), abi.Metadata{})
+	require.NoError(t, err)
+	evs, err := mem.Events.ReadAll(ctx, res.Events[0].GlobalPosition, 1)
+	require.NoError(t, err)
+	route, ok := e.Set().Command("PlaceOrder")
+	require.True(t, ok)
+	var md abi.Metadata
+	require.NoError(t, json.Unmarshal(evs[0].Metadata, &md))
+	require.Equal(t, &abi.ModuleRef{Name: "orders", Version: "1.0.0", SHA256: route.Module.SHA256}, md.Module)
+	require.Len(t, route.Module.SHA256, 64)
+}

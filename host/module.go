@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	extism "github.com/extism/go-sdk"
@@ -91,11 +92,34 @@ type Module struct {
 	log      *slog.Logger
 	v2       sync.Map // *extism.Plugin → *instanceV2, for ABI v2 modules (abiv2.go)
 	hasStart bool     // instrumented, with its start section exported (see attach)
+	// stat is the file as it was when loaded: a reload that finds the
+	// same file (same inode, size and modification time) carries the
+	// module without reading it again.
+	stat os.FileInfo
+	// refs counts the holders of the module: 1 at load, one more for each
+	// reload that carries it, unchanged, into a new set (see retain). The
+	// last Close releases it, so the set a reload retires can be closed
+	// while its successor keeps running the modules they share.
+	refs atomic.Int32
 }
 
-// Close releases the module's compiled code and runtime.
+// retain adds a holder, unless the module has been released already.
+func (m *Module) retain() bool {
+	for {
+		n := m.refs.Load()
+		if n <= 0 {
+			return false
+		}
+		if m.refs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// Close drops one holder; the last releases the module's compiled code
+// and runtime.
 func (m *Module) Close(ctx context.Context) error {
-	if m.compiled == nil {
+	if m.compiled == nil || m.refs.Add(-1) > 0 {
 		return nil
 	}
 	m.pool.closeIdle(ctx)
@@ -193,6 +217,10 @@ var wasmMagic = []byte{0x00, 'a', 's', 'm'}
 func (l *Loader) LoadFile(ctx context.Context, path string) (*Module, error) {
 	file := filepath.Base(path)
 	fail := func(err error) (*Module, error) { return nil, &LoadError{File: file, Err: err} }
+	stat, err := os.Stat(path) // before the read: a later write changes it
+	if err != nil {
+		return fail(err)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fail(err)
@@ -201,7 +229,39 @@ func (l *Loader) LoadFile(ctx context.Context, path string) (*Module, error) {
 	if err != nil {
 		return fail(err)
 	}
-	m.Path = path
+	m.Path, m.stat = path, stat
+	return m, nil
+}
+
+// loadOrReuse loads the file at path, or returns old, retained, if the
+// file still holds old's bytes: the same file unmodified, or a file with
+// the same SHA-256.
+func (l *Loader) loadOrReuse(ctx context.Context, path string, old *Module) (*Module, error) {
+	if old == nil {
+		return l.LoadFile(ctx, path)
+	}
+	fail := func(err error) (*Module, error) { return nil, &LoadError{File: filepath.Base(path), Err: err} }
+	stat, err := os.Stat(path)
+	if err != nil {
+		return fail(err)
+	}
+	if old.stat != nil && os.SameFile(stat, old.stat) && stat.Size() == old.stat.Size() &&
+		stat.ModTime().Equal(old.stat.ModTime()) && old.retain() {
+		return old, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fail(err)
+	}
+	sum := sha256.Sum256(b)
+	if hex.EncodeToString(sum[:]) == old.SHA256 && old.retain() {
+		return old, nil
+	}
+	m, err := l.load(ctx, filepath.Base(path), b)
+	if err != nil {
+		return fail(err)
+	}
+	m.Path, m.stat = path, stat
 	return m, nil
 }
 
@@ -230,6 +290,7 @@ func (l *Loader) load(ctx context.Context, file string, b []byte) (*Module, erro
 	}
 	m := &Module{File: file, SHA256: hex.EncodeToString(sum[:]), Limits: lim, Tenant: l.tenancy.of(name), Deadline: mode,
 		compiled: compiled, pool: newPool(l.poolSize), log: l.log, hasStart: hasStart}
+	m.refs.Store(1)
 	man, err := l.readManifest(ctx, m)
 	if err != nil {
 		_ = compiled.Close(ctx)
@@ -322,6 +383,14 @@ func slogLevel(l extism.LogLevel) slog.Level {
 // modules that loaded and one error per file that did not; the caller
 // decides whether a partial set may run (the host never runs one).
 func (l *Loader) LoadDir(ctx context.Context, dir string) ([]*Module, []error) {
+	return l.loadDir(ctx, dir, nil)
+}
+
+// loadDir is LoadDir that carries over, instead of loading again, every
+// module of running whose file has the same name and contents (the same
+// SHA-256): a reload of one changed module compiles and instantiates that
+// one only. A carried module is retained; closing it drops that hold.
+func (l *Loader) loadDir(ctx context.Context, dir string, running *Set) ([]*Module, []error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, []error{fmt.Errorf("plugins directory %s: %w", dir, err)}
@@ -338,8 +407,14 @@ func (l *Loader) LoadDir(ctx context.Context, dir string) ([]*Module, []error) {
 	}
 	var mods []*Module
 	var errs []error
+	reuse := map[string]*Module{}
+	if running != nil {
+		for _, m := range running.Modules() {
+			reuse[m.File] = m
+		}
+	}
 	for _, n := range names {
-		m, err := l.LoadFile(ctx, filepath.Join(dir, n))
+		m, err := l.loadOrReuse(ctx, filepath.Join(dir, n), reuse[n])
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -33,7 +33,16 @@ const (
 // file being copied is read once it is complete). Every reload loads and
 // validates the whole set, exactly as at start; a valid set that differs
 // from the running one goes to apply, and a set with problems is logged,
-// problem by problem, while the running set keeps serving.
+// problem by problem, while the running set keeps serving. A module whose
+// file is unchanged (same name, same SHA-256) is carried into the new set
+// as it runs, not compiled and instantiated again, so a reload costs what
+// the changed files cost.
+//
+// Each reload says what it did: per module added, changed or removed, its
+// file, old and new version and SHA-256, and the time the reload took;
+// "plugins unchanged" when nothing changed; "plugins directory valid
+// again" on the first good reload after a rejected one. Status returns
+// the last reload for GET /v1/plugins and the status page.
 type Reloader struct {
 	loader *Loader
 	dir    string
@@ -43,9 +52,16 @@ type Reloader struct {
 	quiet  time.Duration
 	// Observe, if set, sees every reload's outcome (for metrics).
 	observe func(Outcome)
+	now     func() time.Time
 
 	mu      sync.Mutex // serialises reloads
+	running *Set       // the set last applied (or given as Running)
 	current string     // fingerprint of the running set
+
+	status struct {
+		sync.Mutex
+		last *ReloadStatus
+	}
 
 	run struct {
 		sync.Mutex
@@ -61,17 +77,28 @@ type ReloaderOptions struct {
 	Dir    string
 	Broker Broker
 	// Running is the set already running (its fingerprint makes an
-	// unchanged directory a no-op).
+	// unchanged directory a no-op, and its unchanged modules are carried
+	// into the next set).
 	Running *Set
-	// Apply takes a new, valid set; it then owns it.
+	// Apply takes a new, valid set; it then owns it. The set may share
+	// modules with the one it replaces: closing the old set leaves them
+	// running (see Module.Close).
 	Apply func(*Set)
 	// Observe sees each reload's outcome.
 	Observe func(Outcome)
 	Logger  *slog.Logger
 	// Quiet is how long the directory must be still before a watched
-	// change reloads (default 250 ms).
+	// change reloads (default DefaultQuiet).
 	Quiet time.Duration
+	// Now is the clock reloads are timed with (time.Now if nil).
+	Now func() time.Time
 }
+
+// DefaultQuiet is the default quiet period of a watched directory: long
+// enough for a copy in progress to go quiet, short against the reload
+// itself. An atomic rename (write elsewhere, mv into the directory) needs
+// none.
+const DefaultQuiet = 100 * time.Millisecond
 
 // NewReloader returns a Reloader.
 func NewReloader(o ReloaderOptions) *Reloader {
@@ -79,9 +106,13 @@ func NewReloader(o ReloaderOptions) *Reloader {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Quiet <= 0 {
-		o.Quiet = 250 * time.Millisecond
+		o.Quiet = DefaultQuiet
 	}
-	r := &Reloader{loader: o.Loader, dir: o.Dir, broker: o.Broker, apply: o.Apply, log: o.Logger, quiet: o.Quiet, observe: o.Observe}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	r := &Reloader{loader: o.Loader, dir: o.Dir, broker: o.Broker, apply: o.Apply, log: o.Logger, quiet: o.Quiet,
+		observe: o.Observe, now: o.Now, running: o.Running}
 	if o.Running != nil {
 		r.current = fingerprint(o.Running)
 	}
@@ -98,31 +129,158 @@ func fingerprint(s *Set) string {
 	return strings.Join(parts, ";")
 }
 
+// ReloadStatus is what the last reload did.
+type ReloadStatus struct {
+	At      time.Time
+	Outcome Outcome
+	Took    time.Duration
+	// Changes lists the modules the reload added, changed or removed
+	// (Applied only).
+	Changes []ModuleChange
+	// Problems are a rejected reload's problems, each naming its file
+	// where it has one.
+	Problems []FileProblem
+}
+
+// ModuleChange is one module a reload added, changed or removed: Old is
+// zero for an added module, New for a removed one.
+type ModuleChange struct {
+	File string        `json:"file"`
+	Old  ModuleVersion `json:"old"`
+	New  ModuleVersion `json:"new"`
+}
+
+// ModuleVersion is a module's name, version and file digest.
+type ModuleVersion struct {
+	Name    string `json:"name,omitempty"`
+	Version string `json:"version,omitempty"`
+	SHA256  string `json:"sha256,omitempty"`
+}
+
+// FileProblem is one problem of a rejected reload; File is "" for a
+// problem of the directory or the set as a whole.
+type FileProblem struct {
+	File  string `json:"file,omitempty"`
+	Error string `json:"error"`
+}
+
+// Status returns the last reload's status, or nil before the first.
+func (r *Reloader) Status() *ReloadStatus {
+	r.status.Lock()
+	defer r.status.Unlock()
+	if r.status.last == nil {
+		return nil
+	}
+	st := *r.status.last
+	return &st
+}
+
+func versionOf(m *Module) ModuleVersion {
+	return ModuleVersion{Name: m.Manifest.Module.Name, Version: m.Manifest.Module.Version, SHA256: m.SHA256}
+}
+
+// changes lists what differs between the modules of old and new, by file.
+func changes(old, new *Set) []ModuleChange {
+	was := map[string]*Module{}
+	if old != nil {
+		for _, m := range old.Modules() {
+			was[m.File] = m
+		}
+	}
+	var out []ModuleChange
+	for _, m := range new.Modules() {
+		o, ok := was[m.File]
+		delete(was, m.File)
+		switch {
+		case !ok:
+			out = append(out, ModuleChange{File: m.File, New: versionOf(m)})
+		case o.SHA256 != m.SHA256:
+			out = append(out, ModuleChange{File: m.File, Old: versionOf(o), New: versionOf(m)})
+		}
+	}
+	for _, o := range was {
+		out = append(out, ModuleChange{File: o.File, Old: versionOf(o)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].File < out[j].File })
+	return out
+}
+
+// problemFile is the file a load error or validation problem names.
+func problemFile(err error) string {
+	var le *LoadError
+	if errors.As(err, &le) {
+		return le.File
+	}
+	var p *Problem
+	if errors.As(err, &p) {
+		return p.File
+	}
+	return ""
+}
+
 // Reload loads and validates the directory now. It returns the outcome and,
 // when Rejected, every problem.
 func (r *Reloader) Reload(ctx context.Context) (Outcome, []error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	set, errs := LoadSet(ctx, r.loader, r.dir, r.broker)
-	out := Applied
+	start := r.now()
+	set, errs := loadSet(ctx, r.loader, r.dir, r.broker, r.running)
+	st := &ReloadStatus{At: start, Outcome: Applied}
+	prev := r.Status()
+	wasRejected := prev != nil && prev.Outcome == Rejected
 	switch {
 	case len(errs) > 0:
-		out = Rejected
+		st.Outcome = Rejected
+		st.Took = r.now().Sub(start)
 		for _, err := range errs {
-			r.log.Error("plugin reload rejected; the running set stays", "dir", r.dir, "problem", err.Error())
+			st.Problems = append(st.Problems, FileProblem{File: problemFile(err), Error: err.Error()})
+			r.log.Error("plugin reload rejected; the running set stays", "dir", r.dir, "file", problemFile(err), "problem", err.Error())
 		}
 	case fingerprint(set) == r.current:
-		out = Unchanged
-		_ = set.Close(ctx)
+		st.Outcome = Unchanged
+		_ = set.Close(ctx) // drops the holds on the carried modules
+		st.Took = r.now().Sub(start)
+		r.log.Info("plugins unchanged", "dir", r.dir, "modules", len(set.Modules()), "took", st.Took)
 	default:
+		st.Changes = changes(r.running, set)
 		r.current = fingerprint(set)
-		r.log.Info("plugins reloaded", "dir", r.dir, "modules", len(set.Modules()))
+		r.running = set
 		r.apply(set)
+		st.Took = r.now().Sub(start)
+		for _, c := range st.Changes {
+			r.log.Info("plugin "+c.verb(), "file", c.File, "module", c.name(),
+				"old_version", c.Old.Version, "new_version", c.New.Version,
+				"old_sha256", c.Old.SHA256, "new_sha256", c.New.SHA256)
+		}
+		r.log.Info("plugins reloaded", "dir", r.dir, "modules", len(set.Modules()), "changed", len(st.Changes), "took", st.Took)
 	}
+	if wasRejected && st.Outcome != Rejected {
+		r.log.Info("plugins directory valid again", "dir", r.dir, "outcome", string(st.Outcome))
+	}
+	r.status.Lock()
+	r.status.last = st
+	r.status.Unlock()
 	if r.observe != nil {
-		r.observe(out)
+		r.observe(st.Outcome)
 	}
-	return out, errs
+	return st.Outcome, errs
+}
+
+func (c ModuleChange) verb() string {
+	switch {
+	case c.Old.SHA256 == "":
+		return "added"
+	case c.New.SHA256 == "":
+		return "removed"
+	}
+	return "changed"
+}
+
+func (c ModuleChange) name() string {
+	if c.New.Name != "" {
+		return c.New.Name
+	}
+	return c.Old.Name
 }
 
 // Start watches the directory until Stop. ctx's values are kept, its

@@ -41,7 +41,13 @@ var ErrInvalidSet = errors.New("invalid module set")
 // It returns the Set, or every load error and every validation problem of
 // the modules that did load (and no Set: the host never runs a partial set).
 func LoadSet(ctx context.Context, l *Loader, dir string, broker Broker) (*Set, []error) {
-	mods, errs := l.LoadDir(ctx, dir)
+	return loadSet(ctx, l, dir, broker, nil)
+}
+
+// loadSet is LoadSet carrying over running's unchanged modules (see
+// Loader.loadDir).
+func loadSet(ctx context.Context, l *Loader, dir string, broker Broker, running *Set) (*Set, []error) {
+	mods, errs := l.loadDir(ctx, dir, running)
 	closeAll := func() {
 		for _, m := range mods {
 			_ = m.Close(ctx)

@@ -6,7 +6,10 @@
 //	                                  ?min_position=N waits, at most Options.ReadWait, until the
 //	                                  projection's handler has handled global position N (504 past
 //	                                  it; the engine's HandledWaiter ability)
-//	GET  /v1/plugins                  the loaded modules, their handlers and partition keys
+//	GET  /v1/plugins                  the modules (running, or rejected by the last reload) with state and
+//	                                  last error, their handlers' categories and partition keys, the last reload
+//	GET  /                            the status page: server-rendered HTML (status.html, embedded), no script,
+//	                                  refreshing itself; it reads Options.Status, which cmd/protean-host implements
 //	GET  /healthz                     200 while the host accepts work, 503 while it stops
 //	GET  /metrics                     Prometheus text format
 //

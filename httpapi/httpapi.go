@@ -53,6 +53,9 @@ type Options struct {
 	// Idempotency keeps the answers of commands sent with an
 	// Idempotency-Key; nil ignores the header.
 	Idempotency idempotency.Store
+	// Status feeds the status page (GET /) and the reload part of GET
+	// /v1/plugins. Optional.
+	Status Status
 }
 
 // DefaultReadWait is the bound of a ?min_position wait when Options set
@@ -64,6 +67,7 @@ type api struct {
 	log      *slog.Logger
 	readWait time.Duration
 	idem     idempotency.Store
+	status   Status
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 }
@@ -79,7 +83,7 @@ func New(e Engine, opts Options) http.Handler {
 	if opts.ReadWait <= 0 {
 		opts.ReadWait = DefaultReadWait
 	}
-	a := &api{e: e, log: opts.Logger, readWait: opts.ReadWait, idem: opts.Idempotency,
+	a := &api{e: e, log: opts.Logger, readWait: opts.ReadWait, idem: opts.Idempotency, status: opts.Status,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_http_requests_total",
 			Help: "HTTP requests, by route and status code."}, []string{"route", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "protean_http_request_seconds",
@@ -91,6 +95,7 @@ func New(e Engine, opts Options) http.Handler {
 	a.route(mux, "GET /v1/projections/{name}/{id}", a.projection)
 	a.route(mux, "GET /v1/plugins", a.plugins)
 	a.route(mux, "GET /healthz", a.healthz)
+	a.route(mux, "GET /{$}", a.page)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))
 	// Unmatched requests get JSON too: 405 with Allow for a known path
 	// used with another method, else 404.
@@ -112,7 +117,7 @@ func allowed(path string) string {
 	case len(parts) == 3 && parts[0] == "v1" && parts[1] == "commands":
 		return http.MethodPost
 	case len(parts) == 4 && parts[0] == "v1" && parts[1] == "projections",
-		path == "/v1/plugins", path == "/healthz", path == "/metrics":
+		path == "/v1/plugins", path == "/healthz", path == "/metrics", path == "/":
 		return http.MethodGet
 	}
 	return ""
@@ -260,30 +265,41 @@ func (a *api) waitHandled(w http.ResponseWriter, r *http.Request, q string) bool
 	return true
 }
 
-// Plugin describes a loaded module for GET /v1/plugins.
-type Plugin struct {
-	File     string        `json:"file"`
-	Name     string        `json:"name"`
-	Version  string        `json:"version"`
-	SHA256   string        `json:"sha256"`
-	ABI      int           `json:"abi_version"`
-	Handlers []abi.Handler `json:"handlers"`
-}
-
-func (a *api) plugins(w http.ResponseWriter, _ *http.Request) {
+func (a *api) plugins(w http.ResponseWriter, r *http.Request) {
 	set := a.e.Set()
+	var reload *host.ReloadStatus
+	if a.status != nil {
+		snap, err := a.status.Status(r.Context())
+		if err != nil {
+			a.log.Warn("status unavailable for /v1/plugins", "error", err)
+		}
+		reload = snap.Reload
+	}
 	out := struct {
 		Plugins       []Plugin          `json:"plugins"`
 		PartitionKeys map[string]string `json:"partition_keys"`
-	}{Plugins: []Plugin{}, PartitionKeys: map[string]string{}}
-	for _, m := range set.Modules() {
-		out.Plugins = append(out.Plugins, Plugin{File: m.File, Name: m.Manifest.Module.Name, Version: m.Manifest.Module.Version,
-			SHA256: m.SHA256, ABI: m.Manifest.ABIVersion, Handlers: m.Manifest.Handlers})
-	}
+		LastReload    *reloadJSON       `json:"last_reload,omitempty"`
+	}{Plugins: Plugins(set, reload), PartitionKeys: map[string]string{}, LastReload: reloadOf(reload)}
 	for c, k := range set.Keys() {
 		out.PartitionKeys[c] = k.Field
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// reloadJSON is the last reload as GET /v1/plugins shows it.
+type reloadJSON struct {
+	At       time.Time           `json:"at"`
+	Outcome  host.Outcome        `json:"outcome"`
+	TookMS   float64             `json:"took_ms"`
+	Changes  []host.ModuleChange `json:"changes,omitempty"`
+	Problems []host.FileProblem  `json:"problems,omitempty"`
+}
+
+func reloadOf(r *host.ReloadStatus) *reloadJSON {
+	if r == nil {
+		return nil
+	}
+	return &reloadJSON{At: r.At, Outcome: r.Outcome, TookMS: float64(r.Took.Microseconds()) / 1000, Changes: r.Changes, Problems: r.Problems}
 }
 
 func (a *api) healthz(w http.ResponseWriter, _ *http.Request) {

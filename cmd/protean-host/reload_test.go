@@ -35,9 +35,17 @@ func waitReloads(t *testing.T, h *testHost, what, outcome string, before int) {
 	})
 }
 
+// plugins counts the running modules (GET /v1/plugins also lists files
+// a reload rejected).
 func plugins(t *testing.T, h *testHost) int {
 	t.Helper()
-	return len(get(t, h, "/v1/plugins").body["plugins"].([]any))
+	n := 0
+	for _, p := range get(t, h, "/v1/plugins").body["plugins"].([]any) {
+		if p.(map[string]any)["state"] == "running" {
+			n++
+		}
+	}
+	return n
 }
 
 // waitPlugins waits until n modules are loaded.

@@ -295,8 +295,12 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 			return nil, fmt.Errorf("plugins.watch: %w", err)
 		}
 	}
+	status, err := newHostStatus(cfg, st, br, eng, h.reloader, fromStore)
+	if err != nil {
+		return nil, err
+	}
 	h.srv = &http.Server{Handler: httpapi.New(eng, httpapi.Options{Logger: e.log, Registry: reg, ReadWait: cfg.HTTP.ReadWait(),
-		Idempotency: st.idempotency}), ReadHeaderTimeout: 10 * time.Second}
+		Idempotency: st.idempotency, Status: status}), ReadHeaderTimeout: 10 * time.Second}
 	served = true
 	go func() { h.served <- h.srv.Serve(ln) }()
 	e.log.Info("listening", "addr", h.addr, "config", e.configPath)

@@ -6,6 +6,10 @@ package main
 
 import "github.com/proteanhq/protean-host/pdk"
 
+// version is the module's version; the reload benchmark links two builds
+// that differ in it (-ldflags "-X main.version=...").
+var version = "1.0.0"
+
 type OrderPlaced struct {
 	OrderID  string  `json:"order_id"`
 	ClientID string  `json:"client_id"`
@@ -23,7 +27,7 @@ type ClientOrders struct {
 const name = "client_orders"
 
 func init() {
-	pdk.Module("client_orders", "1.0.0")
+	pdk.Module("client_orders", version)
 	pdk.Event[OrderPlaced]("OrderPlaced", "order")
 
 	h := pdk.Projector(name, "order").SequentialBy("client_id")

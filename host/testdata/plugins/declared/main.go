@@ -7,6 +7,10 @@ import "github.com/proteanhq/protean-host/pdk"
 
 var variant = "projector"
 
+// version is the module's version (-X main.version=...), so a test can
+// build two versions of one module.
+var version = "0.0.1"
+
 type placedWithClient struct {
 	OrderID  string `json:"order_id"`
 	ClientID string `json:"client_id"`
@@ -37,7 +41,7 @@ type placeOrderNoClient struct {
 func nop[T any](*pdk.Context, T) error { return nil }
 
 func init() {
-	pdk.Module(variant, "0.0.1")
+	pdk.Module(variant, version)
 	switch variant {
 	case "projector": // valid: order partitioned by client_id
 		pdk.Event[placedWithClient]("OrderPlaced", "order")

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/broker/redisstream"
+	"github.com/proteanhq/protean-host/config"
+	"github.com/proteanhq/protean-host/engine"
+	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/httpapi"
+	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/position"
+)
+
+// hostStatus is the running host's httpapi.Status: the status page and
+// GET /v1/plugins read it. Each part comes from where /metrics and the
+// CLI read it: the reloader, the broker's inspector (inline and stream
+// consumer groups), the partitions' Admin (as `partitions list`), the
+// positions table and failure records (event-store subscriptions), the
+// outbox's stats (as `outbox` and the outbox collector).
+type hostStatus struct {
+	st        *stores
+	eng       *engine.Engine
+	reloader  func() *host.ReloadStatus
+	inspector broker.Inspector // nil: the broker cannot tell
+	admin     *partition.Admin // nil: partitions are off
+	fromStore bool
+	now       func() time.Time
+}
+
+// newHostStatus builds the status of a host over its stores, broker,
+// engine and reloader.
+func newHostStatus(cfg config.Config, st *stores, br *openedBroker, eng *engine.Engine, r *host.Reloader, fromStore bool) (*hostStatus, error) {
+	s := &hostStatus{st: st, eng: eng, reloader: r.Status, fromStore: fromStore, now: time.Now}
+	s.inspector, _ = br.source.(broker.Inspector)
+	if br.redis != nil {
+		ps, _ := st.positions.(position.Store)
+		adm, err := partition.NewAdmin(partition.AdminOptions{Redis: br.redis, Prefix: br.prefix, Positions: ps,
+			BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix, Decode: redisstream.Decode})
+		if err != nil {
+			return nil, err
+		}
+		s.admin = adm
+	}
+	return s, nil
+}
+
+func (s *hostStatus) Status(ctx context.Context) (httpapi.Snapshot, error) {
+	var snap httpapi.Snapshot
+	problem := func(what string, err error) {
+		snap.Problems = append(snap.Problems, fmt.Sprintf("%s: %v", what, err))
+	}
+	if s.reloader != nil {
+		snap.Reload = s.reloader()
+	}
+	if stats, err := s.st.outbox.Stats(ctx); err != nil {
+		problem("outbox", err)
+	} else {
+		ob := &httpapi.Outbox{Counts: map[string]int{}}
+		for st, n := range stats.Counts {
+			ob.Counts[string(st)] = n
+		}
+		if stats.OldestPending != nil {
+			ob.OldestPending = s.now().Sub(*stats.OldestPending)
+		}
+		snap.Outbox = ob
+	}
+	pairs := s.eng.EventStoreSubscriptions() // every (handler, category) pair
+	switch {
+	case s.fromStore:
+		for _, sub := range pairs {
+			c := httpapi.Consumer{Group: sub.Group, Source: sub.Category, Path: "event_store"}
+			if row, ok, err := s.st.positions.Get(ctx, sub.Group, sub.Category); err != nil {
+				problem("positions "+sub.Group, err)
+			} else if s.st.head != nil {
+				head, err := s.st.head(ctx, sub.Category)
+				if err != nil {
+					problem("head "+sub.Category, err)
+				} else if pos := row.Positions[sub.Category]; ok || head > 0 {
+					c.Lag = max(0, head-pos)
+				}
+			}
+			if s.st.failures != nil {
+				open, err := s.st.failures.List(ctx, sub.Group, sub.Category, true)
+				if err != nil {
+					problem("failures "+sub.Group, err)
+				}
+				c.Failures = int64(len(open))
+			}
+			snap.Consumers = append(snap.Consumers, c)
+		}
+	default:
+		for _, sub := range pairs {
+			if sub.Partitioned && s.admin != nil {
+				continue // the partitions' rows below
+			}
+			c := httpapi.Consumer{Group: sub.Group, Source: sub.Category, Path: "inline"}
+			if s.admin != nil {
+				c.Path = "stream"
+			}
+			if s.inspector != nil {
+				st, err := s.inspector.Stats(ctx, sub.Category, sub.Group)
+				if err != nil {
+					problem("broker "+sub.Group, err)
+				}
+				c.Lag, c.Failures = int64(st.Depth+st.InFlight), int64(st.DeadLetters)
+			}
+			snap.Consumers = append(snap.Consumers, c)
+		}
+	}
+	if s.admin != nil && !s.fromStore {
+		s.partitions(ctx, &snap, problem)
+	}
+	sort.SliceStable(snap.Consumers, func(i, j int) bool {
+		a, b := snap.Consumers[i], snap.Consumers[j]
+		if a.Group != b.Group {
+			return a.Group < b.Group
+		}
+		return a.Source < b.Source
+	})
+	return snap, nil
+}
+
+// partitions adds the partition workers' consumers (per group: lag summed
+// over its units, failures = halted units) and the owned and halted units,
+// as `partitions list` shows them.
+func (s *hostStatus) partitions(ctx context.Context, snap *httpapi.Snapshot, problem func(string, error)) {
+	subs := s.eng.PartitionSubscriptions()
+	units, err := s.admin.List(ctx, subs)
+	if err != nil {
+		problem("partitions", err)
+		return
+	}
+	snap.Partitions = &httpapi.Partitions{Owned: []httpapi.Unit{}, Halted: []httpapi.Unit{}}
+	byGroup := map[string]*httpapi.Consumer{}
+	for _, sub := range subs {
+		c := &httpapi.Consumer{Group: sub.Group, Path: "partitions", Source: fmt.Sprint(sub.Categories)}
+		byGroup[sub.Group] = c
+	}
+	for _, u := range units {
+		row := httpapi.Unit{Group: u.Group, Unit: u.Unit, Owner: u.Owner, Generation: u.Generation, Lag: u.Lag}
+		if c := byGroup[u.Group]; c != nil {
+			c.Lag += u.Lag
+		}
+		switch u.State() {
+		case "halted":
+			row.Reason = u.Halt.Reason
+			snap.Partitions.Halted = append(snap.Partitions.Halted, row)
+			if c := byGroup[u.Group]; c != nil {
+				c.Failures++
+			}
+		case "owned":
+			snap.Partitions.Owned = append(snap.Partitions.Owned, row)
+		}
+	}
+	for _, sub := range subs {
+		snap.Consumers = append(snap.Consumers, *byGroup[sub.Group])
+	}
+}

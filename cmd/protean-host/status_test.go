@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/config"
+	"github.com/proteanhq/protean-host/internal/htmltest"
+	"github.com/proteanhq/protean-host/internal/wasmbuild"
+)
+
+// pluginRow returns GET /v1/plugins' row of file, or nil.
+func pluginRow(t *testing.T, h *testHost, file string) map[string]any {
+	t.Helper()
+	for _, p := range get(t, h, "/v1/plugins").body["plugins"].([]any) {
+		if row := p.(map[string]any); row["file"] == file {
+			return row
+		}
+	}
+	return nil
+}
+
+// A reload tells what it did, in the log and in GET /v1/plugins and the
+// status page: a changed module with its old and new version and digest,
+// a rejected file that is not running with its error, "valid again" once
+// it is gone, "unchanged" for a reload that finds nothing new.
+func TestEmbeddedReloadTellsAndStatusPage(t *testing.T) {
+	examples := wasmbuild.Examples(t)
+	dir := t.TempDir()
+	for _, name := range []string{"orders", "payments", "shipping", "fulfillment", "client_orders"} {
+		wasmbuild.Copy(t, filepath.Join(examples, name+".wasm"), dir, name+".wasm")
+	}
+	h, err := startHostWith(t, "domain.toml", dir, func(c *config.Config) { c.Plugins.Watch = true })
+	require.NoError(t, err)
+	r := post(t, h, "PlaceOrder", `{"order_id":"o-1","client_id":"c-1","total":1}`)
+	require.Equal(t, 200, r.code, r.raw)
+	projected(t, h, "o-1 projected", "/v1/projections/client_orders/c-1?min_position=1")
+
+	row := pluginRow(t, h, "client_orders.wasm")
+	require.Equal(t, "running", row["state"])
+	require.Equal(t, "1.0.0", row["version"])
+	oldSHA := row["sha256"].(string)
+	handler := row["handlers"].([]any)[0].(map[string]any)
+	require.Equal(t, "projector", handler["kind"])
+	require.Equal(t, []any{"order"}, handler["categories"])
+	require.Equal(t, map[string]any{"order": "client_id"}, handler["partition_keys"])
+
+	// SIGHUP with nothing changed (run's SIGHUP calls Reload).
+	h.reloader.Reload(context.Background())
+	require.Contains(t, h.logs.String(), `msg="plugins unchanged"`)
+
+	// A new version, renamed into place.
+	v2 := wasmbuild.Build(t, "./plugins/examples/client_orders", "version=1.0.1")
+	tmp := wasmbuild.Copy(t, v2, dir, "client_orders.wasm.new")
+	require.NoError(t, os.Rename(tmp, filepath.Join(dir, "client_orders.wasm")))
+	eventually(t, h, "version 1.0.1 served", func() (bool, string) {
+		row = pluginRow(t, h, "client_orders.wasm")
+		return row["version"] == "1.0.1", get(t, h, "/v1/plugins").raw
+	})
+	newSHA := row["sha256"].(string)
+	require.NotEqual(t, oldSHA, newSHA)
+	require.Regexp(t, `msg="plugin changed" file=client_orders.wasm module=client_orders old_version=1.0.0 new_version=1.0.1 old_sha256=`+oldSHA+` new_sha256=`+newSHA, h.logs.String())
+	require.Regexp(t, `msg="plugins reloaded" dir=\S+ modules=5 changed=1 took=\S+`, h.logs.String())
+	last := get(t, h, "/v1/plugins").body["last_reload"].(map[string]any)
+	require.Equal(t, "applied", last["outcome"])
+	require.Positive(t, last["took_ms"])
+
+	// A bad file: rejected, listed with its error though not running.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "junk.wasm"), []byte("junk"), 0o644))
+	eventually(t, h, "junk.wasm listed as rejected", func() (bool, string) {
+		row = pluginRow(t, h, "junk.wasm")
+		return row != nil && row["state"] == "rejected", get(t, h, "/v1/plugins").raw
+	})
+	require.Contains(t, row["last_error"], "not a WebAssembly module")
+	page := get(t, h, "/")
+	require.Equal(t, 200, page.code)
+	doc, err := htmltest.Parse(strings.NewReader(page.raw))
+	require.NoError(t, err)
+	junk := doc.All("plugin", "data-file", "junk.wasm")
+	require.Len(t, junk, 1, page.raw)
+	require.Equal(t, "rejected", junk[0].Cells()[4])
+	require.Contains(t, junk[0].Cells()[5], "not a WebAssembly module")
+	co := doc.All("plugin", "data-file", "client_orders.wasm")
+	require.Len(t, co, 1)
+	require.Equal(t, []string{"client_orders.wasm", "client_orders", "1.0.1", newSHA[:12], "running", ""}, co[0].Cells())
+	hr := doc.All("handler", "data-handler", "client_orders")
+	require.Len(t, hr, 1)
+	require.Equal(t, []string{"client_orders", "projector", "client_orders.wasm", "order", "order by client_id", "OrderPlaced"}, hr[0].Cells())
+	cons := doc.All("consumer", "data-group", "client_orders")
+	require.Len(t, cons, 1)
+	require.Equal(t, []string{"client_orders", "order", "inline", "0", "0"}, cons[0].Cells())
+	require.Equal(t, "1 published", doc.All("stat", "data-status", "published")[0].AllText())
+	require.Empty(t, doc.All("partition"), "no partitions on the inline broker")
+
+	require.NoError(t, os.Remove(filepath.Join(dir, "junk.wasm")))
+	eventually(t, h, "the directory valid again", func() (bool, string) {
+		return strings.Contains(h.logs.String(), `msg="plugins directory valid again"`) && pluginRow(t, h, "junk.wasm") == nil, h.logs.tail(5)
+	})
+
+}
