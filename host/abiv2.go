@@ -190,6 +190,7 @@ func HostFunctionsV2() []extism.HostFunction {
 					} else if reqErr != nil {
 						resp = abi.LoadResponse{Error: reqErr.Error(), ErrorKind: abi.HostInvalid}
 					} else if req, err := abi.DecodeLoadRequestV2(b); err != nil {
+						invalid(c.session, err)
 						resp = abi.LoadResponse{Error: err.Error(), ErrorKind: abi.HostInvalid}
 					} else {
 						resp = c.session.Load(ctx, req)
@@ -206,6 +207,7 @@ func HostFunctionsV2() []extism.HostFunction {
 					} else if reqErr != nil {
 						resp = abi.ReadStreamResponse{Error: reqErr.Error(), ErrorKind: abi.HostInvalid}
 					} else if req, err := abi.DecodeReadStreamRequestV2(b); err != nil {
+						invalid(c.session, err)
 						resp = abi.ReadStreamResponse{Error: err.Error(), ErrorKind: abi.HostInvalid}
 					} else {
 						resp = c.session.ReadStream(ctx, req)
