@@ -7,7 +7,13 @@
 // category) pair reading the broker stream of that category as the
 // handler's consumer group, one message at a time and in order, acking on
 // commit and nacking on failure (the broker retries with backoff and
-// dead-letters after its retries).
+// dead-letters after its retries). With Options.Partitioned, partitioned
+// categories are left to the partition workers; with Options.EventStore,
+// every category is left to the event-store subscriptions (package
+// subscription; EventStoreSubscriptions lists them), so each handler has
+// one delivery path. Both hand batches to Partitions(), which commits each
+// message's effects with its fenced position; Classify tells them which
+// errors are the message's own.
 //
 // WaitHandled serves read-your-writes (GET /v1/projections/…?min_position=N):
 // it waits until a projector or process manager has handled every event of
