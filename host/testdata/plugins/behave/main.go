@@ -122,6 +122,14 @@ func init() {
 			for {
 				sink = append(sink[:0], 1)
 			}
+		case "load_loop": // load aggregate ops/Arg (so a test sees it start), then loop without the host
+			var d doc
+			if _, err := ctx.Load(pdk.Aggregate, "ops", m.Arg, &d); err != nil {
+				return err
+			}
+			for {
+				sink = append(sink[:0], 1)
+			}
 		case "spin": // until aggregate ops/Arg exists (see Slow.Until)
 			for {
 				var d doc
