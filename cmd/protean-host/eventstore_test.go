@@ -277,4 +277,11 @@ func TestEventStoreSubscriptionFailoverAfterKill(t *testing.T) {
 		err := d.pool.QueryRow(context.Background(), `SELECT owner FROM subscription_leases WHERE consumer_group = 'client_orders' AND unit = 'order'`).Scan(&owner)
 		return err == nil && strings.HasSuffix(owner, fmt.Sprintf(":%d", survivor.cmd.Process.Pid)), owner
 	})
+	// The process manager's two categories, each its own subscription.
+	require.Equal(t, 200, do(t, "POST", "http://"+survivor.addr+"/v1/commands/ShipOrder", `{"shipment_id":"s-1","order_id":"o-x"}`).code)
+	require.Equal(t, 200, do(t, "POST", "http://"+survivor.addr+"/v1/commands/RecordPayment", `{"payment_id":"p-1","order_id":"o-x","amount":1}`).code)
+	testwait.For(t, "the order fulfilled", func() (bool, string) {
+		r, err := send("GET", "http://"+survivor.addr+"/v1/projections/fulfillment/o-x", "")
+		return err == nil && r.code == 200 && r.body["status"] == "fulfilled", fmt.Sprint(r, err)
+	})
 }
