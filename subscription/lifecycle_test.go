@@ -28,9 +28,11 @@ func (b *blocking) Handle(ctx context.Context, _ partition.Batch) (int, error) {
 func lifecycleConsumer(t *testing.T, h *harness, handler partition.Handler) *subscription.Consumer {
 	c, err := subscription.NewConsumer(subscription.Options{
 		Events: h.events, Positions: h.positions, Leases: h.leases, Failures: h.failures, Handler: handler,
-		Skip:          func(ctx context.Context, f position.Fence) error { _, err := h.uow.CommitFenced(ctx, f); return err },
-		Subscriptions: func() []subscription.Subscription { return []subscription.Subscription{{Group: "g", Category: "order"}} },
-		Owner:         "host-a", Poll: 10 * time.Millisecond,
+		Skip: func(ctx context.Context, f position.Fence) error { _, err := h.uow.CommitFenced(ctx, f); return err },
+		Subscriptions: func() []subscription.Subscription {
+			return []subscription.Subscription{{Group: "g", Category: "order"}}
+		},
+		Owner: "host-a", Poll: 10 * time.Millisecond,
 	})
 	require.NoError(t, err)
 	return c
