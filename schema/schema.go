@@ -19,7 +19,8 @@
 //   - records (package record);
 //   - outbox (package outbox);
 //   - consumer_positions (package position);
-//   - idempotency_keys (package idempotency).
+//   - idempotency_keys (package idempotency);
+//   - subscription_leases and subscription_failures (package subscription).
 package schema
 
 import (
