@@ -61,10 +61,12 @@ type partitionHandler struct{ e *Engine }
 
 // Handle runs one partition's run of messages through its group's handler
 // as one guest call, then commits the effects of every message before the
-// first failure, with the unit's position advanced past them, in one
-// fenced unit of work. Messages of types the handler does not handle
-// advance the position without a call. It returns how many messages
-// committed and the failure of the next one.
+// first failure, each message atomically with the unit's position advanced
+// past it, all in one transaction (unitofwork.CommitRun: group commit; a
+// message whose commit fails commits the ones before it, and is the
+// failure). Messages of types the handler does not handle advance the
+// position without a call. It returns how many messages committed and the
+// failure of the next one.
 func (p partitionHandler) Handle(ctx context.Context, b partition.Batch) (int, error) {
 	e := p.e
 	l, err := e.acquire()
@@ -109,23 +111,29 @@ func (p partitionHandler) Handle(ctx context.Context, b partition.Batch) (int, e
 	if fail == 0 {
 		return 0, failErr
 	}
-	fence := position.Fence{Group: b.Group, Unit: b.Unit, Generation: b.Generation}
-	if gp := lastGlobalPosition(b.Messages[:fail]); gp > 0 {
-		fence.Advance = map[string]int64{b.Source: gp}
-	}
-	_, err = e.opts.UnitOfWork.CommitFenced(ctx, fence, changes...)
+	// Group commit: one step per handled message, each atomic, all in
+	// one transaction when they all commit. A step's fence advances past
+	// its message and the unhandled ones after it (up to the next handled
+	// message, or the failure), so a failing step commits exactly the
+	// messages before it.
+	steps, ends := runSteps(b, fail, idx[:len(changes)], changes)
+	committed, err := e.opts.UnitOfWork.CommitRun(ctx, steps)
 	if len(changes) > 0 {
 		e.opts.Metrics.commit(route, err)
 	}
 	if err != nil {
+		n := len(committed)
 		var ke *unitofwork.KeyError
-		if errors.As(err, &ke) && len(changes) == 1 {
+		if errors.As(err, &ke) && n < len(changes) {
 			// An event with a rejected key can never commit: a poison
-			// message, not a transient failure. (In a longer run the
-			// head is retried alone first, to find the message.)
-			err = &HandlerError{File: route.Module.File, Handler: route.Handler.Name, Type: causes[0].Type, Kind: abi.ErrorPermanent, Err: err}
+			// message, not a transient failure.
+			err = &HandlerError{File: route.Module.File, Handler: route.Handler.Name, Type: causes[n].Type, Kind: abi.ErrorPermanent, Err: err}
 		}
-		return 0, err
+		if n == 0 {
+			return 0, err
+		}
+		fail, failErr = ends[n-1], err
+		changes = changes[:n]
 	}
 	for _, m := range b.Messages[:fail] {
 		cat := m.Category
@@ -140,6 +148,36 @@ func (p partitionHandler) Handle(ctx context.Context, b partition.Batch) (int, e
 		}
 	}
 	return fail, failErr
+}
+
+// runSteps makes the steps of a run's commit: one per change (handled[j]
+// is its message's index in b.Messages), the fence of each advancing to
+// the last global position up to the next handled message (the last: up
+// to fail); with no change, one fence-only step over b.Messages[:fail].
+// ends[j] is the count of messages step j commits through.
+func runSteps(b partition.Batch, fail int, handled []int, changes []unitofwork.Change) ([]unitofwork.Step, []int) {
+	fence := func(from, to int) *position.Fence {
+		f := &position.Fence{Group: b.Group, Unit: b.Unit, Generation: b.Generation}
+		if gp := lastGlobalPosition(b.Messages[from:to]); gp > 0 {
+			f.Advance = map[string]int64{b.Source: gp}
+		}
+		return f
+	}
+	if len(changes) == 0 {
+		return []unitofwork.Step{{Fence: fence(0, fail)}}, []int{fail}
+	}
+	steps := make([]unitofwork.Step, len(changes))
+	ends := make([]int, len(changes))
+	from := 0
+	for j, c := range changes {
+		end := fail
+		if j+1 < len(changes) {
+			end = handled[j+1]
+		}
+		steps[j] = unitofwork.Step{Fence: fence(from, end), Changes: []unitofwork.Change{c}}
+		ends[j], from = end, end
+	}
+	return steps, ends
 }
 
 func lastGlobalPosition(msgs []broker.Message) int64 {

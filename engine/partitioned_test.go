@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/unitofwork"
@@ -104,4 +105,39 @@ func TestPartitionBatchOfAStaleOwnerCommitsNothing(t *testing.T) {
 	require.Equal(t, 0, done)
 	require.ErrorIs(t, err, position.ErrFenced)
 	require.Empty(t, seen(t, mem))
+}
+
+type opKeys struct{}
+
+func (opKeys) PartitionField(category string) (string, bool) { return "arg", category == "ops" }
+
+// Group commit keeps each message atomic: when the commit of message 3 of
+// a run fails (its event's partition key is rejected: "read" of a stream
+// of ten events emits arg ":"), messages 1 and 2 commit with the position
+// past them, and 3 is the failure, a permanent one; before group commit
+// the whole run rolled back.
+func TestPartitionRunCommitsThePrefixBeforeACommitFailure(t *testing.T) {
+	e, mem := partitionEngine(t)
+	e.opts.UnitOfWork = unitofwork.New(mem, unitofwork.Options{Broker: "default", Keys: opKeys{}})
+	ctx := context.Background()
+	row, err := mem.Positions.Claim(ctx, "behave", "ops:u")
+	require.NoError(t, err)
+	for range 10 {
+		_, err = mem.Events.Append(ctx, []eventstore.NewEvent{{Stream: "ops-ten", Type: "Other", Data: json.RawMessage(`{}`), ExpectedVersion: eventstore.AnyVersion}})
+		require.NoError(t, err)
+	}
+	b := opBatch(row.Generation, "read", "read", "read", "read")
+	b.Messages[2].Data = json.RawMessage(`{"op":"read","id":"3","arg":"ops-ten"}`)
+
+	done, err := e.Partitions().Handle(ctx, b)
+	var ke *unitofwork.KeyError
+	require.ErrorAs(t, err, &ke)
+	var he *HandlerError
+	require.ErrorAs(t, err, &he)
+	require.False(t, he.Retryable(), "a rejected key is a poison message")
+	require.Equal(t, 2, done)
+	require.Equal(t, []string{"1", "2"}, seen(t, mem))
+	got, _, err := mem.Positions.Get(ctx, "behave", "ops:u")
+	require.NoError(t, err)
+	require.Equal(t, int64(2), got.Positions["ops:u"])
 }
