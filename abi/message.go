@@ -41,6 +41,11 @@ type Metadata struct {
 	// the exact code that wrote it across reloads. The host sets it on
 	// every event it appends. Added within ABI version 1: optional.
 	Module *ModuleRef `json:"module,omitempty"`
+	// CascadeDepth is how many handler steps separate the message from the
+	// command that began its causation chain (0 for a command from
+	// outside): the events and follow-up commands of a message at depth d
+	// are at d+1. The host sets it and bounds it; a guest cannot.
+	CascadeDepth int `json:"cascade_depth,omitempty"`
 }
 
 // ModuleRef identifies a module build.

@@ -13,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/partition"
@@ -240,7 +241,23 @@ type Limits struct {
 	// runaway guest. It costs guest code 3-5x; set it false only for
 	// trusted modules, whose calls then run to completion.
 	Interruptible bool `toml:"interruptible"`
+	// The sandbox's other bounds (see docs/guarantees.md, Sandbox).
+	MaxTableElements  int   `toml:"max_table_elements"`   // every table a module defines; table.grow past it fails
+	MaxModuleBytes    int64 `toml:"max_module_bytes"`     // a module file's size
+	CompileTimeoutMS  int   `toml:"compile_timeout_ms"`   // compiling a module at load
+	RecycleAboveMB    int   `toml:"recycle_above_mb"`     // an instance whose memories grew past this is not reused
+	LogLinesPerSecond int   `toml:"log_lines_per_second"` // guest log lines forwarded per module, sustained
+	LogBurst          int   `toml:"log_burst"`            // and at once
+	// MaxCascadeDepth bounds causation chains across deliveries: a message
+	// that many steps from its originating command may not append events
+	// or dispatch commands. Host-wide (not overridden per tenant).
+	MaxCascadeDepth int `toml:"max_cascade_depth"`
+	// MaxFollowUps bounds the events and commands one message may ask for.
+	MaxFollowUps int `toml:"max_follow_ups"`
 }
+
+// CompileTimeout is compile_timeout_ms as a duration.
+func (l Limits) CompileTimeout() time.Duration { return ms(l.CompileTimeoutMS) }
 
 // Timeout is timeout_ms as a duration.
 func (l Limits) Timeout() time.Duration { return ms(l.TimeoutMS) }
@@ -254,11 +271,14 @@ type Tenant struct {
 	// Modules are the tenant's module files, named without ".wasm" (limits
 	// apply before a module's manifest is read, so the file name is what
 	// is known).
-	Modules        []string `toml:"modules"`
-	MemoryMB       *int     `toml:"memory_mb"`
-	TimeoutMS      *int     `toml:"timeout_ms"`
-	MaxOutputBytes *int64   `toml:"max_output_bytes"`
-	Interruptible  *bool    `toml:"interruptible"`
+	Modules          []string `toml:"modules"`
+	MemoryMB         *int     `toml:"memory_mb"`
+	TimeoutMS        *int     `toml:"timeout_ms"`
+	MaxOutputBytes   *int64   `toml:"max_output_bytes"`
+	Interruptible    *bool    `toml:"interruptible"`
+	MaxTableElements *int     `toml:"max_table_elements"`
+	MaxModuleBytes   *int64   `toml:"max_module_bytes"`
+	CompileTimeoutMS *int     `toml:"compile_timeout_ms"`
 	// GrantRead lets other tenants read categories this tenant owns:
 	// reader tenant → categories. Their modules may subscribe handlers to
 	// the category's events, read its streams and load its aggregates,
@@ -350,6 +370,14 @@ func Default() Config {
 				MaxOutputBytes:    int64(lim.MaxOutputBytes),
 				ManifestTimeoutMS: toMS(lim.ManifestTimeout),
 				Interruptible:     !lim.Uninterruptible,
+				MaxTableElements:  lim.MaxTableElements,
+				MaxModuleBytes:    int64(lim.MaxModuleBytes),
+				CompileTimeoutMS:  toMS(lim.CompileTimeout),
+				RecycleAboveMB:    lim.RecycleAboveMB,
+				LogLinesPerSecond: lim.LogsPerSecond,
+				LogBurst:          lim.LogBurst,
+				MaxCascadeDepth:   engine.MaxFollowUpDepth,
+				MaxFollowUps:      engine.DefaultMaxFollowUps,
 			},
 		},
 		Tenants: map[string]Tenant{},
@@ -500,6 +528,15 @@ func (c Config) ModuleLimits(module string) Limits {
 	}
 	if t.Interruptible != nil {
 		l.Interruptible = *t.Interruptible
+	}
+	if t.MaxTableElements != nil {
+		l.MaxTableElements = *t.MaxTableElements
+	}
+	if t.MaxModuleBytes != nil {
+		l.MaxModuleBytes = *t.MaxModuleBytes
+	}
+	if t.CompileTimeoutMS != nil {
+		l.CompileTimeoutMS = *t.CompileTimeoutMS
 	}
 	return l
 }

@@ -67,7 +67,8 @@ func TestDefault(t *testing.T) {
 
 	require.Equal(t, config.Plugins{
 		Dir: "build/plugins", CacheDir: ".cache/wasm",
-		Limits: config.Limits{MemoryMB: 64, TimeoutMS: 5000, MaxOutputBytes: 16 << 20, ManifestTimeoutMS: 2000, Interruptible: true},
+		Limits: config.Limits{MemoryMB: 64, TimeoutMS: 5000, MaxOutputBytes: 16 << 20, ManifestTimeoutMS: 2000, Interruptible: true,
+			MaxTableElements: 100000, MaxModuleBytes: 32 << 20, CompileTimeoutMS: 10000, RecycleAboveMB: 32, LogLinesPerSecond: 10, LogBurst: 100, MaxCascadeDepth: 16, MaxFollowUps: 256},
 	}, c.Plugins)
 	require.Empty(t, c.Tenants)
 	require.Equal(t, "127.0.0.1:8080", c.HTTP.Listen)
@@ -541,7 +542,8 @@ func TestHelpers(t *testing.T) {
 	_, ok = c.TenantOf("shipping")
 	require.False(t, ok)
 
-	require.Equal(t, config.Limits{MemoryMB: 128, TimeoutMS: 5000, MaxOutputBytes: 1024, ManifestTimeoutMS: 2000, Interruptible: true},
+	require.Equal(t, config.Limits{MemoryMB: 128, TimeoutMS: 5000, MaxOutputBytes: 1024, ManifestTimeoutMS: 2000, Interruptible: true,
+		MaxTableElements: 100000, MaxModuleBytes: 32 << 20, CompileTimeoutMS: 10000, RecycleAboveMB: 32, LogLinesPerSecond: 10, LogBurst: 100, MaxCascadeDepth: 16, MaxFollowUps: 256},
 		c.ModuleLimits("orders"))
 	require.False(t, c.ModuleLimits("ledger").Interruptible, "a trusted tenant opts out")
 	require.Equal(t, c.Plugins.Limits, c.ModuleLimits("billing"), "a tenant without overrides inherits")

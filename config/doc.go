@@ -23,8 +23,11 @@
 //	                          PostgreSQL stores and the inline broker, stream otherwise; Config.SubscriptionType)
 //	[server.event_store_subscription]  batch_size, poll_interval_ms, gap_timeout_ms, key_workers
 //	[plugins]                 dir, watch, cache_dir
-//	[plugins.limits]          memory_mb, timeout_ms, max_output_bytes, manifest_timeout_ms, interruptible
-//	[tenants.NAME]            modules (file names without .wasm), memory_mb / timeout_ms / max_output_bytes / interruptible overrides,
+//	[plugins.limits]          memory_mb, timeout_ms, max_output_bytes, manifest_timeout_ms, interruptible,
+//	                          max_table_elements, max_module_bytes, compile_timeout_ms, recycle_above_mb,
+//	                          log_lines_per_second, log_burst, max_cascade_depth, max_follow_ups
+//	[tenants.NAME]            modules (file names without .wasm), memory_mb / timeout_ms / max_output_bytes / interruptible /
+//	                          max_table_elements / max_module_bytes / compile_timeout_ms overrides,
 //	                          grant_read = { READER = ["category", ...] }, grant_dispatch = { READER = ["CommandType", ...] }
 //	[http]                    listen, read_wait_ms, idempotency_ttl_seconds
 //
@@ -55,10 +58,18 @@
 //	outbox.tick_interval_ms = 10
 //	plugins.cache_dir = ".cache/wasm"
 //	plugins.dir = "build/plugins"
+//	plugins.limits.compile_timeout_ms = 10000
 //	plugins.limits.interruptible = true
+//	plugins.limits.log_burst = 100
+//	plugins.limits.log_lines_per_second = 10
 //	plugins.limits.manifest_timeout_ms = 2000
+//	plugins.limits.max_cascade_depth = 16
+//	plugins.limits.max_follow_ups = 256
+//	plugins.limits.max_module_bytes = 33554432
 //	plugins.limits.max_output_bytes = 16777216
+//	plugins.limits.max_table_elements = 100000
 //	plugins.limits.memory_mb = 64
+//	plugins.limits.recycle_above_mb = 32
 //	plugins.limits.timeout_ms = 5000
 //	plugins.watch = false
 //	server.default_subscription_type = ""

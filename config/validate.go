@@ -107,6 +107,14 @@ func (c Config) Validate() error {
 	v.ms("plugins.limits.timeout_ms", l.TimeoutMS, false)
 	v.bytes("plugins.limits.max_output_bytes", l.MaxOutputBytes)
 	v.ms("plugins.limits.manifest_timeout_ms", l.ManifestTimeoutMS, false)
+	v.positive("plugins.limits.max_table_elements", l.MaxTableElements)
+	v.bytes("plugins.limits.max_module_bytes", l.MaxModuleBytes)
+	v.ms("plugins.limits.compile_timeout_ms", l.CompileTimeoutMS, false)
+	v.positive("plugins.limits.recycle_above_mb", l.RecycleAboveMB)
+	v.positive("plugins.limits.log_lines_per_second", l.LogLinesPerSecond)
+	v.positive("plugins.limits.log_burst", l.LogBurst)
+	v.positive("plugins.limits.max_cascade_depth", l.MaxCascadeDepth)
+	v.positive("plugins.limits.max_follow_ups", l.MaxFollowUps)
 
 	v.tenants(c.Tenants)
 
@@ -195,6 +203,15 @@ func (v *validator) tenants(tenants map[string]Tenant) {
 		}
 		if t.MaxOutputBytes != nil {
 			v.bytes(pre+"max_output_bytes", *t.MaxOutputBytes)
+		}
+		if t.MaxTableElements != nil {
+			v.positive(pre+"max_table_elements", *t.MaxTableElements)
+		}
+		if t.MaxModuleBytes != nil {
+			v.bytes(pre+"max_module_bytes", *t.MaxModuleBytes)
+		}
+		if t.CompileTimeoutMS != nil {
+			v.ms(pre+"compile_timeout_ms", *t.CompileTimeoutMS, false)
 		}
 		v.grants(tenants, name, pre+"grant_read", t.GrantRead)
 		v.grants(tenants, name, pre+"grant_dispatch", t.GrantDispatch)

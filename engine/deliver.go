@@ -274,10 +274,10 @@ func (e *Engine) deliver(ctx context.Context, src Source, s subscription, d brok
 	if err == nil {
 		var committed unitofwork.Committed
 		committed, err = e.opts.UnitOfWork.Commit(ctx, unitofwork.Change{Effects: res.Effects,
-			Metadata: abi.Metadata{CorrelationID: correlation(env), CausationID: env.ID, Module: moduleRef(route.Module)}})
+			Metadata: causedBy(env, route.Module)})
 		e.opts.Metrics.commit(route, err)
 		if err == nil {
-			e.followUp(ctx, committed.Commands, env, 1)
+			e.followUp(ctx, committed.Commands, env)
 		}
 	}
 	if err != nil {

@@ -28,6 +28,13 @@ type Options struct {
 	Logger     *slog.Logger
 	Metrics    *Metrics
 	Now        func() time.Time
+	// MaxCascadeDepth bounds causation chains: a message at depth d (see
+	// abi.Metadata.CascadeDepth) may append events or dispatch commands
+	// only while d+1 <= MaxCascadeDepth (default MaxFollowUpDepth).
+	MaxCascadeDepth int
+	// MaxFollowUps bounds the events and commands one message may ask for
+	// (default DefaultMaxFollowUps).
+	MaxFollowUps int
 	// Partitioned says partitioned categories are delivered by partition
 	// workers (package partition, through [Engine.Partitions]), so Start's
 	// consumers leave them alone.
@@ -134,6 +141,12 @@ func New(set *host.Set, opts Options) *Engine {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
+	if opts.MaxCascadeDepth <= 0 {
+		opts.MaxCascadeDepth = MaxFollowUpDepth
+	}
+	if opts.MaxFollowUps <= 0 {
+		opts.MaxFollowUps = DefaultMaxFollowUps
+	}
 	e := &Engine{opts: opts, log: opts.Logger, now: opts.Now, commands: newGate(), progress: newProgress(),
 		stopped: make(chan struct{}), done: make(chan struct{})}
 	e.work, e.cancelWork = context.WithCancel(context.Background())
@@ -229,23 +242,29 @@ func (e *Engine) Dispatch(ctx context.Context, typ string, data json.RawMessage,
 	defer e.commands.leave()
 	ctx, cancel := e.owned(ctx)
 	defer cancel()
-	return e.dispatch(ctx, typ, data, md, 0)
+	md.CascadeDepth = 0 // a command from outside begins a chain
+	return e.dispatch(ctx, typ, data, md)
 }
 
-// MaxFollowUpDepth bounds chains of follow-up commands (a command whose
-// handler dispatches a command whose handler dispatches…), so a handler
-// that re-dispatches what it handles cannot recurse without end.
+// MaxFollowUpDepth is the default of Options.MaxCascadeDepth.
 const MaxFollowUpDepth = 16
 
-// ErrFollowUpDepth: a follow-up chain exceeded MaxFollowUpDepth.
-var ErrFollowUpDepth = fmt.Errorf("follow-up commands nested deeper than %d", MaxFollowUpDepth)
+// DefaultMaxFollowUps is the default of Options.MaxFollowUps.
+const DefaultMaxFollowUps = 256
+
+// Errors of follow-up work over its budget (see cascade.go).
+var (
+	// ErrFollowUpDepth: a message's follow-ups would be deeper in their
+	// causation chain than Options.MaxCascadeDepth.
+	ErrFollowUpDepth = errors.New("follow-up work nested deeper than the cascade budget")
+	// ErrFollowUps: one message asked for more events and commands than
+	// Options.MaxFollowUps.
+	ErrFollowUps = errors.New("too many follow-ups for one message")
+)
 
 // dispatch is Dispatch without the gate: follow-up commands of work already
 // admitted run even while the engine drains.
-func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage, md abi.Metadata, depth int) (*CommandResult, error) {
-	if depth > MaxFollowUpDepth {
-		return nil, fmt.Errorf("command %s: %w", typ, ErrFollowUpDepth)
-	}
+func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage, md abi.Metadata) (*CommandResult, error) {
 	l, err := e.acquire()
 	if err != nil {
 		return nil, err
@@ -270,7 +289,7 @@ func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage,
 		return nil, inputCause(typ, data, err)
 	}
 	committed, err := e.opts.UnitOfWork.Commit(ctx, unitofwork.Change{Effects: res.Effects,
-		Metadata: abi.Metadata{CorrelationID: env.Metadata.CorrelationID, CausationID: env.ID, Tenant: md.Tenant, Module: moduleRef(route.Module)}})
+		Metadata: causedBy(env, route.Module)})
 	e.opts.Metrics.commit(route, err)
 	if err != nil {
 		return nil, err
@@ -279,17 +298,17 @@ func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage,
 	for i, ev := range committed.Events {
 		out.Events[i] = AppendedEvent{ID: ev.ID, Type: ev.Type, Stream: ev.Stream, Position: ev.Position, GlobalPosition: ev.GlobalPosition}
 	}
-	out.Dispatched = e.followUp(ctx, committed.Commands, env, depth+1)
+	out.Dispatched = e.followUp(ctx, committed.Commands, env)
 	return out, nil
 }
 
 // followUp dispatches the commands a committed unit of work asked for. Their
 // failures are logged and reported, not returned: the cause has committed.
-func (e *Engine) followUp(ctx context.Context, cmds []abi.NewCommand, cause abi.Envelope, depth int) []DispatchedCommand {
+func (e *Engine) followUp(ctx context.Context, cmds []abi.NewCommand, cause abi.Envelope) []DispatchedCommand {
 	var out []DispatchedCommand
 	for _, c := range cmds {
 		d := DispatchedCommand{Type: c.Type}
-		_, err := e.dispatch(ctx, c.Type, c.Data, abi.Metadata{CorrelationID: correlation(cause), CausationID: cause.ID}, depth)
+		_, err := e.dispatch(ctx, c.Type, c.Data, caused(cause))
 		if err != nil {
 			d.Error = err.Error()
 			e.log.Warn("follow-up command failed", "type", c.Type, "causation_id", cause.ID, "error", err)
@@ -323,14 +342,14 @@ func (e *Engine) call(ctx context.Context, l *loaded, route host.Route, envs []a
 	if err != nil {
 		var ce *host.CallError
 		kind := abi.ErrorPermanent
-		if errors.As(err, &ce) && errors.Is(err, host.ErrCanceled) {
+		if errors.As(err, &ce) && (errors.Is(err, host.ErrCanceled) || errors.Is(err, host.ErrNoInstance)) {
 			kind = abi.ErrorTransient
 		}
 		herr := &HandlerError{File: route.Module.File, Handler: route.Handler.Name, Type: envs[0].Type, Kind: kind, Err: err}
 		e.handled(route, envs[:1], []result{{err: herr}})
 		return nil, herr
 	}
-	out := checkResults(route, envs, results, sc, sess.refused)
+	out := e.withinBudget(route, envs, checkResults(route, envs, results, sc, sess.refused))
 	if sess.tooLong != nil {
 		for i := range out {
 			var ge *guestError

@@ -27,7 +27,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_handler_calls_total",
-			Help: "Calls into handler modules, by outcome (ok, timeout, trap, failed, output, canceled)."}, []string{"module", "handler", "outcome"}),
+			Help: "Calls into handler modules, by outcome (ok, timeout, trap, failed, output, canceled, no_instance)."}, []string{"module", "handler", "outcome"}),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_handler_messages_total",
 			Help: "Messages passed to handler modules."}, []string{"module", "handler"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "protean_handler_call_seconds",
@@ -67,6 +67,8 @@ func (m *Metrics) call(r host.Route, d time.Duration, n int, err error) {
 		outcome = "output"
 	case errors.Is(err, host.ErrCanceled):
 		outcome = "canceled"
+	case errors.Is(err, host.ErrNoInstance):
+		outcome = "no_instance"
 	default:
 		outcome = "error"
 	}

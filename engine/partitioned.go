@@ -105,7 +105,7 @@ func (p partitionHandler) Handle(ctx context.Context, b partition.Batch) (int, e
 			break
 		}
 		changes = append(changes, unitofwork.Change{Effects: r.Effects,
-			Metadata: abi.Metadata{CorrelationID: correlation(envs[j]), CausationID: envs[j].ID, Module: moduleRef(route.Module)}})
+			Metadata: causedBy(envs[j], route.Module)})
 		causes = append(causes, envs[j])
 	}
 	if fail == 0 {
@@ -144,7 +144,7 @@ func (p partitionHandler) Handle(ctx context.Context, b partition.Batch) (int, e
 	}
 	for j, c := range changes {
 		if c.Effects != nil && len(c.Effects.Commands) > 0 {
-			e.followUp(ctx, c.Effects.Commands, causes[j], 1)
+			e.followUp(ctx, c.Effects.Commands, causes[j])
 		}
 	}
 	return fail, failErr

@@ -54,6 +54,9 @@ type callV2 struct {
 	session Session
 	log     *slog.Logger
 	module  string
+	// guestLog, when set, takes the guest's log lines (the module's rate
+	// limit; see Module.guestLog) instead of log.
+	guestLog func(ctx context.Context, level slog.Level, msg string)
 
 	out     []byte
 	outErr  error
@@ -73,13 +76,14 @@ func callV2From(ctx context.Context) *callV2 {
 // carries it to the host functions.
 func (m *Module) handleV2(ctx context.Context, handler string, msgs []abi.Envelope, s Session) (context.Context, *callV2) {
 	c := &callV2{
-		mem:     emptyMemory{}, // the instance's memory once one is acquired
-		in:      abi.AppendHandleRequestV2(nil, &abi.HandleRequest{Handler: handler, Messages: msgs}),
-		limit:   m.Limits.MaxOutputBytes,
-		memCap:  int64(m.Limits.MemoryMB) << 20,
-		session: s,
-		log:     m.log,
-		module:  m.File,
+		mem:      emptyMemory{}, // the instance's memory once one is acquired
+		in:       abi.AppendHandleRequestV2(nil, &abi.HandleRequest{Handler: handler, Messages: msgs}),
+		limit:    m.Limits.MaxOutputBytes,
+		memCap:   int64(m.Limits.MemoryMB) << 20,
+		session:  s,
+		log:      m.log,
+		module:   m.File,
+		guestLog: m.guestLog,
 	}
 	return context.WithValue(ctx, callV2Key{}, c), c
 }
@@ -249,6 +253,10 @@ func HostFunctionsV2() []extism.HostFunction {
 					level = slog.LevelWarn
 				case 3:
 					level = slog.LevelError
+				}
+				if c.guestLog != nil {
+					c.guestLog(ctx, level, string(msg))
+					return
 				}
 				c.log.Log(ctx, level, string(msg), "module", c.module)
 			}),

@@ -36,6 +36,9 @@ var (
 	ErrFailed   = errors.New("module reported failure")
 	ErrOutput   = errors.New("unusable output")
 	ErrCanceled = errors.New("call canceled")
+	// ErrNoInstance: every instance of the module stayed busy for the
+	// whole of the call's deadline.
+	ErrNoInstance = errors.New("no instance free within the call's deadline")
 )
 
 // TrapError is a call the runtime stopped: a WebAssembly trap
@@ -135,12 +138,14 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 	} else if in, err = json.Marshal(abi.HandleRequest{Handler: handler, Messages: msgs}); err != nil {
 		return fail(err)
 	}
-	inst, err := m.acquire(ctx)
+	// The deadline covers the whole call: waiting for a free instance,
+	// creating one, and running the guest.
+	callCtx, cancel := context.WithTimeout(sessCtx, m.Limits.Timeout)
+	defer cancel()
+	inst, err := m.acquire(callCtx, ctx)
 	if err != nil {
 		return fail(err)
 	}
-	callCtx, cancel := context.WithTimeout(sessCtx, m.Limits.Timeout)
-	defer cancel()
 	var (
 		rc  uint32
 		out []byte
@@ -187,18 +192,30 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 		}
 		return fail(fmt.Errorf("%w (code %d): %s", ErrFailed, rc, msg))
 	}
-	m.release(inst)
 	if v2 != nil {
-		return v2.resultsOrFail(fail, len(msgs))
+		res, err := v2.resultsOrFail(fail, len(msgs))
+		if err != nil {
+			m.discard(inst)
+			return res, err
+		}
+		m.recycle(ctx, inst)
+		return res, nil
 	}
 	resp, err := abi.DecodeHandleResponse(out, len(msgs), m.Limits.MaxOutputBytes)
 	if err != nil {
+		// An instance that exited (proc_exit(0)) answers no output.
+		m.discard(inst)
 		return fail(fmt.Errorf("%w: %w", ErrOutput, err))
 	}
+	m.recycle(ctx, inst)
 	return resp.Results, nil
 }
 
-func (m *Module) acquire(ctx context.Context) (*instance, error) {
+// acquire takes an idle instance or creates one, within callCtx (the
+// call's deadline): a module whose instances are all busy makes its
+// callers wait at most their deadline, then fail with ErrNoInstance. ctx
+// is the caller's own context, to tell a cancellation from the deadline.
+func (m *Module) acquire(callCtx, ctx context.Context) (*instance, error) {
 	select {
 	case inst := <-m.pool.idle:
 		return inst, nil
@@ -208,14 +225,23 @@ func (m *Module) acquire(ctx context.Context) (*instance, error) {
 	case inst := <-m.pool.idle:
 		return inst, nil
 	case m.pool.sem <- struct{}{}:
-		inst, err := m.instance(ctx, m.log)
+		inst, err := m.instance(callCtx, m.log)
 		if err != nil {
 			<-m.pool.sem
+			switch {
+			case ctx.Err() != nil:
+				return nil, fmt.Errorf("%w: creating an instance: %v", ErrCanceled, ctx.Err())
+			case callCtx.Err() != nil:
+				return nil, fmt.Errorf("%w: creating an instance (limit %s): %v", ErrTimeout, m.Limits.Timeout, err)
+			}
 			return nil, err
 		}
 		return inst, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: waiting for an instance: %v", ErrCanceled, ctx.Err())
+	case <-callCtx.Done():
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: waiting for an instance: %v", ErrCanceled, ctx.Err())
+		}
+		return nil, fmt.Errorf("%w: all %d instances busy (limit %s)", ErrNoInstance, cap(m.pool.sem), m.Limits.Timeout)
 	}
 }
 

@@ -77,6 +77,8 @@ type instance struct {
 	mu       sync.Mutex
 	stopped  bool  // the current call is to stop; fuel stays at 0
 	deadline int64 // the current call's deadline, Unix ns; 0: none
+	// mem meters the instance's memories (see memoryMeter).
+	mem *memoryMeter
 }
 
 // yield is the instance's sched_yield (wazero's osyield hook), which an

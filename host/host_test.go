@@ -213,8 +213,8 @@ func TestHostileFiles(t *testing.T) {
 		{"malformed manifest", raw("malformed"), abi.ErrManifest, "invalid manifest"},
 		{"oversized manifest", raw("huge"), abi.ErrManifest, "exceeds the 1048576-byte limit"},
 		{"manifest never returns", raw("loop"), host.ErrManifestTimeout, "did not return in time"},
-		{"manifest traps", raw("trap"), nil, "protean_manifest trapped"},
-		{"manifest reports failure", raw("fail"), nil, "refusing on purpose"},
+		{"manifest traps", raw("trap"), host.ErrTrap, "protean_manifest: module trapped: unreachable"},
+		{"manifest reports failure", raw("fail"), host.ErrManifestFailed, "refusing on purpose"},
 	}
 	// A manifest that never returns must hit a deadline; a short one keeps
 	// the test quick, and only a guest that loops forever meets it.

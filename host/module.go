@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -18,6 +19,7 @@ import (
 
 	extism "github.com/extism/go-sdk"
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental"
 
 	"github.com/proteanhq/protean-host/abi"
 )
@@ -33,6 +35,25 @@ type Limits struct {
 	ManifestTimeout time.Duration
 	// MaxOutputBytes caps what one protean_handle call may return.
 	MaxOutputBytes int
+	// MaxTableElements caps every table a module defines (table.grow
+	// allocates 8 host bytes per element outside linear memory): a table
+	// declaring more is refused at load, one declaring no maximum gets
+	// this one.
+	MaxTableElements int
+	// MaxModuleBytes caps a module file's size.
+	MaxModuleBytes int
+	// CompileTimeout bounds compiling a module at load, per MiB of module
+	// (at least once): a compile bomb (a small module that takes minutes,
+	// such as thousands of nested blocks) is refused, a large honest
+	// module is not. A shutdown never waits for a compilation.
+	CompileTimeout time.Duration
+	// RecycleAboveMB: an instance whose memories (its own and the Extism
+	// kernel's) grew past this is closed after its call instead of going
+	// back to the pool, so a pool does not keep a burst's memory forever.
+	RecycleAboveMB int
+	// LogsPerSecond and LogBurst bound the guest log lines a module may
+	// forward to the host log; the rest are dropped and counted.
+	LogsPerSecond, LogBurst int
 	// Uninterruptible turns deadline enforcement off: guest code runs 3-5x
 	// faster, but nothing can stop a runaway call, and a call that outlives
 	// Timeout still counts. For trusted modules only. (The zero value, the
@@ -47,7 +68,22 @@ type Limits struct {
 
 // DefaultLimits are the limits a module gets when config says nothing.
 func DefaultLimits() Limits {
-	return Limits{MemoryMB: 64, Timeout: 5 * time.Second, ManifestTimeout: 2 * time.Second, MaxOutputBytes: abi.DefaultMaxOutputBytes}
+	return Limits{MemoryMB: 64, Timeout: 5 * time.Second, ManifestTimeout: 2 * time.Second, MaxOutputBytes: abi.DefaultMaxOutputBytes,
+		MaxTableElements: 100_000, MaxModuleBytes: 32 << 20, CompileTimeout: 10 * time.Second, RecycleAboveMB: 32,
+		LogsPerSecond: 10, LogBurst: 100}
+}
+
+// compileDeadline is CompileTimeout per started MiB of a module of size
+// bytes.
+func (l Limits) compileDeadline(size int) time.Duration {
+	return l.CompileTimeout * time.Duration(max(1, (size+1<<20-1)>>20))
+}
+
+// instanceBudget is what the memories of one instance may hold together:
+// memory_mb for the module's own, and room in the Extism kernel's for a
+// batch's input and its output.
+func (l Limits) instanceBudget() uint64 {
+	return uint64(l.MemoryMB)<<20 + 2*uint64(l.MaxOutputBytes)
 }
 
 func (l Limits) withDefaults() Limits {
@@ -63,6 +99,24 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxOutputBytes <= 0 {
 		l.MaxOutputBytes = d.MaxOutputBytes
+	}
+	if l.MaxTableElements <= 0 {
+		l.MaxTableElements = d.MaxTableElements
+	}
+	if l.MaxModuleBytes <= 0 {
+		l.MaxModuleBytes = d.MaxModuleBytes
+	}
+	if l.CompileTimeout <= 0 {
+		l.CompileTimeout = d.CompileTimeout
+	}
+	if l.RecycleAboveMB <= 0 {
+		l.RecycleAboveMB = d.RecycleAboveMB
+	}
+	if l.LogsPerSecond <= 0 {
+		l.LogsPerSecond = d.LogsPerSecond
+	}
+	if l.LogBurst <= 0 {
+		l.LogBurst = d.LogBurst
 	}
 	return l
 }
@@ -101,6 +155,7 @@ type Module struct {
 	// last Close releases it, so the set a reload retires can be closed
 	// while its successor keeps running the modules they share.
 	refs atomic.Int32
+	logs *logLimiter
 }
 
 // retain adds a holder, unless the module has been released already.
@@ -143,6 +198,7 @@ var (
 	ErrNotWASM         = errors.New("not a WebAssembly module")
 	ErrNoManifest      = errors.New("module does not export " + abi.ExportManifest)
 	ErrManifestTimeout = errors.New(abi.ExportManifest + " did not return in time")
+	ErrManifestFailed  = errors.New(abi.ExportManifest + " failed")
 )
 
 // Loader loads modules: it compiles them (through a compilation cache when
@@ -155,6 +211,8 @@ type Loader struct {
 	funcs     []extism.HostFunction
 	poolSize  int
 	log       *slog.Logger
+	// compiling counts compilations running, abandoned ones included.
+	compiling sync.WaitGroup
 }
 
 // LoaderOptions configure a Loader.
@@ -206,8 +264,27 @@ func NewLoader(opts LoaderOptions) (*Loader, error) {
 	return l, nil
 }
 
-// Close releases the compilation cache.
-func (l *Loader) Close(ctx context.Context) error { return l.cache.Close(ctx) }
+// Close releases the compilation cache. A compilation abandoned past its
+// deadline (see within) still uses it, and wazero fails hard if the cache
+// closes under a compilation: the cache is then closed when the last such
+// compilation ends, in the background.
+func (l *Loader) Close(ctx context.Context) error {
+	idle := make(chan struct{})
+	go func() {
+		l.compiling.Wait()
+		close(idle)
+	}()
+	select {
+	case <-idle:
+		return l.cache.Close(ctx)
+	default:
+	}
+	go func() {
+		<-idle
+		_ = l.cache.Close(context.Background())
+	}()
+	return nil
+}
 
 // wasmMagic is the first four bytes of every binary WebAssembly module.
 var wasmMagic = []byte{0x00, 'a', 's', 'm'}
@@ -278,18 +355,33 @@ func (l *Loader) load(ctx context.Context, file string, b []byte) (*Module, erro
 	if l.tenantLim != nil {
 		lim = l.tenantLim(name).withDefaults()
 	}
+	if len(b) > lim.MaxModuleBytes {
+		return nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrModuleTooLarge, len(b), lim.MaxModuleBytes)
+	}
+	b, err := boundTables(b, lim.MaxTableElements)
+	if err != nil {
+		return nil, err
+	}
 	code, mode, hasStart := prepare(file, b, lim, l.log)
 	rc := wazero.NewRuntimeConfig().
 		WithCompilationCache(l.cache).
 		WithCloseOnContextDone(mode == DeadlineRuntime).
 		WithMemoryLimitPages(uint32(lim.MemoryMB) * 16) // 64 KiB pages
 	manifest := extism.Manifest{Wasm: []extism.Wasm{extism.WasmData{Data: code, Name: "main"}}}
-	compiled, err := extism.NewCompiledPlugin(ctx, manifest, extism.PluginConfig{RuntimeConfig: rc, EnableWasi: true}, l.funcs)
+	l.compiling.Add(1)
+	compiled, err := within(ctx, lim.compileDeadline(len(code)), func() (*extism.CompiledPlugin, error) {
+		defer l.compiling.Done()
+		return extism.NewCompiledPlugin(context.WithoutCancel(ctx), manifest, extism.PluginConfig{RuntimeConfig: rc, EnableWasi: true}, l.funcs)
+	}, func(c *extism.CompiledPlugin) { _ = c.Close(context.Background()) })
+	if errors.Is(err, ErrCompileTimeout) || errors.Is(err, ErrCanceled) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotWASM, err)
 	}
 	m := &Module{File: file, SHA256: hex.EncodeToString(sum[:]), Limits: lim, Tenant: l.tenancy.of(name), Deadline: mode,
-		compiled: compiled, pool: newPool(l.poolSize), log: l.log, hasStart: hasStart}
+		compiled: compiled, pool: newPool(l.poolSize), log: l.log, hasStart: hasStart,
+		logs: newLogLimiter(float64(lim.LogsPerSecond), float64(lim.LogBurst))}
 	m.refs.Store(1)
 	man, err := l.readManifest(ctx, m)
 	if err != nil {
@@ -300,14 +392,16 @@ func (l *Loader) load(ctx context.Context, file string, b []byte) (*Module, erro
 	return m, nil
 }
 
-func (l *Loader) readManifest(ctx context.Context, m *Module) (*abi.Manifest, error) {
-	ctx, cancel := context.WithTimeout(ctx, m.Limits.ManifestTimeout)
+func (l *Loader) readManifest(parent context.Context, m *Module) (*abi.Manifest, error) {
+	ctx, cancel := context.WithTimeout(parent, m.Limits.ManifestTimeout)
 	defer cancel()
 	inst, err := m.instance(ctx, l.log)
-	if err != nil && (ctx.Err() != nil || errors.Is(err, ErrTimeout)) { // a start function that did not return
+	switch {
+	case err != nil && parent.Err() != nil:
+		return nil, fmt.Errorf("%w: instantiating: %v", ErrCanceled, parent.Err())
+	case err != nil && (ctx.Err() != nil || errors.Is(err, ErrTimeout)): // a start function that did not return
 		return nil, fmt.Errorf("%w (limit %s): %v", ErrManifestTimeout, m.Limits.ManifestTimeout, err)
-	}
-	if err != nil {
+	case err != nil:
 		return nil, err
 	}
 	defer inst.Close(context.Background())
@@ -326,14 +420,18 @@ func (l *Loader) readManifest(ctx context.Context, m *Module) (*abi.Manifest, er
 		}
 		out = v2.out
 	}
-	if stopped || ctx.Err() != nil {
+	switch {
+	case parent.Err() != nil:
+		return nil, fmt.Errorf("%w: reading %s: %v", ErrCanceled, abi.ExportManifest, parent.Err())
+	case stopped || ctx.Err() != nil:
 		return nil, fmt.Errorf("%w (limit %s)", ErrManifestTimeout, m.Limits.ManifestTimeout)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s trapped: %v", abi.ExportManifest, err)
-	}
-	if rc != 0 {
-		return nil, fmt.Errorf("%s failed (code %d): %s", abi.ExportManifest, rc, inst.GetError())
+	case err != nil:
+		if t := trapOf(err); t != nil {
+			return nil, fmt.Errorf("%s: %w", abi.ExportManifest, t)
+		}
+		return nil, fmt.Errorf("%w (code %d): %v", ErrManifestFailed, rc, err)
+	case rc != 0:
+		return nil, fmt.Errorf("%w (code %d): %s", ErrManifestFailed, rc, inst.GetError())
 	}
 	return abi.DecodeManifest(out)
 }
@@ -344,18 +442,20 @@ func (l *Loader) readManifest(ctx context.Context, m *Module) (*abi.Manifest, er
 func (m *Module) instance(ctx context.Context, log *slog.Logger) (*instance, error) {
 	// wazero's default clocks are fake (they step on each read); handlers
 	// stamp events with time.Now, so give them the real ones.
-	mc := wazero.NewModuleConfig().WithSysWalltime().WithSysNanotime()
-	in := &instance{}
+	// wazero's default random source is a fixed seed, so every instance
+	// would draw the same "random" bytes: give guests the host's
+	// crypto-quality source.
+	mc := wazero.NewModuleConfig().WithSysWalltime().WithSysNanotime().WithRandSource(rand.Reader)
+	in := &instance{mem: &memoryMeter{budget: m.Limits.instanceBudget()}}
 	if m.Deadline == DeadlineInstrumented {
 		mc = mc.WithOsyield(in.yield) // the checks call in here (see yield)
 	}
-	inst, err := m.compiled.Instance(ctx, extism.PluginInstanceConfig{ModuleConfig: mc})
+	inst, err := m.compiled.Instance(experimental.WithMemoryAllocator(ctx, in.mem), extism.PluginInstanceConfig{ModuleConfig: mc})
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w", err)
 	}
-	name := m.File
 	inst.SetLogger(func(level extism.LogLevel, msg string) {
-		log.Log(context.Background(), slogLevel(level), msg, "module", name)
+		m.logLine(log, context.Background(), slogLevel(level), msg)
 	})
 	in.Plugin = inst
 	if m.Deadline == DeadlineInstrumented {

@@ -26,6 +26,8 @@ const (
 	Unchanged Outcome = "unchanged"
 	// Rejected: the new set has problems; the running set stays.
 	Rejected Outcome = "rejected"
+	// Canceled: the reload was canceled (a shutdown); nothing changed.
+	Canceled Outcome = "canceled"
 )
 
 // Reloader reloads a plugins directory as a whole: on Reload, and, once
@@ -229,6 +231,13 @@ func (r *Reloader) Reload(ctx context.Context) (Outcome, []error) {
 	prev := r.Status()
 	wasRejected := prev != nil && prev.Outcome == Rejected
 	switch {
+	case ctx.Err() != nil:
+		st.Outcome = Canceled
+		st.Took = r.now().Sub(start)
+		if set != nil {
+			_ = set.Close(context.Background())
+		}
+		r.log.Warn("plugin reload canceled; the running set stays", "dir", r.dir, "error", ctx.Err())
 	case len(errs) > 0:
 		st.Outcome = Rejected
 		st.Took = r.now().Sub(start)

@@ -155,7 +155,9 @@ func (e *env) loader(funcs host.Session) (*host.Loader, error) {
 	limits := func(module string) host.Limits {
 		l := cfg.ModuleLimits(module)
 		return host.Limits{MemoryMB: l.MemoryMB, Timeout: l.Timeout(), ManifestTimeout: l.ManifestTimeout(),
-			MaxOutputBytes: int(l.MaxOutputBytes), Uninterruptible: !l.Interruptible}
+			MaxOutputBytes: int(l.MaxOutputBytes), Uninterruptible: !l.Interruptible,
+			MaxTableElements: l.MaxTableElements, MaxModuleBytes: int(l.MaxModuleBytes), CompileTimeout: l.CompileTimeout(),
+			RecycleAboveMB: l.RecycleAboveMB, LogsPerSecond: l.LogLinesPerSecond, LogBurst: l.LogBurst}
 	}
 	return host.NewLoader(host.LoaderOptions{
 		Limits:        limits(""),

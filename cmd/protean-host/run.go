@@ -110,17 +110,50 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	// A reload runs beside this loop, never in it: compiling a new set
+	// can take seconds (up to compile_timeout_ms per module), and SIGTERM
+	// must be heard meanwhile. A shutdown cancels the reload (its
+	// compilations are abandoned at once) and waits at most the drain.
+	rctx, cancelReload := context.WithCancel(ctx)
+	defer cancelReload()
+	var reloading chan struct{}
+	stopReload := func() {
+		cancelReload()
+		if reloading == nil {
+			return
+		}
+		select {
+		case <-reloading:
+		case <-time.After(h.shutdownTimeout):
+			e.log.Warn("the plugin reload in progress did not return after cancel; shutting down beside it")
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			e.log.Info("shutting down: draining in-flight work", "timeout", h.shutdownTimeout)
+			stopReload()
 			return h.shutdown()
 		case err := <-h.served:
 			h.serveErr = err
+			stopReload()
 			return h.shutdown()
 		case <-hup:
+			if reloading != nil {
+				select {
+				case <-reloading:
+				default:
+					e.log.Warn("SIGHUP: a reload is already in progress; ignored", "dir", e.cfg.Plugins.Dir)
+					continue
+				}
+			}
 			e.log.Info("SIGHUP: reloading plugins", "dir", e.cfg.Plugins.Dir)
-			h.reloader.Reload(ctx)
+			done := make(chan struct{})
+			reloading = done
+			go func() {
+				defer close(done)
+				h.reloader.Reload(rctx)
+			}()
 		}
 	}
 }
@@ -232,7 +265,8 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		},
 	})
 	eng = engine.New(set, engine.Options{Events: st.events, Records: st.records, UnitOfWork: uow, Logger: e.log,
-		Metrics: engine.NewMetrics(reg), Partitioned: br.redis != nil && !fromStore, EventStore: fromStore, Positions: st.positions})
+		Metrics: engine.NewMetrics(reg), Partitioned: br.redis != nil && !fromStore, EventStore: fromStore, Positions: st.positions,
+		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps})
 	h.eng = eng
 	if fromStore {
 		if h.subs, err = newSubscriptions(cfg, st, eng, uow, owner, reg, e.log); err != nil {
@@ -285,7 +319,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		}
 	}
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_plugin_reloads_total",
-		Help: "Plugin directory reloads, by outcome (applied, unchanged, rejected)."}, []string{"outcome"})
+		Help: "Plugin directory reloads, by outcome (applied, unchanged, rejected, canceled)."}, []string{"outcome"})
 	reg.MustRegister(reloads)
 	h.reloader = host.NewReloader(host.ReloaderOptions{Loader: loader, Dir: cfg.Plugins.Dir, Broker: e.broker(),
 		Running: set, Apply: eng.Swap, Logger: e.log,

@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,10 +21,7 @@ import (
 func TestRunExitsOnSIGTERMWhileUninterruptibleGuestsSpin(t *testing.T) {
 	dir := t.TempDir()
 	wasmbuild.Copy(t, wasmbuild.Build(t, "./host/testdata/plugins/behave"), dir, "behave.wasm")
-	addr := freeAddr(t)
-	tmp := t.TempDir()
-	cfg := filepath.Join(tmp, "host.toml")
-	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
+	p := runHost(t, fmt.Sprintf(`
 [databases.default]
 provider = "memory"
 [event_store]
@@ -39,21 +34,8 @@ cache_dir = %q
 [plugins.limits]
 interruptible = false
 timeout_ms = 600000
-[http]
-listen = %q
-`, dir, wasmbuild.CacheDir(t), addr)), 0o644))
-	p := &process{addr: addr, log: filepath.Join(tmp, "host.log"), done: make(chan struct{})}
-	logf, err := os.Create(p.log)
-	require.NoError(t, err)
-	p.cmd = exec.Command(hostBinary(t), "run", "--config", cfg, "--shutdown-timeout", "500ms")
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	require.NoError(t, p.cmd.Start())
-	go func() { _ = p.cmd.Wait(); _ = logf.Close(); close(p.done) }()
-	t.Cleanup(func() { p.kill() })
-	testwait.For(t, "the host healthy", func() (bool, string) {
-		r, err := send("GET", "http://"+addr+"/healthz", "")
-		return err == nil && r.code == 200, fmt.Sprintf("%v %v\n%s", r, err, p.tail())
-	})
+`, dir, wasmbuild.CacheDir(t)), "500ms")
+	addr := p.addr
 
 	// A delivery that loops forever: the event goes through the outbox and
 	// the inline broker to the behave handler.

@@ -5,7 +5,11 @@
 package main
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -141,6 +145,22 @@ func init() {
 					return nil
 				}
 			}
+		case "rand": // crypto/rand, as a guest would seed keys or ids
+			b := make([]byte, 16)
+			if _, err := rand.Read(b); err != nil {
+				return err
+			}
+			return ctx.Save(pdk.Projection, "behave", m.ID, 0, map[string]string{"rand": hex.EncodeToString(b)})
+		case "exit0": // WASI proc_exit(0) in the middle of a call
+			os.Exit(0)
+		case "log": // Arg lines of guest log
+			n, _ := strconv.Atoi(m.Arg)
+			for i := 0; i < n; i++ {
+				ctx.Log("info", "behave says hello")
+			}
+		case "grow": // hold Arg MiB for the rest of the instance's life
+			n, _ := strconv.Atoi(m.Arg)
+			sink = append(sink, make([]byte, n<<20)...)
 		case "oom":
 			for {
 				sink = append(sink, make([]byte, 16<<20)...)
