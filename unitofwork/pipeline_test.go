@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,6 +104,7 @@ type uowHarness struct {
 	}
 	outbox interface {
 		Stats(context.Context) (outbox.Stats, error)
+		Claim(ctx context.Context, broker, owner string, limit int, lockFor time.Duration) ([]outbox.Row, error)
 	}
 	positions interface {
 		Claim(ctx context.Context, group, unit string) (position.Row, error)
@@ -220,6 +222,26 @@ func TestCommitRun(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, out, 3)
 			require.Equal(t, 6, h.pending(t))
+			// The run's outbox rows (one insert for all on PostgreSQL) are
+			// in event order, with their keys and metadata.
+			rows, err := h.outbox.Claim(ctx, "default", "test", 10, time.Minute)
+			require.NoError(t, err)
+			require.Len(t, rows, 6)
+			var want, got []string
+			for _, c := range out {
+				want = append(want, c.Events[0].ID)
+			}
+			for _, r := range rows[3:] {
+				got = append(got, r.MessageID)
+				require.Equal(t, "c-1", *r.PartitionKey)
+				require.Equal(t, 3, r.MaxRetries)
+				require.JSONEq(t, `{"order_id":"`+strings.TrimPrefix(r.Stream, "order-")+`","client_id":"c-1"}`, string(r.Data))
+			}
+			require.Equal(t, want, got)
+			var md map[string]any
+			require.NoError(t, json.Unmarshal(rows[5].Metadata, &md))
+			require.Equal(t, "f", md["causation_id"])
+			require.Equal(t, float64(out[2].Events[0].GlobalPosition), md["global_position"])
 			row, _, err = h.positions.Get(ctx, "g", "u")
 			require.NoError(t, err)
 			require.Equal(t, int64(6), row.Positions["order"])
