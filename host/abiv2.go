@@ -105,7 +105,7 @@ func manifestCallV2(ctx context.Context, inst *extism.Plugin) (context.Context, 
 func (c *callV2) resultsOrFail(fail func(error) ([]abi.Result, error), n int) ([]abi.Result, error) {
 	resp, err := abi.DecodeHandleResponseV2(c.out, n, c.limit)
 	if err != nil {
-		return fail(fmt.Errorf("%w: %v", ErrOutput, err))
+		return fail(fmt.Errorf("%w: %w", ErrOutput, err))
 	}
 	return resp.Results, nil
 }
