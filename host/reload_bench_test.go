@@ -32,6 +32,13 @@ func BenchmarkReload(b *testing.B) {
 	}
 	broker := host.Broker{Name: "default", Provider: "inline"}
 	warm := sharedLoader(b)
+	for _, v := range versions { // warm the cache for both builds
+		m, err := warm.LoadFile(ctx, v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = m.Close(ctx)
+	}
 
 	// setup returns a directory of the examples and a function making a
 	// reloader on a loader over the running set; the reloaders' apply

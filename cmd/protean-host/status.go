@@ -74,14 +74,13 @@ func (s *hostStatus) Status(ctx context.Context) (httpapi.Snapshot, error) {
 	case s.fromStore:
 		for _, sub := range pairs {
 			c := httpapi.Consumer{Group: sub.Group, Source: sub.Category, Path: "event_store"}
-			if row, ok, err := s.st.positions.Get(ctx, sub.Group, sub.Category); err != nil {
+			if row, _, err := s.st.positions.Get(ctx, sub.Group, sub.Category); err != nil {
 				problem("positions "+sub.Group, err)
 			} else if s.st.head != nil {
-				head, err := s.st.head(ctx, sub.Category)
-				if err != nil {
+				if head, err := s.st.head(ctx, sub.Category); err != nil {
 					problem("head "+sub.Category, err)
-				} else if pos := row.Positions[sub.Category]; ok || head > 0 {
-					c.Lag = max(0, head-pos)
+				} else {
+					c.Lag = max(0, head-row.Positions[sub.Category])
 				}
 			}
 			if s.st.failures != nil {
