@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -66,6 +67,12 @@ compile_timeout_ms = 3600000
 // killed at the test's end if it still runs.
 func runHost(t *testing.T, body, drain string) *process {
 	t.Helper()
+	return runHostEnv(t, body, drain)
+}
+
+// runHostEnv is runHost with extra environment variables (KEY=VALUE).
+func runHostEnv(t *testing.T, body, drain string, env ...string) *process {
+	t.Helper()
 	addr := freeAddr(t)
 	tmp := t.TempDir()
 	cfg := filepath.Join(tmp, "host.toml")
@@ -75,6 +82,7 @@ func runHost(t *testing.T, body, drain string) *process {
 	require.NoError(t, err)
 	p.cmd = exec.Command(hostBinary(t), "run", "--config", cfg, "--shutdown-timeout", drain)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	p.cmd.Env = append(os.Environ(), env...)
 	require.NoError(t, p.cmd.Start())
 	go func() { _ = p.cmd.Wait(); _ = logf.Close(); close(p.done) }()
 	t.Cleanup(func() { p.kill() })
@@ -83,4 +91,146 @@ func runHost(t *testing.T, body, drain string) *process {
 		return err == nil && r.code == 200, fmt.Sprintf("%v %v\n%s", r, err, p.tail())
 	})
 	return p
+}
+
+// TestHostileTenantIsContained runs the real host with two tenants: shop
+// (the example orders module) and evil (the behave and intruder test
+// modules). While evil's modules run away, exhaust memory, overflow their
+// stack, return huge output, exit, cascade without end and reach into the
+// shop's data, every one is refused or stopped with an error naming the
+// module and the limit or the rule, the shop's commands keep answering
+// (counted, not timed), and the process's resident memory stays within
+// the sum of the configured per-instance bounds plus a fixed overhead.
+func TestHostileTenantIsContained(t *testing.T) {
+	examples := wasmbuild.Examples(t)
+	dir := t.TempDir()
+	wasmbuild.Copy(t, filepath.Join(examples, "orders.wasm"), dir, "orders.wasm")
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./host/testdata/plugins/behave"), dir, "behave.wasm")
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./host/testdata/plugins/intruder"), dir, "intruder.wasm")
+	const (
+		memoryMB  = 32
+		outputMB  = 1
+		instances = 2 // GOMAXPROCS of the child is capped below
+		modules   = 3
+		overhead  = 384 << 20
+	)
+	p := runHostEnv(t, fmt.Sprintf(`
+[plugins]
+dir = %q
+cache_dir = %q
+[plugins.limits]
+timeout_ms = 3000
+memory_mb = %d
+max_output_bytes = %d
+[server.stream_subscription]
+max_retries = 1
+retry_delay_seconds = 0.05
+[tenants.shop]
+modules = ["orders"]
+grant_read = { evil = ["order"] }
+[tenants.evil]
+modules = ["behave", "intruder"]
+`, dir, wasmbuild.CacheDir(t), memoryMB, outputMB<<20), "5s", "GOMAXPROCS=2")
+	base := "http://" + p.addr
+
+	// The shop's traffic, all along: every command must answer 200.
+	var (
+		mu      sync.Mutex
+		placed  int
+		refused []string
+	)
+	stop := make(chan struct{})
+	flowing := make(chan struct{})
+	go func() {
+		defer close(flowing)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r, err := send("POST", base+"/v1/commands/PlaceOrder", fmt.Sprintf(`{"order_id":"o-%d","client_id":"c-1","total":1}`, i))
+			mu.Lock()
+			if err != nil || r.code != 200 {
+				refused = append(refused, fmt.Sprintf("%v %v", r, err))
+			} else {
+				placed++
+			}
+			mu.Unlock()
+		}
+	}()
+	count := func() int { mu.Lock(); defer mu.Unlock(); return placed }
+	before := count()
+
+	cmd := func(typ, body string) reply {
+		r, err := send("POST", base+"/v1/commands/"+typ, body)
+		require.NoError(t, err)
+		return r
+	}
+	for _, tc := range []struct{ typ, body, want string }{
+		{"Slow", `{"id":"a","ms":600000}`, "behave.wasm: handler slow: call exceeded its deadline (limit 3s)"},
+		{"Trespass", `{"op":"write","id":"x"}`, "(tenant evil): projection client_orders is not a projector or process manager of the module"},
+		{"Intrude", `{"op":"emit","id":"o-1"}`, "intruder.wasm (tenant evil): may not append OrderPlaced to stream order-o-1: category order belongs to tenant shop"},
+		{"Intrude", `{"op":"write","id":"o-1"}`, "may not write aggregates of category order: it belongs to tenant shop"},
+		{"Intrude", `{"op":"dispatch","id":"o-1"}`, "may not dispatch command CancelOrder: it belongs to tenant shop"},
+		{"Intrude", `{"op":"read_payment","id":"o-1"}`, "may not read stream payment-o-1"},
+	} {
+		r := cmd(tc.typ, tc.body)
+		require.NotEqual(t, 200, r.code, "%s %s", tc.typ, tc.body)
+		require.Contains(t, r.raw, tc.want, "%s %s", tc.typ, tc.body)
+	}
+	// A cascade that feeds itself ends at the budget.
+	require.Equal(t, 200, cmd("Again", `{"id":"x"}`).code)
+	// Deliveries that run away, each through the broker to evil's handler.
+	for _, op := range []string{"loop", "oom", "stack", "big", "exit0"} {
+		require.Equal(t, 200, cmd("EmitOp", fmt.Sprintf(`{"op":%q,"id":%q}`, op, op)).code, op)
+	}
+	testwait.For(t, "every hostile delivery contained", func() (bool, string) {
+		r, err := send("GET", base+"/metrics", "")
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, l := range strings.Split(r.raw, "\n") {
+			if strings.HasPrefix(l, "protean_handler_calls_total{") && strings.Contains(l, `handler="behave"`) {
+				seen = append(seen, l)
+			}
+		}
+		all := strings.Join(seen, "\n")
+		return strings.Contains(all, `outcome="timeout"`) && strings.Contains(all, `outcome="trap"`) &&
+			strings.Contains(all, `outcome="output"`), all
+	})
+	log := p.tail()
+	full, err := os.ReadFile(p.log)
+	require.NoError(t, err)
+	require.Contains(t, string(full), "max_cascade_depth 16", "the cascade was cut at its budget:\n%s", log)
+
+	// The shop kept flowing while all that ran.
+	testwait.For(t, "the shop's commands to keep answering", func() (bool, string) {
+		n := count()
+		return n > before+10, fmt.Sprintf("%d placed (%d before the hostile work)", n, before)
+	})
+	close(stop)
+	<-flowing
+	mu.Lock()
+	require.Empty(t, refused, "the shop's commands answered 200 throughout")
+	mu.Unlock()
+
+	// Resident memory: per module at most `instances` instances, each
+	// within memory_mb plus twice max_output_bytes (the Extism kernel's
+	// memory), plus a fixed overhead (the Go runtime, compiled code, the
+	// stores).
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	require.NoError(t, err)
+	var rssKB int64
+	for _, l := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(l, "VmHWM:") { // the peak, not just now
+			_, err := fmt.Sscanf(strings.TrimPrefix(l, "VmHWM:"), "%d", &rssKB)
+			require.NoError(t, err)
+		}
+	}
+	bound := int64(modules*instances*(memoryMB<<20+2*outputMB<<20) + overhead)
+	t.Logf("host peak RSS %d MiB, bound %d MiB", rssKB>>10, bound>>20)
+	require.Less(t, rssKB<<10, bound, "peak RSS within the configured per-instance bounds plus overhead")
+	require.Equal(t, 200, cmd("PlaceOrder", `{"order_id":"last","client_id":"c-1","total":1}`).code, "the host is still up")
 }
