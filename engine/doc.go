@@ -34,6 +34,15 @@
 // message, permanently, with a *ScopeError naming the module and its
 // tenant.
 //
+// Follow-up work is bounded per causation chain (cascade.go): the host
+// sets abi.Metadata.CascadeDepth on every event a handler appends and every
+// follow-up command it asks for (one more than the message's own), so the
+// depth survives the event store and the broker; a message at
+// Options.MaxCascadeDepth asking for events or commands, or one asking for
+// more than Options.MaxFollowUps, fails permanently (ErrFollowUpDepth,
+// ErrFollowUps). A cascade that feeds itself through events and commands
+// therefore ends, whatever route it loops through.
+//
 // Lifecycle. New takes the set; Start starts the consumers; Stop ends
 // both in two phases. Soft: new commands are refused (ErrStopped), no
 // consumer takes a new message, and commands in flight and messages in
