@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -69,7 +70,8 @@ func (a *api) idempotentCommand(w http.ResponseWriter, r *http.Request) {
 	rec := &recorder{header: w.Header(), code: http.StatusOK}
 	a.command(rec, r)
 	if storable(rec.code) {
-		if err := a.idem.Save(r.Context(), req, idempotency.Answer{Status: rec.code, Body: rec.body.Bytes()}); err != nil {
+		// The command ran: its answer is kept even if the client is gone.
+		if err := a.idem.Save(context.WithoutCancel(r.Context()), req, idempotency.Answer{Status: rec.code, Body: rec.body.Bytes()}); err != nil {
 			// The command ran: answer it. On PostgreSQL its unit of work
 			// stored the key already; a repeat gets that answer.
 			a.log.Error("idempotency key: save", "key", key, "error", err)

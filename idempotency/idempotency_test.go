@@ -1,6 +1,7 @@
 package idempotency_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/idempotency"
@@ -144,4 +146,47 @@ func TestKeyRules(t *testing.T) {
 			require.ErrorIs(t, err, idempotency.ErrInvalid)
 		})
 	}
+}
+
+// A request that died after its unit of work committed the key (before
+// its full answer was saved) holds the key until its lease lapses; then a
+// repeat gets the committed answer, and never runs the command again. A
+// request that died before committing anything loses the key at the lease
+// too, and the repeat runs.
+func TestPostgresDeadRequestLease(t *testing.T) {
+	t.Parallel()
+	pool := testserver.PostgresPool(t)
+	var now atomic.Pointer[time.Time]
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	now.Store(&t0)
+	s := idempotency.NewPostgres(pool, time.Hour, func() time.Time { return *now.Load() })
+	ctx := testwait.Context(t)
+
+	committed, died := request("k-committed", `{}`), request("k-died", `{}`)
+	for _, r := range []idempotency.Request{committed, died} {
+		stored, _, err := s.Begin(ctx, r) // never done: the request dies
+		require.NoError(t, err)
+		require.Nil(t, stored)
+	}
+	var b pgx.Batch
+	s.QueueInsert(&b, committed, idempotency.Answer{Status: 200, Body: json.RawMessage(`{"id":"first"}`)})
+	require.NoError(t, pool.SendBatch(ctx, &b).Close())
+
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, _, err := s.Begin(short, committed)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "within the lease a repeat waits for the full answer")
+
+	later := t0.Add(idempotency.Lease)
+	now.Store(&later)
+	stored, done, err := s.Begin(ctx, committed)
+	require.NoError(t, err)
+	require.NotNil(t, stored, "after the lease the committed answer is the answer")
+	require.JSONEq(t, `{"id":"first"}`, string(stored.Body))
+	done()
+
+	stored, done, err = s.Begin(ctx, died)
+	require.NoError(t, err)
+	require.Nil(t, stored, "a claim that committed nothing lapses: the repeat runs")
+	done()
 }
