@@ -254,6 +254,9 @@ type Limits struct {
 	MaxCascadeDepth int `toml:"max_cascade_depth"`
 	// MaxFollowUps bounds the events and commands one message may ask for.
 	MaxFollowUps int `toml:"max_follow_ups"`
+	// MaxInstances caps one module's instances, and so its concurrent
+	// calls; 0 means GOMAXPROCS.
+	MaxInstances int `toml:"max_instances"`
 }
 
 // CompileTimeout is compile_timeout_ms as a duration.
@@ -279,6 +282,7 @@ type Tenant struct {
 	MaxTableElements *int     `toml:"max_table_elements"`
 	MaxModuleBytes   *int64   `toml:"max_module_bytes"`
 	CompileTimeoutMS *int     `toml:"compile_timeout_ms"`
+	MaxInstances     *int     `toml:"max_instances"`
 	// GrantRead lets other tenants read categories this tenant owns:
 	// reader tenant → categories. Their modules may subscribe handlers to
 	// the category's events, read its streams and load its aggregates,
@@ -537,6 +541,9 @@ func (c Config) ModuleLimits(module string) Limits {
 	}
 	if t.CompileTimeoutMS != nil {
 		l.CompileTimeoutMS = *t.CompileTimeoutMS
+	}
+	if t.MaxInstances != nil {
+		l.MaxInstances = *t.MaxInstances
 	}
 	return l
 }

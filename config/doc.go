@@ -25,9 +25,9 @@
 //	[plugins]                 dir, watch, cache_dir
 //	[plugins.limits]          memory_mb, timeout_ms, max_output_bytes, manifest_timeout_ms, interruptible,
 //	                          max_table_elements, max_module_bytes, compile_timeout_ms, recycle_above_mb,
-//	                          log_lines_per_second, log_burst, max_cascade_depth, max_follow_ups
+//	                          log_lines_per_second, log_burst, max_cascade_depth, max_follow_ups, max_instances
 //	[tenants.NAME]            modules (file names without .wasm), memory_mb / timeout_ms / max_output_bytes / interruptible /
-//	                          max_table_elements / max_module_bytes / compile_timeout_ms overrides,
+//	                          max_table_elements / max_module_bytes / compile_timeout_ms / max_instances overrides,
 //	                          grant_read = { READER = ["category", ...] }, grant_dispatch = { READER = ["CommandType", ...] }
 //	[http]                    listen, read_wait_ms, idempotency_ttl_seconds
 //
@@ -65,6 +65,7 @@
 //	plugins.limits.manifest_timeout_ms = 2000
 //	plugins.limits.max_cascade_depth = 16
 //	plugins.limits.max_follow_ups = 256
+//	plugins.limits.max_instances = 0
 //	plugins.limits.max_module_bytes = 33554432
 //	plugins.limits.max_output_bytes = 16777216
 //	plugins.limits.max_table_elements = 100000

@@ -115,6 +115,9 @@ func (c Config) Validate() error {
 	v.positive("plugins.limits.log_burst", l.LogBurst)
 	v.positive("plugins.limits.max_cascade_depth", l.MaxCascadeDepth)
 	v.positive("plugins.limits.max_follow_ups", l.MaxFollowUps)
+	if l.MaxInstances < 0 {
+		v.add("plugins.limits.max_instances", "must be >= 0 (got %d; 0 means GOMAXPROCS)", l.MaxInstances)
+	}
 
 	v.tenants(c.Tenants)
 
@@ -212,6 +215,9 @@ func (v *validator) tenants(tenants map[string]Tenant) {
 		}
 		if t.CompileTimeoutMS != nil {
 			v.ms(pre+"compile_timeout_ms", *t.CompileTimeoutMS, false)
+		}
+		if t.MaxInstances != nil {
+			v.positive(pre+"max_instances", *t.MaxInstances)
 		}
 		v.grants(tenants, name, pre+"grant_read", t.GrantRead)
 		v.grants(tenants, name, pre+"grant_dispatch", t.GrantDispatch)

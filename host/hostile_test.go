@@ -154,8 +154,10 @@ func (s *blockingSession) ReadStream(context.Context, *abi.ReadStreamRequest) ab
 // TestWaitForInstanceIsBounded: with every instance busy, a call waits at
 // most its deadline, then fails with ErrNoInstance naming the limit.
 func TestWaitForInstanceIsBounded(t *testing.T) {
-	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{Timeout: 300 * time.Millisecond, ManifestTimeout: testwait.Limit()},
-		Instances: 1, CacheDir: wasmbuild.CacheDir(t)})
+	// One instance for this module (the tenant's max_instances), whatever
+	// the loader's default.
+	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{Timeout: 300 * time.Millisecond, ManifestTimeout: testwait.Limit(), Instances: 1},
+		Instances: 4, CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/behave"))
@@ -196,4 +198,33 @@ func TestGuestLogsReachTheHostLog(t *testing.T) {
 	require.GreaterOrEqual(t, n, 5, out)
 	require.Less(t, n, 1000, "a flood is rate-limited")
 	require.Contains(t, out, "module="+m.File)
+}
+
+// TestInstanceOverHighWaterIsRecycled: an instance whose memory grew past
+// recycle_above_mb during a call is closed after it; the next call starts
+// on a fresh one (what the first left in memory is gone). Below the mark
+// the instance is reused.
+func TestInstanceOverHighWaterIsRecycled(t *testing.T) {
+	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{RecycleAboveMB: 24, MemoryMB: 64, ManifestTimeout: testwait.Limit(), Instances: 1},
+		CacheDir: wasmbuild.CacheDir(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/behave"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	call := func(op, arg string) []abi.Result {
+		env := []abi.Envelope{{ID: "1", Type: "Op", Data: json.RawMessage(fmt.Sprintf(`{"op":%q,"id":"d","arg":%q}`, op, arg))}}
+		res, err := m.Handle(context.Background(), "behave", env, &memSession{})
+		require.NoError(t, err)
+		return res
+	}
+	sink := func() int {
+		var d struct{ Sink int }
+		require.NoError(t, json.Unmarshal(call("sinklen", "")[0].Effects.Writes[0].Data, &d))
+		return d.Sink
+	}
+	call("grow", "1")
+	require.Equal(t, 1<<20, sink(), "below the mark the instance is reused")
+	call("grow", "32")
+	require.Equal(t, 0, sink(), "past the mark the next call runs on a fresh instance")
 }

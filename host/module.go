@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -54,6 +55,10 @@ type Limits struct {
 	// LogsPerSecond and LogBurst bound the guest log lines a module may
 	// forward to the host log; the rest are dropped and counted.
 	LogsPerSecond, LogBurst int
+	// Instances caps the module's instances alive at once, and so its
+	// concurrent calls (0: the loader's Instances, GOMAXPROCS by
+	// default); a call beyond waits for one within its deadline.
+	Instances int
 	// Uninterruptible turns deadline enforcement off: guest code runs 3-5x
 	// faster, but nothing can stop a runaway call, and a call that outlives
 	// Timeout still counts. For trusted modules only. (The zero value, the
@@ -380,7 +385,7 @@ func (l *Loader) load(ctx context.Context, file string, b []byte) (*Module, erro
 		return nil, fmt.Errorf("%w: %v", ErrNotWASM, err)
 	}
 	m := &Module{File: file, SHA256: hex.EncodeToString(sum[:]), Limits: lim, Tenant: l.tenancy.of(name), Deadline: mode,
-		compiled: compiled, pool: newPool(l.poolSize), log: l.log, hasStart: hasStart,
+		compiled: compiled, pool: newPool(cmp.Or(lim.Instances, l.poolSize)), log: l.log, hasStart: hasStart,
 		logs: newLogLimiter(float64(lim.LogsPerSecond), float64(lim.LogBurst))}
 	m.refs.Store(1)
 	man, err := l.readManifest(ctx, m)

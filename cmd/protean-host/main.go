@@ -157,7 +157,8 @@ func (e *env) loader(funcs host.Session) (*host.Loader, error) {
 		return host.Limits{MemoryMB: l.MemoryMB, Timeout: l.Timeout(), ManifestTimeout: l.ManifestTimeout(),
 			MaxOutputBytes: int(l.MaxOutputBytes), Uninterruptible: !l.Interruptible,
 			MaxTableElements: l.MaxTableElements, MaxModuleBytes: int(l.MaxModuleBytes), CompileTimeout: l.CompileTimeout(),
-			RecycleAboveMB: l.RecycleAboveMB, LogsPerSecond: l.LogLinesPerSecond, LogBurst: l.LogBurst}
+			RecycleAboveMB: l.RecycleAboveMB, LogsPerSecond: l.LogLinesPerSecond, LogBurst: l.LogBurst,
+			Instances: l.MaxInstances}
 	}
 	return host.NewLoader(host.LoaderOptions{
 		Limits:        limits(""),

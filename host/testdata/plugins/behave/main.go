@@ -161,6 +161,8 @@ func init() {
 		case "grow": // hold Arg MiB for the rest of the instance's life
 			n, _ := strconv.Atoi(m.Arg)
 			sink = append(sink, make([]byte, n<<20)...)
+		case "sinklen": // what "grow" left in this instance
+			return ctx.Save(pdk.Projection, "behave", m.ID, 0, map[string]int{"sink": len(sink)})
 		case "oom":
 			for {
 				sink = append(sink, make([]byte, 16<<20)...)
