@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -156,5 +157,57 @@ func TestInstrumentedModulesGiveTheOriginalsResults(t *testing.T) {
 		wantJSON, _ := json.Marshal(want)
 		gotJSON, _ := json.Marshal(got)
 		require.JSONEq(t, string(wantJSON), string(gotJSON), tc.pkg)
+	}
+}
+
+// signalSession tells when a guest loads (the load_loop op then loops).
+type signalSession struct{ loaded chan struct{} }
+
+func (s *signalSession) Load(context.Context, *abi.LoadRequest) abi.LoadResponse {
+	s.loaded <- struct{}{}
+	return abi.LoadResponse{}
+}
+
+func (s *signalSession) ReadStream(context.Context, *abi.ReadStreamRequest) abi.ReadStreamResponse {
+	return abi.ReadStreamResponse{}
+}
+
+// Guests looping on every P do not stall the process: the instrumented
+// loop calls into the host every instrument.Period checks, where the Go
+// scheduler can preempt it, so a garbage collection (which stops the
+// world) completes while they spin. (Compiled guest code itself cannot be
+// preempted: with interruptible = false the collection would wait for the
+// guests to end.)
+func TestSpinningGuestsDoNotBlockTheCollector(t *testing.T) {
+	n := runtime.GOMAXPROCS(0)
+	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{Timeout: time.Hour}, Instances: n, CacheDir: wasmbuild.CacheDir(t)})
+	require.NoError(t, err)
+	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/behave"))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = m.Close(context.Background())
+		_ = l.Close(context.Background())
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &signalSession{loaded: make(chan struct{}, n)}
+	done := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := m.Handle(ctx, "behave", []abi.Envelope{{ID: "1", Type: "Op", Data: json.RawMessage(`{"op":"load_loop","id":"d","arg":"x"}`)}}, s)
+			done <- err
+		}()
+	}
+	for range n {
+		testwait.Recv(t, "a guest to reach its loop", s.loaded)
+	}
+	collected := make(chan struct{}, 1)
+	go func() {
+		runtime.GC()
+		collected <- struct{}{}
+	}()
+	testwait.Recv(t, "a garbage collection while every P runs a guest", collected)
+	cancel()
+	for range n {
+		require.ErrorIs(t, testwait.Recv(t, "a canceled guest to return", done), host.ErrCanceled)
 	}
 }

@@ -2,8 +2,9 @@
 // can stop it at a deadline for almost nothing.
 //
 // Module appends one mutable i32 global, the fuel, exported as FuelGlobal,
-// and inserts at every loop header, and at the entry of every function
-// that contains a call (which bounds loop-free recursion), a check (see
+// and inserts at every loop header, and at the entry of every function on
+// a cycle of the call graph (which bounds loop-free recursion, see
+// recursive), a check (see
 // checkCode): count the fuel down; at 0 call WASI's sched_yield, which
 // the host answers (wazero's osyield hook) by refilling the fuel to
 // Period, or by leaving it at 0 once the call's deadline has passed or its

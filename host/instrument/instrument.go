@@ -8,7 +8,7 @@ import (
 
 // Version is the instrumentation's version, recorded in CustomSection.
 // Bump it whenever Module's output changes for the same input.
-const Version = 2
+const Version = 3
 
 // Period is how many checks the guest passes between two calls into the
 // host (Result's fuel runs from Period down to 0). The host refills it to
@@ -452,9 +452,7 @@ func rewriteCode(p []byte, base int, importedFuncs uint32, check []byte, rn renu
 	if err != nil {
 		return nil, 0, err
 	}
-	out := appendU32(make([]byte, 0, len(p)+len(p)/8), n)
-	checks := 0
-	var body []byte
+	bodies := make([]body, 0, min(n, 1<<20))
 	for i := range n {
 		size, err := r.u32()
 		if err != nil {
@@ -465,54 +463,167 @@ func rewriteCode(p []byte, base int, importedFuncs uint32, check []byte, rn renu
 		if err != nil {
 			return nil, 0, fmt.Errorf("%w: function body %d overruns the code section", ErrMalformed, i)
 		}
-		var c int
-		body, c, err = rewriteBody(body[:0], code, base+at, importedFuncs+i, check, rn)
+		bd, err := parseBody(code, base+at, importedFuncs+i)
 		if err != nil {
 			return nil, 0, err
 		}
-		checks += c
-		out = appendU32(out, uint32(len(body)))
-		out = append(out, body...)
+		bodies = append(bodies, bd)
 	}
 	if r.off != len(p) {
 		return nil, 0, fmt.Errorf("%w: %d bytes after the last function body", ErrMalformed, len(p)-r.off)
 	}
+	entry := recursive(bodies, importedFuncs)
+	out := appendU32(make([]byte, 0, len(p)+len(p)/8), n)
+	checks := 0
+	var buf []byte
+	for i, bd := range bodies {
+		var c int
+		buf, c = bd.rewrite(buf[:0], entry[i], check, rn)
+		checks += c
+		out = appendU32(out, uint32(len(buf)))
+		out = append(out, buf...)
+	}
 	return out, checks, nil
 }
 
-// rewriteBody appends the instrumented body to out: locals unchanged, a
-// check at entry if the body contains a call (unless the body starts with
-// a loop, whose check comes first anyway), a check right after every
-// loop's block type (the loop's label is its start, so every iteration
-// runs it).
-func rewriteBody(out, code []byte, base int, fn uint32, check []byte, rn renumber) ([]byte, int, error) {
+// body is a parsed function body.
+type body struct {
+	code     []byte
+	exprAt   int       // where the instructions start, after the locals
+	loops    []int     // offsets just after each loop's block type
+	refs     []funcRef // function indices (call, ref.func)
+	indirect bool      // contains call_indirect
+}
+
+func parseBody(code []byte, base int, fn uint32) (body, error) {
 	r := reader{b: code}
 	nl, err := r.u32()
 	if err != nil {
-		return nil, 0, err
+		return body{}, err
 	}
 	for range nl {
 		if _, err := r.u32(); err != nil {
-			return nil, 0, err
+			return body{}, err
 		}
 		if err := r.valtype(); err != nil {
-			return nil, 0, err
+			return body{}, err
 		}
 	}
-	exprAt := r.off
-	loops, refs, calls, err := scan(&r, base, fn)
-	if err != nil {
-		return nil, 0, err
+	bd := body{code: code, exprAt: r.off}
+	bd.loops, bd.refs, bd.indirect, err = scan(&r, base, fn)
+	return bd, err
+}
+
+// recursive reports, per body, whether it needs a check at its entry: a
+// call tree without loops can still run for exponential time (fib(100)),
+// and every such tree repeats a cycle of the call graph. Every cycle runs
+// through a function in a strongly connected component of the direct
+// calls (with more than one function, or calling itself), or through a
+// function with a call_indirect; those get the entry check, the rest
+// (most functions of a Go module) need none.
+func recursive(bodies []body, importedFuncs uint32) []bool {
+	n := len(bodies)
+	need := make([]bool, n)
+	succ := func(v int, yield func(int)) {
+		for _, ref := range bodies[v].refs {
+			if ref.call && ref.fn >= importedFuncs && int(ref.fn-importedFuncs) < n {
+				yield(int(ref.fn - importedFuncs))
+			}
+		}
 	}
-	out = append(out, code[:exprAt]...)
+	// Tarjan's algorithm, iterative: wasm modules have tens of thousands
+	// of functions and deep call chains.
+	index := make([]int, n)
+	low := make([]int, n)
+	on := make([]bool, n)
+	for i := range index {
+		index[i] = -1
+	}
+	var stack []int
+	type frame struct {
+		v    int
+		next []int
+	}
+	counter := 0
+	for root := range n {
+		if index[root] >= 0 {
+			continue
+		}
+		var calls []frame
+		push := func(v int) {
+			index[v], low[v] = counter, counter
+			counter++
+			stack = append(stack, v)
+			on[v] = true
+			var next []int
+			succ(v, func(w int) {
+				if w == v {
+					need[v] = true // calls itself
+				}
+				next = append(next, w)
+			})
+			calls = append(calls, frame{v: v, next: next})
+		}
+		push(root)
+		for len(calls) > 0 {
+			f := &calls[len(calls)-1]
+			if len(f.next) > 0 {
+				w := f.next[0]
+				f.next = f.next[1:]
+				if index[w] < 0 {
+					push(w)
+				} else if on[w] {
+					low[f.v] = min(low[f.v], index[w])
+				}
+				continue
+			}
+			v := f.v
+			calls = calls[:len(calls)-1]
+			if len(calls) > 0 {
+				u := calls[len(calls)-1].v
+				low[u] = min(low[u], low[v])
+			}
+			if low[v] == index[v] {
+				var comp []int
+				for {
+					w := stack[len(stack)-1]
+					stack = stack[:len(stack)-1]
+					on[w] = false
+					comp = append(comp, w)
+					if w == v {
+						break
+					}
+				}
+				if len(comp) > 1 {
+					for _, w := range comp {
+						need[w] = true
+					}
+				}
+			}
+		}
+	}
+	for i, bd := range bodies {
+		if bd.indirect {
+			need[i] = true
+		}
+	}
+	return need
+}
+
+// rewrite appends the instrumented body to out: locals unchanged, a
+// check at entry if it needs one (see recursive; unless the body starts
+// with a loop, whose check comes first anyway), a check right after every
+// loop's block type (the loop's label is its start, so every iteration
+// runs it), function indices renumbered.
+func (bd body) rewrite(out []byte, entry bool, check []byte, rn renumber) ([]byte, int) {
+	code, loops, refs := bd.code, bd.loops, bd.refs
+	out = append(out, code[:bd.exprAt]...)
 	checks := 0
-	// A body that starts with a loop gets its check there anyway (Go's
-	// functions all do: the loop is their resumption point).
-	if calls && (len(loops) == 0 || code[exprAt] != 0x03) {
+	if entry && (len(loops) == 0 || code[bd.exprAt] != 0x03) {
 		out = append(out, check...)
 		checks++
 	}
-	prev := exprAt
+	prev := bd.exprAt
 	for len(loops) > 0 || len(refs) > 0 && rn.active() {
 		if len(loops) > 0 && (len(refs) == 0 || !rn.active() || loops[0] <= refs[0].at) {
 			out = append(out, code[prev:loops[0]]...)
@@ -526,7 +637,7 @@ func rewriteBody(out, code []byte, base int, fn uint32, check []byte, rn renumbe
 		out = appendU32(out, rn.fn(ref.fn))
 		prev, refs = ref.end, refs[1:]
 	}
-	return append(out, code[prev:]...), checks, nil
+	return append(out, code[prev:]...), checks
 }
 
 // funcRef is a function index in a body (of call or ref.func), at
@@ -534,12 +645,13 @@ func rewriteBody(out, code []byte, base int, fn uint32, check []byte, rn renumbe
 type funcRef struct {
 	at, end int
 	fn      uint32
+	call    bool // call, not ref.func
 }
 
 // scan walks an expression to its end, returning the offsets just after
 // each loop's block type, the function indices it holds, and whether it
-// contains a call.
-func scan(r *reader, base int, fn uint32) (loops []int, refs []funcRef, calls bool, err error) {
+// contains a call_indirect.
+func scan(r *reader, base int, fn uint32) (loops []int, refs []funcRef, indirect bool, err error) {
 	depth := 1
 	for depth > 0 {
 		at := r.off
@@ -568,8 +680,7 @@ func scan(r *reader, base int, fn uint32) (loops []int, refs []funcRef, calls bo
 			op >= 0x20 && op <= 0x26: // local.*, global.*, table.get/set
 			_, err = r.u32()
 		case op == 0x10, op == 0xD2: // call, ref.func
-			calls = calls || op == 0x10
-			ref := funcRef{at: r.off}
+			ref := funcRef{at: r.off, call: op == 0x10}
 			ref.fn, err = r.u32()
 			ref.end = r.off
 			refs = append(refs, ref)
@@ -581,7 +692,7 @@ func scan(r *reader, base int, fn uint32) (loops []int, refs []funcRef, calls bo
 				}
 			}
 		case op == 0x11: // call_indirect: type, table
-			calls = true
+			indirect = true
 			if _, err = r.u32(); err == nil {
 				_, err = r.u32()
 			}
@@ -652,7 +763,7 @@ func scan(r *reader, base int, fn uint32) (loops []int, refs []funcRef, calls bo
 	if r.off != len(r.b) {
 		return nil, nil, false, fmt.Errorf("%w: function %d: %d bytes after its end", ErrMalformed, fn, len(r.b)-r.off)
 	}
-	return loops, refs, calls, nil
+	return loops, refs, indirect, nil
 }
 
 func opName(op byte) string {
