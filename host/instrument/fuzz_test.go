@@ -208,9 +208,9 @@ func (g *gen) module(yield bool) []byte {
 		funcs = append(funcs, 0x00)
 	}
 	m = append(m, section(3, funcs)...)
-	m = append(m, section(4, []byte{0x01, 0x70, 0x00, 0x01})...)                     // table: 1 funcref
-	m = append(m, section(5, []byte{0x01, 0x00, 0x01})...)                           // memory: 1 page
-	m = append(m, section(6, []byte{0x01, 0x7F, 0x01, 0x41, 0x05, 0x0B})...)         // global 0: mut i32 = 5
+	m = append(m, section(4, []byte{0x01, 0x70, 0x00, 0x01})...)             // table: 1 funcref
+	m = append(m, section(5, []byte{0x01, 0x00, 0x01})...)                   // memory: 1 page
+	m = append(m, section(6, []byte{0x01, 0x7F, 0x01, 0x41, 0x05, 0x0B})...) // global 0: mut i32 = 5
 	m = append(m, section(7, uleb([]byte{0x01, 0x03, 'r', 'u', 'n', 0x00}, g.funcIndex(0, yield)))...)
 	m = append(m, section(9, uleb([]byte{0x01, 0x00, 0x41, 0x00, 0x0B, 0x01}, g.funcIndex(g.nfn-1, yield)))...)
 	var code []byte
