@@ -43,7 +43,7 @@ func loadBytes(t *testing.T, l *host.Loader, name string, b []byte) (*host.Modul
 // TestHostileModulesAtLoad: each bad module is refused at load with a
 // LoadError naming the file and the limit, and a good module loads after.
 func TestHostileModulesAtLoad(t *testing.T) {
-	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{ManifestTimeout: testwait.Limit(),
+	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{ManifestTimeout: 2 * time.Second,
 		CompileTimeout: 500 * time.Millisecond, MaxModuleBytes: 1 << 20}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
@@ -63,6 +63,9 @@ func TestHostileModulesAtLoad(t *testing.T) {
 		{"too_large.wasm", append(wasmbuild.RawModule(0, 1, []byte{0x41, 0}), wasmbuild.Section(0, append([]byte{4, 'p', 'a', 'd', 's'}, make([]byte, 2<<20)...))...),
 			host.ErrModuleTooLarge, "(limit 1048576)"},
 		{"compile_bomb.wasm", wasmbuild.CompileBomb(20000), host.ErrCompileTimeout, "compilation did not finish in time (limit 500ms)"},
+		// A start function that never returns: instantiation runs under
+		// the manifest deadline (the instrumented deadline stops it).
+		{"start_loop.wasm", wasmbuild.StartLoop(), host.ErrManifestTimeout, "did not return in time"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -227,4 +230,36 @@ func TestInstanceOverHighWaterIsRecycled(t *testing.T) {
 	require.Equal(t, 1<<20, sink(), "below the mark the instance is reused")
 	call("grow", "32")
 	require.Equal(t, 0, sink(), "past the mark the next call runs on a fresh instance")
+}
+
+// TestGuestHasNoFilesNetworkOrEnvironment: a guest trying the host's
+// files, directories, environment and network gets nothing (WASI with
+// nothing granted).
+func TestGuestHasNoFilesNetworkOrEnvironment(t *testing.T) {
+	m := behave(t, host.Limits{})
+	res, err := m.Handle(context.Background(), "behave", ops("escape"), &memSession{})
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.NotNil(t, res[0].Effects, "%+v", res[0])
+	require.JSONEq(t, `{}`, string(res[0].Effects.Writes[0].Data))
+}
+
+// TestWildPointersToV1HostFunctions: offsets that point nowhere, handed to
+// protean_load and protean_read_stream, get an error answer (or none), the
+// guest keeps running, and the module serves again.
+func TestWildPointersToV1HostFunctions(t *testing.T) {
+	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{ManifestTimeout: testwait.Limit()}, CacheDir: wasmbuild.CacheDir(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/wild"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	env := []abi.Envelope{{ID: "1", Type: "Wild", Data: json.RawMessage(`{"id":"w"}`)}}
+	for range 2 {
+		res, err := m.Handle(context.Background(), "wild", env, &memSession{})
+		require.NoError(t, err)
+		require.Len(t, res, 1)
+		require.Nil(t, res[0].Error, "%+v", res[0].Error)
+		require.Contains(t, string(res[0].Effects.Writes[0].Data), `"answers"`)
+	}
 }

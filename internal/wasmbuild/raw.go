@@ -90,3 +90,22 @@ func CompileBomb(depth int) []byte {
 	custom := append(uleb(nil, 4), "salt"...)
 	return append(m, Section(0, append(custom, salt...))...)
 }
+
+// StartLoop is a module whose start function (the start section, run at
+// instantiation) loops forever; its manifest would return 0.
+func StartLoop() []byte {
+	m := []byte{0, 'a', 's', 'm', 1, 0, 0, 0}
+	m = append(m, Section(1, []byte{2, 0x60, 0, 1, 0x7f, 0x60, 0, 0})...) // type 0: () -> i32; type 1: ()
+	m = append(m, Section(3, []byte{2, 0, 1})...)                         // func 0: type 0; func 1: type 1
+	name := abi.ExportManifest
+	exp := uleb([]byte{1}, uint64(len(name)))
+	exp = append(append(exp, name...), 0, 0)
+	m = append(m, Section(7, exp)...)
+	m = append(m, Section(8, []byte{1})...)          // start: func 1
+	f0 := []byte{0, 0x41, 0, 0x0b}                   // i32.const 0
+	f1 := []byte{0, 0x03, 0x40, 0x0c, 0, 0x0b, 0x0b} // loop br 0 end
+	code := []byte{2}
+	code = append(uleb(code, uint64(len(f0))), f0...)
+	code = append(uleb(code, uint64(len(f1))), f1...)
+	return append(m, Section(10, code)...)
+}

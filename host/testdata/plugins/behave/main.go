@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -161,6 +162,21 @@ func init() {
 		case "grow": // hold Arg MiB for the rest of the instance's life
 			n, _ := strconv.Atoi(m.Arg)
 			sink = append(sink, make([]byte, n<<20)...)
+		case "escape": // files, directories, environment, network: what the sandbox gives
+			got := map[string]string{}
+			if b, err := os.ReadFile("/etc/hostname"); err == nil {
+				got["file"] = string(b)
+			}
+			if es, err := os.ReadDir("/"); err == nil && len(es) > 0 {
+				got["dir"] = es[0].Name()
+			}
+			if len(os.Environ()) > 0 {
+				got["env"] = strings.Join(os.Environ(), ",")
+			}
+			if c, err := net.Dial("tcp", "127.0.0.1:80"); err == nil {
+				got["net"] = c.RemoteAddr().String()
+			}
+			return ctx.Save(pdk.Projection, "behave", m.ID, 0, got)
 		case "sinklen": // what "grow" left in this instance
 			return ctx.Save(pdk.Projection, "behave", m.ID, 0, map[string]int{"sink": len(sink)})
 		case "oom":
