@@ -108,3 +108,15 @@ func TestTenantOwnerIsByDeclarationNotOrder(t *testing.T) {
 		require.Equal(t, "shop", owner, "files %s, %s", order[0].File, order[1].File)
 	}
 }
+
+// TestNameClashBlamesTheLaterFile: a module or handler name already taken
+// is reported against the file that takes it second, naming the first.
+func TestNameClashBlamesTheLaterFile(t *testing.T) {
+	a, b := reader("analytics"), reader("analytics")
+	_, problems := host.Validate([]host.Declared{{File: "a.wasm", Manifest: a}, {File: "b.wasm", Manifest: b}}, inline)
+	require.NotEmpty(t, problems)
+	for _, p := range problems {
+		require.Equal(t, "b.wasm", p.File, p.Error())
+		require.Contains(t, p.Error(), "a.wasm")
+	}
+}
