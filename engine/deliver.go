@@ -93,6 +93,7 @@ func (e *Engine) Start(ctx context.Context, source Source) error {
 	if e.running != nil {
 		return errors.New("engine: already started")
 	}
+	e.startedAt.Store(e.now().UnixNano())
 	base := context.WithoutCancel(ctx)
 	work, cancel := e.owned(base)
 	e.running = &consumers{source: source, base: base, work: work, cancel: cancel,

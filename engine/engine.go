@@ -74,8 +74,10 @@ type Engine struct {
 	// commands admits dispatches until Stop, which drains them.
 	commands *gate
 	// progress is what this process's consumers have handled, for
-	// WaitHandled (read-your-writes).
-	progress *progress
+	// WaitHandled (read-your-writes); startedAt is when Start started the
+	// broker consumers (unix ns; 0 before).
+	progress  *progress
+	startedAt atomic.Int64
 	// work is the engine's own context: every guest call and commit runs
 	// under a context that ends when it does, whatever the caller's
 	// context. Stop's hard phase cancels it.

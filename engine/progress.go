@@ -35,6 +35,12 @@ import (
 // under one lock), so an event cannot appear below the watermark after the
 // walk has passed it.
 //
+// Broker consumer groups (the inline broker, a Redis stream's groups for
+// an unpartitioned category) record nothing durable: an event appended
+// before this engine started its consumers counts as handled (it was
+// delivered by an earlier process, or, on the inline broker, never will
+// be), so a restarted host does not wait on the past for ever.
+//
 // Events of a partitioned category that another host instance handled are
 // not marked here: for them the check reads the consumer-positions row of
 // the event's unit (Options.Positions), whose position for the event's
@@ -207,15 +213,23 @@ func (e *Engine) caughtUp(ctx context.Context, group, category string, n int64, 
 // false where no such row can exist (no positions store, or a category
 // the broker's consumer groups deliver).
 func (e *Engine) handledElsewhere(ctx context.Context, group, category string, ev eventstore.Event, rows map[string]position.Row) (bool, error) {
+	set := e.Set()
+	_, keyed := set.PartitionField(category)
+	if !e.opts.EventStore && (!e.opts.Partitioned || !keyed) {
+		// A broker consumer group (inline, or a stream's): there is no
+		// positions row. An event appended before this engine started
+		// its consumers was delivered by an earlier process, or never
+		// will be (the inline broker keeps nothing across a restart):
+		// count it handled, or a restarted host would wait on it for
+		// ever.
+		since := e.startedAt.Load()
+		return since != 0 && ev.Time.UnixNano() < since, nil
+	}
 	if rows == nil || e.opts.Positions == nil {
 		return false, nil
 	}
 	unit, stream, lanes := category, category, false
 	if !e.opts.EventStore {
-		if !e.opts.Partitioned {
-			return false, nil
-		}
-		set := e.Set()
 		key, ok := partitionKey(set, category, ev.Data)
 		if !ok {
 			return false, nil

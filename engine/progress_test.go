@@ -22,7 +22,7 @@ import (
 // examplesEngine runs the example modules on memory stores and a started
 // inline broker that nothing relays to: a test publishes by hand, so it
 // decides when the projector gets an event.
-func examplesEngine(t *testing.T) (*Engine, *unitofwork.Memory, *broker.Inline) {
+func examplesEngine(t *testing.T, beforeStart ...func(*unitofwork.Memory)) (*Engine, *unitofwork.Memory, *broker.Inline) {
 	t.Helper()
 	l, err := host.NewLoader(host.LoaderOptions{CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
@@ -35,6 +35,9 @@ func examplesEngine(t *testing.T) (*Engine, *unitofwork.Memory, *broker.Inline) 
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	t.Cleanup(func() { _ = src.Close() })
 	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
+	for _, f := range beforeStart {
+		f(mem)
+	}
 	require.NoError(t, e.Start(context.Background(), src))
 	return e, mem, src
 }
@@ -161,4 +164,22 @@ func TestEventsNameTheirModule(t *testing.T) {
 	require.NoError(t, json.Unmarshal(evs[0].Metadata, &md))
 	require.Equal(t, &abi.ModuleRef{Name: "orders", Version: "1.0.0", SHA256: route.Module.SHA256}, md.Module)
 	require.Len(t, route.Module.SHA256, 64)
+}
+
+// With broker consumers there is no positions row: an event appended
+// before the engine started its consumers (by an earlier process, whose
+// inline broker is gone) counts as handled, so a restarted host does not
+// wait on it for ever; one appended after does not until it is handled.
+func TestWaitHandledAfterRestart(t *testing.T) {
+	var old int64
+	e, _, _ := examplesEngine(t, func(mem *unitofwork.Memory) {
+		evs, err := mem.Events.Append(context.Background(), []eventstore.NewEvent{{Stream: "order-o-0", Type: "OrderPlaced",
+			Data: json.RawMessage(`{"order_id":"o-0","client_id":"c-0","total":1}`), ExpectedVersion: eventstore.NoStream}})
+		require.NoError(t, err)
+		old = evs[0].GlobalPosition
+	})
+	require.NoError(t, waitFor(e, "client_orders", old, time.Minute))
+	res, err := e.Dispatch(context.Background(), "PlaceOrder", json.RawMessage(`{"order_id":"o-1","client_id":"c-1","total":1}`), abi.Metadata{})
+	require.NoError(t, err)
+	require.ErrorIs(t, waitFor(e, "client_orders", res.Events[0].GlobalPosition, 100*time.Millisecond), ErrNotCaughtUp)
 }
