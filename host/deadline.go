@@ -79,6 +79,10 @@ type instance struct {
 	deadline int64 // the current call's deadline, Unix ns; 0: none
 	// mem meters the instance's memories (see memoryMeter).
 	mem *memoryMeter
+	// main is the module's own instance, once looked up (see exited);
+	// noMain: the lookup failed.
+	main   api.Module
+	noMain bool
 }
 
 // yield is the instance's sched_yield (wazero's osyield hook), which an

@@ -263,3 +263,22 @@ func TestWildPointersToV1HostFunctions(t *testing.T) {
 		require.Contains(t, string(res[0].Effects.Writes[0].Data), `"answers"`)
 	}
 }
+
+// TestInstanceThatExitedAfterItsOutputIsNotReused: a call that sets its
+// output and then exits with code 0 succeeds (Extism reports no error),
+// but its instance is closed, not pooled: the next call runs on a fresh one.
+func TestInstanceThatExitedAfterItsOutputIsNotReused(t *testing.T) {
+	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{ManifestTimeout: testwait.Limit(), Instances: 1},
+		CacheDir: wasmbuild.CacheDir(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/exiter"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	env := []abi.Envelope{{ID: "1", Type: "Exit", Data: json.RawMessage(`{}`)}}
+	for i := range 3 {
+		res, err := m.Handle(context.Background(), "exiter", env, &memSession{})
+		require.NoError(t, err, "call %d", i)
+		require.Len(t, res, 1)
+	}
+}
