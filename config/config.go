@@ -238,8 +238,9 @@ type Limits struct {
 	MaxOutputBytes    int64 `toml:"max_output_bytes"`    // one handle response
 	ManifestTimeoutMS int   `toml:"manifest_timeout_ms"` // reading a module's manifest at load
 	// Interruptible makes timeout_ms (and cancellation) able to stop a
-	// runaway guest. It costs guest code 3-5x; set it false only for
-	// trusted modules, whose calls then run to completion.
+	// runaway guest (the module is instrumented at load, docs/deadline.md;
+	// it costs 1.0-1.2x); set it false only for trusted modules, whose
+	// calls then run to completion.
 	Interruptible bool `toml:"interruptible"`
 	// The sandbox's other bounds (see docs/guarantees.md, Sandbox).
 	MaxTableElements  int   `toml:"max_table_elements"`   // every table a module defines; table.grow past it fails

@@ -44,6 +44,18 @@
 // deadline or an unusable output is a *CallError; the instance is then
 // discarded, because a trapped instance is dead even if it looks open.
 //
+// The deadline (deadline.go, docs/deadline.md) is enforced by instrumenting
+// the module at load (package instrument): a fuel counter checked at every
+// loop header and at the entry of functions on a call-graph cycle, calling
+// into the host (the instance's sched_yield) every instrument.Period
+// checks, where the host refills it or, past the deadline or on
+// cancellation, leaves it at 0 so the guest traps; the host also zeroes it
+// from context.AfterFunc. It costs 1.0-1.2x of no deadline, where wazero's
+// close-on-context-done (the fallback for a module the rewriter refuses,
+// Module.Deadline "runtime") costs 2.7-5x on the example projector and
+// ~30x per loop iteration. A start section runs after instantiation under
+// the deadline. docs/deadline.md has the bound and the RATIONALE.
+//
 // A module's manifest picks its ABI: v1 calls go through the Extism SDK's
 // call protocol with JSON; v2 calls (abiv2.go, abi/v2.md) call the
 // module's protean_handle through wazero directly, hand it the batch in
