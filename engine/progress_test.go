@@ -125,6 +125,7 @@ func TestProgressCompacts(t *testing.T) {
 	stored, err := mem.Events.Append(ctx, evs)
 	require.NoError(t, err)
 	e := &Engine{opts: Options{Events: mem.Events}, progress: newProgress(), log: slog.New(slog.DiscardHandler)}
+	e.loaded.Store(&loaded{set: &host.Set{}})
 	for _, ev := range stored[:compactAt] {
 		e.handledEvent(ctx, "g", "c", ev.GlobalPosition)
 	}
