@@ -50,9 +50,9 @@
 // into the host (the instance's sched_yield) every instrument.Period
 // checks, where the host refills it or, past the deadline or on
 // cancellation, leaves it at 0 so the guest traps; the host also zeroes it
-// from context.AfterFunc. It costs 1.0-1.2x of no deadline, where wazero's
+// from context.AfterFunc. It costs 1.1-1.2x of no deadline, where wazero's
 // close-on-context-done (the fallback for a module the rewriter refuses,
-// Module.Deadline "runtime") costs 2.7-5x on the example projector and
+// Module.Deadline "runtime") costs 3-4.5x on the example projector and
 // ~30x per loop iteration. A start section runs after instantiation under
 // the deadline. docs/deadline.md has the bound and the RATIONALE.
 //
