@@ -456,7 +456,16 @@ func (m *Module) instance(ctx context.Context, log *slog.Logger) (*instance, err
 	if m.Deadline == DeadlineInstrumented {
 		mc = mc.WithOsyield(in.yield) // the checks call in here (see yield)
 	}
-	inst, err := m.compiled.Instance(experimental.WithMemoryAllocator(ctx, in.mem), extism.PluginInstanceConfig{ModuleConfig: mc})
+	ictx := ctx
+	if m.Deadline == DeadlineRuntime {
+		// A start section runs inside instantiation, where only the
+		// runtime's own check can stop it (an instrumented module's runs
+		// in attach).
+		var cancel context.CancelFunc
+		ictx, cancel = context.WithTimeout(ctx, m.Limits.Timeout)
+		defer cancel()
+	}
+	inst, err := m.compiled.Instance(experimental.WithMemoryAllocator(ictx, in.mem), extism.PluginInstanceConfig{ModuleConfig: mc})
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w", err)
 	}
