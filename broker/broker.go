@@ -175,6 +175,26 @@ type Waiter interface {
 	Wait(ctx context.Context, stream, group string) (Delivery, error)
 }
 
+// Batcher is a Consumer that hands out a run of ready messages at once,
+// so a consumer can give them to its handler in one call and settle each
+// on its own afterwards.
+type Batcher interface {
+	// NextBatch delivers up to max of the group's ready messages, in the
+	// order Next would deliver them, without waiting: at least one, or
+	// ErrEmpty. A redelivered message (Attempt > 1) is delivered alone:
+	// never after another message of the batch, and nothing after it, so
+	// a retry runs by itself.
+	NextBatch(ctx context.Context, stream, group string, max int) ([]Delivery, error)
+	// Release gives back a message delivered to the group that its
+	// consumer did not handle (a later message of a batch whose earlier
+	// one failed): it is redelivered ahead of the stream's later messages,
+	// in publish order behind any earlier message awaiting its retry, with
+	// the same Attempt, since it was not tried. Releasing a message that
+	// is not in flight but not acked returns nil; an acked one ErrAcked,
+	// one never delivered ErrNotDelivered.
+	Release(ctx context.Context, stream, group, id string) error
+}
+
 // DeadLetterer is implemented by brokers with the DeadLetterQueue
 // capability.
 type DeadLetterer interface {

@@ -9,8 +9,10 @@
 // message goes to one consumer at a time. Abilities not every broker has
 // are separate interfaces, found with a type assertion and advertised in
 // [Capability]: [Waiter] (blocking reads, BlockingRead), [DeadLetterer]
-// (dead-letter inspection and replay, DeadLetterQueue) and [Inspector]
-// (counts for metrics). [Options] carry the delivery settings, with
+// (dead-letter inspection and replay, DeadLetterQueue), [Inspector]
+// (counts for metrics) and [Batcher] (a run of ready messages at once,
+// and Release for the ones a consumer took but did not try, so a batch
+// keeps each message's retries and order; the inline broker has it). [Options] carry the delivery settings, with
 // Protean's defaults in [DefaultOptions]. Package brokertest is the suite
 // every implementation passes, with a Features value saying what it
 // guarantees; a Redis Streams broker goes behind the same interfaces.

@@ -29,6 +29,7 @@ type Inline struct {
 var (
 	_ Broker       = (*Inline)(nil)
 	_ Waiter       = (*Inline)(nil)
+	_ Batcher      = (*Inline)(nil)
 	_ DeadLetterer = (*Inline)(nil)
 	_ Inspector    = (*Inline)(nil)
 )
@@ -207,6 +208,44 @@ func (b *Inline) Wait(ctx context.Context, stream, group string) (Delivery, erro
 	}
 }
 
+// NextBatch delivers up to max ready messages of the group at once; see
+// [Batcher]. max < 1 counts as 1.
+func (b *Inline) NextBatch(ctx context.Context, stream, group string, limit int) ([]Delivery, error) {
+	if err := checkGroup("next batch", stream, group); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	now := b.now()
+	var out []Delivery
+	for len(out) < max(limit, 1) {
+		if len(out) > 0 {
+			// A redelivery runs alone: stop before it.
+			if g := b.streams[stream].groups[group]; len(g.requeued) > 0 && g.requeued[0].retries > 0 {
+				break
+			}
+		}
+		d, _, ok := b.nextLocked(stream, group, now)
+		if !ok {
+			break
+		}
+		out = append(out, d)
+		if d.Attempt > 1 {
+			break
+		}
+	}
+	if len(out) == 0 {
+		return nil, ErrEmpty
+	}
+	return out, nil
+}
+
 // nextLocked delivers the group's next ready message. When a requeued
 // message holds the line it returns the time it becomes ready instead.
 func (b *Inline) nextLocked(name, gname string, now time.Time) (d Delivery, readyAt time.Time, ok bool) {
@@ -275,6 +314,23 @@ func (b *Inline) Nack(ctx context.Context, stream, group, id string) error {
 			return nil
 		}
 		g.requeue(requeue{seq: seq, retries: retries, readyAt: now.Add(b.opts.RetryBackoff(retries))})
+		s.signal()
+		return nil
+	})
+}
+
+// Release gives a delivered message back untried; see [Batcher].
+func (b *Inline) Release(ctx context.Context, stream, group, id string) error {
+	return b.settle(ctx, "release", stream, group, id, ErrNotDelivered, func(s *streamLog, g *cursor, seq int, now time.Time) error {
+		f, ok := g.inflight[seq]
+		if !ok {
+			if g.unsettled(seq) != "" {
+				return nil
+			}
+			return ErrAcked
+		}
+		delete(g.inflight, seq)
+		g.requeue(requeue{seq: seq, retries: f.attempt - 1, readyAt: now})
 		s.signal()
 		return nil
 	})

@@ -244,7 +244,11 @@ func (e *Engine) consume(waitCtx, workCtx context.Context, src Source, s subscri
 			continue
 		}
 		pause = waitRetryMin
-		e.deliver(workCtx, src, s, d)
+		if run := e.extend(waitCtx, src, s, d); len(run) > 1 {
+			e.deliverRun(workCtx, src, s, run)
+		} else {
+			e.deliver(workCtx, src, s, d)
+		}
 	}
 }
 
@@ -256,19 +260,20 @@ const (
 
 // deliver handles one delivery and settles it: ack on success (or when the
 // handler does not handle the type), nack on failure, so the broker retries
-// with backoff and dead-letters after its retries.
-func (e *Engine) deliver(ctx context.Context, src Source, s subscription, d broker.Delivery) {
+// with backoff and dead-letters after its retries. It reports whether the
+// message was acked.
+func (e *Engine) deliver(ctx context.Context, src Source, s subscription, d broker.Delivery) bool {
 	l, err := e.acquire()
 	if err != nil {
 		e.settle(ctx, src, s, d, "nack", err)
-		return
+		return false
 	}
 	defer l.users.leave()
 	route, ok := l.route(s.handler, d.Type)
 	if !ok {
 		e.handledEvent(ctx, s.handler, s.stream, d.GlobalPosition)
 		e.settle(ctx, src, s, d, "skip", nil)
-		return
+		return true
 	}
 	env := e.messageEnvelope(d.Message)
 	res, err := e.handleOne(ctx, l, route, env)
@@ -285,10 +290,11 @@ func (e *Engine) deliver(ctx context.Context, src Source, s subscription, d brok
 		e.log.Warn("delivery failed", "handler", s.handler, "stream", s.stream, "type", d.Type,
 			"message_id", d.ID, "attempt", d.Attempt, "error", err)
 		e.settle(ctx, src, s, d, "nack", err)
-		return
+		return false
 	}
 	e.handledEvent(ctx, s.handler, s.stream, d.GlobalPosition)
 	e.settle(ctx, src, s, d, "ack", nil)
+	return true
 }
 
 func (e *Engine) settle(ctx context.Context, src Source, s subscription, d broker.Delivery, outcome string, cause error) {

@@ -5,9 +5,14 @@
 // unit of work; commands the effects ask for are dispatched after the
 // commit. Start runs the delivery side: one consumer per (handler,
 // category) pair reading the broker stream of that category as the
-// handler's consumer group, one message at a time and in order, acking on
-// commit and nacking on failure (the broker retries with backoff and
-// dead-letters after its retries). With Options.Partitioned, partitioned
+// handler's consumer group, in order, acking on commit and nacking on
+// failure (the broker retries with backoff and dead-letters after its
+// retries). With a broker.Batcher (the inline broker), a consumer hands
+// the run of messages already ready (up to Options.DeliveryBatch, no
+// waiting for more) to the guest in one call and commits it with group
+// commit; a failure at message k acks the messages before k, nacks k
+// (retried alone) and releases the rest untried, so each message keeps
+// the retry, DLQ and order it would have one by one (deliverrun.go). With Options.Partitioned, partitioned
 // categories are left to the partition workers; with Options.EventStore,
 // every category is left to the event-store subscriptions (package
 // subscription; EventStoreSubscriptions lists them), so each handler has

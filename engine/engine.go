@@ -51,6 +51,11 @@ type Options struct {
 	// partition workers of every host instance commit to: WaitHandled
 	// reads it for events other instances handled. Optional.
 	Positions Positions
+	// DeliveryBatch is the most messages a broker consumer hands its
+	// handler in one guest call, taking only what is already ready
+	// (default DefaultDeliveryBatch; 1 delivers one message per call).
+	// Batching needs a broker.Batcher source; others deliver one by one.
+	DeliveryBatch int
 }
 
 // Positions reads the consumer-positions table (position.Store has it).

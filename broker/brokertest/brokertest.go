@@ -111,6 +111,7 @@ func Run(t *testing.T, f Features, newBroker NewBroker) {
 		{"Deduplicates", testDeduplicates},
 		{"Stress", testStress},
 		{"CloseHammer", testCloseHammer},
+		{"Batch", testBatch},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

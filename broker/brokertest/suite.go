@@ -584,3 +584,54 @@ func testDeduplicates(t *testing.T, e *env) {
 	e.publish("payment", "m1") // IDs are per stream
 	e.next("payment", "g", "m1")
 }
+
+// testBatch pins broker.Batcher: a batch is the ready messages in order;
+// a released message comes back untried (same attempt) in publish order
+// behind an earlier one awaiting its retry; a redelivery runs alone.
+func testBatch(t *testing.T, e *env) {
+	e.need(e.f.HoldTheLine, e.f.Clock)
+	b := e.open(nil)
+	bt, ok := b.(broker.Batcher)
+	e.need(ok)
+	ctx := context.Background()
+	batch := func(limit int, want ...string) []broker.Delivery {
+		t.Helper()
+		ds, err := bt.NextBatch(ctx, "order", "g", limit)
+		if len(want) == 0 {
+			require.ErrorIs(t, err, broker.ErrEmpty)
+			return nil
+		}
+		require.NoError(t, err)
+		var ids []string
+		for _, d := range ds {
+			ids = append(ids, d.ID)
+		}
+		require.Equal(t, want, ids)
+		return ds
+	}
+	batch(3)
+	e.publish("order", "m1", "m2", "m3", "m4", "m5")
+	ds := batch(3, "m1", "m2", "m3")
+	for _, d := range ds {
+		require.Equal(t, 1, d.Attempt, d.ID)
+	}
+	e.ack("order", "g", "m1")
+	e.nack("order", "g", "m2")
+	require.NoError(t, bt.Release(ctx, "order", "g", "m3"))
+	require.NoError(t, bt.Release(ctx, "order", "g", "m3"), "release twice")
+	require.ErrorIs(t, bt.Release(ctx, "order", "g", "m1"), broker.ErrAcked)
+	require.ErrorIs(t, bt.Release(ctx, "order", "g", "m5"), broker.ErrNotDelivered)
+	// m2 holds the line for its retry delay; m3 waits behind it.
+	batch(10)
+	e.clk.Advance(time.Second)
+	ds = batch(10, "m2") // a redelivery runs alone
+	require.Equal(t, 2, ds[0].Attempt)
+	e.ack("order", "g", "m2")
+	ds = batch(10, "m3", "m4", "m5")
+	require.Equal(t, 1, ds[0].Attempt, "a released message was not tried")
+	for _, d := range ds {
+		e.ack("order", "g", d.ID)
+	}
+	batch(10)
+	require.Zero(t, e.stats("order", "g").InFlight)
+}
