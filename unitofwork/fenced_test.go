@@ -153,4 +153,5 @@ func testFenceOnly(t *testing.T, h fencedHarness) {
 	require.ErrorIs(t, err, position.ErrApplied)
 	_, err = h.uow.CommitFenced(ctx, orderFence(row.Generation+1, 4))
 	require.ErrorIs(t, err, position.ErrFenced)
+	require.Equal(t, map[string]int64{"order:c-1": 3}, positionsOf(t, h).Positions, "a refused fence moves nothing")
 }

@@ -83,6 +83,24 @@ func TestPostgresCommitRoundTrips(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(2), rt.n.Load(), "round trips of a fenced unit of work")
 
+	// A fence alone (a message that wrote nothing) is one round trip: the
+	// UPDATE and COMMIT together. Refused, it still leaves the connection
+	// out of any transaction (the pool has one connection).
+	_, err = u.CommitFenced(ctx, *fence(3)) // prepare
+	require.NoError(t, err)
+	rt.n.Store(0)
+	_, err = u.CommitFenced(ctx, *fence(4))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), rt.n.Load(), "round trips of a fence-only unit of work")
+	_, err = u.CommitFenced(ctx, *fence(4))
+	require.ErrorIs(t, err, position.ErrApplied)
+	_, err = u.CommitFenced(ctx, *fence(5))
+	require.NoError(t, err)
+	row, ok, err := p.Positions.Get(ctx, "g", "u")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, map[string]int64{"order": 5}, row.Positions)
+
 	var steps []unitofwork.Step
 	for i := range 5 {
 		steps = append(steps, unitofwork.Step{Fence: fence(int64(10 + i)), Changes: []unitofwork.Change{{Effects: placeOrder(fmt.Sprintf("r-%d", i), `"c-1"`)}}})

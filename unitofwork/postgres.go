@@ -131,7 +131,7 @@ func (t *postgresTx) Rollback(ctx context.Context) error {
 }
 
 // commitPipelined commits stages in one READ COMMITTED transaction in two
-// round trips: BEGIN, the fences, the record writes, the category locks
+// round trips (one when the stages are a fence alone: fenceOnly): BEGIN, the fences, the record writes, the category locks
 // and the appends in one pipeline; then the outbox rows (built from the
 // appended events' positions) and COMMIT in a second. The category locks
 // are taken once, by the appends, and held to commit, which covers the
@@ -192,6 +192,18 @@ func (p *Postgres) commitPipelined(ctx context.Context, stages []*stage, rows fu
 			_, _ = conn.Exec(context.WithoutCancel(ctx), `ROLLBACK`)
 		}
 	}()
+	if fenceOnly(stages) {
+		// Nothing of the transaction needs a second round trip, and a
+		// refused fence wrote nothing: COMMIT rides in the first (it
+		// commits an empty transaction when the fence is refused, and is
+		// skipped when a statement fails).
+		b.Queue(`COMMIT`)
+		if err := sendBatch(ctx, conn, &b, readers, true); err != nil {
+			return nil, err
+		}
+		open = false
+		return make([][]eventstore.Event, 1), nil
+	}
 	if err := sendBatch(ctx, conn, &b, readers, false); err != nil {
 		return nil, err
 	}
@@ -239,6 +251,17 @@ func (p *Postgres) commitPipelined(ctx context.Context, stages []*stage, rows fu
 	}
 	open = false
 	return out, nil
+}
+
+// fenceOnly says stages are one step that only advances its fence (a
+// consumer's message that wrote nothing, or a run of messages its handler
+// does not handle): one statement, which changes nothing when refused.
+func fenceOnly(stages []*stage) bool {
+	if len(stages) != 1 {
+		return false
+	}
+	s := stages[0]
+	return s.fence != nil && len(s.writes) == 0 && len(s.events) == 0 && s.key == nil
 }
 
 // sendBatch sends b on conn and reads it: BEGIN first if queued, the
