@@ -49,9 +49,12 @@ const (
 	// V2Log (level i32, ptr i32, len i32): a log line; level 0 debug,
 	// 1 info, 2 warn, 3 error.
 	V2Log = "log"
-	// V2MemoryLimit () -> i64: the cap on the module's linear memory in
-	// bytes ([plugins.limits] memory_mb), 0 outside protean_handle. A
-	// garbage-collected guest sizes its heap by it (package pdk does).
+	// V2MemoryLimit () -> i64: the memory, in bytes, a guest should keep
+	// its heap under: the smaller of its cap ([plugins.limits] memory_mb)
+	// and the mark above which the host replaces an instance after its
+	// call (recycle_above_mb); 0 outside protean_handle. A
+	// garbage-collected guest sizes its heap by it (package pdk does), so
+	// it collects before its instance is thrown away.
 	V2MemoryLimit = "memory_limit"
 )
 
