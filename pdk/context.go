@@ -36,8 +36,25 @@ type Context struct {
 	batch   *overlay
 	effects abi.Effects
 	// staged holds this message's own writes, merged into the batch
-	// overlay only if the handler succeeds.
-	staged map[recordKey]stagedRecord
+	// overlay only if the handler succeeds: a slice, not a map, since a
+	// handler writes one or two records and a map per message is most
+	// of a projector's garbage in WASM.
+	staged []stagedEntry
+}
+
+type stagedEntry struct {
+	key recordKey
+	rec stagedRecord
+}
+
+// stagedRecord returns this message's own write of k.
+func (c *Context) stagedRecord(k recordKey) (stagedRecord, bool) {
+	for i := range c.staged {
+		if c.staged[i].key == k {
+			return c.staged[i].rec, true
+		}
+	}
+	return stagedRecord{}, false
 }
 
 type recordKey struct {
@@ -71,7 +88,7 @@ func (c *Context) HandlerName() string { return c.handler.decl.Name }
 // writes and this message's own.
 func (c *Context) Load(kind abi.RecordKind, typ, id string, v any) (version int64, err error) {
 	k := recordKey{kind, typ, id}
-	if r, ok := c.staged[k]; ok {
+	if r, ok := c.stagedRecord(k); ok {
 		return r.version, r.loadInto(v)
 	}
 	if r, ok := (*c.batch)[k]; ok {
@@ -124,7 +141,7 @@ func (r stagedRecord) loadInto(v any) error {
 func (c *Context) Save(kind abi.RecordKind, typ, id string, expected int64, v any) error {
 	k := recordKey{kind, typ, id}
 	size := 128 // the record's last encoding, if the batch has one, is a better guess
-	if r, ok := c.staged[k]; ok {
+	if r, ok := c.stagedRecord(k); ok {
 		size = len(r.data) + 64
 	} else if r, ok := (*c.batch)[k]; ok {
 		size = len(r.data) + 64
@@ -134,10 +151,14 @@ func (c *Context) Save(kind abi.RecordKind, typ, id string, expected int64, v an
 		return Permanent(fmt.Errorf("encode %s %s/%s: %w", kind, typ, id, err))
 	}
 	c.effects.Writes = append(c.effects.Writes, abi.Write{Kind: kind, Type: typ, ID: id, ExpectedVersion: expected, Data: data})
-	if c.staged == nil {
-		c.staged = map[recordKey]stagedRecord{}
+	rec := stagedRecord{version: expected + 1, data: data, value: v}
+	for i := range c.staged {
+		if c.staged[i].key == k {
+			c.staged[i].rec = rec
+			return nil
+		}
 	}
-	c.staged[k] = stagedRecord{version: expected + 1, data: data, value: v}
+	c.staged = append(c.staged, stagedEntry{k, rec})
 	return nil
 }
 

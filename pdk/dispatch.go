@@ -3,7 +3,6 @@ package pdk
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 
 	"github.com/proteanhq/protean-host/abi"
 )
@@ -52,7 +51,9 @@ func handleRequest(req *abi.HandleRequest, h host) (*abi.HandleResponse, error) 
 			resp.Results = append(resp.Results, abi.Result{Error: toABIError(err)})
 			break
 		}
-		maps.Copy(batch, ctx.staged)
+		for _, s := range ctx.staged {
+			batch[s.key] = s.rec
+		}
 		effects[i] = ctx.effects
 		resp.Results = append(resp.Results, abi.Result{Effects: &effects[i]})
 	}

@@ -199,7 +199,7 @@ func TestHostErrorsKeepTheirKind(t *testing.T) {
 		{`{"found":false,"version":0,"messages":null,"error":"db down"}`, abi.ErrorTransient, ""},
 	}
 	for _, tc := range tests {
-		ctx := &Context{host: jsonHost{answerHost{tc.resp}}, batch: &overlay{}, staged: map[recordKey]stagedRecord{}}
+		ctx := &Context{host: jsonHost{answerHost{tc.resp}}, batch: &overlay{}}
 		var v map[string]any
 		_, loadErr := ctx.Load(Aggregate, "order", "o-1", &v)
 		_, readErr := ctx.ReadStream("order-o-1", 0, 10)
