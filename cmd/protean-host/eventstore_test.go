@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -74,29 +73,7 @@ func (d pgInline) start(t *testing.T) *process {
 	t.Helper()
 	addr := freeAddr(t)
 	cfg := d.writeConfig(t, addr)
-	p := &process{addr: addr, log: filepath.Join(t.TempDir(), "host.log"), done: make(chan struct{})}
-	logf, err := os.Create(p.log)
-	require.NoError(t, err)
-	p.cmd = exec.Command(hostBinary(t), "run", "--config", cfg)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	require.NoError(t, p.cmd.Start())
-	go func() { _ = p.cmd.Wait(); _ = logf.Close(); close(p.done) }()
-	t.Cleanup(func() { p.kill() })
-	testwait.For(t, "instance at "+addr+" healthy", func() (bool, string) {
-		select {
-		case <-p.done:
-			return true, ""
-		default:
-		}
-		r, err := send("GET", "http://"+addr+"/healthz", "")
-		return err == nil && r.code == 200, fmt.Sprintf("%v %v\n%s", r, err, p.tail())
-	})
-	select {
-	case <-p.done:
-		t.Fatalf("instance exited at start:\n%s", p.tail())
-	default:
-	}
-	return p
+	return startProcess(t, addr, cfg, t.TempDir(), nil)
 }
 
 // loader places orders for four clients on the given hosts, from

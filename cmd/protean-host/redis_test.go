@@ -147,6 +147,38 @@ type process struct {
 	done chan struct{}
 }
 
+// startProcess runs the host binary with args (after "run --config cfg")
+// and extra environment (KEY=VALUE), logging to dir/host.log, and waits
+// until it answers /healthz at addr; a host that exits at start fails the
+// test with its log. The test's cleanup kills it.
+func startProcess(t *testing.T, addr, cfg, dir string, args []string, env ...string) *process {
+	t.Helper()
+	p := &process{addr: addr, log: filepath.Join(dir, "host.log"), done: make(chan struct{})}
+	logf, err := os.Create(p.log)
+	require.NoError(t, err)
+	p.cmd = exec.Command(hostBinary(t), append([]string{"run", "--config", cfg}, args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	p.cmd.Env = append(os.Environ(), env...)
+	require.NoError(t, p.cmd.Start())
+	go func() { _ = p.cmd.Wait(); _ = logf.Close(); close(p.done) }()
+	t.Cleanup(func() { p.kill() })
+	testwait.For(t, "instance at "+addr+" healthy", func() (bool, string) {
+		select {
+		case <-p.done:
+			return true, ""
+		default:
+		}
+		r, err := send("GET", "http://"+addr+"/healthz", "")
+		return err == nil && r.code == 200, fmt.Sprintf("%v %v\n%s", r, err, p.tail())
+	})
+	select {
+	case <-p.done:
+		t.Fatalf("instance exited at start:\n%s", p.tail())
+	default:
+	}
+	return p
+}
+
 var (
 	binOnce sync.Once
 	binPath string
@@ -222,29 +254,7 @@ cache_dir = %q
 [http]
 listen = %q
 `, d.dbURL, d.dbURL, d.redisURL, d.prefix, dir, wasmbuild.CacheDir(t), addr)), 0o644))
-	p := &process{addr: addr, log: filepath.Join(tmp, "host.log"), done: make(chan struct{})}
-	logf, err := os.Create(p.log)
-	require.NoError(t, err)
-	p.cmd = exec.Command(hostBinary(t), "run", "--config", cfg)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	require.NoError(t, p.cmd.Start())
-	go func() { _ = p.cmd.Wait(); _ = logf.Close(); close(p.done) }()
-	t.Cleanup(func() { p.kill() })
-	testwait.For(t, "instance at "+addr+" healthy", func() (bool, string) {
-		select {
-		case <-p.done:
-			return true, ""
-		default:
-		}
-		r, err := send("GET", "http://"+addr+"/healthz", "")
-		return err == nil && r.code == 200, fmt.Sprintf("%v %v\n%s", r, err, p.tail())
-	})
-	select {
-	case <-p.done:
-		t.Fatalf("instance exited at start:\n%s", p.tail())
-	default:
-	}
-	return p
+	return startProcess(t, addr, cfg, tmp, nil)
 }
 
 func (p *process) kill() {

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -77,20 +76,7 @@ func runHostEnv(t *testing.T, body, drain string, env ...string) *process {
 	tmp := t.TempDir()
 	cfg := filepath.Join(tmp, "host.toml")
 	require.NoError(t, os.WriteFile(cfg, []byte(body+fmt.Sprintf("\n[http]\nlisten = %q\n", addr)), 0o644))
-	p := &process{addr: addr, log: filepath.Join(tmp, "host.log"), done: make(chan struct{})}
-	logf, err := os.Create(p.log)
-	require.NoError(t, err)
-	p.cmd = exec.Command(hostBinary(t), "run", "--config", cfg, "--shutdown-timeout", drain)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	p.cmd.Env = append(os.Environ(), env...)
-	require.NoError(t, p.cmd.Start())
-	go func() { _ = p.cmd.Wait(); _ = logf.Close(); close(p.done) }()
-	t.Cleanup(func() { p.kill() })
-	testwait.For(t, "the host healthy", func() (bool, string) {
-		r, err := send("GET", "http://"+addr+"/healthz", "")
-		return err == nil && r.code == 200, fmt.Sprintf("%v %v\n%s", r, err, p.tail())
-	})
-	return p
+	return startProcess(t, addr, cfg, tmp, []string{"--shutdown-timeout", drain}, env...)
 }
 
 // TestHostileTenantIsContained runs the real host with two tenants: shop
