@@ -153,17 +153,10 @@ func (b *Inline) Publish(ctx context.Context, msgs ...Message) error {
 // overview. Messages in flight longer than Options.MessageTimeout are
 // dead-lettered first.
 func (b *Inline) Next(ctx context.Context, stream, group string) (Delivery, error) {
-	if err := checkGroup("next", stream, group); err != nil {
+	if err := b.lockGroup(ctx, "next", stream, group); err != nil {
 		return Delivery{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return Delivery{}, err
-	}
-	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
-		return Delivery{}, ErrClosed
-	}
 	d, _, ok := b.nextLocked(stream, group, b.now())
 	if !ok {
 		return Delivery{}, ErrEmpty
@@ -208,20 +201,30 @@ func (b *Inline) Wait(ctx context.Context, stream, group string) (Delivery, erro
 	}
 }
 
+// lockGroup checks the group's names and ctx, then takes b.mu unless the
+// broker is closed: on nil the caller holds the lock and must unlock it.
+func (b *Inline) lockGroup(ctx context.Context, op, stream, group string) error {
+	if err := checkGroup(op, stream, group); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	return nil
+}
+
 // NextBatch delivers up to max ready messages of the group at once; see
 // [Batcher]. max < 1 counts as 1.
 func (b *Inline) NextBatch(ctx context.Context, stream, group string, limit int) ([]Delivery, error) {
-	if err := checkGroup("next batch", stream, group); err != nil {
+	if err := b.lockGroup(ctx, "next batch", stream, group); err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
-		return nil, ErrClosed
-	}
 	now := b.now()
 	var out []Delivery
 	for len(out) < max(limit, 1) {
@@ -389,17 +392,10 @@ func (b *Inline) settle(ctx context.Context, op, stream, group, id string, missi
 // DLQ lists the group's dead letters of stream, oldest failure first (ties
 // in publish order).
 func (b *Inline) DLQ(ctx context.Context, stream, group string) ([]DeadLetter, error) {
-	if err := checkGroup("dlq", stream, group); err != nil {
+	if err := b.lockGroup(ctx, "dlq", stream, group); err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
-		return nil, ErrClosed
-	}
 	s, g := b.lookupLocked(stream, group)
 	if g == nil {
 		return nil, nil
@@ -423,17 +419,10 @@ func (b *Inline) DLQ(ctx context.Context, stream, group string) ([]DeadLetter, e
 // Stats counts the group's messages of stream by state, after expiring
 // timed-out ones.
 func (b *Inline) Stats(ctx context.Context, stream, group string) (Stats, error) {
-	if err := checkGroup("stats", stream, group); err != nil {
+	if err := b.lockGroup(ctx, "stats", stream, group); err != nil {
 		return Stats{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return Stats{}, err
-	}
-	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
-		return Stats{}, ErrClosed
-	}
 	s, g := b.lookupLocked(stream, group)
 	if s == nil {
 		return Stats{}, nil
