@@ -67,6 +67,7 @@ var (
 	_ broker.Waiter       = (*Broker)(nil)
 	_ broker.DeadLetterer = (*Broker)(nil)
 	_ broker.Inspector    = (*Broker)(nil)
+	_ broker.Batcher      = (*Broker)(nil)
 )
 
 // New returns a broker on client, which the caller owns (Close does not
@@ -248,16 +249,22 @@ func isNoGroup(err error) bool { return err != nil && strings.Contains(err.Error
 // next runs the next script, creating the group (from the stream's first
 // entry) when it does not exist yet.
 func (b *Broker) next(ctx context.Context, stream, group string, now time.Time) (reply, error) {
-	r, err := b.run(ctx, nextScript, "next", stream, group, now)
+	return b.read(ctx, nextScript, "next", stream, group, now)
+}
+
+// read runs a delivering script (next, batch), creating the group (from
+// the stream's first entry) when it does not exist yet.
+func (b *Broker) read(ctx context.Context, s *redis.Script, op, stream, group string, now time.Time, extra ...any) (reply, error) {
+	r, err := b.run(ctx, s, op, stream, group, now, extra...)
 	if isNoGroup(err) {
 		err = b.rdb.XGroupCreateMkStream(ctx, b.opts.Prefix+stream, group, "0").Err()
 		if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
 			return reply{}, fmt.Errorf("redisstream: create group: stream %s: group %s: %w", stream, group, err)
 		}
-		r, err = b.run(ctx, nextScript, "next", stream, group, now)
+		r, err = b.run(ctx, s, op, stream, group, now, extra...)
 	}
 	if err != nil {
-		return reply{}, fmt.Errorf("redisstream: next: stream %s: group %s: %w", stream, group, err)
+		return reply{}, fmt.Errorf("redisstream: %s: stream %s: group %s: %w", op, stream, group, err)
 	}
 	return r, nil
 }

@@ -330,3 +330,88 @@ end
 local rq = redis.call('ZCARD', Q)
 return {'ok', killed, lag + rq, rq, redis.call('ZCARD', F), tonumber(redis.call('HGET', H, 'n:dead') or '0')}
 `)
+
+// batchScript is nextScript for up to ARGV[8] messages, in the order
+// nextScript would deliver them: due heads of the requeued line, then new
+// entries (one XREADGROUP COUNT n, without BLOCK). A redelivery (an entry
+// with deliveries so far, a:E > 0) is delivered alone: the batch stops
+// before it, and after it. A released entry (a:E given back by
+// releaseScript) is not a redelivery. Replies {"batch", killed, {{entry
+// id, fields, attempt}...}}, or nextScript's "held" and "empty" replies
+// when it delivers nothing.
+var batchScript = redis.NewScript(groupPrelude + `
+expire()
+local limit = tonumber(ARGV[8])
+local out = {}
+while #out < limit do
+  local m = redis.call('ZRANGE', Q, 0, 0)[1]
+  if not m then break end
+  local eid = string.match(m, ' (.+)$')
+  local due = redis.call('HGET', H, 'q:' .. eid)
+  local rs, rn = tpair(due)
+  if rs and before(now_s, now_n, rs, rn) then
+    if #out == 0 then return {'held', killed, due} end
+    return {'batch', killed, out}
+  end
+  if #out > 0 and tonumber(redis.call('HGET', H, 'a:' .. eid) or '0') > 0 then
+    return {'batch', killed, out} -- a redelivery runs alone
+  end
+  redis.call('ZREM', Q, m)
+  redis.call('HDEL', H, 'q:' .. eid)
+  local fields, in_stream = fields_of(eid)
+  if fields then
+    if in_stream then redis.call('XCLAIM', S, G, C, 0, eid, 'JUSTID') end
+    local a = redis.call('HINCRBY', H, 'a:' .. eid, 1)
+    redis.call('HSET', H, 't:' .. eid, now)
+    redis.call('ZADD', F, now_s, eid)
+    out[#out + 1] = {eid, fields, a}
+    if a > 1 then return {'batch', killed, out} end
+  else
+    redis.call('HDEL', H, 'a:' .. eid) -- trimmed away: nothing to deliver
+  end
+end
+if #out < limit then -- the requeued line is empty
+  local r = redis.call('XREADGROUP', 'GROUP', G, C, 'COUNT', limit - #out, 'STREAMS', S, '>')
+  if r then
+    for _, e in ipairs(r[1][2]) do
+      redis.call('HSET', H, 'a:' .. e[1], 1, 't:' .. e[1], now)
+      redis.call('ZADD', F, now_s, e[1])
+      out[#out + 1] = {e[1], e[2], 1}
+    end
+  end
+end
+if #out > 0 then return {'batch', killed, out} end
+local last = redis.call('XREVRANGE', S, '+', '-', 'COUNT', 1)[1]
+local lw = redis.call('XREVRANGE', W, '+', '-', 'COUNT', 1)[1]
+return {'empty', killed, last and last[1] or '0-0', lw and lw[1] or '0-0'}
+`)
+
+// releaseScript: ARGV[8] message id, or with ARGV[9] "1" an entry id (a
+// malformed entry has no message id). Gives an in-flight entry back
+// untried: into the requeued line at its place (entry order, so behind an
+// earlier entry awaiting its retry), due now, with its delivery count
+// taken back by one, so its next delivery has the same attempt. Like
+// nackScript, it is "ok" for an entry requeued or given up on, "acked"
+// for one acked.
+var releaseScript = redis.NewScript(groupPrelude + `
+expire()
+local eid = ARGV[8]
+if ARGV[9] ~= '1' then
+  eid = entry_of(ARGV[8])
+  if not (eid and redis.call('ZSCORE', F, eid)) then eid = delivered(ARGV[8]) end
+  if not eid then return {'not_delivered', killed} end
+end
+if not redis.call('ZSCORE', F, eid) then
+  if redis.call('HEXISTS', H, 'q:' .. eid) == 1 or redis.call('HEXISTS', H, 'x:' .. eid) == 1 then
+    return {'ok', killed}
+  end
+  return {'acked', killed}
+end
+redis.call('ZREM', F, eid)
+redis.call('HDEL', H, 't:' .. eid)
+redis.call('HINCRBY', H, 'a:' .. eid, -1)
+redis.call('HSET', H, 'q:' .. eid, now)
+redis.call('ZADD', Q, 0, pad(eid) .. ' ' .. eid)
+wake()
+return {'ok', killed}
+`)
