@@ -27,7 +27,25 @@ type runOutcome struct {
 	dead    []string
 }
 
+// runBroker is what deliverOps needs of a broker: a Source it publishes to
+// and inspects.
+type runBroker interface {
+	Source
+	broker.Broker
+	broker.Inspector
+	broker.DeadLetterer
+}
+
 func deliverOps(t *testing.T, batch, maxRetries int, ops ...string) runOutcome {
+	t.Helper()
+	return deliverOpsOn(t, func(opts broker.Options) runBroker {
+		src, err := broker.NewInline(opts)
+		require.NoError(t, err)
+		return src
+	}, batch, maxRetries, ops...)
+}
+
+func deliverOpsOn(t *testing.T, newBroker func(broker.Options) runBroker, batch, maxRetries int, ops ...string) runOutcome {
 	t.Helper()
 	e, mem := partitionEngine(t)
 	e.opts.DeliveryBatch = batch
@@ -42,9 +60,8 @@ func deliverOps(t *testing.T, batch, maxRetries int, ops ...string) runOutcome {
 		}
 		handled = append(handled, h.Message.ID+mark)
 	}
-	src, err := broker.NewInline(broker.Options{MaxRetries: maxRetries, RetryDelay: time.Millisecond, BackoffMultiplier: 1,
+	src := newBroker(broker.Options{MaxRetries: maxRetries, RetryDelay: time.Millisecond, BackoffMultiplier: 1,
 		MessageTimeout: time.Minute, EnableDLQ: true})
-	require.NoError(t, err)
 	t.Cleanup(func() { _ = src.Close() })
 	for _, m := range opBatch(1, ops...).Messages {
 		m.Stream, m.Category = "ops", "ops"
@@ -82,9 +99,13 @@ func deliverOps(t *testing.T, batch, maxRetries int, ops ...string) runOutcome {
 // the same effects as one by one, in fewer calls.
 func TestInlineRunIsOneCallWithPerMessageRetry(t *testing.T) {
 	ops := []string{"read", "read", "transient", "read", "read"}
-	one := deliverOps(t, 1, 1, ops...)
-	run := deliverOps(t, 0, 1, ops...)
+	requireRunWithPerMessageRetry(t, deliverOps(t, 1, 1, ops...), deliverOps(t, 0, 1, ops...))
+}
 
+// requireRunWithPerMessageRetry checks the outcomes of read, read,
+// transient, read, read delivered one by one and in runs, with one retry.
+func requireRunWithPerMessageRetry(t *testing.T, one, run runOutcome) {
+	t.Helper()
 	want := []string{"m-1", "m-2", "m-3!", "m-3!", "m-4", "m-5"}
 	require.Equal(t, want, one.handled, "one by one")
 	require.Equal(t, want, run.handled, "in runs")

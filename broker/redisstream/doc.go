@@ -6,8 +6,8 @@
 // (broker/brokertest) with every feature the inline broker claims.
 //
 // It has two parts: Publish, which the outbox relay calls for every row,
-// and ordinary consumer groups (Next, Wait, Ack, Nack, DLQ, Replay, Stats)
-// for unpartitioned streams. Partitioned streams are consumed by package
+// and ordinary consumer groups (Next, Wait, Ack, Nack, DLQ, Replay, Stats,
+// and broker.Batcher's NextBatch and Release) for unpartitioned streams. Partitioned streams are consumed by package
 // partition under leases; it reuses this package's entry codec ([Encode],
 // [Decode]) and nothing else.
 //
@@ -95,6 +95,18 @@
 //   - next: expire timed-out deliveries, then deliver the head of the
 //     requeued line if it is due, else nothing if it is not (it holds the
 //     line), else one new entry (XREADGROUP COUNT 1).
+//   - batch (NextBatch): next for up to n messages in one script: the
+//     due heads of the requeued line, then new entries by one XREADGROUP
+//     COUNT n without BLOCK. An entry delivered before (attempts so far
+//     > 0) is a redelivery and comes alone: the batch stops before it and
+//     after it. The engine hands the run to the guest in one call.
+//   - release (Release): an untried message of a batch goes back into the
+//     requeued line at its entry-order place, due now, with its delivery
+//     count taken back by one, so its next delivery has the same Attempt;
+//     a nacked earlier entry ahead of it still holds the line, and the
+//     released one follows it. A malformed entry in a batch ends the
+//     batch: it and the entries after it are released, so the next call
+//     returns its DecodeError as Next would.
 //   - ack, nack, replay: check the message's state and change it in one
 //     step. A nack past MaxRetries does XADD to {stream}:dlq and XACK in the
 //     same script, so a dead letter is never lost between the two.
