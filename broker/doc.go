@@ -12,7 +12,8 @@
 // (dead-letter inspection and replay, DeadLetterQueue), [Inspector]
 // (counts for metrics) and [Batcher] (a run of ready messages at once,
 // and Release for the ones a consumer took but did not try, so a batch
-// keeps each message's retries and order; the inline broker has it). [Options] carry the delivery settings, with
+// keeps each message's retries and order; the inline broker and the
+// Redis broker's ordinary groups have it). [Options] carry the delivery settings, with
 // Protean's defaults in [DefaultOptions]. Package brokertest is the suite
 // every implementation passes, with a Features value saying what it
 // guarantees; a Redis Streams broker goes behind the same interfaces.

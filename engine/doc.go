@@ -7,7 +7,8 @@
 // category) pair reading the broker stream of that category as the
 // handler's consumer group, in order, acking on commit and nacking on
 // failure (the broker retries with backoff and dead-letters after its
-// retries). With a broker.Batcher (the inline broker), a consumer hands
+// retries). With a broker.Batcher (the inline broker, the Redis broker's
+// ordinary groups), a consumer hands
 // the run of messages already ready (up to Options.DeliveryBatch, no
 // waiting for more) to the guest in one call and commits it with group
 // commit; a failure at message k acks the messages before k, nacks k
