@@ -258,6 +258,45 @@ type Limits struct {
 	// MaxInstances caps one module's instances, and so its concurrent
 	// calls; 0 means GOMAXPROCS.
 	MaxInstances int `toml:"max_instances"`
+	// A module's shape, checked before it is compiled so a compile bomb
+	// is refused without compiling (docs/deadline.md, Compile bombs).
+	ShapeLimits
+}
+
+// ShapeLimits bound a module's shape (host.Limits, instrument.Limits).
+type ShapeLimits struct {
+	MaxFunctions      int `toml:"max_functions"`       // defined functions
+	MaxFunctionBytes  int `toml:"max_function_bytes"`  // one function body
+	MaxFunctionLocals int `toml:"max_function_locals"` // one function's locals
+	MaxModuleLocals   int `toml:"max_module_locals"`   // all functions' locals together
+	MaxNestingDepth   int `toml:"max_nesting_depth"`   // blocks, loops and ifs open at once in one function
+	MaxNestingCost    int `toml:"max_nesting_cost"`    // sum over functions of the square of their nesting depth
+}
+
+// TenantShapeLimits are a tenant's overrides of ShapeLimits; nil inherits.
+type TenantShapeLimits struct {
+	MaxFunctions      *int `toml:"max_functions"`
+	MaxFunctionBytes  *int `toml:"max_function_bytes"`
+	MaxFunctionLocals *int `toml:"max_function_locals"`
+	MaxModuleLocals   *int `toml:"max_module_locals"`
+	MaxNestingDepth   *int `toml:"max_nesting_depth"`
+	MaxNestingCost    *int `toml:"max_nesting_cost"`
+}
+
+// shapeField is one shape limit: its key, a tenant's override (nil:
+// none) and the limit it overrides.
+type shapeField struct {
+	key     string
+	set, to *int
+}
+
+// fields pairs each override with the limit it overrides.
+func (t *TenantShapeLimits) fields(l *ShapeLimits) []shapeField {
+	return []shapeField{
+		{"max_functions", t.MaxFunctions, &l.MaxFunctions}, {"max_function_bytes", t.MaxFunctionBytes, &l.MaxFunctionBytes},
+		{"max_function_locals", t.MaxFunctionLocals, &l.MaxFunctionLocals}, {"max_module_locals", t.MaxModuleLocals, &l.MaxModuleLocals},
+		{"max_nesting_depth", t.MaxNestingDepth, &l.MaxNestingDepth}, {"max_nesting_cost", t.MaxNestingCost, &l.MaxNestingCost},
+	}
 }
 
 // CompileTimeout is compile_timeout_ms as a duration.
@@ -284,6 +323,7 @@ type Tenant struct {
 	MaxModuleBytes   *int64   `toml:"max_module_bytes"`
 	CompileTimeoutMS *int     `toml:"compile_timeout_ms"`
 	MaxInstances     *int     `toml:"max_instances"`
+	TenantShapeLimits
 	// GrantRead lets other tenants read categories this tenant owns:
 	// reader tenant → categories. Their modules may subscribe handlers to
 	// the category's events, read its streams and load its aggregates,
@@ -383,6 +423,9 @@ func Default() Config {
 				LogBurst:          lim.LogBurst,
 				MaxCascadeDepth:   engine.MaxFollowUpDepth,
 				MaxFollowUps:      engine.DefaultMaxFollowUps,
+				ShapeLimits: ShapeLimits{MaxFunctions: lim.MaxFunctions, MaxFunctionBytes: lim.MaxFunctionBytes,
+					MaxFunctionLocals: lim.MaxFunctionLocals, MaxModuleLocals: lim.MaxModuleLocals,
+					MaxNestingDepth: lim.MaxNestingDepth, MaxNestingCost: lim.MaxNestingCost},
 			},
 		},
 		Tenants: map[string]Tenant{},
@@ -545,6 +588,11 @@ func (c Config) ModuleLimits(module string) Limits {
 	}
 	if t.MaxInstances != nil {
 		l.MaxInstances = *t.MaxInstances
+	}
+	for _, f := range t.TenantShapeLimits.fields(&l.ShapeLimits) {
+		if f.set != nil {
+			*f.to = *f.set
+		}
 	}
 	return l
 }

@@ -68,7 +68,9 @@ func TestDefault(t *testing.T) {
 	require.Equal(t, config.Plugins{
 		Dir: "build/plugins", CacheDir: ".cache/wasm",
 		Limits: config.Limits{MemoryMB: 64, TimeoutMS: 5000, MaxOutputBytes: 16 << 20, ManifestTimeoutMS: 2000, Interruptible: true,
-			MaxTableElements: 100000, MaxModuleBytes: 32 << 20, CompileTimeoutMS: 10000, RecycleAboveMB: 32, LogLinesPerSecond: 10, LogBurst: 100, MaxCascadeDepth: 16, MaxFollowUps: 256},
+			MaxTableElements: 100000, MaxModuleBytes: 32 << 20, CompileTimeoutMS: 10000, RecycleAboveMB: 32, LogLinesPerSecond: 10, LogBurst: 100, MaxCascadeDepth: 16, MaxFollowUps: 256,
+			ShapeLimits: config.ShapeLimits{MaxFunctions: 100_000, MaxFunctionBytes: 1 << 20, MaxFunctionLocals: 50_000, MaxModuleLocals: 1_000_000,
+				MaxNestingDepth: 8192, MaxNestingCost: 100_000_000}},
 	}, c.Plugins)
 	require.Empty(t, c.Tenants)
 	require.Equal(t, "127.0.0.1:8080", c.HTTP.Listen)
@@ -525,7 +527,8 @@ func TestHelpers(t *testing.T) {
 	c := config.Default()
 	c.Brokers["events"] = config.Broker{Provider: "redis", URI: "redis://h/0"}
 	c.Outbox.Broker = "events"
-	c.Tenants["acme"] = config.Tenant{Modules: []string{"orders"}, MemoryMB: ptr(128), MaxOutputBytes: ptr[int64](1024)}
+	c.Tenants["acme"] = config.Tenant{Modules: []string{"orders"}, MemoryMB: ptr(128), MaxOutputBytes: ptr[int64](1024),
+		TenantShapeLimits: config.TenantShapeLimits{MaxNestingDepth: ptr(20000)}}
 	c.Tenants["beta"] = config.Tenant{Modules: []string{"billing"}}
 	c.Tenants["trusted"] = config.Tenant{Modules: []string{"ledger"}, Interruptible: ptr(false)}
 
@@ -543,7 +546,9 @@ func TestHelpers(t *testing.T) {
 	require.False(t, ok)
 
 	require.Equal(t, config.Limits{MemoryMB: 128, TimeoutMS: 5000, MaxOutputBytes: 1024, ManifestTimeoutMS: 2000, Interruptible: true,
-		MaxTableElements: 100000, MaxModuleBytes: 32 << 20, CompileTimeoutMS: 10000, RecycleAboveMB: 32, LogLinesPerSecond: 10, LogBurst: 100, MaxCascadeDepth: 16, MaxFollowUps: 256},
+		MaxTableElements: 100000, MaxModuleBytes: 32 << 20, CompileTimeoutMS: 10000, RecycleAboveMB: 32, LogLinesPerSecond: 10, LogBurst: 100, MaxCascadeDepth: 16, MaxFollowUps: 256,
+		ShapeLimits: config.ShapeLimits{MaxFunctions: 100_000, MaxFunctionBytes: 1 << 20, MaxFunctionLocals: 50_000, MaxModuleLocals: 1_000_000,
+			MaxNestingDepth: 20000, MaxNestingCost: 100_000_000}},
 		c.ModuleLimits("orders"))
 	require.False(t, c.ModuleLimits("ledger").Interruptible, "a trusted tenant opts out")
 	require.Equal(t, c.Plugins.Limits, c.ModuleLimits("billing"), "a tenant without overrides inherits")
@@ -562,4 +567,34 @@ func ExampleConfig_Validate() {
 	// Output:
 	// outbox.broker names "events", which is not a configured broker (have: default)
 	// server.partitioning.heartbeat_interval_seconds must be < server.partitioning.lease_ttl_ms (got 5s >= 3s)
+}
+
+// The shape limits are read from [plugins.limits] and a tenant's table
+// (embedded structs: their keys are the table's own), and must be
+// positive.
+func TestLoadShapeLimits(t *testing.T) {
+	c, err := config.Load(writeFile(t, `
+[plugins.limits]
+max_nesting_depth = 1000
+max_functions = 7
+[tenants.big]
+modules = ["gen"]
+max_nesting_depth = 30000
+`))
+	require.NoError(t, err)
+	require.Equal(t, 1000, c.Plugins.Limits.MaxNestingDepth)
+	require.Equal(t, 7, c.Plugins.Limits.MaxFunctions)
+	require.Equal(t, 50_000, c.Plugins.Limits.MaxFunctionLocals, "unset keys keep their defaults")
+	require.Equal(t, 30000, c.ModuleLimits("gen").MaxNestingDepth)
+	require.Equal(t, 7, c.ModuleLimits("gen").MaxFunctions)
+
+	_, err = config.Load(writeFile(t, `
+[plugins.limits]
+max_nesting_cost = 0
+[tenants.big]
+modules = ["gen"]
+max_function_locals = -1
+`))
+	require.ErrorContains(t, err, "plugins.limits.max_nesting_cost")
+	require.ErrorContains(t, err, "tenants.big.max_function_locals")
 }

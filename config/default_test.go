@@ -88,8 +88,12 @@ func flatten(prefix string, v reflect.Value, out *[]string) {
 	switch v.Kind() {
 	case reflect.Struct:
 		for i := range v.NumField() {
-			tag := v.Type().Field(i).Tag.Get("toml")
-			flatten(prefix+tag+".", v.Field(i), &lines)
+			f := v.Type().Field(i)
+			if tag := f.Tag.Get("toml"); tag != "" || !f.Anonymous {
+				flatten(prefix+tag+".", v.Field(i), &lines)
+			} else { // embedded: its keys are the outer table's
+				flatten(prefix, v.Field(i), &lines)
+			}
 		}
 	case reflect.Map:
 		for _, k := range v.MapKeys() {

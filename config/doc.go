@@ -25,9 +25,12 @@
 //	[plugins]                 dir, watch, cache_dir
 //	[plugins.limits]          memory_mb, timeout_ms, max_output_bytes, manifest_timeout_ms, interruptible,
 //	                          max_table_elements, max_module_bytes, compile_timeout_ms, recycle_above_mb,
-//	                          log_lines_per_second, log_burst, max_cascade_depth, max_follow_ups, max_instances
+//	                          log_lines_per_second, log_burst, max_cascade_depth, max_follow_ups, max_instances,
+//	                          max_functions, max_function_bytes, max_function_locals, max_module_locals,
+//	                          max_nesting_depth, max_nesting_cost (a module's shape, checked before compiling)
 //	[tenants.NAME]            modules (file names without .wasm), memory_mb / timeout_ms / max_output_bytes / interruptible /
 //	                          max_table_elements / max_module_bytes / compile_timeout_ms / max_instances overrides,
+//	                          and the six shape limits (max_functions ... max_nesting_cost),
 //	                          grant_read = { READER = ["category", ...] }, grant_dispatch = { READER = ["CommandType", ...] }
 //	[http]                    listen, read_wait_ms, idempotency_ttl_seconds
 //
@@ -65,8 +68,14 @@
 //	plugins.limits.manifest_timeout_ms = 2000
 //	plugins.limits.max_cascade_depth = 16
 //	plugins.limits.max_follow_ups = 256
+//	plugins.limits.max_function_bytes = 1048576
+//	plugins.limits.max_function_locals = 50000
+//	plugins.limits.max_functions = 100000
 //	plugins.limits.max_instances = 0
 //	plugins.limits.max_module_bytes = 33554432
+//	plugins.limits.max_module_locals = 1000000
+//	plugins.limits.max_nesting_cost = 100000000
+//	plugins.limits.max_nesting_depth = 8192
 //	plugins.limits.max_output_bytes = 16777216
 //	plugins.limits.max_table_elements = 100000
 //	plugins.limits.memory_mb = 64

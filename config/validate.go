@@ -115,6 +115,9 @@ func (c Config) Validate() error {
 	v.positive("plugins.limits.log_burst", l.LogBurst)
 	v.positive("plugins.limits.max_cascade_depth", l.MaxCascadeDepth)
 	v.positive("plugins.limits.max_follow_ups", l.MaxFollowUps)
+	for _, f := range (&TenantShapeLimits{}).fields(&l.ShapeLimits) {
+		v.positive("plugins.limits."+f.key, *f.to)
+	}
 	if l.MaxInstances < 0 {
 		v.add("plugins.limits.max_instances", "must be >= 0 (got %d; 0 means GOMAXPROCS)", l.MaxInstances)
 	}
@@ -218,6 +221,11 @@ func (v *validator) tenants(tenants map[string]Tenant) {
 		}
 		if t.MaxInstances != nil {
 			v.positive(pre+"max_instances", *t.MaxInstances)
+		}
+		for _, f := range t.TenantShapeLimits.fields(&ShapeLimits{}) {
+			if f.set != nil {
+				v.positive(pre+f.key, *f.set)
+			}
 		}
 		v.grants(tenants, name, pre+"grant_read", t.GrantRead)
 		v.grants(tenants, name, pre+"grant_dispatch", t.GrantDispatch)

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -47,20 +48,27 @@ var runtimeMarker = func() []byte {
 // wazero's close-on-context-done (logged): still safe, only slower.
 func prepare(file string, b []byte, lim Limits, log interface {
 	Warn(msg string, args ...any)
-}) (code []byte, mode string, hasStart bool) {
-	if lim.Uninterruptible {
-		return b, DeadlineOff, false
+}) (code []byte, mode string, hasStart bool, err error) {
+	if lim.Uninterruptible || lim.RuntimeDeadline {
+		// Not instrumented, but its shape is checked all the same.
+		if err := instrument.Check(b, lim.shape()); errors.Is(err, instrument.ErrLimit) {
+			return nil, "", false, err
+		}
+		if lim.Uninterruptible {
+			return b, DeadlineOff, false, nil
+		}
+		return append(b[:len(b):len(b)], runtimeMarker...), DeadlineRuntime, false, nil
 	}
-	if lim.RuntimeDeadline {
-		return append(b[:len(b):len(b)], runtimeMarker...), DeadlineRuntime, false
+	res, err := instrument.Module(b, lim.shape())
+	if errors.Is(err, instrument.ErrLimit) {
+		return nil, "", false, err
 	}
-	res, err := instrument.Module(b)
 	if err != nil {
 		log.Warn("module not instrumented; its deadline falls back to the runtime's, several times slower in loops",
 			"module", file, "err", err)
-		return append(b[:len(b):len(b)], runtimeMarker...), DeadlineRuntime, false
+		return append(b[:len(b):len(b)], runtimeMarker...), DeadlineRuntime, false, nil
 	}
-	return res.Bytes, DeadlineInstrumented, res.HasStart
+	return res.Bytes, DeadlineInstrumented, res.HasStart, nil
 }
 
 // instance is one instantiated module. Instances are not goroutine-safe:

@@ -62,7 +62,10 @@ func TestHostileModulesAtLoad(t *testing.T) {
 		{"table_min.wasm", wasmbuild.RawModule(200_000, -1, []byte{0x41, 0}), host.ErrTableLimit, "starts at 200000 elements (limit 100000)"},
 		{"too_large.wasm", append(wasmbuild.RawModule(0, 1, []byte{0x41, 0}), wasmbuild.Section(0, append([]byte{4, 'p', 'a', 'd', 's'}, make([]byte, 2<<20)...))...),
 			host.ErrModuleTooLarge, "(limit 1048576)"},
-		{"compile_bomb.wasm", wasmbuild.CompileBomb(20000), host.ErrCompileTimeout, "compilation did not finish in time (limit 500ms)"},
+		// Refused before compiling (TestCompileBombsRefusedBeforeCompiling
+		// shows no compilation starts); TestCompileTimeout covers one
+		// within the shape limits.
+		{"compile_bomb.wasm", wasmbuild.CompileBomb(20000), host.ErrShapeLimit, "function 0: max_nesting_depth = 8192"},
 		// A start function that never returns: instantiation runs under
 		// the manifest deadline (the instrumented deadline stops it).
 		{"start_loop.wasm", wasmbuild.StartLoop(), host.ErrManifestTimeout, "did not return in time"},
@@ -85,10 +88,33 @@ func TestHostileModulesAtLoad(t *testing.T) {
 	require.NoError(t, m.Close(context.Background()))
 }
 
+// noShapeLimits lets a compile bomb through to the compiler.
+var noShapeLimits = host.Limits{MaxNestingDepth: 1 << 30, MaxNestingCost: 1 << 62}
+
+// TestCompileTimeout: a module the shape limits let through (here: they
+// are raised) that compiles for longer than compile_timeout_ms is refused
+// when it passes; its compilation finishes in the background.
+func TestCompileTimeout(t *testing.T) {
+	lim := noShapeLimits
+	lim.CompileTimeout = 500 * time.Millisecond
+	l, err := host.NewLoader(host.LoaderOptions{Limits: lim})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	t.Cleanup(func() { abandonedCompilesEnd(t) })
+	_, err = loadBytes(t, l, "compile_bomb.wasm", wasmbuild.CompileBomb(20000))
+	var le *host.LoadError
+	require.ErrorAs(t, err, &le)
+	require.Equal(t, "compile_bomb.wasm", le.File)
+	require.ErrorIs(t, err, host.ErrCompileTimeout)
+	require.ErrorContains(t, err, "compilation did not finish in time (limit 500ms)")
+}
+
 // TestLoadCanceledWhileCompiling: a load canceled during a compilation
 // returns at once, as a cancellation (a shutdown during a reload).
 func TestLoadCanceledWhileCompiling(t *testing.T) {
-	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{CompileTimeout: time.Hour}})
+	lim := noShapeLimits
+	lim.CompileTimeout = time.Hour
+	l, err := host.NewLoader(host.LoaderOptions{Limits: lim})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	t.Cleanup(func() { abandonedCompilesEnd(t) })

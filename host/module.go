@@ -23,6 +23,7 @@ import (
 	"github.com/tetratelabs/wazero/experimental"
 
 	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/host/instrument"
 )
 
 // Limits bound what a module may use. Zero fields take the defaults of
@@ -48,6 +49,14 @@ type Limits struct {
 	// such as thousands of nested blocks) is refused, a large honest
 	// module is not. A shutdown never waits for a compilation.
 	CompileTimeout time.Duration
+	// MaxFunctions, MaxFunctionBytes, MaxFunctionLocals,
+	// MaxModuleLocals, MaxNestingDepth and MaxNestingCost bound a
+	// module's shape, checked before it is compiled (see
+	// instrument.Limits): compiling cannot be interrupted, and its time
+	// grows with the square of a function's nesting, so a compile bomb
+	// refused only by CompileTimeout would still burn a core for minutes
+	// in the background.
+	MaxFunctions, MaxFunctionBytes, MaxFunctionLocals, MaxModuleLocals, MaxNestingDepth, MaxNestingCost int
 	// RecycleAboveMB: an instance whose memories (its own and the Extism
 	// kernel's) grew past this is closed after its call instead of going
 	// back to the pool, so a pool does not keep a burst's memory forever.
@@ -76,7 +85,19 @@ type Limits struct {
 func DefaultLimits() Limits {
 	return Limits{MemoryMB: 64, Timeout: 5 * time.Second, ManifestTimeout: 2 * time.Second, MaxOutputBytes: abi.DefaultMaxOutputBytes,
 		MaxTableElements: 100_000, MaxModuleBytes: 32 << 20, CompileTimeout: 10 * time.Second, RecycleAboveMB: 32,
-		LogsPerSecond: 10, LogBurst: 100}
+		LogsPerSecond: 10, LogBurst: 100,
+		// Measured (docs/deadline.md, Compile bombs): Go wasip1 modules
+		// have ~2,500 functions, bodies up to 50 KiB, 20 locals (10,600
+		// in all), nesting 549 and a nesting cost of 4.6M; Haskell 1,706
+		// deep; TinyGo, Rust, Zig and C under 40 deep.
+		MaxFunctions: 100_000, MaxFunctionBytes: 1 << 20, MaxFunctionLocals: 50_000, MaxModuleLocals: 1_000_000,
+		MaxNestingDepth: 8192, MaxNestingCost: 100_000_000}
+}
+
+// shape is the limits on a module's shape, for package instrument.
+func (l Limits) shape() instrument.Limits {
+	return instrument.Limits{MaxFunctions: l.MaxFunctions, MaxFunctionBytes: l.MaxFunctionBytes, MaxLocals: l.MaxFunctionLocals,
+		MaxModuleLocals: l.MaxModuleLocals, MaxNestingDepth: l.MaxNestingDepth, MaxNestingCost: l.MaxNestingCost}
 }
 
 // compileDeadline is CompileTimeout per started MiB of a module of size
@@ -114,6 +135,16 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.CompileTimeout <= 0 {
 		l.CompileTimeout = d.CompileTimeout
+	}
+	for _, f := range []struct {
+		v *int
+		d int
+	}{{&l.MaxFunctions, d.MaxFunctions}, {&l.MaxFunctionBytes, d.MaxFunctionBytes},
+		{&l.MaxFunctionLocals, d.MaxFunctionLocals}, {&l.MaxModuleLocals, d.MaxModuleLocals},
+		{&l.MaxNestingDepth, d.MaxNestingDepth}, {&l.MaxNestingCost, d.MaxNestingCost}} {
+		if *f.v <= 0 {
+			*f.v = f.d
+		}
 	}
 	if l.RecycleAboveMB <= 0 {
 		l.RecycleAboveMB = d.RecycleAboveMB
@@ -219,6 +250,9 @@ type Loader struct {
 	log       *slog.Logger
 	// compiling counts compilations running, abandoned ones included.
 	compiling sync.WaitGroup
+	// compiles counts the compilations started (tests: a module refused
+	// before compiling starts none).
+	compiles atomic.Int64
 }
 
 // LoaderOptions configure a Loader.
@@ -368,7 +402,10 @@ func (l *Loader) load(ctx context.Context, file string, b []byte) (*Module, erro
 	if err != nil {
 		return nil, err
 	}
-	code, mode, hasStart := prepare(file, b, lim, l.log)
+	code, mode, hasStart, err := prepare(file, b, lim, l.log)
+	if err != nil {
+		return nil, err
+	}
 	rc := wazero.NewRuntimeConfig().
 		WithCompilationCache(l.cache).
 		WithCloseOnContextDone(mode == DeadlineRuntime).
@@ -377,6 +414,7 @@ func (l *Loader) load(ctx context.Context, file string, b []byte) (*Module, erro
 	l.compiling.Add(1)
 	compiled, err := within(ctx, lim.compileDeadline(len(code)), func() (*extism.CompiledPlugin, error) {
 		defer l.compiling.Done()
+		l.compiles.Add(1)
 		return extism.NewCompiledPlugin(context.WithoutCancel(ctx), manifest, extism.PluginConfig{RuntimeConfig: rc, EnableWasi: true}, l.funcs)
 	}, func(c *extism.CompiledPlugin) { _ = c.Close(context.Background()) })
 	if errors.Is(err, ErrCompileTimeout) || errors.Is(err, ErrCanceled) {

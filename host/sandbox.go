@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero/experimental"
+
+	"github.com/proteanhq/protean-host/host/instrument"
 )
 
 // Sentinel causes of a LoadError for a module over a sandbox limit.
@@ -21,6 +23,10 @@ var (
 	// ErrCompileTimeout: compiling the module took longer than
 	// compile_timeout_ms.
 	ErrCompileTimeout = errors.New("compilation did not finish in time")
+	// ErrShapeLimit: the module's shape (functions, body size, locals,
+	// nesting) is over a limit, so it is refused before compiling; an
+	// *instrument.LimitError names the function and the limit.
+	ErrShapeLimit = instrument.ErrLimit
 )
 
 // boundTables gives every table the module defines a maximum of at most

@@ -158,7 +158,9 @@ func (e *env) loader(funcs host.Session) (*host.Loader, error) {
 			MaxOutputBytes: int(l.MaxOutputBytes), Uninterruptible: !l.Interruptible,
 			MaxTableElements: l.MaxTableElements, MaxModuleBytes: int(l.MaxModuleBytes), CompileTimeout: l.CompileTimeout(),
 			RecycleAboveMB: l.RecycleAboveMB, LogsPerSecond: l.LogLinesPerSecond, LogBurst: l.LogBurst,
-			Instances: l.MaxInstances}
+			Instances: l.MaxInstances, MaxFunctions: l.MaxFunctions, MaxFunctionBytes: l.MaxFunctionBytes,
+			MaxFunctionLocals: l.MaxFunctionLocals, MaxModuleLocals: l.MaxModuleLocals,
+			MaxNestingDepth: l.MaxNestingDepth, MaxNestingCost: l.MaxNestingCost}
 	}
 	return host.NewLoader(host.LoaderOptions{
 		Limits:        limits(""),

@@ -16,7 +16,7 @@ import (
 )
 
 // SIGTERM while a SIGHUP reload compiles a compile bomb (a valid module
-// that takes minutes to compile; compile_timeout_ms is set far above that
+// that takes minutes to compile; the shape limits and compile_timeout_ms are raised far above it
 // here, so only the shutdown can end it): the host hears the signal,
 // cancels the reload (the compilation is abandoned, not waited for) and
 // exits after its drain, reporting the reload as canceled, not as a
@@ -30,6 +30,8 @@ dir = %q
 cache_dir = %q
 [plugins.limits]
 compile_timeout_ms = 3600000
+max_nesting_depth = 1000000
+max_nesting_cost = 100000000000
 `, dir, wasmbuild.CacheDir(t)), "2s")
 	addr := p.addr
 

@@ -66,7 +66,7 @@ func loopFunc(tb testing.TB, b []byte, closeOnDone bool) api.Function {
 // close-on-context-done, and the instrumented module's stop flag. Compare
 // ns/iter.
 func BenchmarkIntegerLoop(b *testing.B) {
-	res, err := instrument.Module(sumLoop)
+	res, err := instrument.Module(sumLoop, instrument.Limits{})
 	if err != nil {
 		b.Fatal(err)
 	}

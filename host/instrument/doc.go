@@ -43,6 +43,13 @@
 // so the bytes (and with them wazero's compilation-cache key, a hash of
 // the bytes) change when the instrumentation does.
 //
+// The same walk checks the module's shape against Limits (nesting depth
+// and its squares summed, locals, body size, function count) and refuses
+// a module over one with a *LimitError before anything compiles it:
+// wazero's compile time grows with the square of a function's nesting and
+// cannot be interrupted. Check runs the walk alone, for a module that is
+// not instrumented.
+//
 // No maintained Go codec fits: github.com/tetratelabs/wabin (the one on
 // the module proxy, unmaintained since 2023) decodes sections but not
 // instructions, and its encoder drops the data count section; this

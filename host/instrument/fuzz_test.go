@@ -271,7 +271,7 @@ func FuzzRewriteKeepsBehaviour(f *testing.F) {
 		if _, err := rt.CompileModule(ctx, orig); err != nil {
 			t.Fatalf("generator made an invalid module: %v", err)
 		}
-		res, err := instrument.Module(orig)
+		res, err := instrument.Module(orig, instrument.Limits{})
 		if err != nil {
 			t.Fatalf("rewrite: %v", err)
 		}
@@ -293,7 +293,7 @@ func FuzzModuleBytes(f *testing.F) {
 	rt := wazero.NewRuntime(ctx)
 	f.Cleanup(func() { _ = rt.Close(ctx) })
 	f.Fuzz(func(t *testing.T, b []byte) {
-		res, err := instrument.Module(b)
+		res, err := instrument.Module(b, instrument.Limits{})
 		if _, cerr := rt.CompileModule(ctx, b); cerr != nil || err != nil {
 			return
 		}

@@ -110,8 +110,8 @@ type section struct {
 	payload []byte
 }
 
-// Module instruments the binary module b. b is not modified.
-func Module(b []byte) (*Result, error) {
+// sections splits the module b into its sections.
+func sections(b []byte) ([]section, error) {
 	if len(b) < 8 || !bytes.Equal(b[:4], []byte{0, 'a', 's', 'm'}) {
 		return nil, fmt.Errorf("%w: bad magic number", ErrMalformed)
 	}
@@ -133,6 +133,17 @@ func Module(b []byte) (*Result, error) {
 			return nil, fmt.Errorf("%w: section %d overruns the module", ErrMalformed, id)
 		}
 		secs = append(secs, section{id: id, payload: p})
+	}
+	return secs, nil
+}
+
+// Module instruments the binary module b. b is not modified. Its walk of
+// every function body also checks lim (see Limits): a module over one is
+// refused with a *LimitError.
+func Module(b []byte, lim Limits) (*Result, error) {
+	secs, err := sections(b)
+	if err != nil {
+		return nil, err
 	}
 
 	var importedFuncs, importedGlobals, definedGlobals uint32
@@ -271,7 +282,7 @@ func Module(b []byte) (*Result, error) {
 			// dropped: exported as StartExport instead
 		case secCode:
 			base := len(out) + 1 + len(appendU32(nil, uint32(len(p))))
-			p, n, err := rewriteCode(p, base, importedFuncs, check, rn)
+			p, n, err := rewriteCode(p, base, importedFuncs, check, rn, lim)
 			if err != nil {
 				return nil, err
 			}
@@ -446,32 +457,12 @@ func checkExports(p []byte) error {
 
 // rewriteCode instruments every function body of a code section payload.
 // base is the payload's offset in the module, for error offsets.
-func rewriteCode(p []byte, base int, importedFuncs uint32, check []byte, rn renumber) ([]byte, int, error) {
-	r := reader{b: p}
-	n, err := r.u32()
+func rewriteCode(p []byte, base int, importedFuncs uint32, check []byte, rn renumber, lim Limits) ([]byte, int, error) {
+	bodies, err := parseCode(p, base, importedFuncs, lim)
 	if err != nil {
 		return nil, 0, err
 	}
-	bodies := make([]body, 0, min(n, 1<<20))
-	for i := range n {
-		size, err := r.u32()
-		if err != nil {
-			return nil, 0, err
-		}
-		at := r.off
-		code, err := r.bytes(int(size))
-		if err != nil {
-			return nil, 0, fmt.Errorf("%w: function body %d overruns the code section", ErrMalformed, i)
-		}
-		bd, err := parseBody(code, base+at, importedFuncs+i)
-		if err != nil {
-			return nil, 0, err
-		}
-		bodies = append(bodies, bd)
-	}
-	if r.off != len(p) {
-		return nil, 0, fmt.Errorf("%w: %d bytes after the last function body", ErrMalformed, len(p)-r.off)
-	}
+	n := uint32(len(bodies))
 	entry := recursive(bodies, importedFuncs)
 	out := appendU32(make([]byte, 0, len(p)+len(p)/8), n)
 	checks := 0
@@ -486,6 +477,53 @@ func rewriteCode(p []byte, base int, importedFuncs uint32, check []byte, rn renu
 	return out, checks, nil
 }
 
+// parseCode parses every function body of a code section payload,
+// checking lim as it goes (before it reads what is over a bound).
+func parseCode(p []byte, base int, importedFuncs uint32, lim Limits) ([]body, error) {
+	r := reader{b: p}
+	n, err := r.u32()
+	if err != nil {
+		return nil, err
+	}
+	if err := over(-1, LimitFunctions, uint64(n), lim.MaxFunctions); err != nil {
+		return nil, err
+	}
+	bodies := make([]body, 0, min(n, 1<<20))
+	var cost uint64   // the sum of the squares of the functions' depths
+	var locals uint64 // the sum of their locals
+	for i := range n {
+		size, err := r.u32()
+		if err != nil {
+			return nil, err
+		}
+		if err := over(int64(importedFuncs+i), LimitFunctionBytes, uint64(size), lim.MaxFunctionBytes); err != nil {
+			return nil, err
+		}
+		at := r.off
+		code, err := r.bytes(int(size))
+		if err != nil {
+			return nil, fmt.Errorf("%w: function body %d overruns the code section", ErrMalformed, i)
+		}
+		bd, err := parseBody(code, base+at, importedFuncs+i, lim)
+		if err != nil {
+			return nil, err
+		}
+		locals += bd.locals
+		if err := over(int64(importedFuncs+i), LimitModuleLocals, locals, lim.MaxModuleLocals); err != nil {
+			return nil, err
+		}
+		cost += uint64(bd.depth) * uint64(bd.depth)
+		if err := over(int64(importedFuncs+i), LimitNestingCost, cost, lim.MaxNestingCost); err != nil {
+			return nil, err
+		}
+		bodies = append(bodies, bd)
+	}
+	if r.off != len(p) {
+		return nil, fmt.Errorf("%w: %d bytes after the last function body", ErrMalformed, len(p)-r.off)
+	}
+	return bodies, nil
+}
+
 // body is a parsed function body.
 type body struct {
 	code     []byte
@@ -493,24 +531,32 @@ type body struct {
 	loops    []int     // offsets just after each loop's block type
 	refs     []funcRef // function indices (call, ref.func)
 	indirect bool      // contains call_indirect
+	depth    int       // the deepest nesting of blocks, loops and ifs
+	locals   uint64    // declared locals
 }
 
-func parseBody(code []byte, base int, fn uint32) (body, error) {
+func parseBody(code []byte, base int, fn uint32, lim Limits) (body, error) {
 	r := reader{b: code}
 	nl, err := r.u32()
 	if err != nil {
 		return body{}, err
 	}
+	var locals uint64
 	for range nl {
-		if _, err := r.u32(); err != nil {
+		k, err := r.u32()
+		if err != nil {
+			return body{}, err
+		}
+		locals += uint64(k)
+		if err := over(int64(fn), LimitLocals, locals, lim.MaxLocals); err != nil {
 			return body{}, err
 		}
 		if err := r.valtype(); err != nil {
 			return body{}, err
 		}
 	}
-	bd := body{code: code, exprAt: r.off}
-	bd.loops, bd.refs, bd.indirect, err = scan(&r, base, fn)
+	bd := body{code: code, exprAt: r.off, locals: locals}
+	bd.loops, bd.refs, bd.indirect, bd.depth, err = scan(&r, base, fn, lim.MaxNestingDepth)
 	return bd, err
 }
 
@@ -650,14 +696,21 @@ type funcRef struct {
 
 // scan walks an expression to its end, returning the offsets just after
 // each loop's block type, the function indices it holds, and whether it
-// contains a call_indirect.
-func scan(r *reader, base int, fn uint32) (loops []int, refs []funcRef, indirect bool, err error) {
-	depth := 1
+// contains a call_indirect. A nesting deeper than maxDepth (0: unbounded)
+// ends it with a *LimitError.
+func scan(r *reader, base int, fn uint32, maxDepth int) (loops []int, refs []funcRef, indirect bool, deepest int, err error) {
+	depth := 1 // the function's own block, which is not nesting
 	for depth > 0 {
+		if depth-1 > deepest {
+			deepest = depth - 1
+			if err := over(int64(fn), LimitNestingDepth, uint64(deepest), maxDepth); err != nil {
+				return nil, nil, false, 0, err
+			}
+		}
 		at := r.off
 		op, err := r.byte()
 		if err != nil {
-			return nil, nil, false, fmt.Errorf("%w: function %d: body ends inside an expression", ErrMalformed, fn)
+			return nil, nil, false, 0, fmt.Errorf("%w: function %d: body ends inside an expression", ErrMalformed, fn)
 		}
 		unsupported := func(name string) error {
 			return &OpcodeError{Func: fn, Offset: base + at, Opcode: name}
@@ -731,7 +784,7 @@ func scan(r *reader, base int, fn uint32) (loops []int, refs []funcRef, indirect
 			case sub == 9, sub == 11, sub == 13, sub == 15, sub == 16, sub == 17:
 				_, err = r.u32()
 			default:
-				return nil, nil, false, unsupported(fmt.Sprintf("0xfc %d", sub))
+				return nil, nil, false, 0, unsupported(fmt.Sprintf("0xfc %d", sub))
 			}
 		case op == 0xFD:
 			var sub uint32
@@ -751,19 +804,19 @@ func scan(r *reader, base int, fn uint32) (loops []int, refs []funcRef, indirect
 				}
 			case sub <= 255: // the rest of SIMD takes no immediates
 			default:
-				return nil, nil, false, unsupported(fmt.Sprintf("0xfd %d (relaxed SIMD)", sub))
+				return nil, nil, false, 0, unsupported(fmt.Sprintf("0xfd %d (relaxed SIMD)", sub))
 			}
 		default:
-			return nil, nil, false, unsupported(opName(op))
+			return nil, nil, false, 0, unsupported(opName(op))
 		}
 		if err != nil {
-			return nil, nil, false, fmt.Errorf("function %d at offset %#x: %w", fn, base+at, err)
+			return nil, nil, false, 0, fmt.Errorf("function %d at offset %#x: %w", fn, base+at, err)
 		}
 	}
 	if r.off != len(r.b) {
-		return nil, nil, false, fmt.Errorf("%w: function %d: %d bytes after its end", ErrMalformed, fn, len(r.b)-r.off)
+		return nil, nil, false, 0, fmt.Errorf("%w: function %d: %d bytes after its end", ErrMalformed, fn, len(r.b)-r.off)
 	}
-	return loops, refs, indirect, nil
+	return loops, refs, indirect, deepest, nil
 }
 
 func opName(op byte) string {

@@ -33,7 +33,7 @@ func TestRewritesTheBuiltModules(t *testing.T) {
 		}
 		b, err := os.ReadFile(path)
 		require.NoError(t, err)
-		res, err := instrument.Module(b)
+		res, err := instrument.Module(b, instrument.Limits{})
 		require.NoError(t, err, pkg)
 		require.Positive(t, res.Checks, pkg)
 		cm, err := rt.CompileModule(ctx, res.Bytes)

@@ -16,7 +16,7 @@ import (
 // checks, and traps right after the host leaves its fuel at 0; until then
 // it computes what the original computes.
 func TestFuelStopsARunningLoop(t *testing.T) {
-	res, err := instrument.Module(sumLoop)
+	res, err := instrument.Module(sumLoop, instrument.Limits{})
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Checks)
 
@@ -98,7 +98,7 @@ func recursion() []byte {
 // Recursion without loops (2^60 calls) is stopped too: functions on a
 // cycle of the call graph check at their entry.
 func TestFuelStopsRecursionWithoutLoops(t *testing.T) {
-	res, err := instrument.Module(recursion())
+	res, err := instrument.Module(recursion(), instrument.Limits{})
 	require.NoError(t, err)
 	for _, export := range []string{"self", "mutual", "indirect"} {
 		var stop atomic.Bool

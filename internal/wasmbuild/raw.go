@@ -91,6 +91,50 @@ func CompileBomb(depth int) []byte {
 	return append(m, Section(0, append(custom, salt...))...)
 }
 
+// Nested is a function body (no locals) of depth nested blocks returning
+// 0: the shape of a compile bomb, for RawFuncs.
+func Nested(depth int) []byte {
+	code := make([]byte, 0, 2*depth+depth+4)
+	code = append(code, 0) // no locals
+	for range depth {
+		code = append(code, 0x02, 0x40)
+	}
+	for range depth {
+		code = append(code, 0x0b)
+	}
+	return append(code, 0x41, 0, 0x0b) // i32.const 0; end
+}
+
+// WithLocals is a function body declaring n i32 locals and returning 0,
+// for RawFuncs.
+func WithLocals(n uint64) []byte {
+	return append(uleb([]byte{1}, n), 0x7f, 0x41, 0, 0x0b)
+}
+
+// RawFuncs is a module of the given function bodies (each with its locals
+// and its final end), all of type () -> i32; the first is exported as the
+// manifest. Its bytes are unique (a random custom section), so no
+// compilation cache answers for it.
+func RawFuncs(bodies ...[]byte) []byte {
+	m := []byte{0, 'a', 's', 'm', 1, 0, 0, 0}
+	m = append(m, Section(1, []byte{1, 0x60, 0, 1, 0x7f})...) // type 0: () -> i32
+	funcs := uleb(nil, uint64(len(bodies)))
+	code := uleb(nil, uint64(len(bodies)))
+	for _, b := range bodies {
+		funcs = append(funcs, 0)
+		code = append(uleb(code, uint64(len(b))), b...)
+	}
+	m = append(m, Section(3, funcs)...)
+	name := abi.ExportManifest
+	exp := uleb([]byte{1}, uint64(len(name)))
+	exp = append(append(exp, name...), 0, 0) // func 0
+	m = append(m, Section(7, exp)...)
+	m = append(m, Section(10, code)...)
+	salt := make([]byte, 16)
+	_, _ = rand.Read(salt)
+	return append(m, Section(0, append(append(uleb(nil, 4), "salt"...), salt...))...)
+}
+
 // StartLoop is a module whose start function (the start section, run at
 // instantiation) loops forever; its manifest would return 0.
 func StartLoop() []byte {
