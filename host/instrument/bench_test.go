@@ -2,6 +2,7 @@ package instrument_test
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"github.com/tetratelabs/wazero"
@@ -9,6 +10,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/proteanhq/protean-host/host/instrument"
+	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
 // sumLoop exports loop(n i32) i32: an integer loop that adds n, n-1, …, 1
@@ -90,6 +92,36 @@ func BenchmarkIntegerLoop(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/iter")
+		})
+	}
+}
+
+// BenchmarkShapeCheck: instrumenting the Go example module without shape
+// limits (the baseline) and with host.DefaultLimits' shape limits (the
+// check rides on the same walk); and the walk alone (Check), what a module
+// that is not instrumented pays.
+func BenchmarkShapeCheck(b *testing.B) {
+	code, err := os.ReadFile(wasmbuild.Build(b, "./plugins/examples/client_orders"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	lim := instrument.Limits{MaxFunctions: 100_000, MaxFunctionBytes: 1 << 20, MaxLocals: 50_000, MaxModuleLocals: 1_000_000,
+		MaxNestingDepth: 8192, MaxNestingCost: 100_000_000}
+	for _, c := range []struct {
+		name string
+		run  func() error
+	}{
+		{"module_unlimited", func() error { _, err := instrument.Module(code, instrument.Limits{}); return err }},
+		{"module_limited", func() error { _, err := instrument.Module(code, lim); return err }},
+		{"check_alone", func() error { return instrument.Check(code, lim) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(code)))
+			for b.Loop() {
+				if err := c.run(); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }
