@@ -62,9 +62,12 @@ func BenchmarkPostgresSubscription(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	// -count runs each sub-benchmark again on the same database: fresh
+	// group names every time (run), or a group would start at the end.
 	for _, workers := range []int{1, 2, 4} {
 		// A partitioned subscription (64 keys) with per-key workers, batch 100.
 		b.Run(fmt.Sprintf("batch=100/key_workers=%d", workers), func(b *testing.B) {
+			run := eventstore.NewID()[:8]
 			for i := 0; b.Loop(); i++ {
 				h := &noop{uow: uow, all: make(chan struct{}), want: events}
 				c, err := subscription.NewConsumer(subscription.Options{
@@ -72,7 +75,7 @@ func BenchmarkPostgresSubscription(b *testing.B) {
 					Failures: subscription.NewPostgresFailures(pool), Handler: h,
 					Skip: func(ctx context.Context, f position.Fence) error { _, err := uow.CommitFenced(ctx, f); return err },
 					Subscriptions: func() []subscription.Subscription {
-						return []subscription.Subscription{{Group: fmt.Sprintf("k%d-%d", workers, i), Category: "order", Partitioned: true}}
+						return []subscription.Subscription{{Group: fmt.Sprintf("%s-k%d-%d", run, workers, i), Category: "order", Partitioned: true}}
 					},
 					Key: func(_ string, data json.RawMessage) string {
 						var v struct{ K string }
@@ -88,6 +91,7 @@ func BenchmarkPostgresSubscription(b *testing.B) {
 	}
 	for _, size := range []int{1, 100} {
 		b.Run(fmt.Sprintf("batch=%d/subscription", size), func(b *testing.B) {
+			run := eventstore.NewID()[:8]
 			for i := 0; b.Loop(); i++ {
 				h := &noop{uow: uow, all: make(chan struct{}), want: events}
 				c, err := subscription.NewConsumer(subscription.Options{
@@ -95,7 +99,7 @@ func BenchmarkPostgresSubscription(b *testing.B) {
 					Failures: subscription.NewPostgresFailures(pool), Handler: h,
 					Skip: func(ctx context.Context, f position.Fence) error { _, err := uow.CommitFenced(ctx, f); return err },
 					Subscriptions: func() []subscription.Subscription {
-						return []subscription.Subscription{{Group: fmt.Sprintf("s%d-%d", size, i), Category: "order"}}
+						return []subscription.Subscription{{Group: fmt.Sprintf("%s-s%d-%d", run, size, i), Category: "order"}}
 					},
 					Owner: "bench", BatchSize: size, Poll: time.Millisecond,
 				})
@@ -104,8 +108,9 @@ func BenchmarkPostgresSubscription(b *testing.B) {
 			b.ReportMetric(float64(events*b.N)/b.Elapsed().Seconds(), "events/s")
 		})
 		b.Run(fmt.Sprintf("batch=%d/raw", size), func(b *testing.B) {
+			run := eventstore.NewID()[:8]
 			for i := 0; b.Loop(); i++ {
-				rawDrain(b, pool, fmt.Sprintf("r%d-%d", size, i), size, events)
+				rawDrain(b, pool, fmt.Sprintf("%s-r%d-%d", run, size, i), size, events)
 			}
 			b.ReportMetric(float64(events*b.N)/b.Elapsed().Seconds(), "events/s")
 		})
