@@ -7,7 +7,11 @@
 // manifest strictly (package abi). Every failure is a *LoadError naming the
 // file: an empty file, bytes that are not WebAssembly, a truncated module,
 // a module without the export, a manifest that is malformed, too large,
-// traps or never returns.
+// traps or never returns. Before compiling, the module's shape (nesting
+// depth, locals, body sizes, function count) is checked against the
+// Limits during the instrumentation's walk: wazero cannot interrupt a
+// compilation, so a compile bomb is refused (ErrShapeLimit) before one
+// starts; compile_timeout_ms is the backstop for what passes.
 //
 // Validate checks a whole module set, as at start and on every reload, and
 // returns every Problem it finds, each naming the module file and, where

@@ -46,8 +46,9 @@ type Limits struct {
 	MaxModuleBytes int
 	// CompileTimeout bounds compiling a module at load, per MiB of module
 	// (at least once): a compile bomb (a small module that takes minutes,
-	// such as thousands of nested blocks) is refused, a large honest
-	// module is not. A shutdown never waits for a compilation.
+	// such as thousands of nested blocks) that the shape limits below let
+	// through is refused, a large honest module is not. A shutdown never
+	// waits for a compilation.
 	CompileTimeout time.Duration
 	// MaxFunctions, MaxFunctionBytes, MaxFunctionLocals,
 	// MaxModuleLocals, MaxNestingDepth and MaxNestingCost bound a
