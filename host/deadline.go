@@ -44,8 +44,9 @@ var runtimeMarker = func() []byte {
 }()
 
 // prepare returns the bytes to compile for a module under lim and the
-// deadline mode they run in. A module the rewriter refuses falls back to
-// wazero's close-on-context-done (logged): still safe, only slower.
+// deadline mode they run in. A module over a shape limit or malformed is
+// refused; one the rewriter does not support falls back to wazero's
+// close-on-context-done (logged): still safe, only slower.
 func prepare(file string, b []byte, lim Limits, log interface {
 	Warn(msg string, args ...any)
 }) (code []byte, mode string, hasStart bool, err error) {
@@ -53,6 +54,8 @@ func prepare(file string, b []byte, lim Limits, log interface {
 		// Not instrumented, but its shape is checked all the same.
 		if err := instrument.Check(b, lim.shape()); errors.Is(err, instrument.ErrLimit) {
 			return nil, "", false, err
+		} else if errors.Is(err, instrument.ErrMalformed) {
+			return nil, "", false, fmt.Errorf("%w: %v", ErrNotWASM, err)
 		}
 		if lim.Uninterruptible {
 			return b, DeadlineOff, false, nil
@@ -62,6 +65,11 @@ func prepare(file string, b []byte, lim Limits, log interface {
 	res, err := instrument.Module(b, lim.shape())
 	if errors.Is(err, instrument.ErrLimit) {
 		return nil, "", false, err
+	}
+	if errors.Is(err, instrument.ErrMalformed) {
+		// Refused, not handed to wazero, whose decoder trusts the counts
+		// it reads (see instrument's checkCount).
+		return nil, "", false, fmt.Errorf("%w: %v", ErrNotWASM, err)
 	}
 	if err != nil {
 		log.Warn("module not instrumented; its deadline falls back to the runtime's, several times slower in loops",

@@ -208,6 +208,9 @@ func TestHostileFiles(t *testing.T) {
 		{"empty", nil, host.ErrEmptyFile, "empty file"},
 		{"random", random, host.ErrNotWASM, "not a WebAssembly module"},
 		{"truncated", real[:len(real)/2], host.ErrNotWASM, "not a WebAssembly module"},
+		// A function section claiming four billion functions in five bytes:
+		// wazero's decoder would size a 16 GiB table by the count.
+		{"a count past its section", []byte("\x00asm\x01\x00\x00\x00\x03\x05\xff\xff\xff\xff\x0f"), host.ErrNotWASM, "claims 4294967295 entries in 0 bytes"},
 		{"header only: a valid empty module", real[:8], host.ErrNoManifest, "does not export protean_manifest"},
 		{"no manifest export", noexport, host.ErrNoManifest, "does not export protean_manifest"},
 		{"malformed manifest", raw("malformed"), abi.ErrManifest, "invalid manifest"},

@@ -132,9 +132,48 @@ func sections(b []byte) ([]section, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: section %d overruns the module", ErrMalformed, id)
 		}
+		if err := checkCount(id, p, len(b)); err != nil {
+			return nil, err
+		}
+		if id == secDataCount {
+			// Exactly one u32. wazero reads a short one past the section's
+			// end, into whatever follows it (fuzzing found an empty one it
+			// took, which stops compiling once a section follows it).
+			pr := reader{b: p}
+			if _, err := pr.u32(); err != nil || pr.off != len(p) {
+				return nil, fmt.Errorf("%w: data count section of %d bytes is not one u32", ErrMalformed, len(p))
+			}
+		}
 		secs = append(secs, section{id: id, payload: p})
 	}
 	return secs, nil
+}
+
+// checkCount refuses a section whose leading vector count cannot fit: every
+// entry of a known vector section takes at least one byte of its payload,
+// and a data count at least one byte of the module. wazero sizes its
+// tables by these counts before it reads the entries, so a module of a few
+// bytes that claims four billion functions would make it allocate 16 GiB:
+// fuzzing found this killing the process. Such a module is refused here,
+// before wazero sees it.
+func checkCount(id byte, p []byte, module int) error {
+	switch id {
+	case secCustom, secStart:
+		return nil
+	}
+	r := reader{b: p}
+	n, err := r.u32()
+	if err != nil {
+		return fmt.Errorf("%w: section %d: no count", ErrMalformed, id)
+	}
+	limit := len(p) - r.off
+	if id == secDataCount {
+		limit = module
+	}
+	if uint64(n) > uint64(limit) {
+		return fmt.Errorf("%w: section %d claims %d entries in %d bytes", ErrMalformed, id, n, limit)
+	}
+	return nil
 }
 
 // Module instruments the binary module b. b is not modified. Its walk of
