@@ -64,27 +64,31 @@ func BenchmarkPostgresSubscription(b *testing.B) {
 	}
 	// -count runs each sub-benchmark again on the same database: fresh
 	// group names every time (run), or a group would start at the end.
+	// consume drains the category through one subscription sub, handling
+	// batches of size with workers key workers (key: a partitioned one).
+	consume := func(b *testing.B, sub subscription.Subscription, size, workers int, key func(string, json.RawMessage) string) {
+		h := &noop{uow: uow, all: make(chan struct{}), want: events}
+		c, err := subscription.NewConsumer(subscription.Options{
+			Events: p.Events, Positions: p.Positions, Leases: subscription.NewPostgresLeases(pool),
+			Failures: subscription.NewPostgresFailures(pool), Handler: h,
+			Skip:          func(ctx context.Context, f position.Fence) error { _, err := uow.CommitFenced(ctx, f); return err },
+			Subscriptions: func() []subscription.Subscription { return []subscription.Subscription{sub} },
+			Key:           key,
+			Owner:         "bench", BatchSize: size, KeyWorkers: workers, Poll: time.Millisecond,
+		})
+		drain(b, c, err, h)
+	}
+	keyOf := func(_ string, data json.RawMessage) string {
+		var v struct{ K string }
+		_ = json.Unmarshal(data, &v)
+		return v.K
+	}
 	for _, workers := range []int{1, 2, 4} {
 		// A partitioned subscription (64 keys) with per-key workers, batch 100.
 		b.Run(fmt.Sprintf("batch=100/key_workers=%d", workers), func(b *testing.B) {
 			run := eventstore.NewID()[:8]
 			for i := 0; b.Loop(); i++ {
-				h := &noop{uow: uow, all: make(chan struct{}), want: events}
-				c, err := subscription.NewConsumer(subscription.Options{
-					Events: p.Events, Positions: p.Positions, Leases: subscription.NewPostgresLeases(pool),
-					Failures: subscription.NewPostgresFailures(pool), Handler: h,
-					Skip: func(ctx context.Context, f position.Fence) error { _, err := uow.CommitFenced(ctx, f); return err },
-					Subscriptions: func() []subscription.Subscription {
-						return []subscription.Subscription{{Group: fmt.Sprintf("%s-k%d-%d", run, workers, i), Category: "order", Partitioned: true}}
-					},
-					Key: func(_ string, data json.RawMessage) string {
-						var v struct{ K string }
-						_ = json.Unmarshal(data, &v)
-						return v.K
-					},
-					Owner: "bench", BatchSize: 100, KeyWorkers: workers, Poll: time.Millisecond,
-				})
-				drain(b, c, err, h)
+				consume(b, subscription.Subscription{Group: fmt.Sprintf("%s-k%d-%d", run, workers, i), Category: "order", Partitioned: true}, 100, workers, keyOf)
 			}
 			b.ReportMetric(float64(events*b.N)/b.Elapsed().Seconds(), "events/s")
 		})
@@ -93,17 +97,7 @@ func BenchmarkPostgresSubscription(b *testing.B) {
 		b.Run(fmt.Sprintf("batch=%d/subscription", size), func(b *testing.B) {
 			run := eventstore.NewID()[:8]
 			for i := 0; b.Loop(); i++ {
-				h := &noop{uow: uow, all: make(chan struct{}), want: events}
-				c, err := subscription.NewConsumer(subscription.Options{
-					Events: p.Events, Positions: p.Positions, Leases: subscription.NewPostgresLeases(pool),
-					Failures: subscription.NewPostgresFailures(pool), Handler: h,
-					Skip: func(ctx context.Context, f position.Fence) error { _, err := uow.CommitFenced(ctx, f); return err },
-					Subscriptions: func() []subscription.Subscription {
-						return []subscription.Subscription{{Group: fmt.Sprintf("%s-s%d-%d", run, size, i), Category: "order"}}
-					},
-					Owner: "bench", BatchSize: size, Poll: time.Millisecond,
-				})
-				drain(b, c, err, h)
+				consume(b, subscription.Subscription{Group: fmt.Sprintf("%s-s%d-%d", run, size, i), Category: "order"}, size, 0, nil)
 			}
 			b.ReportMetric(float64(events*b.N)/b.Elapsed().Seconds(), "events/s")
 		})
