@@ -59,9 +59,10 @@ type Options struct {
 	// Handler handles a batch and commits each message's effects with the
 	// position (engine.Partitions()).
 	Handler partition.Handler
-	// Skip commits a fence alone: the position moves past a message that
-	// is recorded as failed or held (unitofwork.CommitFenced with no
-	// changes).
+	// Skip commits a fence alone: the low-water mark of per-key workers
+	// (unitofwork.CommitFenced with no changes). A message recorded as
+	// failed or held moves the position with its record instead
+	// (Failures.Park).
 	Skip func(ctx context.Context, f position.Fence) error
 	// Subscriptions lists what to run; called on every pass, so a reload
 	// takes effect at the next one.

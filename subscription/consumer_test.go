@@ -34,6 +34,7 @@ func runSuite(t *testing.T, newHarness func(t *testing.T) *harness) {
 		"LeaseLapsesAfterTTL":                     testLeaseLapse,
 		"FollowsTheSubscriptionList":              testFollowsList,
 		"KeyWorkersKeepKeyOrderAndResumeMidBatch": testKeyWorkers,
+		"FencedOwnerParksNothing":                 testFencedOwnerParksNothing,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

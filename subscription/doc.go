@@ -68,9 +68,10 @@
 // A handler failure of a message (Options.Classify; engine.Classify) is
 // retried after RetryDelay, doubling, MaxRetries times (a non-retryable one
 // not at all), then recorded in [Failures] (subscription_failures in
-// PostgreSQL) as failed, and the position moves past it: the record is
-// written before the position moves, so a crash between them runs the
-// message again instead of losing it. In a partitioned subscription (its
+// PostgreSQL) as failed, and the position moves past it, in one
+// transaction ([Failures] Park: the fenced advance and the record), so a
+// crash leaves both or neither (then the message runs again) and a stale
+// owner, whose fence is refused, writes no record. In a partitioned subscription (its
 // category has a sequential_by key) the failure halts its key: later
 // messages of the key are recorded as held, in order, while other keys
 // flow. An operator (protean-host subscriptions) sets a failed record to

@@ -41,7 +41,7 @@ type harness struct {
 func memoryHarness(t *testing.T) *harness {
 	m := unitofwork.NewMemory()
 	return &harness{events: m.Events, positions: m.Positions, leases: &subscription.MemoryLeases{},
-		failures: &subscription.MemoryFailures{}, uow: unitofwork.New(m, unitofwork.Options{Broker: "default"})}
+		failures: &subscription.MemoryFailures{Positions: m.Positions}, uow: unitofwork.New(m, unitofwork.Options{Broker: "default"})}
 }
 
 func postgresHarness(t *testing.T) *harness {

@@ -3,9 +3,12 @@ package subscription
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/proteanhq/protean-host/position"
 )
 
 type unitKey struct{ group, unit string }
@@ -80,9 +83,11 @@ func (m *MemoryLeases) Holder(_ context.Context, group, unit string) (string, ti
 }
 
 // MemoryFailures are Failures in memory. Now is the clock; nil means
-// time.Now.
+// time.Now. Positions is the store Park advances its fence in (the one the
+// consumer claims in); Park refuses to run without it.
 type MemoryFailures struct {
-	Now func() time.Time
+	Now       func() time.Time
+	Positions *position.Memory
 
 	mu   sync.Mutex
 	recs map[unitKey]map[int64]Failure
@@ -104,6 +109,11 @@ func (m *MemoryFailures) Record(_ context.Context, f Failure) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.recordLocked(f)
+	return nil
+}
+
+func (m *MemoryFailures) recordLocked(f Failure) {
 	if m.recs == nil {
 		m.recs = map[unitKey]map[int64]Failure{}
 	}
@@ -119,6 +129,30 @@ func (m *MemoryFailures) Record(_ context.Context, f Failure) error {
 	}
 	f.Updated = now
 	m.recs[k][f.GlobalPosition] = f
+}
+
+// Park implements Failures: the fence is checked and staged in a
+// transaction of Positions (holding its write lock, as an effect
+// transaction does), and the record is written under the records' lock
+// only once that transaction has committed.
+func (m *MemoryFailures) Park(ctx context.Context, f Failure, fence position.Fence) error {
+	if err := validPark(f, fence); err != nil {
+		return err
+	}
+	if m.Positions == nil {
+		return fmt.Errorf("subscription: MemoryFailures.Positions is nil: Park has no positions to advance: %w", ErrInvalid)
+	}
+	tx := m.Positions.Begin()
+	defer tx.Rollback()
+	if err := tx.Advance(ctx, fence); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	m.recordLocked(f)
 	return nil
 }
 

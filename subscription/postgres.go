@@ -7,7 +7,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/proteanhq/protean-host/position"
 )
 
 // PostgresLeases are Leases in the subscription_leases table (package
@@ -69,29 +72,62 @@ func (p *PostgresLeases) Holder(ctx context.Context, group, unit string) (string
 }
 
 // PostgresFailures are Failures in the subscription_failures table.
-type PostgresFailures struct{ pool *pgxpool.Pool }
+type PostgresFailures struct {
+	pool *pgxpool.Pool
+	// positions advances Park's fence inside Park's transaction.
+	positions *position.Postgres
+}
 
 // NewPostgresFailures returns the failure records of the database behind
 // pool.
-func NewPostgresFailures(pool *pgxpool.Pool) *PostgresFailures { return &PostgresFailures{pool: pool} }
+func NewPostgresFailures(pool *pgxpool.Pool) *PostgresFailures {
+	return &PostgresFailures{pool: pool, positions: position.NewPostgres(pool, nil)}
+}
 
 var _ Failures = (*PostgresFailures)(nil)
+
+const recordSQL = `INSERT INTO subscription_failures
+	(consumer_group, unit, global_position, message_id, stream, type, partition_key, status, attempts, error, failed_at, updated_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), now())
+	ON CONFLICT (consumer_group, unit, global_position) DO UPDATE SET status = excluded.status,
+		attempts = excluded.attempts, error = excluded.error, partition_key = excluded.partition_key, updated_at = now()`
+
+// execer is a pool or a transaction.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+func record(ctx context.Context, db execer, f Failure) error {
+	_, err := db.Exec(ctx, recordSQL,
+		f.Group, f.Unit, f.GlobalPosition, f.MessageID, f.Stream, f.Type, f.Key, string(f.Status), f.Attempts, f.Error)
+	if err != nil {
+		return fmt.Errorf("subscription %s/%s: record failure at %d: %w", f.Group, f.Unit, f.GlobalPosition, err)
+	}
+	return nil
+}
 
 // Record implements Failures.
 func (p *PostgresFailures) Record(ctx context.Context, f Failure) error {
 	if err := validFailure(f); err != nil {
 		return err
 	}
-	_, err := p.pool.Exec(ctx, `INSERT INTO subscription_failures
-		(consumer_group, unit, global_position, message_id, stream, type, partition_key, status, attempts, error, failed_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), now())
-		ON CONFLICT (consumer_group, unit, global_position) DO UPDATE SET status = excluded.status,
-			attempts = excluded.attempts, error = excluded.error, partition_key = excluded.partition_key, updated_at = now()`,
-		f.Group, f.Unit, f.GlobalPosition, f.MessageID, f.Stream, f.Type, f.Key, string(f.Status), f.Attempts, f.Error)
-	if err != nil {
-		return fmt.Errorf("subscription %s/%s: record failure at %d: %w", f.Group, f.Unit, f.GlobalPosition, err)
+	return record(ctx, p.pool, f)
+}
+
+// Park implements Failures: the fenced advance first (its UPDATE takes the
+// positions row's lock, ordering it against a new owner's Claim), then the
+// record, in one transaction. A refused fence or a failed insert rolls
+// both back.
+func (p *PostgresFailures) Park(ctx context.Context, f Failure, fence position.Fence) error {
+	if err := validPark(f, fence); err != nil {
+		return err
 	}
-	return nil
+	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if err := p.positions.Tx(tx).Advance(ctx, fence); err != nil {
+			return err
+		}
+		return record(ctx, tx, f)
+	})
 }
 
 // List implements Failures.
@@ -161,6 +197,18 @@ func notFound(group, unit string, pos int64) error {
 func validFailure(f Failure) error {
 	if f.Group == "" || f.Unit == "" || f.GlobalPosition < 1 {
 		return fmt.Errorf("subscription: failure record %q/%q at %d: %w", f.Group, f.Unit, f.GlobalPosition, ErrInvalid)
+	}
+	return nil
+}
+
+// validPark checks f, and that fence is f's unit's.
+func validPark(f Failure, fence position.Fence) error {
+	if err := validFailure(f); err != nil {
+		return err
+	}
+	if fence.Group != f.Group || fence.Unit != f.Unit {
+		return fmt.Errorf("subscription: failure record %s/%s parked with the fence of %s/%s: %w",
+			f.Group, f.Unit, fence.Group, fence.Unit, ErrInvalid)
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/proteanhq/protean-host/position"
 )
 
 // All is the unit of a subscription to every category: the whole store in
@@ -105,6 +107,12 @@ type Leases interface {
 type Failures interface {
 	// Record writes f (insert, or replace the record at its position).
 	Record(ctx context.Context, f Failure) error
+	// Park writes f and moves the unit's position past it (fence, checked
+	// and applied as in an effect transaction) in one transaction: both
+	// commit or neither. A fence that does not hold (position.ErrFenced,
+	// position.ErrApplied) writes no record, so a stale owner leaves no
+	// trace and a crash cannot separate the record from the move.
+	Park(ctx context.Context, f Failure, fence position.Fence) error
 	// List returns the records of group ("" for every group) and unit (""
 	// for every unit), ordered by group, unit and position; with open, only
 	// the open ones.

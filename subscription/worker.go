@@ -315,14 +315,26 @@ func (w *worker) runBatch(soft context.Context, l *lane, all []eventstore.Event)
 }
 
 // park records ev as failed (or held behind its key) and moves the
-// position past it: the record is written first, so a crash in between
-// handles the message again rather than lose it.
+// position past it, in one transaction (Failures.Park): a crash leaves
+// both or neither (then the message runs again), and a stale owner writes
+// neither.
 func (w *worker) park(l *lane, ev eventstore.Event, st Status, attempts int, msg string) error {
 	c := w.c
 	key := w.key(ev)
 	f := Failure{Group: w.sub.Group, Unit: w.sub.Unit(), GlobalPosition: ev.GlobalPosition, MessageID: ev.ID,
 		Stream: ev.Stream, Type: ev.Type, Key: key, Status: st, Attempts: attempts, Error: msg}
-	if err := c.opts.Failures.Record(c.work, f); err != nil {
+	err := c.opts.Failures.Park(c.work, f, position.Fence{Group: w.sub.Group, Unit: w.sub.Unit(), Generation: w.generation,
+		Advance: map[string]int64{l.src: ev.GlobalPosition}})
+	switch {
+	case err == nil:
+	case position.Fenced(err):
+		w.lost.Store(true)
+		return errLost
+	case position.Applied(err):
+		// An operator moved the position past it: not this owner's to
+		// record.
+		return w.reload(l)
+	default:
 		return err
 	}
 	if st == StatusFailed {
@@ -338,19 +350,7 @@ func (w *worker) park(l *lane, ev eventstore.Event, st Status, attempts int, msg
 		w.halted[key] = true
 		w.haltMu.Unlock()
 	}
-	err := c.opts.Skip(c.work, position.Fence{Group: w.sub.Group, Unit: w.sub.Unit(), Generation: w.generation,
-		Advance: map[string]int64{l.src: ev.GlobalPosition}})
-	switch {
-	case err == nil:
-		w.advanced(l, ev.GlobalPosition)
-	case position.Fenced(err):
-		w.lost.Store(true)
-		return errLost
-	case position.Applied(err):
-		return w.reload(l)
-	default:
-		return err
-	}
+	w.advanced(l, ev.GlobalPosition)
 	return nil
 }
 

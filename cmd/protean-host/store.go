@@ -117,7 +117,7 @@ func openStores(ctx context.Context, cfg config.Config) (*stores, error) {
 	if _, err := postgresURI(cfg); errors.Is(err, errMemoryOnly) {
 		mem := unitofwork.NewMemory()
 		return &stores{events: mem.Events, records: mem.Records, outbox: mem.Outbox, positions: mem.Positions, backend: mem,
-			leases: &subscription.MemoryLeases{}, failures: &subscription.MemoryFailures{},
+			leases: &subscription.MemoryLeases{}, failures: &subscription.MemoryFailures{Positions: mem.Positions},
 			idempotency: idempotency.NewMemory(cfg.HTTP.IdempotencyTTL(), nil), close: func() {}}, nil
 	}
 	pool, err := openMigratedPool(ctx, cfg)
