@@ -13,11 +13,19 @@
 //
 // On PostgreSQL a request claims its key with a pending row under a lease
 // ([Lease]) and holds no connection while it runs or waits; the others
-// look again every few milliseconds. A host that dies mid-command holds
-// the key no longer than the lease; a request that stores no answer (a
+// look again every few milliseconds. While the request runs (until done,
+// or until the context given to Begin ends) it renews the lease every
+// third of it, so a command slower than the lease (a slow handler,
+// retries) is not run again by a repeat that takes the key over; a host
+// that dies mid-command stops renewing and holds the key no longer than
+// the lease. We renew rather than derive the lease from the request's
+// deadline: a command's time is not bounded (the HTTP server sets no
+// deadline on a handler, and a guest may retry), and a fixed lease would
+// have to outlast the slowest command, which is also how long a dead
+// host's key would stay stuck. A request that stores no answer (a
 // conflict, a failure of ours) deletes its pending row, so the next
-// request of the key runs the command. The key's row is written in the command's
-// own unit of work ([Postgres.QueueInsert], through unitofwork's
+// request of the key runs the command. The key's row is written in the
+// command's own unit of work ([Postgres.QueueInsert], through unitofwork's
 // WithIdempotency), so the command's effects and its key commit together:
 // a retry after a crash between the commit and the answer finds the key
 // and never applies the command twice. The full answer (with the outcome

@@ -164,9 +164,13 @@ func TestPostgresDeadRequestLease(t *testing.T) {
 
 	committed, died := request("k-committed", `{}`), request("k-died", `{}`)
 	for _, r := range []idempotency.Request{committed, died} {
-		stored, _, err := s.Begin(ctx, r) // never done: the request dies
+		// The request dies: its context ends (its lease is no longer
+		// renewed) and it never calls done (nothing releases its key).
+		reqCtx, die := context.WithCancel(ctx)
+		stored, _, err := s.Begin(reqCtx, r)
 		require.NoError(t, err)
 		require.Nil(t, stored)
+		die()
 	}
 	var b pgx.Batch
 	s.QueueInsert(&b, committed, idempotency.Answer{Status: 200, Body: json.RawMessage(`{"id":"first"}`)})
@@ -189,4 +193,80 @@ func TestPostgresDeadRequestLease(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, stored, "a claim that committed nothing lapses: the repeat runs")
 	done()
+}
+
+// A command that runs longer than the lease keeps its key: the request
+// renews its lease while it runs, so a repeat sent meanwhile waits for it
+// (it does not take the key over and run the command again) and gets the
+// first answer. The memory store holds the key for the request's life.
+func TestLongRequestKeepsItsKey(t *testing.T) {
+	t.Parallel()
+	const lease = 2 * time.Second
+	stores := map[string]func(t *testing.T) idempotency.Store{
+		"memory": func(t *testing.T) idempotency.Store { return idempotency.NewMemory(time.Hour, nil) },
+		"postgres": func(t *testing.T) idempotency.Store {
+			return idempotency.NewPostgres(testserver.PostgresPool(t), time.Hour, nil).WithLease(lease)
+		},
+	}
+	for name, newStore := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testwait.Context(t)
+			s := newStore(t)
+			r := request("k-slow", `{"order_id":"o-1"}`)
+			var runs atomic.Int32
+			// run is one request: a stored answer, or the command run
+			// (the first one holds the key for hold) and its answer saved.
+			run := func(hold <-chan struct{}) (idempotency.Answer, error) {
+				stored, done, err := s.Begin(ctx, r)
+				if err != nil {
+					return idempotency.Answer{}, err
+				}
+				defer done()
+				if stored != nil {
+					return *stored, nil
+				}
+				n := runs.Add(1)
+				select {
+				case <-hold:
+				case <-ctx.Done():
+					return idempotency.Answer{}, ctx.Err()
+				}
+				a := idempotency.Answer{Status: 200, Body: json.RawMessage(fmt.Sprintf(`{"run":%d}`, n))}
+				return a, s.Save(ctx, r, a)
+			}
+			release := make(chan struct{})
+			type outcome struct {
+				a   idempotency.Answer
+				err error
+			}
+			first, repeat := make(chan outcome, 1), make(chan outcome, 1)
+			go func() {
+				a, err := run(release)
+				first <- outcome{a, err}
+			}()
+			testwait.For(t, "the first request runs the command", func() (bool, string) {
+				return runs.Load() == 1, fmt.Sprintf("runs %d", runs.Load())
+			})
+			go func() {
+				now := make(chan struct{})
+				close(now) // a second run of the command would answer at once
+				a, err := run(now)
+				repeat <- outcome{a, err}
+			}()
+			// The command runs for three leases while the repeat waits.
+			select {
+			case o := <-repeat:
+				t.Fatalf("the repeat returned while the first request ran: %+v (runs %d)", o, runs.Load())
+			case <-time.After(3 * lease):
+			}
+			close(release)
+			f, rep := <-first, <-repeat
+			require.NoError(t, f.err)
+			require.NoError(t, rep.err)
+			require.Equal(t, int32(1), runs.Load(), "the command ran once")
+			require.JSONEq(t, `{"run":1}`, string(f.a.Body))
+			require.JSONEq(t, `{"run":1}`, string(rep.a.Body), "the repeat got the first answer")
+		})
+	}
 }

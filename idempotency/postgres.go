@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,9 +17,10 @@ import (
 // Postgres is a Store in the idempotency_keys table of a database migrated
 // by package schema. It is safe for concurrent use, by many hosts.
 type Postgres struct {
-	pool *pgxpool.Pool
-	ttl  time.Duration
-	now  func() time.Time
+	pool  *pgxpool.Pool
+	ttl   time.Duration
+	lease time.Duration
+	now   func() time.Time
 }
 
 var _ Store = (*Postgres)(nil)
@@ -32,7 +34,17 @@ func NewPostgres(pool *pgxpool.Pool, ttl time.Duration, now func() time.Time) *P
 	if now == nil {
 		now = time.Now
 	}
-	return &Postgres{pool: pool, ttl: ttl, now: now}
+	return &Postgres{pool: pool, ttl: ttl, lease: Lease, now: now}
+}
+
+// WithLease returns a copy of p whose requests hold their keys under lease
+// instead of Lease (tests; lease <= 0 keeps p's).
+func (p *Postgres) WithLease(lease time.Duration) *Postgres {
+	c := *p
+	if lease > 0 {
+		c.lease = lease
+	}
+	return &c
 }
 
 func (p *Postgres) clock() time.Time { return p.now().UTC().Truncate(time.Microsecond) }
@@ -40,9 +52,10 @@ func (p *Postgres) clock() time.Time { return p.now().UTC().Truncate(time.Micros
 // TTL is how long the store keeps a key.
 func (p *Postgres) TTL() time.Duration { return p.ttl }
 
-// Lease is how long a request holds its key before another request of the
-// key may take it over (the holder died, or is stuck): longer than any
-// command runs.
+// Lease is how long a request's key outlives the request's last sign of
+// life before another request of the key may take it over: the holder
+// renews it every Lease/3 while it runs (see heartbeat), so a command may
+// run longer than Lease; a dead host's key is free within Lease.
 const Lease = time.Minute
 
 // poll bounds the wait between two looks at a key another request holds.
@@ -60,8 +73,9 @@ const claimSQL = `INSERT INTO idempotency_keys AS k (scope, key, request_hash, s
 
 // Begin implements Store. It holds no connection while it waits: a
 // request claims its key with a pending row under a lease of its own
-// (Lease), and the others look again every few milliseconds until the
-// row is done, or its lease lapses (then one of them takes it over).
+// (Lease, renewed while the request runs: heartbeat), and the others look
+// again every few milliseconds until the row is done, or its lease lapses
+// (then one of them takes it over).
 func (p *Postgres) Begin(ctx context.Context, r Request) (*Answer, func(), error) {
 	if err := validRequest(r); err != nil {
 		return nil, nil, err
@@ -70,9 +84,13 @@ func (p *Postgres) Begin(ctx context.Context, r Request) (*Answer, func(), error
 	for wait := time.Millisecond; ; wait = min(2*wait, poll) {
 		now := p.clock()
 		var claimed bool
-		err := p.pool.QueryRow(ctx, claimSQL, r.Scope, r.Key, r.Hash, owner, now.Add(Lease), now, now.Add(p.ttl)).Scan(&claimed)
+		err := p.pool.QueryRow(ctx, claimSQL, r.Scope, r.Key, r.Hash, owner, now.Add(p.lease), now, now.Add(p.ttl)).Scan(&claimed)
 		if err == nil {
-			return nil, func() { p.release(r, owner) }, nil
+			stop := p.heartbeat(ctx, r, owner)
+			return nil, func() {
+				stop()
+				p.release(r, owner)
+			}, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return nil, nil, fmt.Errorf("idempotency: key %q of %s: %w", r.Key, r.Scope, err)
@@ -105,6 +123,49 @@ func (p *Postgres) Begin(ctx context.Context, r Request) (*Answer, func(), error
 			return nil, nil, ctx.Err()
 		case <-time.After(wait):
 		}
+	}
+}
+
+// renewSQL extends owner's lease on a key its request still holds:
+// pending, or committed by the request's unit of work and waiting for the
+// full answer.
+const renewSQL = `UPDATE idempotency_keys SET locked_until = $4
+	WHERE scope = $1 AND key = $2 AND owner = $3 AND state IN ('pending', 'committed')`
+
+// heartbeat renews owner's lease on r's key every lease/3 while the
+// request runs, so that a command slower than the lease (a slow handler,
+// retries) is not run again by a repeat that would take the key over. It
+// ends when stop is called (the request is done) or ctx ends (the request
+// is over: its client went away, its host is stopping); then the lease
+// lapses within one lease, as a dead host's does. A renewal that finds the
+// key no longer the request's (saved, released, taken over) ends it too.
+// A failed renewal is tried again at the next tick: a lease is three
+// ticks long. stop returns once the goroutine has ended.
+func (p *Postgres) heartbeat(ctx context.Context, r Request, owner string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		tick := time.NewTicker(p.lease / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			tag, err := p.pool.Exec(ctx, renewSQL, r.Scope, r.Key, owner, p.clock().Add(p.lease))
+			if err == nil && tag.RowsAffected() == 0 {
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			<-ended
+		})
 	}
 }
 
@@ -160,7 +221,7 @@ func (p *Postgres) Save(ctx context.Context, r Request, a Answer) error {
 // command tag.
 func (p *Postgres) QueueInsert(b *pgx.Batch, r Request, a Answer) {
 	now := p.clock()
-	b.Queue(committedSQL, r.Scope, r.Key, r.Hash, a.Status, []byte(a.Body), now, now.Add(p.ttl), now.Add(Lease))
+	b.Queue(committedSQL, r.Scope, r.Key, r.Hash, a.Status, []byte(a.Body), now, now.Add(p.ttl), now.Add(p.lease))
 }
 
 const committedSQL = `INSERT INTO idempotency_keys (scope, key, request_hash, state, status, body, created_at, expires_at, locked_until)
