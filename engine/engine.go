@@ -51,6 +51,11 @@ type Options struct {
 	// partition workers of every host instance commit to: WaitHandled
 	// reads it for events other instances handled. Optional.
 	Positions Positions
+	// Failures, with EventStore, are the subscriptions' failure records:
+	// WaitHandled does not count an event recorded as failed or held as
+	// handled, though the subscription's position passed it (see
+	// [FailedError]). Optional.
+	Failures Failures
 	// DeliveryBatch is the most messages a broker consumer hands its
 	// handler in one guest call, taking only what is already ready
 	// (default DefaultDeliveryBatch; 1 delivers one message per call).

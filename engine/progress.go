@@ -16,6 +16,7 @@ import (
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
+	esub "github.com/proteanhq/protean-host/subscription"
 )
 
 // Read-your-writes. A client that got global position N from a command's
@@ -48,6 +49,18 @@ import (
 // engine gives every event one priority, so a partition's events all
 // travel one lane; the check takes the highest position recorded for the
 // partition stream or its lane.
+//
+// With event-store subscriptions the unit is the category, and its
+// position also passes an event the subscription recorded as failed (or
+// held behind a failure of its key) and went on from: the check reads the
+// group's open failure records (Options.Failures) too. Such an event is
+// not handled, and nothing will handle it until an operator acts, so a
+// wait that reaches it ends at once with a *FailedError naming it (the API
+// answers 500) rather than answer a document without the event's effects,
+// or wait into the bound as if the projector were only slow. An event an
+// operator set to retry is waited for (its rerun is on its way); one
+// skipped counts as handled (the operator gave it up: the projection is
+// final without it, and later reads must not fail on it for ever).
 
 // progress is what this process's consumers have handled, per consumer
 // group and category.
@@ -163,6 +176,50 @@ func (p *progress) advance(group, category string, w int64) {
 	h.walkAt = max(compactAt, 2*len(h.above))
 }
 
+// Failures lists a consumer group's failure records in a unit
+// (subscription.Failures has it).
+type Failures interface {
+	List(ctx context.Context, group, unit string, open bool) ([]esub.Failure, error)
+}
+
+// ErrFailed: an event at or below the position waited for failed in the
+// projection's handler and is recorded for an operator.
+var ErrFailed = errors.New("projection's handler failed an event")
+
+// FailedError is ErrFailed with the wait and the failure record.
+type FailedError struct {
+	Projection string
+	Position   int64
+	Failure    esub.Failure
+}
+
+func (e *FailedError) Error() string {
+	f := e.Failure
+	what := "failed"
+	if f.Status == esub.StatusHeld {
+		what = "holds, behind an earlier failure of its key,"
+	}
+	return fmt.Sprintf("projection %s cannot reach global position %d: its handler %s the %s event at global position %d (stream %s): an operator must retry or skip it (protean-host subscriptions failed)",
+		e.Projection, e.Position, what, f.Type, f.GlobalPosition, f.Stream)
+}
+
+// Unwrap returns ErrFailed.
+func (e *FailedError) Unwrap() error { return ErrFailed }
+
+// check caches what one WaitHandled check reads of other sources than
+// this process: the positions rows and the open failure records, per
+// unit. A nil *check consults neither.
+type check struct {
+	projection string
+	position   int64
+	rows       map[string]position.Row
+	open       map[string]map[int64]esub.Failure
+}
+
+func newCheck(projection string, n int64) *check {
+	return &check{projection: projection, position: n, rows: map[string]position.Row{}, open: map[string]map[int64]esub.Failure{}}
+}
+
 // handledEvent records that group handled the event at gp of category,
 // and walks the store when enough have gathered above the watermark.
 func (e *Engine) handledEvent(ctx context.Context, group, category string, gp int64) {
@@ -178,7 +235,7 @@ func (e *Engine) handledEvent(ctx context.Context, group, category string, gp in
 // caughtUp reports whether group has handled every event of category at or
 // below n, advancing its watermark over what it finds handled. rows caches
 // the positions rows a check has read (nil: do not consult them).
-func (e *Engine) caughtUp(ctx context.Context, group, category string, n int64, rows map[string]position.Row) (bool, error) {
+func (e *Engine) caughtUp(ctx context.Context, group, category string, n int64, c *check) (bool, error) {
 	w := e.progress.watermark(group, category)
 	defer func() { e.progress.advance(group, category, w) }()
 	for w < n {
@@ -191,7 +248,7 @@ func (e *Engine) caughtUp(ctx context.Context, group, category string, n int64, 
 				return true, nil
 			}
 			if !e.progress.has(group, category, ev.GlobalPosition) {
-				ok, err := e.handledElsewhere(ctx, group, category, ev, rows)
+				ok, err := e.handledElsewhere(ctx, group, category, ev, c)
 				if err != nil || !ok {
 					return false, err
 				}
@@ -211,8 +268,10 @@ func (e *Engine) caughtUp(ctx context.Context, group, category string, n int64, 
 // partition workers the unit is ev's partition (or a correlated process
 // manager's value) and the source its partition stream or lane. It is
 // false where no such row can exist (no positions store, or a category
-// the broker's consumer groups deliver).
-func (e *Engine) handledElsewhere(ctx context.Context, group, category string, ev eventstore.Event, rows map[string]position.Row) (bool, error) {
+// the broker's consumer groups deliver). With event-store subscriptions,
+// an event the position passed but that has an open failure record is not
+// handled: a *FailedError (failed, held), or false (set to retry).
+func (e *Engine) handledElsewhere(ctx context.Context, group, category string, ev eventstore.Event, c *check) (bool, error) {
 	set := e.Set()
 	_, keyed := set.PartitionField(category)
 	if !e.opts.EventStore && (!e.opts.Partitioned || !keyed) {
@@ -225,7 +284,7 @@ func (e *Engine) handledElsewhere(ctx context.Context, group, category string, e
 		since := e.startedAt.Load()
 		return since != 0 && ev.Time.UnixNano() < since, nil
 	}
-	if rows == nil || e.opts.Positions == nil {
+	if c == nil || e.opts.Positions == nil {
 		return false, nil
 	}
 	unit, stream, lanes := category, category, false
@@ -239,21 +298,53 @@ func (e *Engine) handledElsewhere(ctx context.Context, group, category string, e
 			unit = partition.CorrelationUnit(group, key)
 		}
 	}
-	row, seen := rows[unit]
+	row, seen := c.rows[unit]
 	if !seen {
 		var err error
 		row, _, err = e.opts.Positions.Get(ctx, group, unit)
 		if err != nil {
 			return false, err
 		}
-		rows[unit] = row
+		c.rows[unit] = row
 	}
 	for src, pos := range row.Positions {
 		if (src == stream || lanes && strings.HasPrefix(src, stream+":")) && pos >= ev.GlobalPosition {
+			if e.opts.EventStore {
+				return e.notFailed(ctx, group, unit, ev.GlobalPosition, c)
+			}
 			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// notFailed reports whether the event at gp, which group's subscription
+// of unit has passed, was handled rather than recorded as failed (see the
+// overview above).
+func (e *Engine) notFailed(ctx context.Context, group, unit string, gp int64, c *check) (bool, error) {
+	if e.opts.Failures == nil {
+		return true, nil
+	}
+	open, seen := c.open[unit]
+	if !seen {
+		fs, err := e.opts.Failures.List(ctx, group, unit, true)
+		if err != nil {
+			return false, err
+		}
+		open = make(map[int64]esub.Failure, len(fs))
+		for _, f := range fs {
+			open[f.GlobalPosition] = f
+		}
+		c.open[unit] = open
+	}
+	f, failed := open[gp]
+	switch {
+	case !failed:
+		return true, nil
+	case f.Status == esub.StatusRetry:
+		return false, nil
+	}
+	return false, &FailedError{Projection: c.projection, Position: c.position, Failure: f}
 }
 
 // partitionKey is the partition key of an event of category, if the
@@ -300,7 +391,8 @@ func (e *CaughtUpError) Unwrap() []error { return []error{ErrNotCaughtUp, e.Err}
 // handled every event of its categories at or below global position n
 // (see the overview above), or ctx ends: then it returns a *CaughtUpError
 // (errors.Is ErrNotCaughtUp and ctx's error). An unknown name is
-// ErrUnknownProjection.
+// ErrUnknownProjection; an event at or below n that its event-store
+// subscription recorded as failed or held is a *FailedError (ErrFailed).
 func (e *Engine) WaitHandled(ctx context.Context, name string, n int64) error {
 	for {
 		set := e.Set()
@@ -310,9 +402,9 @@ func (e *Engine) WaitHandled(ctx context.Context, name string, n int64) error {
 		}
 		changed := e.progress.wait()
 		done := true
-		rows := map[string]position.Row{}
+		chk := newCheck(name, n)
 		for _, c := range cats {
-			ok, err := e.caughtUp(ctx, name, c, n, rows)
+			ok, err := e.caughtUp(ctx, name, c, n, chk)
 			if err != nil && ctx.Err() == nil {
 				return err
 			}

@@ -239,7 +239,10 @@ func (a *api) projection(w http.ResponseWriter, r *http.Request) {
 // waitHandled serves ?min_position=N: it waits, at most readWait, until
 // the projection has handled global position N, and reports whether the
 // read may go on; if not, it has answered (400 for a bad N, 404 for an
-// unknown projection, 504 past the bound).
+// unknown projection, 504 past the bound, 500 naming an event at or below
+// N that the handler failed and that waits for an operator:
+// engine.ErrFailed, so the client never gets a document that silently
+// lacks its write).
 func (a *api) waitHandled(w http.ResponseWriter, r *http.Request, q string) bool {
 	n, err := strconv.ParseInt(q, 10, 64)
 	if err != nil || n < 0 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/httpapi"
+	"github.com/proteanhq/protean-host/subscription"
 )
 
 // stalledEngine's projector never catches up: a wait ends with its
@@ -54,4 +55,21 @@ func getJSON(t *testing.T, url string) (int, map[string]any) {
 	var body map[string]any
 	_ = json.NewDecoder(resp.Body).Decode(&body)
 	return resp.StatusCode, body
+}
+
+// failedEngine's projector failed an event below every wait.
+type failedEngine struct{ fakeEngine }
+
+func (*failedEngine) WaitHandled(_ context.Context, name string, n int64) error {
+	return &engine.FailedError{Projection: name, Position: n, Failure: subscription.Failure{GlobalPosition: 5, Type: "OrderPlaced", Stream: "order-o-1", Status: subscription.StatusFailed}}
+}
+
+// A wait that reaches an event the projection's handler failed (recorded
+// for an operator) answers 500 naming it, at once, not the document.
+func TestMinPositionFailedEvent(t *testing.T) {
+	srv := httptest.NewServer(httpapi.New(&failedEngine{}, httpapi.Options{ReadWait: time.Minute}))
+	defer srv.Close()
+	code, body := getJSON(t, srv.URL+"/v1/projections/docs/1?min_position=17")
+	require.Equal(t, 500, code, body)
+	require.Contains(t, body["error"], "projection docs cannot reach global position 17: its handler failed the OrderPlaced event at global position 5")
 }

@@ -265,7 +265,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		},
 	})
 	eng = engine.New(set, engine.Options{Events: st.events, Records: st.records, UnitOfWork: uow, Logger: e.log,
-		Metrics: engine.NewMetrics(reg), Partitioned: br.redis != nil && !fromStore, EventStore: fromStore, Positions: st.positions,
+		Metrics: engine.NewMetrics(reg), Partitioned: br.redis != nil && !fromStore, EventStore: fromStore, Positions: st.positions, Failures: st.failures,
 		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps})
 	h.eng = eng
 	if fromStore {
