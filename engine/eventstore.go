@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 
+	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/record"
 	esub "github.com/proteanhq/protean-host/subscription"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
@@ -25,8 +27,15 @@ func (e *Engine) EventStoreSubscriptions() []esub.Subscription {
 
 // Classify says whether err, returned by the partition handler
 // ([Engine.Partitions]), is the message's own failure (a handler error, a
-// scope error, a rejected partition key) and whether a retry may help.
-// Any other error (the database, a stopping engine) is not the message's.
+// scope error, a rejected partition key, effects the stores refuse before
+// the database: an invalid event or record, a duplicate event id) and
+// whether a retry may help. Any other error (the database, a stopping
+// engine) is not the message's.
+//
+// Effects the stores refuse are the message's: the same handler on the
+// same message asks for them again, so retrying them "without end" as an
+// infrastructure error would stall the subscription for good, with no
+// failure record for an operator to skip.
 func Classify(err error) (message, retryable bool) {
 	var he *HandlerError
 	if errors.As(err, &he) {
@@ -41,6 +50,14 @@ func Classify(err error) (message, retryable bool) {
 		return true, false
 	}
 	if unitofwork.Conflict(err) {
+		return true, true
+	}
+	if errors.Is(err, eventstore.ErrInvalid) || errors.Is(err, record.ErrInvalid) {
+		return true, false
+	}
+	if errors.Is(err, eventstore.ErrDuplicateID) {
+		// A guest that names its events from the message repeats the id
+		// on every attempt; one that draws ids at random will not.
 		return true, true
 	}
 	return false, false

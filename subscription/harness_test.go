@@ -67,6 +67,9 @@ type recorder struct {
 	applied map[string][]int64
 	// fail, if set, fails a message.
 	fail func(group string, m broker.Message) error
+	// poison, if set, makes a message's effects a record the stores
+	// refuse (a \u0000 in its data): the commit itself fails.
+	poison func(m broker.Message) bool
 }
 
 func newRecorder(uow *unitofwork.UnitOfWork) *recorder {
@@ -90,6 +93,22 @@ func (r *recorder) Handle(ctx context.Context, b partition.Batch) (int, error) {
 				n, ferr = i, err
 				break
 			}
+		}
+	}
+	if r.poison != nil {
+		for i, m := range b.Messages[:n] {
+			if !r.poison(m) {
+				continue
+			}
+			if i == 0 {
+				// Alone, as the engine commits the run before a failure.
+				_, err := r.uow.CommitFenced(ctx, position.Fence{Group: b.Group, Unit: b.Unit, Generation: b.Generation,
+					Advance: map[string]int64{b.Source: m.GlobalPosition}}, unitofwork.Change{Effects: &abi.Effects{Writes: []abi.Write{{
+					Kind: abi.RecordProjection, Type: "seen_" + b.Group, ID: "poison", Data: json.RawMessage(`{"s":"\u0000"}`)}}}})
+				return 0, err
+			}
+			n, ferr = i, nil
+			break
 		}
 	}
 	if n == 0 {
@@ -142,6 +161,7 @@ type consumerOpts struct {
 	keyWorkers int
 	batch      int
 	metrics    *subscription.Metrics
+	classify   func(error) (message, retryable bool)
 }
 
 func (h *harness) consumer(t *testing.T, r *recorder, o consumerOpts) *subscription.Consumer {
@@ -169,6 +189,7 @@ func (h *harness) consumer(t *testing.T, r *recorder, o consumerOpts) *subscript
 		},
 		Owner: o.owner, LeaseTTL: o.ttl, Heartbeat: o.ttl / 5, Poll: 20 * time.Millisecond, BatchSize: o.batch,
 		GapTimeout: o.gapTimeout, MaxRetries: o.retries, KeyWorkers: o.keyWorkers, RetryDelay: time.Millisecond, Metrics: o.metrics,
+		Classify: o.classify,
 	})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(t.Context()))
