@@ -25,7 +25,10 @@
 // claim is one statement that walks the active-row index to its limit (it
 // costs the rows it hands out, not the backlog) and re-checks its picks
 // under their row locks, so a claim racing a relay's mark never takes back
-// the row being marked.
+// the row being marked. It leases a row through its lock columns alone
+// (locked_by, locked_until): the status column keeps pending or failed,
+// which the store reports as processing, so that the claim is a HOT update
+// that adds no index entries (the table is filled to half for the room).
 //
 // Delivery is at least once: a relay that crashes after publishing but
 // before marking leaves the row processing until its lock expires, and the
