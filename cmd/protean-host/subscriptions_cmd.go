@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/subscription"
@@ -102,10 +106,14 @@ func cmdSubscriptions(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	isSub, err := subscriptionUnits(ctx, pool, rows)
+	if err != nil {
+		return err
+	}
 	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "GROUP\tUNIT\tPOSITION\tHEAD\tLAG\tGENERATION\tOWNER\tLEASE\tOPEN FAILURES")
 	for _, r := range rows {
-		if strings.Contains(r.Unit, ":") {
+		if !isSub(r.Unit) {
 			continue // a Redis partition's row: protean-host partitions list
 		}
 		p := r.Positions[r.Unit]
@@ -134,4 +142,44 @@ func cmdSubscriptions(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%d\n", r.Group, r.Unit, p, h, max(h-p, 0), r.Generation, owner, lease, n)
 	}
 	return w.Flush()
+}
+
+// subscriptionUnits tells the event-store subscriptions' rows of the
+// positions table from the Redis partitions' and process managers'. A
+// subscription's unit is a category (or $all); a partition's is
+// "{category}:{key}", a process manager's "{pm}:{correlation}". A colon
+// alone does not decide it: Protean's categories hold "::" ("test::order")
+// and MessageDB's may hold ":" ("account:command"). So a unit is a
+// subscription's when every colon in it is part of a "::", or, failing
+// that, when the event store has events of that category (one query for
+// all such units; a partition's "{category}:{key}" is never a stream's
+// category, a stream being "{category}-{id}").
+func subscriptionUnits(ctx context.Context, pool *pgxpool.Pool, rows []position.Row) (func(unit string) bool, error) {
+	plain := func(unit string) bool {
+		return unit == subscription.All || !strings.Contains(strings.ReplaceAll(unit, "::", ""), ":")
+	}
+	var ask []string
+	for _, r := range rows {
+		if !plain(r.Unit) {
+			ask = append(ask, r.Unit)
+		}
+	}
+	slices.Sort(ask)
+	ask = slices.Compact(ask)
+	cats := map[string]bool{}
+	if len(ask) > 0 {
+		rs, err := pool.Query(ctx, `SELECT u FROM unnest($1::text[]) AS u
+			WHERE EXISTS (SELECT 1 FROM message_store.messages WHERE message_store.category(stream_name) = u)`, ask)
+		if err != nil {
+			return nil, fmt.Errorf("subscriptions list: categories of the units: %w", err)
+		}
+		found, err := pgx.CollectRows(rs, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("subscriptions list: categories of the units: %w", err)
+		}
+		for _, c := range found {
+			cats[c] = true
+		}
+	}
+	return func(unit string) bool { return plain(unit) || cats[unit] }, nil
 }

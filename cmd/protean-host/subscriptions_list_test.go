@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/testserver"
+	"github.com/proteanhq/protean-host/position"
+)
+
+// subscriptions list shows the event-store subscriptions of Protean's
+// categories, which hold "::" ("test::order"), and of MessageDB-style
+// categories with a ":" ("account:command") that have events, and leaves
+// out the Redis partitions' rows ("test::order:c-1"). It hid every
+// category with a colon, so on a Protean domain it listed nothing.
+func TestSubscriptionsListShowsColonCategories(t *testing.T) {
+	d := pgInline{dbURL: testserver.Postgres(t), dir: t.TempDir()}
+	cfg := d.writeConfig(t, "127.0.0.1:0")
+	code, _, errs := cli(t, "migrate", "--config", cfg)
+	require.Equal(t, 0, code, errs)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, d.dbURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	data, _ := json.Marshal(map[string]any{"a": 1})
+	_, err = eventstore.NewPostgres(pool).Append(ctx, []eventstore.NewEvent{
+		{Stream: "test::order-1", Type: "Placed", Data: data, ExpectedVersion: eventstore.AnyVersion},
+		{Stream: "account:command-7", Type: "Open", Data: data, ExpectedVersion: eventstore.AnyVersion},
+	})
+	require.NoError(t, err)
+	ps := position.NewPostgres(pool, nil)
+	require.NoError(t, ps.Set(ctx, "orders", "test::order", "test::order", 1))
+	require.NoError(t, ps.Set(ctx, "accounts", "account:command", "account:command", 2))
+	require.NoError(t, ps.Set(ctx, "orders", "test::order:c-1", "test::order:c-1", 1)) // a Redis partition
+
+	code, out, errs := cli(t, "subscriptions", "list", "--config", cfg)
+	require.Equal(t, 0, code, errs)
+	require.Regexp(t, `(?m)^orders\s+test::order\s+1\s+1\s+0\s`, out)
+	require.Regexp(t, `(?m)^accounts\s+account:command\s+2\s+2\s+0\s`, out)
+	require.NotContains(t, out, "c-1", "a partition's row belongs to partitions list")
+}
