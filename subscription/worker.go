@@ -39,6 +39,9 @@ type worker struct {
 	slotPos []int64
 	// checked is when the open failure records were last read.
 	checked time.Time
+	// lagAt is when the lag gauge was last refreshed (by the worker's own
+	// goroutine only: the unit's lane, never a key slot's).
+	lagAt time.Time
 	// lost is set when the lease or the unit went to another owner: the
 	// worker then leaves the lease alone.
 	lost atomic.Bool
@@ -131,6 +134,7 @@ func (w *worker) run(soft context.Context) {
 			}
 			break
 		}
+		w.lagEvery(ctx)
 	}
 	log.Info("subscription: released", "generation", w.generation, "position", w.pos)
 }
@@ -285,6 +289,9 @@ func (w *worker) runBatch(soft context.Context, l *lane, all []eventstore.Event)
 			continue
 		}
 		head := evs[0]
+		if l.unit {
+			w.lagEvery(c.work) // stuck on this message: the backlog grows behind it
+		}
 		message, retryable := c.opts.Classify(err)
 		if !message {
 			infra++
@@ -386,7 +393,17 @@ func (w *worker) batch(source string, evs []eventstore.Event) partition.Batch {
 	return partition.Batch{Group: w.sub.Group, Unit: w.sub.Unit(), Source: source, Generation: w.generation, Messages: msgs}
 }
 
+// lagEvery refreshes the lag gauge at most once per Poll: a subscription
+// that is always behind (it never reads an empty batch) or stuck retrying
+// a message still shows how far behind it is, not its last idle value.
+func (w *worker) lagEvery(ctx context.Context) {
+	if w.c.opts.Now().Sub(w.lagAt) >= w.c.opts.Poll {
+		w.lag(ctx)
+	}
+}
+
 func (w *worker) lag(ctx context.Context) {
+	w.lagAt = w.c.opts.Now()
 	if w.c.opts.Head == nil {
 		return
 	}

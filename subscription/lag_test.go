@@ -1,0 +1,59 @@
+package subscription_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/internal/testwait"
+	"github.com/proteanhq/protean-host/subscription"
+)
+
+// The lag gauge follows a subscription that never catches up: here one
+// stuck on a message whose commit keeps failing (the database refusing,
+// retried without end) behind a backlog. It was set only when a read came
+// back empty, so a subscription that is always behind showed no lag at
+// all (no series, or its last idle value) while the backlog grew.
+func TestLagFollowsASubscriptionThatNeverCatchesUp(t *testing.T) {
+	t.Parallel()
+	h := memoryHarness(t)
+	pos := appendEvents(t, h.events, "order", []string{"a"}, 30)
+	stuck := pos[10]
+	r := newRecorder(h.uow)
+	r.setFail(func(_ string, m broker.Message) error {
+		if m.GlobalPosition == stuck {
+			return errors.New("commit failed: connection reset") // not the message's: retried without end
+		}
+		return nil
+	})
+	reg := prometheus.NewRegistry()
+	head := func(context.Context, string) (int64, error) { return pos[len(pos)-1], nil }
+	h.consumer(t, r, consumerOpts{subs: []subscription.Subscription{{Group: "proj", Category: "order"}},
+		metrics: subscription.NewMetrics(reg), head: head})
+	r.waitApplied(t, "proj", pos[:10])
+	want := float64(pos[len(pos)-1] - pos[9])
+	testwait.For(t, "the lag gauge shows the backlog", func() (bool, string) {
+		got, ok := gauge(t, reg, "protean_subscription_lag")
+		return ok && got == want, fmt.Sprintf("lag %v (set %v), want %v", got, ok, want)
+	})
+}
+
+// gauge returns the value of the one series of name in reg, and whether
+// it has one.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) (float64, bool) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue(), true
+		}
+	}
+	return 0, false
+}
