@@ -3,7 +3,9 @@ package engine
 import (
 	"errors"
 
+	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/record"
 	esub "github.com/proteanhq/protean-host/subscription"
 	"github.com/proteanhq/protean-host/unitofwork"
@@ -23,6 +25,32 @@ func (e *Engine) EventStoreSubscriptions() []esub.Subscription {
 		out[i] = esub.Subscription{Group: s.handler, Category: s.stream, Partitioned: keyed}
 	}
 	return out
+}
+
+// ErrNotSubscribed: an event-store subscription's batch reached the
+// engine after a reload took the subscription away (its handler, or the
+// handler's last type of the category). Nothing is committed: the worker
+// retries until its supervisor stops it, and a handler added back resumes
+// after its position, not past the events it never saw.
+var ErrNotSubscribed = errors.New("the handler no longer subscribes to the category")
+
+// subscribes reports whether set still has the event-store subscription
+// (group, unit): handler group handles a type of category unit (any type,
+// for esub.All).
+func subscribes(set *host.Set, group, unit string) bool {
+	for _, m := range set.Modules() {
+		for _, h := range m.Manifest.Handlers {
+			if h.Name != group || h.Kind == abi.KindCommandHandler {
+				continue
+			}
+			for _, t := range h.Handles {
+				if msg, _ := set.Message(t); unit == esub.All || msg.Category == unit {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // Classify says whether err, returned by the partition handler

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 
 	"github.com/proteanhq/protean-host/abi"
@@ -74,6 +75,9 @@ func (p partitionHandler) Handle(ctx context.Context, b partition.Batch) (int, e
 		return 0, err
 	}
 	defer l.users.leave()
+	if e.opts.EventStore && !subscribes(l.set, b.Group, b.Unit) {
+		return 0, fmt.Errorf("event-store subscription %s/%s: %w", b.Group, b.Unit, ErrNotSubscribed)
+	}
 	ctx, cancel := e.owned(ctx)
 	defer cancel()
 	var route host.Route
