@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/proteanhq/protean-host/internal/pipeline"
 
@@ -400,19 +401,55 @@ func jsonArg(b []byte) any {
 	return string(b)
 }
 
+// Rider is a statement that rides with each append QueueAppend queues,
+// inside the same SQL statement, so that it sees the appended row without
+// looking it up: a data-modifying statement without a RETURNING clause
+// that reads the row from the relation "appended" (columns id,
+// stream_name, type, position, global_position, time, data, metadata) and
+// raises when it cannot do its part. Its parameters are numbered from $7;
+// Args gives those of event i. The outbox's rows ride this way
+// (outbox.Postgres.Rider).
+type Rider struct {
+	SQL  string
+	Args func(i int) []any
+}
+
+// queuedAppendInsert is appendOneSQL's insert raising when refused: a duplicate
+// id violates messages_id, and a stream not at the expected version gets
+// a NULL position, which violates its NOT NULL (v.version is a value of
+// the query, so the planner cannot fold the CASE into a constant NULL).
+const queuedAppendInsert = `INSERT INTO message_store.messages (id, stream_name, position, type, data, metadata)
+	SELECT $1, $2, CASE WHEN $6::bigint IS NULL OR v.version = $6 THEN v.version + 1 END, $3, $4, $5
+	FROM (SELECT coalesce(max(position), -1) AS version FROM message_store.messages WHERE stream_name = $2) v`
+
+// queuedAppendSQL is queuedAppendInsert with rider's statement, if any, in
+// the same statement.
+func queuedAppendSQL(rider string) string {
+	if rider == "" {
+		return queuedAppendInsert + ` RETURNING position, global_position, time`
+	}
+	return `WITH appended AS (` + queuedAppendInsert + `
+		RETURNING id, stream_name, type, position, global_position, time, data, metadata),
+	rider AS (` + rider + `)
+	SELECT position, global_position, time FROM appended`
+}
+
 // QueueAppend queues the appends of events on b, a pipeline inside a
 // transaction: the category locks in a fixed order, then one conditional
 // insert per event (appendOneSQL: each sees the earlier ones, so expected
-// versions chain within the batch as in Append). It returns the reader of
-// their results and the categories it locked, which the transaction holds
-// to commit; a refused event (a duplicate id, an expected version that
-// does not hold) reads as pipeline.ErrRefused (run Append to learn which).
-func QueueAppend(b *pgx.Batch, events []NewEvent) (func(pgx.BatchResults) ([]Event, error), []string, error) {
+// versions chain within the batch as in Append), with rider's statement
+// (nil: none) in the same statement. Each raises when refused (or when its
+// rider fails), so that nothing queued after a refusal runs, a COMMIT
+// least of all. It returns the reader of their results. The
+// transaction holds the category locks to commit. A refused event (a
+// duplicate id, an expected version that does not hold) reads as
+// pipeline.ErrRefused (run Append to learn which).
+func QueueAppend(b *pgx.Batch, events []NewEvent, rider *Rider) (func(pgx.BatchResults) ([]Event, error), error) {
 	prepared, err := prepare(events)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	var categories []string
+	categories := make([]string, 0, 1)
 	for _, e := range prepared {
 		categories = append(categories, Category(e.Stream))
 	}
@@ -421,8 +458,16 @@ func QueueAppend(b *pgx.Batch, events []NewEvent) (func(pgx.BatchResults) ([]Eve
 	for _, c := range categories {
 		b.Queue(`SELECT pg_advisory_xact_lock(message_store.hash_64($1))`, c)
 	}
-	for _, e := range prepared {
-		b.Queue(appendOneSQL, e.ID, e.Stream, e.Type, jsonArg(e.Data), jsonArg(e.Metadata), expectedArg(e.ExpectedVersion))
+	sql := queuedPlainAppendSQL
+	if rider != nil {
+		sql = riderSQL(rider.SQL)
+	}
+	for i, e := range prepared {
+		args := []any{e.ID, e.Stream, e.Type, jsonArg(e.Data), jsonArg(e.Metadata), expectedArg(e.ExpectedVersion)}
+		if rider != nil {
+			args = append(args, rider.Args(i)...)
+		}
+		b.Queue(sql, args...)
 	}
 	read := func(br pgx.BatchResults) ([]Event, error) {
 		for range categories {
@@ -434,7 +479,7 @@ func QueueAppend(b *pgx.Batch, events []NewEvent) (func(pgx.BatchResults) ([]Eve
 		for i, e := range prepared {
 			out[i] = Event{ID: e.ID, Stream: e.Stream, Type: e.Type, Data: e.Data, Metadata: e.Metadata}
 			err := br.QueryRow().Scan(&out[i].Position, &out[i].GlobalPosition, &out[i].Time)
-			if errors.Is(err, pgx.ErrNoRows) {
+			if pipeline.Refused(err) {
 				return nil, fmt.Errorf("event %d: stream %s: %w", i, e.Stream, pipeline.ErrRefused)
 			}
 			if err != nil {
@@ -444,5 +489,20 @@ func QueueAppend(b *pgx.Batch, events []NewEvent) (func(pgx.BatchResults) ([]Eve
 		}
 		return out, nil
 	}
-	return read, categories, nil
+	return read, nil
+}
+
+var queuedPlainAppendSQL = queuedAppendSQL("")
+
+// riders caches queuedAppendSQL by rider: a unit of work's riders are a
+// few constants, and building the statement on every commit costs.
+var riders sync.Map
+
+func riderSQL(rider string) string {
+	if s, ok := riders.Load(rider); ok {
+		return s.(string)
+	}
+	s := queuedAppendSQL(rider)
+	riders.Store(rider, s)
+	return s
 }

@@ -195,28 +195,8 @@ var (
 func prepare(rows []Row, now time.Time) ([]Row, error) {
 	out := make([]Row, len(rows))
 	for i, r := range rows {
-		what := fmt.Sprintf("row %d (message %s, broker %s)", i, r.MessageID, r.TargetBroker)
-		switch {
-		case r.MessageID == "":
-			return nil, fmt.Errorf("%s: %w: empty message id", what, ErrInvalid)
-		case r.TargetBroker == "":
-			return nil, fmt.Errorf("%s: %w: empty target broker", what, ErrInvalid)
-		case r.Stream == "":
-			return nil, fmt.Errorf("%s: %w: empty stream", what, ErrInvalid)
-		case r.Type == "":
-			return nil, fmt.Errorf("%s: %w: empty type", what, ErrInvalid)
-		case utf8.RuneCountInString(r.TargetBroker) > MaxBrokerLength:
-			return nil, fmt.Errorf("%s: %w: target broker longer than %d characters", what, ErrInvalid, MaxBrokerLength)
-		case r.PartitionKey != nil && utf8.RuneCountInString(*r.PartitionKey) > MaxPartitionKeyLength:
-			return nil, fmt.Errorf("%s: %w: partition key longer than %d characters", what, ErrInvalid, MaxPartitionKeyLength)
-		case r.MaxRetries < 0:
-			return nil, fmt.Errorf("%s: %w: max retries %d", what, ErrInvalid, r.MaxRetries)
-		case r.Data != nil && !json.Valid(r.Data):
-			return nil, fmt.Errorf("%s: %w: data is not JSON", what, ErrInvalid)
-		case r.Metadata != nil && !json.Valid(r.Metadata):
-			return nil, fmt.Errorf("%s: %w: metadata is not JSON", what, ErrInvalid)
-		case jsonnul.Has(r.Data) || jsonnul.Has(r.Metadata):
-			return nil, fmt.Errorf("%s: %w: a JSON string holds \\u0000, which PostgreSQL's jsonb cannot store", what, ErrInvalid)
+		if err := checkRow(i, r); err != nil {
+			return nil, err
 		}
 		if r.Category == "" {
 			r.Category = eventstore.Category(r.Stream)
@@ -233,6 +213,49 @@ func prepare(rows []Row, now time.Time) ([]Row, error) {
 		out[i] = copyRow(r)
 	}
 	return out, nil
+}
+
+// checkRow says what is wrong with row i, or nil. Its message is built
+// only when something is.
+func checkRow(i int, r Row) error {
+	why := "empty message id"
+	if r.MessageID != "" {
+		why = checkTarget(r)
+	}
+	if why == "" {
+		switch {
+		case r.Stream == "":
+			why = "empty stream"
+		case r.Type == "":
+			why = "empty type"
+		case r.Data != nil && !json.Valid(r.Data):
+			why = "data is not JSON"
+		case r.Metadata != nil && !json.Valid(r.Metadata):
+			why = "metadata is not JSON"
+		case jsonnul.Has(r.Data) || jsonnul.Has(r.Metadata):
+			why = "a JSON string holds \\u0000, which PostgreSQL's jsonb cannot store"
+		}
+	}
+	if why == "" {
+		return nil
+	}
+	return fmt.Errorf("row %d (message %s, broker %s): %w: %s", i, r.MessageID, r.TargetBroker, ErrInvalid, why)
+}
+
+// checkTarget is checkRow's part for what a row adds to its event (where
+// it goes, its key, its retries), or "".
+func checkTarget(r Row) string {
+	switch {
+	case r.TargetBroker == "":
+		return "empty target broker"
+	case utf8.RuneCountInString(r.TargetBroker) > MaxBrokerLength:
+		return fmt.Sprintf("target broker longer than %d characters", MaxBrokerLength)
+	case r.PartitionKey != nil && utf8.RuneCountInString(*r.PartitionKey) > MaxPartitionKeyLength:
+		return fmt.Sprintf("partition key longer than %d characters", MaxPartitionKeyLength)
+	case r.MaxRetries < 0:
+		return fmt.Sprintf("max retries %d", r.MaxRetries)
+	}
+	return ""
 }
 
 // active reports whether r still holds back the later rows of its ordering

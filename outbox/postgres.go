@@ -8,12 +8,11 @@ import (
 	"sort"
 	"time"
 
-	"github.com/proteanhq/protean-host/internal/pipeline"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/dbtime"
 	"github.com/proteanhq/protean-host/internal/txdone"
 )
@@ -140,62 +139,67 @@ func (t *PostgresTx) Add(ctx context.Context, rows []Row) error {
 	return err
 }
 
-// QueueAdd queues the inserts of rows on b, a pipeline inside tx's
-// transaction, without taking the category locks: the caller holds them
-// already, as a unit of work does that appended the rows' events in the
-// same transaction (eventstore.QueueAppend locks the same categories).
-// A duplicate raises (ErrDuplicate), failing the pipeline, so that a COMMIT
-// queued after the rows never commits without them.
-func (p *Postgres) QueueAdd(b *pgx.Batch, rows []Row) (pipeline.Reader, error) {
-	prepared, err := prepare(rows, p.clock())
-	if err != nil {
-		return nil, err
-	}
-	if len(prepared) == 0 {
-		return func(pgx.BatchResults) error { return nil }, nil
-	}
-	// One statement for all the rows: a run's rows cost one insert, not
-	// one each. WITH ORDINALITY keeps their order, so IDs follow it.
-	n := len(prepared)
-	var (
-		ids, streams, cats, types, brokers = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		data, meta, keys                   = make([]*string, n), make([]*string, n), make([]*string, n)
-		maxRetries, priorities             = make([]int32, n), make([]int32, n)
-	)
-	for i, r := range prepared {
-		ids[i], streams[i], cats[i], types[i], brokers[i] = r.MessageID, r.Stream, r.Category, r.Type, r.TargetBroker
-		data[i], meta[i], keys[i] = textArg(r.Data), textArg(r.Metadata), r.PartitionKey
-		maxRetries[i], priorities[i] = int32(r.MaxRetries), int32(r.Priority)
-	}
-	b.Queue(insertManySQL, ids, streams, cats, types, data, meta, prepared[0].CreatedAt, maxRetries, keys, priorities, brokers)
-	return func(br pgx.BatchResults) error {
-		tag, err := br.Exec()
-		if err != nil {
-			return mapAddError(err, nil)
-		}
-		if int(tag.RowsAffected()) != n {
-			return fmt.Errorf("outbox: add %d rows, inserted %d: %w", n, tag.RowsAffected(), pipeline.ErrRefused)
-		}
-		return nil
-	}, nil
+// Appended is the outbox rows of events appended in the same
+// transaction, one per event, in order: the rows' own fields. The rest
+// (stream, category, type, data, and the metadata with the event's
+// position, global_position and time) is the appended event's.
+type Appended struct {
+	// PartitionKeys and Priorities are each event's row's, by index.
+	PartitionKeys []*string
+	Priorities    []int
+	// TargetBroker and MaxRetries are every row's (0: DefaultMaxRetries).
+	TargetBroker string
+	MaxRetries   int
 }
 
-// insertManySQL is insertSQL for arrays of rows, in array order.
-const insertManySQL = `INSERT INTO outbox (message_id, stream_name, category, type, data, metadata, created_at,
-		max_retries, partition_key, priority, target_broker, correlation_id, causation_id)
-	SELECT m, s, c, t, d::jsonb, md::jsonb, $7, mr, pk, pr, tb,
-		left(md::jsonb->>'correlation_id', 255), left(md::jsonb->>'causation_id', 255)
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $8::int[], $9::text[], $10::int[], $11::text[])
-		WITH ORDINALITY AS u(m, s, c, t, d, md, mr, pk, pr, tb, ord)
-	ORDER BY ord`
-
-// textArg passes JSON as nullable text.
-func textArg(b []byte) *string {
-	if b == nil {
-		return nil
+// Rider returns a's rows as a rider of the appends of their events
+// (eventstore.QueueAppend): each event's row is inserted by the statement
+// that appends the event, built in the database from the appended row as
+// the unit of work builds it for Add (its outboxMetadata), so nothing of
+// the payload crosses the network twice, no statement waits for the
+// appends' answer, and the row is never looked up. Rows of one run of
+// appends get their IDs in event order. The category locks are the
+// appends'. A duplicate raises (ErrDuplicate), failing the append's
+// statement, so that a COMMIT queued after it never runs.
+func (p *Postgres) Rider(a Appended) (*eventstore.Rider, error) {
+	if len(a.PartitionKeys) != len(a.Priorities) {
+		return nil, fmt.Errorf("outbox: %w: %d partition keys, %d priorities", ErrInvalid, len(a.PartitionKeys), len(a.Priorities))
 	}
-	s := string(b)
-	return &s
+	for i, key := range a.PartitionKeys {
+		r := Row{TargetBroker: a.TargetBroker, PartitionKey: key, MaxRetries: a.MaxRetries}
+		if why := checkTarget(r); why != "" {
+			return nil, fmt.Errorf("row %d (broker %s): %w: %s", i, a.TargetBroker, ErrInvalid, why)
+		}
+	}
+	maxRetries := int32(a.MaxRetries)
+	if maxRetries == 0 {
+		maxRetries = DefaultMaxRetries
+	}
+	now := p.clock.Now()
+	return &eventstore.Rider{SQL: riderSQL, Args: func(i int) []any {
+		return []any{now, maxRetries, a.PartitionKeys[i], int32(a.Priorities[i]), a.TargetBroker}
+	}}, nil
+}
+
+// riderSQL inserts the row of the event in "appended". The metadata is
+// the unit of work's outboxMetadata, built here: the event's metadata (an
+// object) with its position, global_position and time (timeJSON).
+var riderSQL = `INSERT INTO outbox (message_id, stream_name, category, type, data, metadata, created_at,
+		max_retries, partition_key, priority, target_broker, correlation_id, causation_id)
+	SELECT a.id::text, a.stream_name, message_store.category(a.stream_name), a.type, a.data, x.md,
+		$7::timestamptz, $8::int, $9::text, $10::int, $11::text,
+		left(x.md->>'correlation_id', 255), left(x.md->>'causation_id', 255)
+	FROM appended a CROSS JOIN LATERAL (SELECT
+		CASE WHEN jsonb_typeof(a.metadata) = 'object' THEN a.metadata ELSE '{}'::jsonb END
+		|| jsonb_build_object('position', a.position, 'global_position', a.global_position,
+			'time', ` + timeJSON("a.time") + `) AS md) x`
+
+// timeJSON is the text of a timestamp (without time zone, in UTC: the
+// event store's) as encoding/json writes a UTC time.Time: RFC 3339 with
+// the fraction's trailing zeros dropped, and Z. Readers decode it into a
+// time.Time (the relay's fillPositions), which needs the Z.
+func timeJSON(column string) string {
+	return `rtrim(rtrim(to_char(` + column + `, 'YYYY-MM-DD"T"HH24:MI:SS.US'), '0'), '.') || 'Z'`
 }
 
 const insertSQL = `INSERT INTO outbox (message_id, stream_name, category, type, data, metadata, created_at,

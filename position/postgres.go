@@ -153,6 +153,9 @@ const advanceSQL = `UPDATE consumer_positions c
 	    SELECT 1 FROM jsonb_each_text($4::jsonb) AS n(source, pos)
 	    WHERE (c.positions ->> n.source)::bigint >= n.pos::bigint)`
 
+// queuedAdvanceSQL is advanceSQL raising when the fence does not hold.
+var queuedAdvanceSQL = pipeline.Count(advanceSQL, "1", "fence")
+
 // maxAdvanceTries bounds the re-runs of the UPDATE when the diagnosis finds
 // nothing wrong: an operator's Set moved a position back between the two
 // statements. Twice is already rare.
@@ -215,7 +218,9 @@ func (t *PostgresTx) mapError(f Fence, err error) error {
 // QueueAdvance queues f's check and advance on b, a pipeline inside a
 // transaction, and returns the reader of its one result, which fails when
 // the fence does not hold (without saying why: run Advance to learn the
-// *FenceError or *AppliedError). It is the same statement as Advance's.
+// *FenceError or *AppliedError). It is Advance's statement wrapped to
+// raise when it matches no row, so that nothing queued after it runs, a
+// COMMIT least of all.
 func (p *Postgres) QueueAdvance(b *pgx.Batch, f Fence) (pipeline.Reader, error) {
 	if err := validFence(f); err != nil {
 		return nil, err
@@ -228,14 +233,13 @@ func (p *Postgres) QueueAdvance(b *pgx.Batch, f Fence) (pipeline.Reader, error) 
 	if err != nil {
 		return nil, err
 	}
-	b.Queue(advanceSQL, f.Group, f.Unit, f.Generation, string(js), p.clock.Now())
+	b.Queue(queuedAdvanceSQL, f.Group, f.Unit, f.Generation, string(js), p.clock.Now())
 	return func(br pgx.BatchResults) error {
-		tag, err := br.Exec()
-		if err != nil {
+		if _, err := br.Exec(); err != nil {
+			if pipeline.Refused(err) {
+				return fmt.Errorf("position %s/%s: advance: %w", f.Group, f.Unit, pipeline.ErrRefused)
+			}
 			return fmt.Errorf("position %s/%s: advance: %w", f.Group, f.Unit, err)
-		}
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("position %s/%s: advance: %w", f.Group, f.Unit, pipeline.ErrRefused)
 		}
 		return nil
 	}, nil

@@ -168,36 +168,51 @@ func jsonArg(b []byte) any {
 // changes one row or none (a version that does not hold).
 func writeSQL(w Write) (string, []any) {
 	if w.ExpectedVersion == 0 {
-		return `INSERT INTO records (kind, type, id, version, data, updated_at)
-			VALUES ($1, $2, $3, 1, $4, now()) ON CONFLICT (kind, type, id) DO NOTHING`,
-			[]any{w.Key.Kind, w.Key.Type, w.Key.ID, jsonArg(w.Data)}
+		return insertSQL + ` ON CONFLICT (kind, type, id) DO NOTHING`, []any{w.Key.Kind, w.Key.Type, w.Key.ID, jsonArg(w.Data)}
 	}
-	return `UPDATE records SET version = version + 1, data = $4, updated_at = now()
-			WHERE kind = $1 AND type = $2 AND id = $3 AND version = $5`,
-		[]any{w.Key.Kind, w.Key.Type, w.Key.ID, jsonArg(w.Data), w.ExpectedVersion}
+	return updateSQL, []any{w.Key.Kind, w.Key.Type, w.Key.ID, jsonArg(w.Data), w.ExpectedVersion}
 }
 
+const (
+	insertSQL = `INSERT INTO records (kind, type, id, version, data, updated_at) VALUES ($1, $2, $3, 1, $4, now())`
+	updateSQL = `UPDATE records SET version = version + 1, data = $4, updated_at = now()
+			WHERE kind = $1 AND type = $2 AND id = $3 AND version = $5`
+)
+
+// The pipelined writes raise when refused: a first write by the unique
+// violation (the record exists), an update through pipeline.Count.
+var (
+	queuedInsertSQL = insertSQL
+	queuedUpdateSQL = pipeline.Count(updateSQL, "1", "record write")
+)
+
 // QueueWrite queues writes on b, a pipeline inside a transaction, as
-// Write's statements, and returns the reader of their results, which fails
-// with pipeline.ErrRefused on a version that does not hold (run Write to
-// learn the *VersionError). Input is checked as Write checks it.
+// Write's statements, each made to raise when it changes no row (a
+// version that does not hold), so that nothing queued after it runs, a
+// COMMIT least of all. It returns the reader of their results, which fails
+// with pipeline.ErrRefused then (run Write to learn the *VersionError).
+// Input is checked as Write checks it.
 func QueueWrite(b *pgx.Batch, writes []Write) (pipeline.Reader, error) {
 	prepared, err := prepare(writes)
 	if err != nil {
 		return nil, err
 	}
 	for _, w := range prepared {
-		sql, args := writeSQL(w)
-		b.Queue(sql, args...)
+		_, args := writeSQL(w)
+		if w.ExpectedVersion == 0 {
+			// A first write refused raises by itself: the row exists.
+			b.Queue(queuedInsertSQL, args...)
+		} else {
+			b.Queue(queuedUpdateSQL, args...)
+		}
 	}
 	return func(br pgx.BatchResults) error {
 		for _, w := range prepared {
-			tag, err := br.Exec()
-			if err != nil {
+			if _, err := br.Exec(); err != nil {
+				if pipeline.Refused(err) {
+					return fmt.Errorf("record: write %s: %w", w.Key, pipeline.ErrRefused)
+				}
 				return pgError("write "+w.Key.String(), err)
-			}
-			if tag.RowsAffected() != 1 {
-				return fmt.Errorf("record: write %s: %w", w.Key, pipeline.ErrRefused)
 			}
 		}
 		return nil

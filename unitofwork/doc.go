@@ -28,12 +28,16 @@
 // The Backend seam has a memory implementation (the embedded default,
 // holding the four memory stores' write locks in a fixed order) and a
 // PostgreSQL one (one READ COMMITTED transaction). On PostgreSQL a unit of
-// work, or a whole run, is two round trips (package internal/pipeline):
+// work, or a whole run, is one round trip (package internal/pipeline):
 // BEGIN, the fences, the record writes, the category locks (taken once,
-// held to commit) and the appends in one pipeline; the outbox rows, built
-// from the appended positions, and COMMIT in a second. A refusal there (an
-// expected version, a fence, a duplicate) rolls back, and the work runs
-// again through the Tx steps, one round trip each, whose errors carry
-// their kind; for a run, step by step up to the failing one. Refusals are
-// the rare path, so the common one pays nothing for them.
+// held to commit), the appends, each carrying its outbox row (built in the
+// database from the appended row, in the same statement), and COMMIT, in
+// one pipeline. Every refusal there (an expected version, a fence, a
+// duplicate) raises, so PostgreSQL skips the rest of the pipeline, COMMIT
+// included; the transaction is rolled back, and the work runs again
+// through the Tx steps, one round trip each, whose errors carry their
+// kind; for a run, step by step up to the failing one. Refusals are the
+// rare path, so the common one pays nothing for them. A command's
+// idempotency key (WithIdempotency) takes a second round trip: its answer
+// holds the appended positions, so the key row and COMMIT follow them.
 package unitofwork

@@ -130,21 +130,32 @@ func (t *postgresTx) Rollback(ctx context.Context) error {
 	return nil
 }
 
-// commitPipelined commits stages in one READ COMMITTED transaction in two
-// round trips (one when the stages are a fence alone: fenceOnly): BEGIN, the fences, the record writes, the category locks
-// and the appends in one pipeline; then the outbox rows (built from the
-// appended events' positions) and COMMIT in a second. The category locks
-// are taken once, by the appends, and held to commit, which covers the
-// outbox rows of the same categories. Any refusal or error rolls the
-// transaction back and is returned (the caller learns the typed error by
-// running the work step by step). The first round trip's refusals fail no
-// statement, so COMMIT never rides with them; everything in the second
-// raises on failure, so its COMMIT is skipped then.
-func (p *Postgres) commitPipelined(ctx context.Context, stages []*stage, rows func(*stage, []eventstore.Event) ([]outbox.Row, error)) (_ [][]eventstore.Event, err error) {
+// commitPipelined commits stages in one READ COMMITTED transaction in one
+// round trip: BEGIN, the fences, the record writes, the category locks,
+// the appends, each with its outbox row (built in the database from the
+// appended event by the same statement: outbox.Postgres.Rider) and COMMIT
+// in one pipeline. Every step
+// raises when refused (a fence or a version that does not hold, a
+// duplicate), and PostgreSQL skips the rest of a pipeline after an error,
+// so COMMIT runs only when everything before it did. A stage that writes
+// an idempotency key takes a second round trip: the key's answer is built
+// from the appended positions, so the key row and COMMIT follow the first.
+// The category locks are taken once, by the appends, and held to commit,
+// which covers the outbox rows of the same categories. Any refusal or
+// error rolls the transaction back and is returned (the caller learns the
+// typed error by running the work step by step).
+func (p *Postgres) commitPipelined(ctx context.Context, stages []*stage, broker string, maxRetries int) (_ [][]eventstore.Event, err error) {
 	var b pgx.Batch
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
-	var readers []pipeline.Reader
+	readers := make([]pipeline.Reader, 0, 4)
+	var (
+		writes, events = 0, 0
+		keyed          = false
+	)
 	for _, s := range stages {
+		writes += len(s.writes)
+		events += len(s.events)
+		keyed = keyed || s.key != nil
 		if s.fence == nil {
 			continue
 		}
@@ -154,22 +165,38 @@ func (p *Postgres) commitPipelined(ctx context.Context, stages []*stage, rows fu
 		}
 		readers = append(readers, r)
 	}
-	var writes []record.Write
-	var events []eventstore.NewEvent
-	for _, s := range stages {
-		writes = append(writes, s.writes...)
-		events = append(events, s.events...)
-	}
-	if len(writes) > 0 {
-		r, err := record.QueueWrite(&b, writes)
+	if writes > 0 {
+		all := stages[0].writes
+		if len(stages) > 1 {
+			all = make([]record.Write, 0, writes)
+			for _, s := range stages {
+				all = append(all, s.writes...)
+			}
+		}
+		r, err := record.QueueWrite(&b, all)
 		if err != nil {
 			return nil, err
 		}
 		readers = append(readers, r)
 	}
 	var appended []eventstore.Event
-	if len(events) > 0 {
-		read, _, err := eventstore.QueueAppend(&b, events)
+	if events > 0 {
+		all := stages[0].events
+		a := outbox.Appended{PartitionKeys: stages[0].keys, Priorities: stages[0].priorities, TargetBroker: broker, MaxRetries: maxRetries}
+		if len(stages) > 1 {
+			all = make([]eventstore.NewEvent, 0, events)
+			a.PartitionKeys, a.Priorities = make([]*string, 0, events), make([]int, 0, events)
+			for _, s := range stages {
+				all = append(all, s.events...)
+				a.PartitionKeys = append(a.PartitionKeys, s.keys...)
+				a.Priorities = append(a.Priorities, s.priorities...)
+			}
+		}
+		rider, err := p.Outbox.Rider(a)
+		if err != nil {
+			return nil, err
+		}
+		read, err := eventstore.QueueAppend(&b, all, rider)
 		if err != nil {
 			return nil, err
 		}
@@ -187,81 +214,60 @@ func (p *Postgres) commitPipelined(ctx context.Context, stages []*stage, rows fu
 	open := true // the transaction may be open: roll it back on the way out
 	defer func() {
 		if err != nil && open {
-			// A failed ROLLBACK leaves the connection in a transaction; the
-			// pool destroys such a connection on Release.
+			// A failed statement leaves the transaction aborted (the rest of
+			// the pipeline, COMMIT too, was skipped). A failed ROLLBACK
+			// leaves the connection in a transaction; the pool destroys
+			// such a connection on Release.
 			_, _ = conn.Exec(context.WithoutCancel(ctx), `ROLLBACK`)
 		}
 	}()
-	if fenceOnly(stages) {
-		// Nothing of the transaction needs a second round trip, and a
-		// refused fence wrote nothing: COMMIT rides in the first (it
-		// commits an empty transaction when the fence is refused, and is
-		// skipped when a statement fails).
+	if !keyed {
+		b.Queue(`COMMIT`)
+	}
+	if err := sendBatch(ctx, conn, &b, readers, !keyed); err != nil {
+		return nil, err
+	}
+	out := split(stages, appended)
+	if keyed {
+		// The second round trip ends with COMMIT, skipped if a key write
+		// fails.
+		b = pgx.Batch{}
+		readers = readers[:0]
+		for i, s := range stages {
+			queued, err := queueKey(&b, s, out[i])
+			if err != nil {
+				return nil, err
+			}
+			if queued {
+				readers = append(readers, func(br pgx.BatchResults) error {
+					if _, err := br.Exec(); err != nil {
+						return fmt.Errorf("unitofwork: idempotency key: %w", err)
+					}
+					return nil
+				})
+			}
+		}
 		b.Queue(`COMMIT`)
 		if err := sendBatch(ctx, conn, &b, readers, true); err != nil {
 			return nil, err
 		}
-		open = false
-		return make([][]eventstore.Event, 1), nil
-	}
-	if err := sendBatch(ctx, conn, &b, readers, false); err != nil {
-		return nil, err
-	}
-
-	// The second round trip ends with COMMIT, so nothing in it may fail
-	// quietly: a duplicate outbox row raises (and COMMIT is skipped).
-	b = pgx.Batch{}
-	out := make([][]eventstore.Event, len(stages))
-	var all []outbox.Row
-	at := 0
-	for i, s := range stages {
-		out[i] = appended[at : at+len(s.events) : at+len(s.events)]
-		at += len(s.events)
-		r, err := rows(s, out[i])
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, r...)
-	}
-	var readers2 []pipeline.Reader
-	for i, s := range stages {
-		queued, err := queueKey(&b, s, out[i])
-		if err != nil {
-			return nil, err
-		}
-		if queued {
-			readers2 = append(readers2, func(br pgx.BatchResults) error {
-				if _, err := br.Exec(); err != nil {
-					return fmt.Errorf("unitofwork: idempotency key: %w", err)
-				}
-				return nil
-			})
-		}
-	}
-	if len(all) > 0 {
-		add, err := p.Outbox.QueueAdd(&b, all)
-		if err != nil {
-			return nil, err
-		}
-		readers2 = append(readers2, add)
-	}
-	b.Queue(`COMMIT`)
-	if err := sendBatch(ctx, conn, &b, readers2, true); err != nil {
-		return nil, err
 	}
 	open = false
 	return out, nil
 }
 
-// fenceOnly says stages are one step that only advances its fence (a
-// consumer's message that wrote nothing, or a run of messages its handler
-// does not handle): one statement, which changes nothing when refused.
-func fenceOnly(stages []*stage) bool {
-	if len(stages) != 1 {
-		return false
+// split cuts the events appended for stages into each stage's.
+func split(stages []*stage, appended []eventstore.Event) [][]eventstore.Event {
+	out := make([][]eventstore.Event, len(stages))
+	at := 0
+	for i, s := range stages {
+		n := len(s.events)
+		if n > 0 {
+			out[i] = appended[at : at+n : at+n]
+		}
+		at += n
 	}
-	s := stages[0]
-	return s.fence != nil && len(s.writes) == 0 && len(s.events) == 0 && s.key == nil
+	return out
 }
 
 // sendBatch sends b on conn and reads it: BEGIN first if queued, the

@@ -20,11 +20,12 @@ import (
 //   - raw: BEGIN, one single-row INSERT, COMMIT (three round trips): the
 //     floor a unit of work is measured against;
 //   - commit: UnitOfWork.Commit of one handled message (a record write, an
-//     event, its outbox row), pipelined in two round trips;
+//     event, its outbox row), pipelined in one round trip;
 //   - stepwise: the same through the Tx steps, one round trip each (BEGIN,
 //     write, append, outbox, COMMIT), as the unit of work once did;
 //   - run=N: CommitRun of N such messages, each atomic, in one transaction
-//     (group commit), reported per message (ns/msg, msgs/s).
+//     and one round trip (group commit), reported per message (ns/msg,
+//     msgs/s).
 //
 // Compare msgs/s: commit against raw is the unit of work's ratio; run=N
 // against raw is group commit's.

@@ -122,7 +122,7 @@ type Step struct {
 // order, and returns what the steps that committed wrote (a prefix of
 // steps) and the error of the first one that failed; the steps after it
 // are not tried. This is group commit: on PostgreSQL the whole run is one
-// transaction in two round trips; when a step fails, that transaction is
+// transaction in one round trip; when a step fails, that transaction is
 // rolled back and the steps are committed one at a time up to the failing
 // one, whose typed error (a conflict, a fence, a key) is returned. On
 // memory each step is its own transaction.
@@ -237,8 +237,8 @@ func (u *UnitOfWork) commit(ctx context.Context, fence *position.Fence, changes 
 	return u.commitOne(ctx, s)
 }
 
-// commitOne commits one stage: pipelined when the backend can (two round
-// trips), and step by step when it cannot or when the pipeline was refused
+// commitOne commits one stage: pipelined when the backend can (one round
+// trip), and step by step when it cannot or when the pipeline was refused
 // (to learn the typed error, or in the rare case the work now succeeds).
 func (u *UnitOfWork) commitOne(ctx context.Context, s *stage) (Committed, error) {
 	if s.empty() {
@@ -257,7 +257,7 @@ func (u *UnitOfWork) commitStages(ctx context.Context, stages []*stage) ([]Commi
 	if !ok {
 		return nil, errNoPipeline
 	}
-	appended, err := p.commitPipelined(ctx, stages, u.rows)
+	appended, err := p.commitPipelined(ctx, stages, u.opts.Broker, u.opts.MaxRetries)
 	if err != nil {
 		return nil, err
 	}
@@ -278,10 +278,11 @@ type keyBatcher interface {
 
 var errNoPipeline = errors.New("unitofwork: the backend does not pipeline")
 
-// pipeliner is a backend that commits stages in one transaction in a few
-// round trips. rows builds a stage's outbox rows from its appended events.
+// pipeliner is a backend that commits stages in one transaction in one
+// round trip (two with an idempotency key), writing each appended event's
+// outbox row for broker with maxRetries.
 type pipeliner interface {
-	commitPipelined(ctx context.Context, stages []*stage, rows func(*stage, []eventstore.Event) ([]outbox.Row, error)) ([][]eventstore.Event, error)
+	commitPipelined(ctx context.Context, stages []*stage, broker string, maxRetries int) ([][]eventstore.Event, error)
 }
 
 func (u *UnitOfWork) commitStepwise(ctx context.Context, s *stage) (Committed, error) {
