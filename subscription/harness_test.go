@@ -163,6 +163,7 @@ type consumerOpts struct {
 	metrics    *subscription.Metrics
 	classify   func(error) (message, retryable bool)
 	head       func(ctx context.Context, category string) (int64, error)
+	now        func() time.Time
 }
 
 func (h *harness) consumer(t *testing.T, r *recorder, o consumerOpts) *subscription.Consumer {
@@ -190,7 +191,7 @@ func (h *harness) consumer(t *testing.T, r *recorder, o consumerOpts) *subscript
 		},
 		Owner: o.owner, LeaseTTL: o.ttl, Heartbeat: o.ttl / 5, Poll: 20 * time.Millisecond, BatchSize: o.batch,
 		GapTimeout: o.gapTimeout, MaxRetries: o.retries, KeyWorkers: o.keyWorkers, RetryDelay: time.Millisecond, Metrics: o.metrics,
-		Classify: o.classify, Head: o.head,
+		Classify: o.classify, Head: o.head, Now: o.now,
 	})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(t.Context()))

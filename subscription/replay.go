@@ -15,18 +15,32 @@ import (
 // without moving the unit's position, which is past it already.
 func RetrySource(pos int64) string { return "retry:" + strconv.FormatInt(pos, 10) }
 
-// replay reads the unit's open failure records (at most once per Poll),
-// rebuilds the halted keys, and reruns what an operator released: a record
-// set to retry, and the records held behind a key whose head was retried
-// or skipped, in position order, stopping a key at its first failure.
+// replayCostShare bounds the share of a worker's time spent reading its
+// open failure records: a list that took d is not read again for
+// replayCostShare*d (nor within Poll).
+const replayCostShare = 10
+
+// replay reads the unit's open failure records (at most once per Poll,
+// and at most a tenth of the time: see replayCostShare), rebuilds the
+// halted keys, and reruns what an operator released: a record set to
+// retry, and the records held behind a key whose head was retried or
+// skipped, in position order, stopping a key at its first failure.
+//
+// The pacing matters because held records accumulate: a key halted for a
+// day at one event a second holds 86,400, which take ~200 ms to list on
+// PostgreSQL; listed every poll, they took most of the worker's time and
+// slowed every other key of the category by as much. Paced, an operator's
+// retry or skip is picked up within max(Poll, 10 times the list's cost).
+// Between lists the worker's own parks keep its halted keys current.
 func (w *worker) replay(soft context.Context) error {
 	c := w.c
-	if now := c.opts.Now(); now.Sub(w.checked) < c.opts.Poll {
+	now := c.opts.Now()
+	if now.Sub(w.checked) < max(c.opts.Poll, replayCostShare*w.listCost) {
 		return nil
-	} else {
-		w.checked = now
 	}
+	w.checked = now
 	open, err := c.opts.Failures.List(c.work, w.sub.Group, w.sub.Unit(), true)
+	w.listCost = c.opts.Now().Sub(now)
 	if err != nil {
 		return err
 	}

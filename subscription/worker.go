@@ -37,8 +37,10 @@ type worker struct {
 	// sequential), slotPos each slot's last committed position.
 	slots   int
 	slotPos []int64
-	// checked is when the open failure records were last read.
-	checked time.Time
+	// checked is when the open failure records were last read, listCost
+	// how long that took.
+	checked  time.Time
+	listCost time.Duration
 	// lagAt is when the lag gauge was last refreshed (by the worker's own
 	// goroutine only: the unit's lane, never a key slot's).
 	lagAt time.Time

@@ -31,7 +31,9 @@ held behind it.
   failed  the open failure records (failed, held, retry); --all adds the
           resolved and skipped ones
   retry   run a failed message again (the owner reruns it within its poll
-          interval, then the messages held behind its key, in order)
+          interval, longer when it holds many open records: at most a
+          tenth of its time goes to reading them; then the messages held
+          behind its key, in order)
   skip    give a failed or held message up (the held messages behind it
           then run)
 `
