@@ -287,8 +287,7 @@ func (c *Consumer) pass() {
 		}
 		if !ok {
 			c.log.Warn("subscription: lease lost", "group", k.group, "unit", k.unit)
-			c.opts.Metrics.lease(k.group, "lost")
-			w.lost.Store(true)
+			w.lose()
 			w.cancel()
 		}
 	}

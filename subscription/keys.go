@@ -109,7 +109,7 @@ func (w *worker) handleKeys(soft context.Context, evs []eventstore.Event) error 
 	case err == nil:
 		w.advanced(u, last)
 	case position.Fenced(err):
-		w.lost.Store(true)
+		w.lose()
 		return errLost
 	case position.Applied(err):
 		if err := w.reload(u); err != nil {

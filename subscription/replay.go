@@ -107,7 +107,7 @@ func (w *worker) rerun(f Failure) (bool, error) {
 			"global_position", f.GlobalPosition, "message_id", f.MessageID, "status_was", string(f.Status))
 		return true, c.opts.Failures.Resolve(c.work, f.Group, f.Unit, f.GlobalPosition, StatusResolved, f.Attempts+1, "")
 	case position.Fenced(herr):
-		w.lost.Store(true)
+		w.lose()
 		return false, errLost
 	case c.work.Err() != nil:
 		return false, errLost

@@ -64,6 +64,14 @@ func (w *worker) release() {
 	}
 }
 
+// lose marks the lease lost (not the worker's to release) and counts it
+// once: a failed renewal or a fence refused by a newer owner's claim.
+func (w *worker) lose() {
+	if w.lost.CompareAndSwap(false, true) {
+		w.c.opts.Metrics.lease(w.sub.Group, "lost")
+	}
+}
+
 // errLost: the unit has a newer owner (fenced) or the worker was told to
 // stop; it ends without committing more.
 var errLost = errors.New("subscription: unit lost or stopping")
@@ -277,7 +285,7 @@ func (w *worker) runBatch(soft context.Context, l *lane, all []eventstore.Event)
 		}
 		switch {
 		case position.Fenced(err):
-			w.lost.Store(true)
+			w.lose()
 			return 0, errLost
 		case c.work.Err() != nil:
 			return 0, errLost
@@ -337,7 +345,7 @@ func (w *worker) park(l *lane, ev eventstore.Event, st Status, attempts int, msg
 	switch {
 	case err == nil:
 	case position.Fenced(err):
-		w.lost.Store(true)
+		w.lose()
 		return errLost
 	case position.Applied(err):
 		// An operator moved the position past it: not this owner's to
@@ -378,7 +386,7 @@ func (w *worker) reload(l *lane) error {
 		return err
 	}
 	if !ok || row.Generation != w.generation {
-		w.lost.Store(true)
+		w.lose()
 		return errLost
 	}
 	*l.pos = max(*l.pos, row.Positions[l.src])
