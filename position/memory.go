@@ -210,6 +210,39 @@ func (tx *MemoryTx) Advance(ctx context.Context, f Fence) error {
 	return nil
 }
 
+// Forget stages the removal of source from the unit's row if the row
+// holds generation, and reports whether it does; a missing row, another
+// generation or an absent source stage nothing (see [PostgresTx.Forget]).
+func (tx *MemoryTx) Forget(ctx context.Context, group, unit string, generation int64, source string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if err := validUnit(group, unit); err != nil {
+		return false, err
+	}
+	if !tx.life.Enter() {
+		return false, tx.life.Done()
+	}
+	defer tx.life.Leave()
+	k := unitKey{group, unit}
+	cur, ok := tx.staged[k]
+	if !ok {
+		tx.m.mu.RLock()
+		cur = tx.m.rows[k]
+		tx.m.mu.RUnlock()
+	}
+	if cur == nil || cur.Generation != generation {
+		return false, nil
+	}
+	if _, ok := cur.Positions[source]; !ok {
+		return true, nil
+	}
+	r := tx.row(k, false)
+	delete(r.Positions, source)
+	r.UpdatedAt = tx.m.clock.Now()
+	return true, nil
+}
+
 // Commit applies the staged rows and releases the write lock. Committing
 // twice is a no-op; committing after Rollback returns ErrTxDone.
 func (tx *MemoryTx) Commit() error {

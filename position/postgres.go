@@ -208,6 +208,32 @@ func (t *PostgresTx) Advance(ctx context.Context, f Fence) error {
 	return fmt.Errorf("position %s/%s: advance: the row kept changing under the check", f.Group, f.Unit)
 }
 
+// Forget removes source from the unit's row in the caller's transaction
+// if the row holds generation, and reports whether it does; a missing
+// row, another generation or an absent source change nothing. It is for a
+// source that served once and will never be advanced again (a rerun's own
+// source, subscription.RetrySource, once its failure record is resolved):
+// every source stays in the row, and the row is rewritten by every effect
+// transaction. The generation check leaves the source to a newer owner,
+// which may still need it to recognise a repeat.
+func (t *PostgresTx) Forget(ctx context.Context, group, unit string, generation int64, source string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if err := validUnit(group, unit); err != nil {
+		return false, err
+	}
+	tag, err := t.tx.Exec(ctx, `UPDATE consumer_positions SET positions = positions - $4::text, updated_at = $5
+		WHERE consumer_group = $1 AND unit = $2 AND generation = $3`, group, unit, generation, source, t.p.clock.Now())
+	if err != nil {
+		if txdone.Closed(err) {
+			return false, ErrTxDone
+		}
+		return false, fmt.Errorf("position %s/%s: forget %s: %w", group, unit, source, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
 func (t *PostgresTx) mapError(f Fence, err error) error {
 	if txdone.Closed(err) {
 		return ErrTxDone

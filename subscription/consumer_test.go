@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -126,6 +127,7 @@ func testFailedUnpartitioned(t *testing.T, h *harness) {
 		return fs[0].Status == subscription.StatusResolved, string(fs[0].Status)
 	})
 	require.ErrorIs(t, h.failures.Mark(t.Context(), "proj", "order", bad, subscription.ActionRetry), subscription.ErrStatus)
+	require.Empty(t, retrySources(t, h), "the rerun's source left the row with its resolved record")
 }
 
 func testFailedKeyHalts(t *testing.T, h *harness) {
@@ -173,6 +175,22 @@ func testFailedKeyHalts(t *testing.T, h *harness) {
 		fs, err := h.failures.List(t.Context(), "proj", "order", true)
 		return err == nil && len(fs) == 0, "open records left"
 	})
+	require.Empty(t, retrySources(t, h), "each rerun's source left the row with its resolved record")
+}
+
+// retrySources lists the rerun sources (subscription.RetrySource) left in
+// proj/order's positions row.
+func retrySources(t *testing.T, h *harness) []string {
+	t.Helper()
+	row, _, err := h.positions.Get(t.Context(), "proj", "order")
+	require.NoError(t, err)
+	var out []string
+	for src := range row.Positions {
+		if strings.HasPrefix(src, "retry:") {
+			out = append(out, src)
+		}
+	}
+	return out
 }
 
 func testLeaseLapse(t *testing.T, h *harness) {

@@ -78,7 +78,10 @@
 // retry or skipped; the owner then reruns, in position order, the retried
 // record and the held ones behind it. A rerun commits with its own source
 // in the positions row ([RetrySource]), so it is applied once however
-// often it runs. Any other error (the database, a stopping engine) is
+// often it runs; the source leaves the row when its record resolves
+// (Failures.Settle, fenced by the owner's generation), since the row is
+// rewritten by every effect transaction and reruns would otherwise grow
+// it for good. Any other error (the database, a stopping engine) is
 // retried with backoff without end: it never skips a message.
 //
 // # Order and per-key workers

@@ -137,3 +137,43 @@ func testFencedOwnerParksNothing(t *testing.T, h *harness) {
 	})
 	require.Empty(t, recordsAt(t, h.failures), "the stale owner's park wrote no record")
 }
+
+// Settle resolves a rerun's record and drops the rerun's source from the
+// positions row; an owner fenced out by a newer claim resolves the record
+// but leaves the source, which the newer owner may need to see its own
+// rerun of the message applied already.
+func TestFailuresSettle(t *testing.T) {
+	t.Parallel()
+	for name, newHarness := range map[string]func(t *testing.T) *harness{"memory": memoryHarness, "postgres": postgresHarness} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			ctx := t.Context()
+			row, err := h.positions.Claim(ctx, "proj", "order")
+			require.NoError(t, err)
+			gen := row.Generation
+			for _, p := range []int64{5, 6} {
+				require.NoError(t, h.failures.Park(ctx, failed(p), fence(gen, p)))
+				_, err := h.uow.CommitFenced(ctx, position.Fence{Group: "proj", Unit: "order", Generation: gen,
+					Advance: map[string]int64{subscription.RetrySource(p): p}}) // the rerun
+				require.NoError(t, err)
+			}
+			require.Len(t, retrySources(t, h), 2)
+
+			require.NoError(t, h.failures.Settle(ctx, "proj", "order", 5, 2, gen))
+			require.Equal(t, []string{subscription.RetrySource(6)}, retrySources(t, h))
+			_, err = h.positions.Claim(ctx, "proj", "order") // a newer owner
+			require.NoError(t, err)
+			require.NoError(t, h.failures.Settle(ctx, "proj", "order", 6, 2, gen))
+			require.Equal(t, []string{subscription.RetrySource(6)}, retrySources(t, h), "a stale owner leaves the source")
+			recs, err := h.failures.List(ctx, "proj", "order", false)
+			require.NoError(t, err)
+			for _, f := range recs {
+				require.Equal(t, subscription.StatusResolved, f.Status)
+				require.Equal(t, 2, f.Attempts)
+			}
+			require.Equal(t, int64(6), unitPosition(t, h.positions), "the unit's position is untouched")
+			require.ErrorIs(t, h.failures.Settle(ctx, "proj", "order", 7, 1, gen+1), subscription.ErrNotFound)
+		})
+	}
+}

@@ -206,3 +206,29 @@ func (m *MemoryFailures) Resolve(_ context.Context, group, unit string, pos int6
 	m.recs[unitKey{group, unit}][pos] = f
 	return nil
 }
+
+// Settle implements Failures, as Park does: the source's removal staged in
+// a transaction of Positions, the record updated under the records' lock
+// once that transaction has committed.
+func (m *MemoryFailures) Settle(ctx context.Context, group, unit string, pos int64, attempts int, generation int64) error {
+	if m.Positions == nil {
+		return fmt.Errorf("subscription: MemoryFailures.Positions is nil: Settle has no positions: %w", ErrInvalid)
+	}
+	tx := m.Positions.Begin()
+	defer tx.Rollback()
+	if _, err := tx.Forget(ctx, group, unit, generation, RetrySource(pos)); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, ok := m.recs[unitKey{group, unit}][pos]
+	if !ok {
+		return notFound(group, unit, pos)
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	f.Status, f.Attempts, f.Error, f.Updated = StatusResolved, attempts, "", m.now().UTC()
+	m.recs[unitKey{group, unit}][pos] = f
+	return nil
+}

@@ -190,6 +190,23 @@ func (p *PostgresFailures) Resolve(ctx context.Context, group, unit string, pos 
 	return nil
 }
 
+// Settle implements Failures: the record's update, then the source's
+// removal under the generation, in one transaction.
+func (p *PostgresFailures) Settle(ctx context.Context, group, unit string, pos int64, attempts int, generation int64) error {
+	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE subscription_failures SET status = $4, attempts = $5, error = '', updated_at = now()
+			WHERE consumer_group = $1 AND unit = $2 AND global_position = $3`, group, unit, pos, string(StatusResolved), attempts)
+		if err != nil {
+			return fmt.Errorf("subscription %s/%s: resolve failure at %d: %w", group, unit, pos, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return notFound(group, unit, pos)
+		}
+		_, err = p.positions.Tx(tx).Forget(ctx, group, unit, generation, RetrySource(pos))
+		return err
+	})
+}
+
 func notFound(group, unit string, pos int64) error {
 	return fmt.Errorf("subscription %s/%s: position %d: %w", group, unit, pos, ErrNotFound)
 }

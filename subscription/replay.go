@@ -105,7 +105,7 @@ func (w *worker) rerun(f Failure) (bool, error) {
 		c.opts.Metrics.message(w.sub, "replayed", 1)
 		c.log.Info("subscription: recorded message rerun and committed", "group", f.Group, "unit", f.Unit,
 			"global_position", f.GlobalPosition, "message_id", f.MessageID, "status_was", string(f.Status))
-		return true, c.opts.Failures.Resolve(c.work, f.Group, f.Unit, f.GlobalPosition, StatusResolved, f.Attempts+1, "")
+		return true, c.opts.Failures.Settle(c.work, f.Group, f.Unit, f.GlobalPosition, f.Attempts+1, w.generation)
 	case position.Fenced(herr):
 		w.lose()
 		return false, errLost
