@@ -75,6 +75,11 @@ func cmdSubscriptions(ctx context.Context, e *env, args []string) error {
 	}
 	defer pool.Close()
 	failures := subscription.NewPostgresFailures(pool)
+	if *group != "" && (sub == "list" || sub == "failed") {
+		if err := knownGroup(ctx, pool, failures, *group); err != nil {
+			return err
+		}
+	}
 	switch sub {
 	case "retry", "skip":
 		gp, err := strconv.ParseInt(pos[2], 10, 64)
@@ -184,4 +189,31 @@ func subscriptionUnits(ctx context.Context, pool *pgxpool.Pool, rows []position.
 		}
 	}
 	return func(unit string) bool { return plain(unit) || cats[unit] }, nil
+}
+
+// knownGroup refuses a --group no event-store subscription has run under
+// (no row in the positions table, no failure record), so that a typo is
+// not read as a group that is caught up and has no failures.
+func knownGroup(ctx context.Context, pool *pgxpool.Pool, failures *subscription.PostgresFailures, group string) error {
+	rows, err := position.NewPostgres(pool, nil).List(ctx, group)
+	if err != nil {
+		return err
+	}
+	isSub, err := subscriptionUnits(ctx, pool, rows)
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if isSub(r.Unit) {
+			return nil
+		}
+	}
+	recs, err := failures.List(ctx, group, "", false)
+	if err != nil {
+		return err
+	}
+	if len(recs) > 0 {
+		return nil
+	}
+	return fmt.Errorf("group %q: no event-store subscription has run under that name (a group is its handler's name; subscriptions list shows them all)", group)
 }

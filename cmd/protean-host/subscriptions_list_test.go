@@ -44,3 +44,43 @@ func TestSubscriptionsListShowsColonCategories(t *testing.T) {
 	require.Regexp(t, `(?m)^accounts\s+account:command\s+2\s+2\s+0\s`, out)
 	require.NotContains(t, out, "c-1", "a partition's row belongs to partitions list")
 }
+
+// Bad input to the operator commands is a clear error naming what is
+// wrong, and changes nothing: an unknown group (list and failed used to
+// print an empty table, as if the group were caught up with no failures),
+// an unknown record, a position that is not a positive integer, a missing
+// argument.
+func TestSubscriptionsCommandsRefuseBadInput(t *testing.T) {
+	d := pgInline{dbURL: testserver.Postgres(t), dir: t.TempDir()}
+	cfg := d.writeConfig(t, "127.0.0.1:0")
+	code, _, errs := cli(t, "migrate", "--config", cfg)
+	require.Equal(t, 0, code, errs)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, d.dbURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, position.NewPostgres(pool, nil).Set(ctx, "orders", "test::order", "test::order", 1))
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"list", "--group", "nope"}, `group "nope"`},
+		{[]string{"failed", "--group", "nope"}, `group "nope"`},
+		{[]string{"retry", "nope", "test::order", "5"}, "no such failure record"},
+		{[]string{"skip", "orders", "test::order", "x"}, `POSITION "x" must be a positive integer`},
+		{[]string{"skip", "orders", "test::order", "0"}, `POSITION "0" must be a positive integer`},
+		{[]string{"retry", "orders", "test::order"}, "takes 3 arguments, got 2"},
+		{[]string{"frobnicate"}, `unknown subcommand "frobnicate"`},
+	} {
+		code, out, errs := cli(t, append(append([]string{"subscriptions"}, c.args...), "--config", cfg)...)
+		require.Equal(t, 1, code, "%v: %s", c.args, out)
+		require.Contains(t, errs, c.want, "%v", c.args)
+	}
+	code, out, errs := cli(t, "subscriptions", "failed", "--group", "orders", "--config", cfg)
+	require.Equal(t, 0, code, errs)
+	require.NotContains(t, out, "orders", "a known group with no failure records: an empty table")
+	code, out, errs = cli(t, "subscriptions", "list", "--group", "orders", "--config", cfg)
+	require.Equal(t, 0, code, errs)
+	require.Regexp(t, `(?m)^orders\s+test::order\s+1\s`, out)
+}
