@@ -18,7 +18,8 @@
 // third of it, so a command slower than the lease (a slow handler,
 // retries) is not run again by a repeat that takes the key over; a host
 // that dies mid-command stops renewing and holds the key no longer than
-// the lease. We renew rather than derive the lease from the request's
+// the lease (the host gives its partition lease TTL, 15 s by default, as
+// for every other lease: Lease is only the default). We renew rather than derive the lease from the request's
 // deadline: a command's time is not bounded (the HTTP server sets no
 // deadline on a handler, and a guest may retry), and a fixed lease would
 // have to outlast the slowest command, which is also how long a dead

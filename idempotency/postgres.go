@@ -38,7 +38,10 @@ func NewPostgres(pool *pgxpool.Pool, ttl time.Duration, now func() time.Time) *P
 }
 
 // WithLease returns a copy of p whose requests hold their keys under lease
-// instead of Lease (tests; lease <= 0 keeps p's).
+// instead of Lease (lease <= 0 keeps p's). The host gives its partition
+// lease TTL, so that a host that dies mid-command holds the command's key
+// no longer than it holds anything else; the renewal every lease/3 keeps a
+// slow command's key.
 func (p *Postgres) WithLease(lease time.Duration) *Postgres {
 	c := *p
 	if lease > 0 {
@@ -48,6 +51,10 @@ func (p *Postgres) WithLease(lease time.Duration) *Postgres {
 }
 
 func (p *Postgres) clock() time.Time { return p.now().UTC().Truncate(time.Microsecond) }
+
+// Lease is how long p's requests hold their keys past their last renewal
+// (see WithLease).
+func (p *Postgres) Lease() time.Duration { return p.lease }
 
 // TTL is how long the store keeps a key.
 func (p *Postgres) TTL() time.Duration { return p.ttl }

@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/config"
+	"github.com/proteanhq/protean-host/idempotency"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
+	"github.com/proteanhq/protean-host/schema"
 )
 
 func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
@@ -127,4 +130,27 @@ func TestPoolBoundsIdleTransactions(t *testing.T) {
 	defer pool2.Close()
 	require.NoError(t, pool2.QueryRow(context.Background(), "SHOW idle_in_transaction_session_timeout").Scan(&v))
 	require.Equal(t, "5s", v, "never below 5 s")
+}
+
+// A host that dies in the middle of an idempotent command holds the
+// command's key no longer than its other leases: the key's lease is the
+// partition lease TTL (renewed every third of it while the command runs),
+// not a fixed minute, during which every repeat of the command waited.
+func TestIdempotencyLeaseIsTheLeaseTTL(t *testing.T) {
+	cfg := config.Default()
+	url := testserver.Postgres(t)
+	cfg.Databases[config.DefaultName] = config.Database{Provider: config.ProviderPostgreSQL, DatabaseURI: url}
+	cfg.EventStore = config.EventStore{Provider: config.ProviderMessageDB, DatabaseURI: url}
+	cfg.Server.Partitioning.LeaseTTLMS = 2000
+	pool, err := openPool(context.Background(), cfg)
+	require.NoError(t, err)
+	_, err = schema.Migrate(context.Background(), pool)
+	pool.Close()
+	require.NoError(t, err)
+	st, err := openStores(context.Background(), cfg)
+	require.NoError(t, err)
+	defer st.close()
+	pg, ok := st.idempotency.(*idempotency.Postgres)
+	require.True(t, ok, "%T", st.idempotency)
+	require.Equal(t, 2*time.Second, pg.Lease())
 }
