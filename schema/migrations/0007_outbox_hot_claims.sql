@@ -9,6 +9,9 @@
 -- longer, so one or two of a page's rows may miss; the dead predecessors
 -- are pruned on later visits, and their space reused). This applies to pages
 -- filled from now on; `VACUUM FULL outbox` rewrites the existing ones.
+-- A host older than this migration does not see such a lease (it looks for
+-- status 'processing'): while old and new hosts relay from one database, a
+-- leased row may be published twice (a duplicate, not a loss).
 ALTER TABLE outbox SET (fillfactor = 50);
 
 -- Nothing in the host reads the outbox by correlation_id, and the index
