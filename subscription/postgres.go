@@ -130,14 +130,29 @@ func (p *PostgresFailures) Park(ctx context.Context, f Failure, fence position.F
 	})
 }
 
+const failureColumns = `consumer_group, unit, global_position, message_id, stream, type, partition_key,
+	status, attempts, error, failed_at, updated_at`
+
+// openSQL lists one unit's open records, what an owner's replay and a
+// min_position read ask for: its filter is the partial index
+// subscription_failures_open's own (migration 0008), without parameters
+// that would keep a generic plan from using it.
+const openSQL = `SELECT ` + failureColumns + ` FROM subscription_failures
+	WHERE consumer_group = $1 AND unit = $2 AND status IN ('failed', 'held', 'retry')
+	ORDER BY global_position`
+
 // List implements Failures.
 func (p *PostgresFailures) List(ctx context.Context, group, unit string, open bool) ([]Failure, error) {
-	rows, err := p.pool.Query(ctx, `SELECT consumer_group, unit, global_position, message_id, stream, type, partition_key,
-			status, attempts, error, failed_at, updated_at
-		FROM subscription_failures
-		WHERE ($1 = '' OR consumer_group = $1) AND ($2 = '' OR unit = $2)
-			AND (NOT $3 OR status IN ('failed', 'held', 'retry'))
-		ORDER BY consumer_group COLLATE "C", unit COLLATE "C", global_position`, group, unit, open)
+	var rows pgx.Rows
+	var err error
+	if open && group != "" && unit != "" {
+		rows, err = p.pool.Query(ctx, openSQL, group, unit)
+	} else {
+		rows, err = p.pool.Query(ctx, `SELECT `+failureColumns+` FROM subscription_failures
+			WHERE ($1 = '' OR consumer_group = $1) AND ($2 = '' OR unit = $2)
+				AND (NOT $3 OR status IN ('failed', 'held', 'retry'))
+			ORDER BY consumer_group COLLATE "C", unit COLLATE "C", global_position`, group, unit, open)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("subscription: list failures: %w", err)
 	}
