@@ -15,14 +15,15 @@ import (
 // the running set when [Options.EventStore] is set: one per (handler,
 // category) pair of every event handler, projector and process manager,
 // as Start's consumers would run them, the group being the handler's
-// name. A subscription of a partitioned category is Partitioned.
+// name. A subscription of a partitioned category is Partitioned, keyed by
+// its sequential_by field (KeyField).
 func (e *Engine) EventStoreSubscriptions() []esub.Subscription {
 	set := e.Set()
 	subs := subscriptions(set, false)
 	out := make([]esub.Subscription, len(subs))
 	for i, s := range subs {
-		_, keyed := set.PartitionField(s.stream)
-		out[i] = esub.Subscription{Group: s.handler, Category: s.stream, Partitioned: keyed}
+		field, keyed := set.PartitionField(s.stream)
+		out[i] = esub.Subscription{Group: s.handler, Category: s.stream, Partitioned: keyed, KeyField: field}
 	}
 	return out
 }

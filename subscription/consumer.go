@@ -67,9 +67,9 @@ type Options struct {
 	// Subscriptions lists what to run; called on every pass, so a reload
 	// takes effect at the next one.
 	Subscriptions func() []Subscription
-	// Key returns a message's partition key for a partitioned
-	// subscription ("" if it has none).
-	Key func(category string, data json.RawMessage) string
+	// Key returns the partition key of a message's data under field (a
+	// Subscription's KeyField; "" if the data has none).
+	Key func(field string, data json.RawMessage) string
 	// Head returns the head global position of a category (or All), for
 	// the lag metric; nil reports no lag.
 	Head func(ctx context.Context, category string) (int64, error)

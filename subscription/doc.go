@@ -92,13 +92,13 @@
 // runs the slots in parallel, each in order, so each key stays in order
 // while different keys overlap (the guest call of one with the database
 // round trips of another). Each slot commits with its own source in the
-// unit's positions row ("{unit}#{slot}/{slots}"); when every slot has
+// unit's positions row ("{unit}#{slot}/{slots}@{key field}"); when every slot has
 // finished the batch, a fence-only commit moves the unit's position to the
 // batch's end: the low-water mark, below which nothing is uncommitted. A
 // restart resumes after the mark, re-reads the same batch and gives each
 // slot only its events above the slot's position (a batch an owner left
-// unfinished is finished with that owner's slot count, so keys map to the
-// same slots). One source per slot, not per key, keeps the row small. The
+// unfinished is finished with that owner's slot count and key field, so
+// keys map to the same slots even if the partitioning changed). One source per slot, not per key, keeps the row small. The
 // cost: a slot that cannot commit (a database error) holds the next batch
 // back for every key, as in sequential mode. Measured on 2 cores
 // (engine.BenchmarkEventStoreSubscriptionWASM, the example projector on

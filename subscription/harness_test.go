@@ -184,10 +184,16 @@ func (h *harness) consumer(t *testing.T, r *recorder, o consumerOpts) *subscript
 		Events: h.events, Positions: h.positions, Leases: h.leases, Failures: h.failures, Handler: r,
 		Skip:          func(ctx context.Context, f position.Fence) error { _, err := h.uow.CommitFenced(ctx, f); return err },
 		Subscriptions: o.subsFn,
-		Key: func(_ string, data json.RawMessage) string {
-			var v struct{ K string }
+		Key: func(field string, data json.RawMessage) string {
+			if field == "" {
+				field = "K" // the tests' default sequential_by field
+			}
+			var v map[string]any
 			_ = json.Unmarshal(data, &v)
-			return v.K
+			if k, ok := v[field].(string); ok {
+				return k
+			}
+			return ""
 		},
 		Owner: o.owner, LeaseTTL: o.ttl, Heartbeat: o.ttl / 5, Poll: 20 * time.Millisecond, BatchSize: o.batch,
 		GapTimeout: o.gapTimeout, MaxRetries: o.retries, KeyWorkers: o.keyWorkers, RetryDelay: time.Millisecond, Metrics: o.metrics,

@@ -23,6 +23,12 @@ type Subscription struct {
 	// fails past its retries halts its key (later messages of the key are
 	// held behind it) instead of being skipped alone.
 	Partitioned bool
+	// KeyField is the sequential_by field that keys a partitioned
+	// subscription (the first argument of Options.Key). Per-key workers
+	// record it with their slot positions, so that a batch an owner left
+	// unfinished is finished with that owner's key mapping even if the
+	// partitioning changed since.
+	KeyField string
 }
 
 // Unit is the subscription's unit in the consumer positions table and its

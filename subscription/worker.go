@@ -34,9 +34,14 @@ type worker struct {
 	halted map[string]bool
 	haltMu sync.Mutex
 	// slots is the number of key slots of the batch in hand (1:
-	// sequential), slotPos each slot's last committed position.
-	slots   int
-	slotPos []int64
+	// sequential), slotPos each slot's last committed position, slotSrc
+	// its source in the positions row, slotField the key field the slots
+	// map keys by (a previous owner's, while its unfinished batch is
+	// finished).
+	slots     int
+	slotPos   []int64
+	slotSrc   []string
+	slotField string
 	// checked is when the open failure records were last read, listCost
 	// how long that took.
 	checked  time.Time
@@ -95,7 +100,7 @@ func (w *worker) run(soft context.Context) {
 		}
 	}
 	w.generation, w.pos = row.Generation, row.Positions[s.Unit()]
-	w.slots, w.slotPos = w.keySlots(row)
+	w.keySlots(row)
 	log.Info("subscription: claimed", "generation", w.generation, "position", w.pos)
 	failures := 0
 	for soft.Err() == nil {
@@ -247,7 +252,7 @@ func (w *worker) key(ev eventstore.Event) string {
 	if !w.sub.Partitioned {
 		return ""
 	}
-	return w.c.opts.Key(eventstore.Category(ev.Stream), ev.Data)
+	return w.c.opts.Key(w.sub.KeyField, ev.Data)
 }
 
 func (w *worker) isHalted(ev eventstore.Event) bool {

@@ -32,9 +32,8 @@ func newSubscriptions(cfg config.Config, st *stores, eng *engine.Engine, uow *un
 			return err
 		},
 		Subscriptions: eng.EventStoreSubscriptions,
-		Key: func(category string, data json.RawMessage) string {
-			field, ok := eng.PartitionField(category)
-			if !ok {
+		Key: func(field string, data json.RawMessage) string {
+			if field == "" {
 				return ""
 			}
 			var v map[string]any
