@@ -401,54 +401,93 @@ func jsonArg(b []byte) any {
 	return string(b)
 }
 
-// Rider is a statement that rides with each append QueueAppend queues,
-// inside the same SQL statement, so that it sees the appended row without
-// looking it up: a data-modifying statement without a RETURNING clause
-// that reads the row from the relation "appended" (columns id,
-// stream_name, type, position, global_position, time, data, metadata) and
-// raises when it cannot do its part. Its parameters are numbered from $7;
-// Args gives those of event i. The outbox's rows ride this way
-// (outbox.Postgres.Rider).
+// Rider is a statement that rides with the appends QueueAppend queues,
+// inside the same SQL statement, so that it sees the appended rows without
+// looking them up: a data-modifying statement without a RETURNING clause
+// that reads the rows from the relation "appended" (columns id,
+// stream_name, type, position, global_position, time, data, metadata, and
+// ord: the event's place in the batch, from 1) and raises when it cannot
+// do its part. Its parameters are numbered from $7; what differs per
+// event goes in arrays read by subscript ($n[a.ord]), not by unnest, so
+// that the rider's plan does not depend on how many events there are.
+// The outbox's rows ride this way (outbox.Postgres.Rider).
 type Rider struct {
 	SQL  string
-	Args func(i int) []any
+	Args []any
 }
 
-// queuedAppendInsert is appendOneSQL's insert raising when refused: a duplicate
-// id violates messages_id, and a stream not at the expected version gets
-// a NULL position, which violates its NOT NULL (v.version is a value of
-// the query, so the planner cannot fold the CASE into a constant NULL).
-const queuedAppendInsert = `INSERT INTO message_store.messages (id, stream_name, position, type, data, metadata)
-	SELECT $1, $2, CASE WHEN $6::bigint IS NULL OR v.version = $6 THEN v.version + 1 END, $3, $4, $5
-	FROM (SELECT coalesce(max(position), -1) AS version FROM message_store.messages WHERE stream_name = $2) v`
-
-// queuedAppendSQL is queuedAppendInsert with rider's statement, if any, in
-// the same statement.
+// queuedAppendSQL appends a batch of events in one statement, with the
+// rider's statement, if any: the arrays $1 to $6 hold the events' ids,
+// streams, types, data, metadata and expected versions (NULL: any). Each
+// event goes at its stream's version plus one, the version counting the
+// batch's earlier events of the stream, and is checked against its
+// expected version at that point, as Append checks a batch. It raises when
+// refused: a duplicate id violates messages_id, and an event whose stream
+// is not at its expected version gets a NULL position, which violates its
+// NOT NULL (the version is a value of the query, so the planner cannot
+// fold the CASE into a constant NULL). The events are inserted in batch
+// order (ORDER BY ord), so their global positions follow it, and the
+// result returns them in that order.
 func queuedAppendSQL(rider string) string {
-	if rider == "" {
-		return queuedAppendInsert + ` RETURNING position, global_position, time`
-	}
-	return `WITH appended AS (` + queuedAppendInsert + `
+	return `WITH ev AS (
+		SELECT e.id::uuid AS id, e.stream, e.type, e.data::jsonb AS data, e.metadata::jsonb AS metadata, e.expected, e.ord
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])
+			WITH ORDINALITY AS e(id, stream, type, data, metadata, expected, ord)),
+	cur AS (
+		SELECT s.stream, (SELECT coalesce(max(m.position), -1) FROM message_store.messages m WHERE m.stream_name = s.stream) AS version
+		FROM (SELECT DISTINCT stream FROM ev) s),
+	pos AS (
+		SELECT ev.*, cur.version + row_number() OVER (PARTITION BY ev.stream ORDER BY ev.ord) - 1 AS before
+		FROM ev JOIN cur ON cur.stream = ev.stream),
+	inserted AS (
+		INSERT INTO message_store.messages (id, stream_name, position, type, data, metadata)
+		SELECT id, stream, CASE WHEN expected IS NULL OR expected = before THEN before + 1 END, type, data, metadata
+		FROM pos ORDER BY ord
 		RETURNING id, stream_name, type, position, global_position, time, data, metadata),
-	rider AS (` + rider + `)
+	appended AS (
+		SELECT i.*, pos.ord FROM inserted i JOIN pos ON pos.id = i.id)` + withRider(rider) + `
+	SELECT position, global_position, time FROM appended ORDER BY ord`
+}
+
+// queuedAppendOneSQL is queuedAppendSQL for a batch of one event, whose
+// parameters $1 to $6 are scalars: appendOneSQL's insert, raising as
+// queuedAppendSQL does. A unit of work of one event is the common case,
+// and this costs about two thirds of the batch statement's time for it
+// (no arrays to unnest, no window, no joins: 83 against 130 us in the
+// server's log), and its plan does not depend on the arguments.
+func queuedAppendOneSQL(rider string) string {
+	return `WITH appended AS (
+		INSERT INTO message_store.messages (id, stream_name, position, type, data, metadata)
+		SELECT $1, $2, CASE WHEN $6::bigint IS NULL OR v.version = $6 THEN v.version + 1 END, $3, $4, $5
+		FROM (SELECT coalesce(max(position), -1) AS version FROM message_store.messages WHERE stream_name = $2) v
+		RETURNING id, stream_name, type, position, global_position, time, data, metadata, 1::bigint AS ord)` + withRider(rider) + `
 	SELECT position, global_position, time FROM appended`
 }
 
+func withRider(rider string) string {
+	if rider == "" {
+		return ""
+	}
+	return `,
+	rider AS (` + rider + `)`
+}
+
 // QueueAppend queues the appends of events on b, a pipeline inside a
-// transaction: the category locks in a fixed order, then one conditional
-// insert per event (appendOneSQL: each sees the earlier ones, so expected
-// versions chain within the batch as in Append), with rider's statement
-// (nil: none) in the same statement. Each raises when refused (or when its
-// rider fails), so that nothing queued after a refusal runs, a COMMIT
-// least of all. It returns the reader of their results. The
-// transaction holds the category locks to commit. A refused event (a
-// duplicate id, an expected version that does not hold) reads as
+// transaction: the category locks in a fixed order, then one statement
+// for all the events (queuedAppendOneSQL for one, queuedAppendSQL for
+// several: expected versions chain within the batch as in Append), with
+// rider's statement (nil: none) in it. It raises
+// when refused (or when its rider fails), so that nothing queued after a
+// refusal runs, a COMMIT least of all. It returns the reader of its
+// results. The transaction holds the category locks to commit. A refused
+// event (a duplicate id, an expected version that does not hold) reads as
 // pipeline.ErrRefused (run Append to learn which).
 func QueueAppend(b *pgx.Batch, events []NewEvent, rider *Rider) (func(pgx.BatchResults) ([]Event, error), error) {
 	prepared, err := prepare(events)
 	if err != nil {
 		return nil, err
 	}
+	n := len(prepared)
 	categories := make([]string, 0, 1)
 	for _, e := range prepared {
 		categories = append(categories, Category(e.Stream))
@@ -458,51 +497,100 @@ func QueueAppend(b *pgx.Batch, events []NewEvent, rider *Rider) (func(pgx.BatchR
 	for _, c := range categories {
 		b.Queue(`SELECT pg_advisory_xact_lock(message_store.hash_64($1))`, c)
 	}
-	sql := queuedPlainAppendSQL
-	if rider != nil {
-		sql = riderSQL(rider.SQL)
-	}
-	for i, e := range prepared {
-		args := []any{e.ID, e.Stream, e.Type, jsonArg(e.Data), jsonArg(e.Metadata), expectedArg(e.ExpectedVersion)}
-		if rider != nil {
-			args = append(args, rider.Args(i)...)
+	var args []any
+	if n == 1 {
+		e := prepared[0]
+		args = []any{e.ID, e.Stream, e.Type, jsonArg(e.Data), jsonArg(e.Metadata), expectedArg(e.ExpectedVersion)}
+	} else {
+		var (
+			ids, streams, types = make([]string, n), make([]string, n), make([]string, n)
+			data, metadata      = make([]*string, n), make([]*string, n)
+			expected            = make([]*int64, n)
+		)
+		for i, e := range prepared {
+			ids[i], streams[i], types[i] = e.ID, e.Stream, e.Type
+			data[i], metadata[i] = textArg(e.Data), textArg(e.Metadata)
+			if e.ExpectedVersion != AnyVersion {
+				expected[i] = &prepared[i].ExpectedVersion
+			}
 		}
-		b.Queue(sql, args...)
+		args = []any{ids, streams, types, data, metadata, expected}
+		// The arrays make every custom plan of the batch statement look
+		// cheaper than the generic one (the planner knows how long they
+		// are only in a custom plan), so the plan cache would plan it
+		// afresh on every run (~1 ms).
+		b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
 	}
+	riderSQL := ""
+	if rider != nil {
+		riderSQL = rider.SQL
+		args = append(args, rider.Args...)
+	}
+	b.Queue(appendStatement(n == 1, riderSQL), args...)
 	read := func(br pgx.BatchResults) ([]Event, error) {
-		for range categories {
+		head := len(categories)
+		if n > 1 {
+			head++ // SET LOCAL
+		}
+		for range head {
 			if _, err := br.Exec(); err != nil {
 				return nil, mapAppendError(err, prepared, -1)
 			}
 		}
-		out := make([]Event, len(prepared))
-		for i, e := range prepared {
-			out[i] = Event{ID: e.ID, Stream: e.Stream, Type: e.Type, Data: e.Data, Metadata: e.Metadata}
-			err := br.QueryRow().Scan(&out[i].Position, &out[i].GlobalPosition, &out[i].Time)
+		rows, _ := br.Query()
+		out := make([]Event, 0, n)
+		var e Event
+		_, err := pgx.ForEachRow(rows, []any{&e.Position, &e.GlobalPosition, &e.Time}, func() error {
+			if len(out) == n {
+				return fmt.Errorf("eventstore: append returned more than %d rows", n)
+			}
+			p := prepared[len(out)]
+			out = append(out, Event{ID: p.ID, Stream: p.Stream, Type: p.Type, Data: p.Data, Metadata: p.Metadata,
+				Position: e.Position, GlobalPosition: e.GlobalPosition, Time: e.Time.UTC()})
+			return nil
+		})
+		if err != nil {
 			if pipeline.Refused(err) {
-				return nil, fmt.Errorf("event %d: stream %s: %w", i, e.Stream, pipeline.ErrRefused)
+				return nil, fmt.Errorf("eventstore: append %d events: %w", n, pipeline.ErrRefused)
 			}
-			if err != nil {
-				return nil, mapAppendError(err, prepared, i)
-			}
-			out[i].Time = out[i].Time.UTC()
+			return nil, mapAppendError(err, prepared, -1)
+		}
+		if len(out) != n {
+			return nil, fmt.Errorf("eventstore: append %d events, appended %d: %w", n, len(out), pipeline.ErrRefused)
 		}
 		return out, nil
 	}
 	return read, nil
 }
 
-var queuedPlainAppendSQL = queuedAppendSQL("")
+// textArg passes JSON as nullable text, for a text[] parameter.
+func textArg(b []byte) *string {
+	if b == nil {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
 
-// riders caches queuedAppendSQL by rider: a unit of work's riders are a
-// few constants, and building the statement on every commit costs.
-var riders sync.Map
+// statements caches the append statements by form and rider: a unit of
+// work's riders are a few constants, and building a statement on every
+// commit costs.
+var statements sync.Map
 
-func riderSQL(rider string) string {
-	if s, ok := riders.Load(rider); ok {
+type statementKey struct {
+	one   bool
+	rider string
+}
+
+func appendStatement(one bool, rider string) string {
+	k := statementKey{one, rider}
+	if s, ok := statements.Load(k); ok {
 		return s.(string)
 	}
 	s := queuedAppendSQL(rider)
-	riders.Store(rider, s)
+	if one {
+		s = queuedAppendOneSQL(rider)
+	}
+	statements.Store(k, s)
 	return s
 }

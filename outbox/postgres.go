@@ -153,14 +153,14 @@ type Appended struct {
 }
 
 // Rider returns a's rows as a rider of the appends of their events
-// (eventstore.QueueAppend): each event's row is inserted by the statement
-// that appends the event, built in the database from the appended row as
-// the unit of work builds it for Add (its outboxMetadata), so nothing of
-// the payload crosses the network twice, no statement waits for the
-// appends' answer, and the row is never looked up. Rows of one run of
-// appends get their IDs in event order. The category locks are the
-// appends'. A duplicate raises (ErrDuplicate), failing the append's
-// statement, so that a COMMIT queued after it never runs.
+// (eventstore.QueueAppend): the statement that appends the events inserts
+// their rows too, built in the database from the appended rows as the
+// unit of work builds them for Add (its outboxMetadata), so nothing of the
+// payload crosses the network twice, no statement waits for the appends'
+// answer, and the rows are never looked up. The rows' IDs follow the
+// events' order. The category locks are the appends'. A duplicate raises
+// (ErrDuplicate), failing the append's statement, so that a COMMIT queued
+// after it never runs.
 func (p *Postgres) Rider(a Appended) (*eventstore.Rider, error) {
 	if len(a.PartitionKeys) != len(a.Priorities) {
 		return nil, fmt.Errorf("outbox: %w: %d partition keys, %d priorities", ErrInvalid, len(a.PartitionKeys), len(a.Priorities))
@@ -171,28 +171,29 @@ func (p *Postgres) Rider(a Appended) (*eventstore.Rider, error) {
 			return nil, fmt.Errorf("row %d (broker %s): %w: %s", i, a.TargetBroker, ErrInvalid, why)
 		}
 	}
-	maxRetries := int32(a.MaxRetries)
+	maxRetries := a.MaxRetries
 	if maxRetries == 0 {
 		maxRetries = DefaultMaxRetries
 	}
-	now := p.clock.Now()
-	return &eventstore.Rider{SQL: riderSQL, Args: func(i int) []any {
-		return []any{now, maxRetries, a.PartitionKeys[i], int32(a.Priorities[i]), a.TargetBroker}
-	}}, nil
+	return &eventstore.Rider{SQL: riderSQL, Args: []any{p.clock.Now(), maxRetries, a.TargetBroker, a.PartitionKeys, a.Priorities}}, nil
 }
 
-// riderSQL inserts the row of the event in "appended". The metadata is
-// the unit of work's outboxMetadata, built here: the event's metadata (an
-// object) with its position, global_position and time (timeJSON).
+// riderSQL inserts the rows of the events in "appended", in their order,
+// each with its key and priority from the arrays (subscripts, not unnest:
+// the plan does not depend on how many there are, so the server's plan
+// cache settles on one generic plan). The metadata is the unit of work's outboxMetadata, built here: the
+// event's metadata (an object) with its position, global_position and
+// time (timeJSON).
 var riderSQL = `INSERT INTO outbox (message_id, stream_name, category, type, data, metadata, created_at,
 		max_retries, partition_key, priority, target_broker, correlation_id, causation_id)
 	SELECT a.id::text, a.stream_name, message_store.category(a.stream_name), a.type, a.data, x.md,
-		$7::timestamptz, $8::int, $9::text, $10::int, $11::text,
+		$7::timestamptz, $8::int, ($10::text[])[a.ord], ($11::int[])[a.ord], $9::text,
 		left(x.md->>'correlation_id', 255), left(x.md->>'causation_id', 255)
 	FROM appended a CROSS JOIN LATERAL (SELECT
 		CASE WHEN jsonb_typeof(a.metadata) = 'object' THEN a.metadata ELSE '{}'::jsonb END
 		|| jsonb_build_object('position', a.position, 'global_position', a.global_position,
-			'time', ` + timeJSON("a.time") + `) AS md) x`
+			'time', ` + timeJSON("a.time") + `) AS md) x
+	ORDER BY a.ord`
 
 // timeJSON is the text of a timestamp (without time zone, in UTC: the
 // event store's) as encoding/json writes a UTC time.Time: RFC 3339 with

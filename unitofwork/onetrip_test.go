@@ -37,9 +37,10 @@ func outboxRows(t *testing.T, pool *pgxpool.Pool) []map[string]any {
 
 // The outbox rows of the one-round-trip commit, built in the database from
 // the appended events, are the rows the step-by-step path builds in Go
-// (outboxMetadata) for the same change: every column, and the metadata
+// (outboxMetadata) for the same changes: every column, and the metadata
 // (the event's, with its position, global_position and time in Go's
-// encoding), with or without a partition key, in event order.
+// encoding), with or without a partition key, in event order, for a unit
+// of work of one event and one of three (two statement shapes).
 func TestPostgresOneTripOutboxRowsMatchStepwise(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -65,17 +66,24 @@ func TestPostgresOneTripOutboxRowsMatchStepwise(t *testing.T) {
 					Data: json.RawMessage(`{"payment_id": "p-1", "order_id": "o-1"}`)},
 			},
 		}
-		c, err := unitofwork.New(b, opts).Commit(ctx, unitofwork.Change{Effects: effects, Priority: 5,
+		u := unitofwork.New(b, opts)
+		// One event (its own statement shape), then three.
+		first, err := u.Commit(ctx, unitofwork.Change{Effects: &abi.Effects{Events: []abi.NewEvent{{Stream: "order-o-0", Type: "OrderPlaced",
+			ID: "7b1c4a52-6f0e-4c1e-9d1a-0c7f2f1e8a00", Data: json.RawMessage(`{"order_id": "o-0", "client_id": "c-0"}`)}}},
+			Metadata: abi.Metadata{CorrelationID: "corr-0"}})
+		require.NoError(t, err)
+		c, err := u.Commit(ctx, unitofwork.Change{Effects: effects, Priority: 5,
 			Metadata: abi.Metadata{CorrelationID: "corr-1", CausationID: "cmd-1", Tenant: "shop",
 				Module: &abi.ModuleRef{Name: "orders", Version: "1.0.0", SHA256: "abc"}, CascadeDepth: 2}})
 		require.NoError(t, err)
+		c.Events = append(first.Events, c.Events...)
 		return pool, c
 	}
 	onePool, one := commit(false)
 	stepPool, step := commit(true)
 	oneRows, stepRows := outboxRows(t, onePool), outboxRows(t, stepPool)
-	require.Len(t, oneRows, 3)
-	require.Len(t, stepRows, 3)
+	require.Len(t, oneRows, 4)
+	require.Len(t, stepRows, 4)
 	for i := range oneRows {
 		// The events' times are their transactions' (two databases): each
 		// row carries its own event's, in Go's encoding.
@@ -91,13 +99,16 @@ func TestPostgresOneTripOutboxRowsMatchStepwise(t *testing.T) {
 		}
 		require.Equal(t, stepRows[i], oneRows[i], "row %d", i)
 	}
-	require.Equal(t, "c-1", oneRows[0]["partition_key"])
-	require.Equal(t, "42", oneRows[1]["partition_key"], "a non-string key is its JSON text")
-	require.Nil(t, oneRows[2]["partition_key"], "payment is not partitioned")
+	require.Equal(t, "c-0", oneRows[0]["partition_key"])
+	require.Equal(t, map[string]any{"correlation_id": "corr-0", "position": float64(0), "global_position": float64(1)}, oneRows[0]["metadata"])
+	require.Equal(t, "c-1", oneRows[1]["partition_key"])
+	require.Equal(t, "42", oneRows[2]["partition_key"], "a non-string key is its JSON text")
+	require.Nil(t, oneRows[3]["partition_key"], "payment is not partitioned")
 	require.Equal(t, map[string]any{"correlation_id": "corr-1", "causation_id": "cmd-1", "tenant": "shop",
 		"module": map[string]any{"name": "orders", "version": "1.0.0", "sha256": "abc"}, "cascade_depth": float64(2),
-		"position": float64(1), "global_position": float64(2)}, oneRows[1]["metadata"])
-	require.Equal(t, "7b1c4a52-6f0e-4c1e-9d1a-0c7f2f1e8a03", oneRows[2]["message_id"], "ids as the event store keeps them")
+		"position": float64(1), "global_position": float64(3)}, oneRows[2]["metadata"])
+	require.Equal(t, "7b1c4a52-6f0e-4c1e-9d1a-0c7f2f1e8a03", oneRows[3]["message_id"], "ids as the event store keeps them")
+	require.Equal(t, float64(5), oneRows[1]["priority"])
 	for i := range one.Events {
 		require.Equal(t, step.Events[i].Position, one.Events[i].Position)
 		require.Equal(t, step.Events[i].GlobalPosition, one.Events[i].GlobalPosition)
@@ -115,9 +126,7 @@ func TestPostgresOneTripOutboxRowsMatchStepwise(t *testing.T) {
 func TestPostgresOneTripRefusalsCommitNothing(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool, trace := countingPool(t, testserver.PostgresPool(t))
-	p := unitofwork.NewPostgres(pool)
-	u := unitofwork.New(p, unitofwork.Options{Keys: keys{"order": "client_id"}, Broker: "default", MaxRetries: 3})
+	p, u, trace := countingUoW(t)
 
 	// What exists before the refused units of work.
 	taken, err := u.Commit(ctx, unitofwork.Change{Effects: placeOrder("taken", `"c-1"`)}) // record v1, stream at 0
@@ -234,4 +243,72 @@ func TestPostgresOneTripRefusalsCommitNothing(t *testing.T) {
 	row, _, err := p.Positions.Get(ctx, "g", "u")
 	require.NoError(t, err)
 	require.Empty(t, row.Positions, "the stale fence moved nothing")
+}
+
+// A unit of work with several events appends them in one statement:
+// expected versions chain within it as Append chains them (each event
+// checked against its stream's version counting the earlier ones, across
+// streams that interleave), and one that does not hold raises there, so
+// nothing of the unit is committed, with the typed error; the same holds
+// for a run (CommitRun) whose steps append to one stream.
+func TestPostgresOneTripBatchAppendChainsVersions(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	p, u, trace := countingUoW(t)
+	_, err := p.Events.Append(ctx, []eventstore.NewEvent{{Stream: "order-b", Type: "Old", Data: json.RawMessage(`{}`), ExpectedVersion: eventstore.AnyVersion}})
+	require.NoError(t, err)
+	trace.batches()
+	at := func(v int64) *int64 { return &v }
+	ev := func(stream string, expected *int64) abi.NewEvent {
+		return abi.NewEvent{Stream: stream, Type: "E", ExpectedVersion: expected, Data: json.RawMessage(`{"client_id":"c-1"}`)}
+	}
+	events := func(t *testing.T) int {
+		evs, err := p.Events.ReadAll(ctx, 0, 1000)
+		require.NoError(t, err)
+		return len(evs)
+	}
+
+	c, err := u.Commit(ctx, unitofwork.Change{Effects: &abi.Effects{Events: []abi.NewEvent{
+		ev("order-a", at(abi.NoStream)), ev("order-b", at(0)), ev("order-a", at(0)), ev("order-b", nil), ev("order-a", at(1)),
+	}}})
+	require.NoError(t, err)
+	var got []int64
+	for _, e := range c.Events {
+		got = append(got, e.Position)
+	}
+	require.Equal(t, []int64{0, 1, 1, 2, 2}, got)
+	for i := 1; i < len(c.Events); i++ {
+		require.Greater(t, c.Events[i].GlobalPosition, c.Events[i-1].GlobalPosition, "global positions in event order")
+	}
+	require.Equal(t, []error{nil}, trace.batches(), "one pipeline, not refused")
+	s, err := p.Outbox.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 5, s.Counts[outbox.StatusPending])
+
+	before := events(t)
+	trace.batches()
+	_, err = u.Commit(ctx, unitofwork.Change{Effects: &abi.Effects{Events: []abi.NewEvent{
+		ev("order-a", at(2)), ev("order-c", at(abi.NoStream)), ev("order-a", at(2)), // the third expects 2, the stream is at 3
+	}}})
+	var ve *eventstore.VersionError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, int64(3), ve.Actual)
+	require.Error(t, trace.batches()[0], "the pipeline raised")
+	require.Equal(t, before, events(t), "nothing of the unit appended")
+	v, err := p.Events.StreamVersion(ctx, "order-c")
+	require.NoError(t, err)
+	require.Equal(t, int64(-1), v)
+
+	// A run: each step appends to order-r, the third at a stale version.
+	step := func(expected int64) unitofwork.Step {
+		return unitofwork.Step{Changes: []unitofwork.Change{{Effects: &abi.Effects{Events: []abi.NewEvent{ev("order-r", at(expected))}}}}}
+	}
+	trace.batches()
+	out, err := u.CommitRun(ctx, []unitofwork.Step{step(abi.NoStream), step(0), step(0), step(2)})
+	require.ErrorAs(t, err, &ve)
+	require.Len(t, out, 2, "the steps before the stale one commit")
+	require.Error(t, trace.batches()[0], "the run's pipeline raised")
+	v, err = p.Events.StreamVersion(ctx, "order-r")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), v)
 }

@@ -73,15 +73,21 @@ func countingPool(t *testing.T, pool *pgxpool.Pool) (*pgxpool.Pool, *roundTrips)
 	return p, rt
 }
 
+// countingUoW is a unit of work on a fresh database through countingPool.
+func countingUoW(t *testing.T) (*unitofwork.Postgres, *unitofwork.UnitOfWork, *roundTrips) {
+	t.Helper()
+	pool, rt := countingPool(t, testserver.PostgresPool(t))
+	p := unitofwork.NewPostgres(pool)
+	return p, unitofwork.New(p, unitofwork.Options{Keys: keys{"order": "client_id"}, Broker: "default", MaxRetries: 3}), rt
+}
+
 // A unit of work on PostgreSQL (a record write, an event, its outbox row,
 // with or without a fence) is one round trip, the category lock taken
 // once; a run of four messages is one round trip too (group commit).
 func TestPostgresCommitRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool, rt := countingPool(t, testserver.PostgresPool(t))
-	p := unitofwork.NewPostgres(pool)
-	u := unitofwork.New(p, unitofwork.Options{Keys: keys{"order": "client_id"}, Broker: "default", MaxRetries: 3})
+	p, u, rt := countingUoW(t)
 	unit, err := p.Positions.Claim(ctx, "g", "u")
 	require.NoError(t, err)
 	fence := func(pos int64) *position.Fence {
