@@ -20,28 +20,24 @@ import (
 // without end: the category stalled for good, with no record to skip.
 func TestRefusedEffectsAreRecordedNotRetriedForever(t *testing.T) {
 	t.Parallel()
-	for name, newHarness := range map[string]func(t *testing.T) *harness{"memory": memoryHarness, "postgres": postgresHarness} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			h := newHarness(t)
-			pos := appendEvents(t, h.events, "order", []string{"a", "b"}, 5)
-			r := newRecorder(h.uow)
-			r.poison = func(m broker.Message) bool { return m.GlobalPosition == pos[2] }
-			h.consumer(t, r, consumerOpts{subs: []subscription.Subscription{{Group: "proj", Category: "order"}},
-				retries: 2, classify: engine.Classify})
-			r.waitApplied(t, "proj", concat(pos[:2], pos[3:]))
-			testwait.For(t, "the refused message is recorded as failed", func() (bool, string) {
-				recs, err := h.failures.List(t.Context(), "proj", "order", true)
-				if err != nil {
-					return false, err.Error()
-				}
-				ok := len(recs) == 1 && recs[0].GlobalPosition == pos[2] && recs[0].Status == subscription.StatusFailed
-				return ok, fmt.Sprintf("records %+v", recs)
-			})
+	onBoth(t, func(t *testing.T, h *harness) {
+		pos := appendEvents(t, h.events, "order", []string{"a", "b"}, 5)
+		r := newRecorder(h.uow)
+		r.poison = func(m broker.Message) bool { return m.GlobalPosition == pos[2] }
+		h.consumer(t, r, consumerOpts{subs: []subscription.Subscription{{Group: "proj", Category: "order"}},
+			retries: 2, classify: engine.Classify})
+		r.waitApplied(t, "proj", concat(pos[:2], pos[3:]))
+		testwait.For(t, "the refused message is recorded as failed", func() (bool, string) {
 			recs, err := h.failures.List(t.Context(), "proj", "order", true)
-			require.NoError(t, err)
-			require.Equal(t, 1, recs[0].Attempts, "not retried: the same effects are refused every time")
-			require.Contains(t, recs[0].Error, "\\u0000")
+			if err != nil {
+				return false, err.Error()
+			}
+			ok := len(recs) == 1 && recs[0].GlobalPosition == pos[2] && recs[0].Status == subscription.StatusFailed
+			return ok, fmt.Sprintf("records %+v", recs)
 		})
-	}
+		recs, err := h.failures.List(t.Context(), "proj", "order", true)
+		require.NoError(t, err)
+		require.Equal(t, 1, recs[0].Attempts, "not retried: the same effects are refused every time")
+		require.Contains(t, recs[0].Error, "\\u0000")
+	})
 }

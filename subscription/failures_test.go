@@ -48,35 +48,31 @@ func unitPosition(t *testing.T, ps subscription.Positions) int64 {
 // the unit) and one whose position was passed already do neither.
 func TestFailuresPark(t *testing.T) {
 	t.Parallel()
-	for name, newHarness := range map[string]func(t *testing.T) *harness{"memory": memoryHarness, "postgres": postgresHarness} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			h := newHarness(t)
-			ctx := t.Context()
-			row, err := h.positions.Claim(ctx, "proj", "order")
-			require.NoError(t, err)
-			old := row.Generation
+	onBoth(t, func(t *testing.T, h *harness) {
+		ctx := t.Context()
+		row, err := h.positions.Claim(ctx, "proj", "order")
+		require.NoError(t, err)
+		old := row.Generation
 
-			require.NoError(t, h.failures.Park(ctx, failed(5), fence(old, 5)))
-			require.Equal(t, []int64{5}, recordsAt(t, h.failures))
-			require.Equal(t, int64(5), unitPosition(t, h.positions))
+		require.NoError(t, h.failures.Park(ctx, failed(5), fence(old, 5)))
+		require.Equal(t, []int64{5}, recordsAt(t, h.failures))
+		require.Equal(t, int64(5), unitPosition(t, h.positions))
 
-			_, err = h.positions.Claim(ctx, "proj", "order") // a new owner
-			require.NoError(t, err)
-			err = h.failures.Park(ctx, failed(6), fence(old, 6))
-			require.ErrorIs(t, err, position.ErrFenced)
-			require.Equal(t, []int64{5}, recordsAt(t, h.failures), "a stale owner writes no record")
-			require.Equal(t, int64(5), unitPosition(t, h.positions))
+		_, err = h.positions.Claim(ctx, "proj", "order") // a new owner
+		require.NoError(t, err)
+		err = h.failures.Park(ctx, failed(6), fence(old, 6))
+		require.ErrorIs(t, err, position.ErrFenced)
+		require.Equal(t, []int64{5}, recordsAt(t, h.failures), "a stale owner writes no record")
+		require.Equal(t, int64(5), unitPosition(t, h.positions))
 
-			err = h.failures.Park(ctx, failed(3), fence(old+1, 3))
-			require.ErrorIs(t, err, position.ErrApplied)
-			require.Equal(t, []int64{5}, recordsAt(t, h.failures), "a position passed already writes no record")
+		err = h.failures.Park(ctx, failed(3), fence(old+1, 3))
+		require.ErrorIs(t, err, position.ErrApplied)
+		require.Equal(t, []int64{5}, recordsAt(t, h.failures), "a position passed already writes no record")
 
-			other := fence(old+1, 7)
-			other.Unit = "payment"
-			require.ErrorIs(t, h.failures.Park(ctx, failed(7), other), subscription.ErrInvalid)
-		})
-	}
+		other := fence(old+1, 7)
+		other.Unit = "payment"
+		require.ErrorIs(t, h.failures.Park(ctx, failed(7), other), subscription.ErrInvalid)
+	})
 }
 
 // When the record cannot be written, the position does not move either:
@@ -144,36 +140,32 @@ func testFencedOwnerParksNothing(t *testing.T, h *harness) {
 // rerun of the message applied already.
 func TestFailuresSettle(t *testing.T) {
 	t.Parallel()
-	for name, newHarness := range map[string]func(t *testing.T) *harness{"memory": memoryHarness, "postgres": postgresHarness} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			h := newHarness(t)
-			ctx := t.Context()
-			row, err := h.positions.Claim(ctx, "proj", "order")
+	onBoth(t, func(t *testing.T, h *harness) {
+		ctx := t.Context()
+		row, err := h.positions.Claim(ctx, "proj", "order")
+		require.NoError(t, err)
+		gen := row.Generation
+		for _, p := range []int64{5, 6} {
+			require.NoError(t, h.failures.Park(ctx, failed(p), fence(gen, p)))
+			_, err := h.uow.CommitFenced(ctx, position.Fence{Group: "proj", Unit: "order", Generation: gen,
+				Advance: map[string]int64{subscription.RetrySource(p): p}}) // the rerun
 			require.NoError(t, err)
-			gen := row.Generation
-			for _, p := range []int64{5, 6} {
-				require.NoError(t, h.failures.Park(ctx, failed(p), fence(gen, p)))
-				_, err := h.uow.CommitFenced(ctx, position.Fence{Group: "proj", Unit: "order", Generation: gen,
-					Advance: map[string]int64{subscription.RetrySource(p): p}}) // the rerun
-				require.NoError(t, err)
-			}
-			require.Len(t, retrySources(t, h), 2)
+		}
+		require.Len(t, retrySources(t, h), 2)
 
-			require.NoError(t, h.failures.Settle(ctx, "proj", "order", 5, 2, gen))
-			require.Equal(t, []string{subscription.RetrySource(6)}, retrySources(t, h))
-			_, err = h.positions.Claim(ctx, "proj", "order") // a newer owner
-			require.NoError(t, err)
-			require.NoError(t, h.failures.Settle(ctx, "proj", "order", 6, 2, gen))
-			require.Equal(t, []string{subscription.RetrySource(6)}, retrySources(t, h), "a stale owner leaves the source")
-			recs, err := h.failures.List(ctx, "proj", "order", false)
-			require.NoError(t, err)
-			for _, f := range recs {
-				require.Equal(t, subscription.StatusResolved, f.Status)
-				require.Equal(t, 2, f.Attempts)
-			}
-			require.Equal(t, int64(6), unitPosition(t, h.positions), "the unit's position is untouched")
-			require.ErrorIs(t, h.failures.Settle(ctx, "proj", "order", 7, 1, gen+1), subscription.ErrNotFound)
-		})
-	}
+		require.NoError(t, h.failures.Settle(ctx, "proj", "order", 5, 2, gen))
+		require.Equal(t, []string{subscription.RetrySource(6)}, retrySources(t, h))
+		_, err = h.positions.Claim(ctx, "proj", "order") // a newer owner
+		require.NoError(t, err)
+		require.NoError(t, h.failures.Settle(ctx, "proj", "order", 6, 2, gen))
+		require.Equal(t, []string{subscription.RetrySource(6)}, retrySources(t, h), "a stale owner leaves the source")
+		recs, err := h.failures.List(ctx, "proj", "order", false)
+		require.NoError(t, err)
+		for _, f := range recs {
+			require.Equal(t, subscription.StatusResolved, f.Status)
+			require.Equal(t, 2, f.Attempts)
+		}
+		require.Equal(t, int64(6), unitPosition(t, h.positions), "the unit's position is untouched")
+		require.ErrorIs(t, h.failures.Settle(ctx, "proj", "order", 7, 1, gen+1), subscription.ErrNotFound)
+	})
 }

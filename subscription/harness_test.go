@@ -51,6 +51,16 @@ func postgresHarness(t *testing.T) *harness {
 		failures: subscription.NewPostgresFailures(pool), uow: unitofwork.New(p, unitofwork.Options{Broker: "default"}), pg: true}
 }
 
+// onBoth runs fn on a memory and a PostgreSQL harness, in parallel.
+func onBoth(t *testing.T, fn func(t *testing.T, h *harness)) {
+	for name, newHarness := range map[string]func(t *testing.T) *harness{"memory": memoryHarness, "postgres": postgresHarness} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, newHarness(t))
+		})
+	}
+}
+
 // msgErr is a handler's failure of one message.
 type msgErr struct{ retryable bool }
 

@@ -30,10 +30,9 @@ func TestUnfinishedKeyBatchSurvivesAPartitioningChange(t *testing.T) {
 		"unpartitioned": {Group: "proj", Category: "order"},
 		"another field": {Group: "proj", Category: "order", Partitioned: true, KeyField: "L"},
 	} {
-		for backend, newHarness := range map[string]func(t *testing.T) *harness{"memory": memoryHarness, "postgres": postgresHarness} {
-			t.Run(name+"/"+backend, func(t *testing.T) {
-				t.Parallel()
-				h := newHarness(t)
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			onBoth(t, func(t *testing.T, h *harness) {
 				keys := []string{"k0", "k1", "k2", "k3", "k4", "k5"}
 				var pos []int64
 				for i := range 30 {
@@ -76,7 +75,7 @@ func TestUnfinishedKeyBatchSurvivesAPartitioningChange(t *testing.T) {
 				})
 				require.ElementsMatch(t, all, r.positions("proj"), "each event applied exactly once")
 			})
-		}
+		})
 	}
 }
 

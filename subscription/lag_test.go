@@ -37,23 +37,7 @@ func TestLagFollowsASubscriptionThatNeverCatchesUp(t *testing.T) {
 	r.waitApplied(t, "proj", pos[:10])
 	want := float64(pos[len(pos)-1] - pos[9])
 	testwait.For(t, "the lag gauge shows the backlog", func() (bool, string) {
-		got, ok := gauge(t, reg, "protean_subscription_lag")
-		return ok && got == want, fmt.Sprintf("lag %v (set %v), want %v", got, ok, want)
+		got := metric(t, reg, "protean_subscription_lag", map[string]string{"group": "proj", "unit": "order"})
+		return got == want, fmt.Sprintf("lag %v, want %v", got, want)
 	})
-}
-
-// gauge returns the value of the one series of name in reg, and whether
-// it has one.
-func gauge(t *testing.T, reg *prometheus.Registry, name string) (float64, bool) {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetGauge().GetValue(), true
-		}
-	}
-	return 0, false
 }

@@ -43,20 +43,5 @@ func TestFencedWorkerCountsALostLease(t *testing.T) {
 }
 
 func leases(t *testing.T, reg *prometheus.Registry, event string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != "protean_subscription_leases_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "event" && l.GetValue() == event {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return metric(t, reg, "protean_subscription_leases_total", map[string]string{"group": "proj", "event": event})
 }

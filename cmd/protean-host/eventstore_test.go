@@ -33,6 +33,14 @@ type pgInline struct {
 func newPGInline(t *testing.T) pgInline {
 	t.Helper()
 	d := pgInline{dbURL: testserver.Postgres(t), dir: wasmbuild.Examples(t)}
+	d.migrate(t)
+	return d
+}
+
+// migrate migrates d's database through the CLI and opens d.pool on it;
+// it returns the config it wrote.
+func (d *pgInline) migrate(t *testing.T) string {
+	t.Helper()
 	cfg := d.writeConfig(t, "127.0.0.1:0")
 	code, _, errs := cli(t, "migrate", "--config", cfg)
 	require.Equal(t, 0, code, errs)
@@ -40,7 +48,7 @@ func newPGInline(t *testing.T) pgInline {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	d.pool = pool
-	return d
+	return cfg
 }
 
 func (d pgInline) writeConfig(t *testing.T, addr string) string {

@@ -19,16 +19,10 @@ import (
 // out the Redis partitions' rows ("test::order:c-1"). It hid every
 // category with a colon, so on a Protean domain it listed nothing.
 func TestSubscriptionsListShowsColonCategories(t *testing.T) {
-	d := pgInline{dbURL: testserver.Postgres(t), dir: t.TempDir()}
-	cfg := d.writeConfig(t, "127.0.0.1:0")
-	code, _, errs := cli(t, "migrate", "--config", cfg)
-	require.Equal(t, 0, code, errs)
+	cfg, pool := migratedDB(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, d.dbURL)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
 	data, _ := json.Marshal(map[string]any{"a": 1})
-	_, err = eventstore.NewPostgres(pool).Append(ctx, []eventstore.NewEvent{
+	_, err := eventstore.NewPostgres(pool).Append(ctx, []eventstore.NewEvent{
 		{Stream: "test::order-1", Type: "Placed", Data: data, ExpectedVersion: eventstore.AnyVersion},
 		{Stream: "account:command-7", Type: "Open", Data: data, ExpectedVersion: eventstore.AnyVersion},
 	})
@@ -51,14 +45,8 @@ func TestSubscriptionsListShowsColonCategories(t *testing.T) {
 // an unknown record, a position that is not a positive integer, a missing
 // argument.
 func TestSubscriptionsCommandsRefuseBadInput(t *testing.T) {
-	d := pgInline{dbURL: testserver.Postgres(t), dir: t.TempDir()}
-	cfg := d.writeConfig(t, "127.0.0.1:0")
-	code, _, errs := cli(t, "migrate", "--config", cfg)
-	require.Equal(t, 0, code, errs)
+	cfg, pool := migratedDB(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, d.dbURL)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
 	require.NoError(t, position.NewPostgres(pool, nil).Set(ctx, "orders", "test::order", "test::order", 1))
 
 	for _, c := range []struct {
@@ -83,4 +71,13 @@ func TestSubscriptionsCommandsRefuseBadInput(t *testing.T) {
 	code, out, errs = cli(t, "subscriptions", "list", "--group", "orders", "--config", cfg)
 	require.Equal(t, 0, code, errs)
 	require.Regexp(t, `(?m)^orders\s+test::order\s+1\s`, out)
+}
+
+// migratedDB is a database the CLI migrated, with a config naming it (no
+// plugins) and a pool on it.
+func migratedDB(t *testing.T) (string, *pgxpool.Pool) {
+	t.Helper()
+	d := pgInline{dbURL: testserver.Postgres(t), dir: t.TempDir()}
+	cfg := d.migrate(t)
+	return cfg, d.pool
 }
