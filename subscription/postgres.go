@@ -205,10 +205,14 @@ func (p *PostgresFailures) Resolve(ctx context.Context, group, unit string, pos 
 	return nil
 }
 
-// Settle implements Failures: the record's update, then the source's
-// removal under the generation, in one transaction.
+// Settle implements Failures: the source's removal under the generation,
+// then the record's update, in one transaction (the positions row locked
+// first, as Park does, so the two never wait on each other in turn).
 func (p *PostgresFailures) Settle(ctx context.Context, group, unit string, pos int64, attempts int, generation int64) error {
 	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if _, err := p.positions.Tx(tx).Forget(ctx, group, unit, generation, RetrySource(pos)); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, `UPDATE subscription_failures SET status = $4, attempts = $5, error = '', updated_at = now()
 			WHERE consumer_group = $1 AND unit = $2 AND global_position = $3`, group, unit, pos, string(StatusResolved), attempts)
 		if err != nil {
@@ -217,8 +221,7 @@ func (p *PostgresFailures) Settle(ctx context.Context, group, unit string, pos i
 		if tag.RowsAffected() == 0 {
 			return notFound(group, unit, pos)
 		}
-		_, err = p.positions.Tx(tx).Forget(ctx, group, unit, generation, RetrySource(pos))
-		return err
+		return nil
 	})
 }
 
