@@ -44,4 +44,8 @@
 // per-category advisory lock MessageDB takes, held to commit, so a
 // category's global positions commit in order and category reads have no
 // holes. [Postgres.Tx] appends inside a caller's pgx transaction.
+// [QueueAppend] queues a unit of work's appends on its one-round-trip
+// pipeline: one statement for all its events, raising when refused, which
+// can carry a [Rider] (the outbox's rows) so that they are written from
+// the appended rows by the same statement.
 package eventstore

@@ -34,6 +34,11 @@
 // before marking leaves the row processing until its lock expires, and the
 // row is then claimed and published again.
 //
+// On PostgreSQL a unit of work adds its rows without a statement of their
+// own: [Postgres.Rider] makes them part of the statement that appends
+// their events (eventstore.QueueAppend), built in the database from the
+// appended rows, so the whole unit of work is one round trip.
+//
 // After publishing, the relay marks the row published or failed. Only the
 // current lock holder may mark a row ([ErrNotOwner]): a relay whose lock
 // expired and was taken over cannot overwrite its successor's work. A
