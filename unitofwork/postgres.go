@@ -132,18 +132,18 @@ func (t *postgresTx) Rollback(ctx context.Context) error {
 
 // commitPipelined commits stages in one READ COMMITTED transaction in one
 // round trip: BEGIN, the fences, the record writes, the category locks,
-// the appends, each with its outbox row (built in the database from the
-// appended event by the same statement: outbox.Postgres.Rider) and COMMIT
-// in one pipeline. Every step
-// raises when refused (a fence or a version that does not hold, a
-// duplicate), and PostgreSQL skips the rest of a pipeline after an error,
-// so COMMIT runs only when everything before it did. A stage that writes
-// an idempotency key takes a second round trip: the key's answer is built
-// from the appended positions, so the key row and COMMIT follow the first.
-// The category locks are taken once, by the appends, and held to commit,
-// which covers the outbox rows of the same categories. Any refusal or
-// error rolls the transaction back and is returned (the caller learns the
-// typed error by running the work step by step).
+// one statement appending every event of the stages with their outbox
+// rows (built in the database from the appended rows: outbox.Postgres.Rider),
+// and COMMIT, in one pipeline. Every step raises when refused (a fence or
+// a version that does not hold, a duplicate), and PostgreSQL skips the
+// rest of a pipeline after an error, so COMMIT runs only when everything
+// before it did. A stage that writes an idempotency key takes a second
+// round trip: the key's answer holds the appended positions, so the key
+// row and COMMIT follow the first. The category locks are taken once, by
+// the appends, and held to commit, which covers the outbox rows of the
+// same categories. Any refusal or error rolls the transaction back and is
+// returned (the caller learns the typed error by running the work step by
+// step).
 func (p *Postgres) commitPipelined(ctx context.Context, stages []*stage, broker string, maxRetries int) (_ [][]eventstore.Event, err error) {
 	var b pgx.Batch
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
