@@ -181,9 +181,9 @@ func (p *Postgres) Rider(a Appended) (*eventstore.Rider, error) {
 // riderSQL inserts the rows of the events in "appended", in their order,
 // each with its key and priority from the arrays (subscripts, not unnest:
 // the plan does not depend on how many there are, so the server's plan
-// cache settles on one generic plan). The metadata is the unit of work's outboxMetadata, built here: the
-// event's metadata (an object) with its position, global_position and
-// time (timeJSON).
+// cache settles on one generic plan). The metadata is the unit of work's
+// outboxMetadata, built here: the event's metadata (an object) with its
+// position, global_position and time (timeJSON).
 var riderSQL = `INSERT INTO outbox (message_id, stream_name, category, type, data, metadata, created_at,
 		max_retries, partition_key, priority, target_broker, correlation_id, causation_id)
 	SELECT a.id::text, a.stream_name, message_store.category(a.stream_name), a.type, a.data, x.md,
