@@ -192,7 +192,11 @@ func (a *Admin) List(ctx context.Context, subs []Subscription) ([]Status, error)
 		if seen[id] {
 			continue
 		}
-		st, err := a.status(ctx, id.group, a.resolve(bySub[id.group], id.group, id.unit))
+		u, err := a.resolve(bySub[id.group], id.group, id.unit)
+		if err != nil {
+			return nil, err
+		}
+		st, err := a.status(ctx, id.group, u)
 		if err != nil {
 			return nil, err
 		}
@@ -216,7 +220,10 @@ func (a *Admin) List(ctx context.Context, subs []Subscription) ([]Status, error)
 // categories it spans; a sub with no categories reads the unit's own
 // stream.
 func (a *Admin) Inspect(ctx context.Context, sub Subscription, unit string) (Detail, error) {
-	u := a.resolve(sub, sub.Group, unit)
+	u, err := a.resolve(sub, sub.Group, unit)
+	if err != nil {
+		return Detail{}, err
+	}
 	st, err := a.status(ctx, sub.Group, u)
 	if err != nil {
 		return Detail{}, err
@@ -245,9 +252,10 @@ func (a *Admin) Inspect(ctx context.Context, sub Subscription, unit string) (Det
 
 // resolve names a unit's category, key and sources: a correlated unit
 // "{pm}:{value}" spans each of sub's categories; any other unit is
-// "{category}:{key}" with one stream. A halted unit also reads the stream it
+// "{category}:{key}" with one stream (or one of its lane streams; see
+// ParseUnit). A halted unit also reads the stream it
 // halted on.
-func (a *Admin) resolve(sub Subscription, group, name string) unit {
+func (a *Admin) resolve(sub Subscription, group, name string) (unit, error) {
 	u := unit{unit: name, cat: map[string]string{}}
 	if sub.Correlated && strings.HasPrefix(name, group+":") {
 		u.key, u.label = strings.TrimPrefix(name, group+":"), group
@@ -256,15 +264,19 @@ func (a *Admin) resolve(sub Subscription, group, name string) unit {
 			u.sources = append(u.sources, s)
 			u.cat[s] = c
 		}
-		return u
+		return u, nil
 	}
-	cat, key, _ := strings.Cut(name, ":")
+	cat, key, err := ParseUnit(name, a.suffix)
+	if err != nil {
+		return unit{}, fmt.Errorf("partition %s: %w", group, err)
+	}
+	u.unit = PartitionUnit(cat, key)
 	u.label = cat
 	u.key = key
 	s := StreamName(cat, key)
 	u.sources = []string{s}
 	u.cat[s] = cat
-	return u
+	return u, nil
 }
 
 // units lists a subscription's units from its categories' indexes, as the

@@ -350,3 +350,28 @@ func TestAdminResumeRetriesAfresh(t *testing.T) {
 	require.Equal(t, "resume", audit[1].Values["action"])
 	require.Equal(t, "fixed", audit[1].Values["reason"])
 }
+
+// A Protean category holds "::": Inspect names the unit by its last colon
+// (keys hold none), from the unit or from one of its lane streams, and
+// refuses a name that is no unit.
+func TestAdminInspectProteanCategory(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.pub.publish("test::order", "c-1", 2)
+	sub := partition.Subscription{Group: "proj", Categories: []string{"test::order"}}
+	ctx := context.Background()
+	for _, name := range []string{"test::order:c-1", "test::order:c-1:backfill"} {
+		d, err := r.admin().Inspect(ctx, sub, name)
+		require.NoError(t, err, name)
+		require.Equal(t, "test::order", d.Category, name)
+		require.Equal(t, "c-1", d.Key, name)
+		require.Equal(t, "test::order:c-1", d.Unit, name)
+		require.Equal(t, []string{"test::order:c-1"}, d.Sources, name)
+		require.True(t, d.Indexed, name)
+		require.Len(t, d.Entries, 2, name)
+	}
+	for _, name := range []string{"test::order:", "test", ""} {
+		_, err := r.admin().Inspect(ctx, sub, name)
+		require.ErrorIs(t, err, partition.ErrInvalidUnit, name)
+	}
+}

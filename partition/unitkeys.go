@@ -1,5 +1,11 @@
 package partition
 
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
 // Unit names and the Redis keys of a unit's lease protocol. A unit is what
 // one lease covers and one consumer-positions row records: for a handler on
 // a partitioned category, the partition "{category}:{key}"; for a process
@@ -9,6 +15,39 @@ package partition
 
 // PartitionUnit is the unit of key in category: "{category}:{key}".
 func PartitionUnit(category, key string) string { return category + ":" + key }
+
+// ErrInvalidUnit is returned by [ParseUnit] for a name that is not a
+// partition unit or one of its lane streams.
+var ErrInvalidUnit = errors.New("invalid partition unit")
+
+// ParseUnit is [PartitionUnit]'s inverse: it splits "{category}:{key}" into
+// its category and key. It also takes one of the unit's lane streams,
+// "{category}:{key}:{backfillSuffix}" or "{category}:{key}:dlq" (an operator
+// may paste a stream name), and answers that stream's unit. A key holds no
+// colon ([KeyReason]) but a category may (Protean's "test::order"), so the
+// key is what follows the last colon; the lane tokens are never keys, so a
+// trailing one is a lane, not a key.
+func ParseUnit(name, backfillSuffix string) (category, key string, err error) {
+	if backfillSuffix == "" {
+		backfillSuffix = DefaultBackfillSuffix
+	}
+	rest := name
+	if i := strings.LastIndexByte(rest, ':'); i >= 0 && (rest[i+1:] == backfillSuffix || rest[i+1:] == DLQToken) {
+		rest = rest[:i]
+	}
+	i := strings.LastIndexByte(rest, ':')
+	if i < 0 {
+		return "", "", fmt.Errorf("%w %q: want {category}:{key}", ErrInvalidUnit, name)
+	}
+	category, key = rest[:i], rest[i+1:]
+	if category == "" {
+		return "", "", fmt.Errorf("%w %q: empty category", ErrInvalidUnit, name)
+	}
+	if reason := KeyReason(key, backfillSuffix); reason != "" {
+		return "", "", fmt.Errorf("%w %q: %s", ErrInvalidUnit, name, reason)
+	}
+	return category, key, nil
+}
 
 // CorrelationUnit is the unit of a process manager's correlation value:
 // "{pm}:{value}".

@@ -254,6 +254,18 @@ func candidates(subs []partition.Subscription, category, group string) []partiti
 	return out
 }
 
+// unitOf names the partition of key in category, refusing a pair that is
+// not read back as itself (a key with a colon, an empty one): the unit
+// would name another partition.
+func unitOf(category, key, backfillSuffix string) (string, error) {
+	unit := partition.PartitionUnit(category, key)
+	c, k, err := partition.ParseUnit(unit, backfillSuffix)
+	if err == nil && (c != category || k != key) {
+		err = fmt.Errorf("%w: category %q and key %q name partition %q of category %q", partition.ErrInvalidUnit, category, key, k, c)
+	}
+	return unit, err
+}
+
 func containsString(s []string, v string) bool {
 	for _, x := range s {
 		if x == v {
@@ -264,7 +276,10 @@ func containsString(s []string, v string) bool {
 }
 
 func partitionsInspect(ctx context.Context, e *env, adm *partition.Admin, subs []partition.Subscription, group, category, key string) error {
-	unit := category + ":" + key
+	unit, err := unitOf(category, key, e.cfg.Server.PriorityLanes.BackfillSuffix)
+	if err != nil {
+		return err
+	}
 	cs := candidates(subs, category, group)
 	if len(cs) == 0 {
 		// No loaded handler names it: a halted unit of a removed handler
@@ -337,7 +352,10 @@ func partitionsInspect(ctx context.Context, e *env, adm *partition.Admin, subs [
 }
 
 func partitionsAct(ctx context.Context, e *env, adm *partition.Admin, action, group, category, key string, op partition.Operator) error {
-	unit := category + ":" + key
+	unit, err := unitOf(category, key, e.cfg.Server.PriorityLanes.BackfillSuffix)
+	if err != nil {
+		return err
+	}
 	if group == "" {
 		groups, err := adm.HaltedGroups(ctx, unit)
 		if err != nil {
@@ -353,7 +371,6 @@ func partitionsAct(ctx context.Context, e *env, adm *partition.Admin, action, gr
 		}
 	}
 	var out partition.Outcome
-	var err error
 	switch action {
 	case "skip":
 		out, err = adm.Skip(ctx, group, unit, op)

@@ -103,6 +103,9 @@ func TestPartitionsCommands(t *testing.T) {
 	require.Contains(t, out, "halted at entry "+first)
 	require.Regexp(t, `(?m)^order:c-1\s+`+first+`\s+halted\s+1\s+m-1\s+OrderPlaced\s+1\s+\{`, out)
 	require.Regexp(t, `(?m)^order:c-1\s+\S+\s+pending\s+1\s+m-3\s+OrderPlaced\s+3\s+`, out)
+	code, _, errs = cli(t, "partitions", "inspect", "order", "c-1:x", "--config", cfg, "--plugins", dir)
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, `invalid partition unit: category "order" and key "c-1:x" name partition "x" of category "order:c-1"`)
 
 	code, out, errs = cli(t, "partitions", "skip", "order", "c-1", "--by", "tester", "--reason", "bad data", "--config", cfg)
 	require.Equal(t, 0, code, errs)
