@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/internal/owner"
 	"github.com/proteanhq/protean-host/partition"
 )
 
@@ -27,7 +27,8 @@ type Options struct {
 	// prefix of their own.
 	Prefix string
 	// Consumer is this host instance's consumer name in ordinary consumer
-	// groups (what XPENDING shows). Default: hostname-pid.
+	// groups (what XPENDING shows). Default: a new owner.New() name
+	// (hostname:pid and a random suffix), unique to this broker.
 	Consumer string
 	// BlockSlice bounds one blocking read of Wait, and so how long Wait
 	// takes to notice a cancelled context or Close (default 200ms).
@@ -80,8 +81,7 @@ func New(client redis.UniversalClient, opts Options) (*Broker, error) {
 		return nil, err
 	}
 	if opts.Consumer == "" {
-		host, _ := os.Hostname()
-		opts.Consumer = fmt.Sprintf("%s-%d", host, os.Getpid())
+		opts.Consumer = owner.New()
 	}
 	if opts.BlockSlice <= 0 {
 		opts.BlockSlice = 200 * time.Millisecond

@@ -213,7 +213,7 @@ func testSubscriptionsCommands(t *testing.T, d pgInline) {
 	cfg := d.writeConfig(t, "127.0.0.1:0")
 	code, out, errs := cli(t, "subscriptions", "list", "--config", cfg)
 	require.Equal(t, 0, code, errs)
-	require.Regexp(t, `(?m)^client_orders\s+order\s+(\d+)\s+(\d+)\s+0\s+\d+\s+\S+:\d+\s+expires in`, out, "caught up and leased")
+	require.Regexp(t, `(?m)^client_orders\s+order\s+(\d+)\s+(\d+)\s+0\s+\d+\s+\S+:\d+:[0-9a-f]{12}\s+expires in`, out, "caught up and leased")
 	failures := subscription.NewPostgresFailures(d.pool)
 	require.NoError(t, failures.Record(context.Background(), subscription.Failure{Group: "client_orders", Unit: "order", GlobalPosition: 1,
 		MessageID: "m", Stream: "order-x", Type: "OrderPlaced", Key: "c-9", Status: subscription.StatusFailed, Attempts: 4, Error: "boom"}))
@@ -247,10 +247,10 @@ func TestEventStoreSubscriptionFailoverAfterKill(t *testing.T) {
 		return err == nil, fmt.Sprint(err)
 	})
 	victim, survivor := a, b
-	if !strings.HasSuffix(owner, fmt.Sprintf(":%d", a.cmd.Process.Pid)) {
+	if !strings.Contains(owner, fmt.Sprintf(":%d:", a.cmd.Process.Pid)) {
 		victim, survivor = b, a
 	}
-	require.True(t, strings.HasSuffix(owner, fmt.Sprintf(":%d", victim.cmd.Process.Pid)), owner)
+	require.Contains(t, owner, fmt.Sprintf(":%d:", victim.cmd.Process.Pid))
 	killed := time.Now()
 	victim.kill()
 	before := l.accepted.Load()
@@ -260,7 +260,7 @@ func TestEventStoreSubscriptionFailoverAfterKill(t *testing.T) {
 	t.Logf("killed the owner %s; all committed orders applied %s later (lease TTL 2s)", owner, time.Since(killed).Round(time.Millisecond))
 	testwait.For(t, "the survivor holds the lease", func() (bool, string) {
 		err := d.pool.QueryRow(context.Background(), `SELECT owner FROM subscription_leases WHERE consumer_group = 'client_orders' AND unit = 'order'`).Scan(&owner)
-		return err == nil && strings.HasSuffix(owner, fmt.Sprintf(":%d", survivor.cmd.Process.Pid)), owner
+		return err == nil && strings.Contains(owner, fmt.Sprintf(":%d:", survivor.cmd.Process.Pid)), owner
 	})
 	// The process manager's two categories, each its own subscription.
 	require.Equal(t, 200, do(t, "POST", "http://"+survivor.addr+"/v1/commands/ShipOrder", `{"shipment_id":"s-1","order_id":"o-x"}`).code)

@@ -22,6 +22,7 @@ import (
 	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/httpapi"
+	"github.com/proteanhq/protean-host/internal/owner"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/subscription"
@@ -161,6 +162,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 // hostProcess is a started host: what shutdown stops, in order.
 type hostProcess struct {
 	addr     string
+	owner    string // this start's name in leases and locks
 	served   chan error
 	serveErr error
 	srv      *http.Server
@@ -200,8 +202,12 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		return nil, err
 	}
 	h.closers = append(h.closers, func() error { st.close(); return nil })
-	hostname, _ := os.Hostname()
-	owner := fmt.Sprintf("%s:%d", hostname, os.Getpid())
+	// One owner name per start (not per process: a test runs several
+	// hosts in one), unique even where every container is pid 1 on one
+	// hostname (package owner).
+	owner := owner.New()
+	h.owner = owner
+	e.log.Info("owner", "owner", owner)
 	br, err := openBroker(ctx, cfg, owner)
 	if err != nil {
 		return nil, err
