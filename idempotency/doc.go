@@ -19,8 +19,12 @@
 // retries) is not run again by a repeat that takes the key over; a host
 // that dies mid-command stops renewing and holds the key no longer than
 // the lease (the host gives its partition lease TTL, 15 s by default, as
-// for every other lease: Lease is only the default). We renew rather than derive the lease from the request's
-// deadline: a command's time is not bounded (the HTTP server sets no
+// for every other lease: Lease is only the default). Every time on
+// PostgreSQL (a lease, its renewal, a key's expiry, whether a lease has
+// lapsed) is the database's clock, computed in the SQL, as for the
+// subscription leases: with each host's own clock, a host whose clock ran
+// ahead by more than the lease would take a key another host still held.
+// We renew rather than derive the lease from the request's deadline: a command's time is not bounded (the HTTP server sets no
 // deadline on a handler, and a guest may retry), and a fixed lease would
 // have to outlast the slowest command, which is also how long a dead
 // host's key would stay stuck. A request that stores no answer (a

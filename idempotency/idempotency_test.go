@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/idempotency"
@@ -19,15 +20,39 @@ import (
 
 func TestMain(m *testing.M) { testserver.Main(m) }
 
-type harness struct{ store idempotency.Store }
+// harness is a store and a way to move its time on by d without waiting:
+// the memory store's clock, or, on PostgreSQL (whose times are the
+// database's clock), every stored time moved back by d.
+type harness struct {
+	store idempotency.Store
+	age   func(t *testing.T, d time.Duration)
+}
 
-func harnesses(clock func() time.Time) map[string]func(t *testing.T) harness {
+func harnesses() map[string]func(t *testing.T) harness {
 	return map[string]func(t *testing.T) harness{
-		"memory": func(t *testing.T) harness { return harness{idempotency.NewMemory(time.Hour, clock)} },
+		"memory": func(t *testing.T) harness {
+			var now atomic.Pointer[time.Time]
+			t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+			now.Store(&t0)
+			return harness{idempotency.NewMemory(time.Hour, func() time.Time { return *now.Load() }), func(_ *testing.T, d time.Duration) {
+				later := now.Load().Add(d)
+				now.Store(&later)
+			}}
+		},
 		"postgres": func(t *testing.T) harness {
-			return harness{idempotency.NewPostgres(testserver.PostgresPool(t), time.Hour, clock)}
+			pool := testserver.PostgresPool(t)
+			return harness{idempotency.NewPostgres(pool, time.Hour), func(t *testing.T, d time.Duration) { ageKeys(t, pool, d) }}
 		},
 	}
+}
+
+// ageKeys moves every stored key's times back by d, as if the database's
+// clock had moved on by d.
+func ageKeys(t *testing.T, pool *pgxpool.Pool, d time.Duration) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), `UPDATE idempotency_keys SET created_at = created_at - $1 * interval '1 microsecond',
+		expires_at = expires_at - $1 * interval '1 microsecond', locked_until = locked_until - $1 * interval '1 microsecond'`, d.Microseconds())
+	require.NoError(t, err)
 }
 
 func request(key, body string) idempotency.Request {
@@ -38,7 +63,7 @@ func request(key, body string) idempotency.Request {
 // wait for it and get its answer; none runs the command again.
 func TestConcurrentRepeatsRunOnce(t *testing.T) {
 	t.Parallel()
-	for name, newHarness := range harnesses(nil) {
+	for name, newHarness := range harnesses() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := testwait.Context(t)
@@ -103,11 +128,7 @@ func TestConcurrentRepeatsRunOnce(t *testing.T) {
 // gone.
 func TestKeyRules(t *testing.T) {
 	t.Parallel()
-	var now atomic.Pointer[time.Time]
-	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	now.Store(&t0)
-	clock := func() time.Time { return *now.Load() }
-	for name, newHarness := range harnesses(clock) {
+	for name, newHarness := range harnesses() {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
 			h := newHarness(t)
@@ -134,13 +155,11 @@ func TestKeyRules(t *testing.T) {
 			require.Nil(t, stored, "a key is per command type")
 			done()
 
-			later := t0.Add(time.Hour)
-			now.Store(&later)
+			h.age(t, time.Hour)
 			stored, done, err = h.store.Begin(ctx, r)
 			require.NoError(t, err)
 			require.Nil(t, stored, "an expired key is gone")
 			done()
-			now.Store(&t0)
 
 			_, _, err = h.store.Begin(ctx, request("", `{}`))
 			require.ErrorIs(t, err, idempotency.ErrInvalid)
@@ -156,10 +175,7 @@ func TestKeyRules(t *testing.T) {
 func TestPostgresDeadRequestLease(t *testing.T) {
 	t.Parallel()
 	pool := testserver.PostgresPool(t)
-	var now atomic.Pointer[time.Time]
-	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	now.Store(&t0)
-	s := idempotency.NewPostgres(pool, time.Hour, func() time.Time { return *now.Load() })
+	s := idempotency.NewPostgres(pool, time.Hour)
 	ctx := testwait.Context(t)
 
 	committed, died := request("k-committed", `{}`), request("k-died", `{}`)
@@ -181,8 +197,7 @@ func TestPostgresDeadRequestLease(t *testing.T) {
 	_, _, err := s.Begin(short, committed)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "within the lease a repeat waits for the full answer")
 
-	later := t0.Add(idempotency.Lease)
-	now.Store(&later)
+	ageKeys(t, pool, idempotency.Lease)
 	stored, done, err := s.Begin(ctx, committed)
 	require.NoError(t, err)
 	require.NotNil(t, stored, "after the lease the committed answer is the answer")
@@ -205,7 +220,7 @@ func TestLongRequestKeepsItsKey(t *testing.T) {
 	stores := map[string]func(t *testing.T) idempotency.Store{
 		"memory": func(t *testing.T) idempotency.Store { return idempotency.NewMemory(time.Hour, nil) },
 		"postgres": func(t *testing.T) idempotency.Store {
-			return idempotency.NewPostgres(testserver.PostgresPool(t), time.Hour, nil).WithLease(lease)
+			return idempotency.NewPostgres(testserver.PostgresPool(t), time.Hour).WithLease(lease)
 		},
 	}
 	for name, newStore := range stores {
@@ -269,4 +284,92 @@ func TestLongRequestKeepsItsKey(t *testing.T) {
 			require.JSONEq(t, `{"run":1}`, string(rep.a.Body), "the repeat got the first answer")
 		})
 	}
+}
+
+// A key's times on PostgreSQL are the database's clock, never a host's
+// (hosts' clocks differ: a host ahead by more than the lease would take a
+// key another host's request holds). A key written in a transaction (the
+// command's unit of work) starts at that transaction's now(), to the
+// microsecond; a claim's lease and expiry are measured from its own
+// now(), and a lease lapses when the database's clock passes it.
+func TestPostgresTimesAreTheDatabases(t *testing.T) {
+	t.Parallel()
+	pool := testserver.PostgresPool(t)
+	const lease = 90 * time.Second
+	s := idempotency.NewPostgres(pool, time.Hour).WithLease(lease)
+	ctx := testwait.Context(t)
+
+	committed := request("k-in-tx", `{}`)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	var b pgx.Batch
+	s.QueueInsert(&b, committed, idempotency.Answer{Status: 200, Body: json.RawMessage(`{}`)})
+	b.Queue(`SELECT created_at = now(), expires_at = now() + interval '1 hour', locked_until = now() + interval '90 seconds',
+		created_at - now() FROM idempotency_keys WHERE key = $1`, committed.Key)
+	br := tx.SendBatch(ctx, &b)
+	_, err = br.Exec()
+	require.NoError(t, err)
+	var created, expires, locked bool
+	var off time.Duration
+	require.NoError(t, br.QueryRow().Scan(&created, &expires, &locked, &off))
+	require.NoError(t, br.Close())
+	require.True(t, created && expires && locked, "created_at off the transaction's now() by %s; expiry %v, lease %v", off, expires, locked)
+	require.NoError(t, tx.Commit(ctx))
+
+	// A claim (autocommit) starts at its statement's now(): seen here as
+	// the xact_start of the claim while it waits for a row lock of ours
+	// on a lapsed key.
+	claimed := request("k-claimed", `{}`)
+	_, err = pool.Exec(ctx, `INSERT INTO idempotency_keys (scope, key, request_hash, state, owner, locked_until, created_at, expires_at)
+		VALUES ($1, $2, $3, 'pending', 'gone', now() - interval '1 second', now() - interval '1 minute', now() + interval '1 hour')`,
+		claimed.Scope, claimed.Key, claimed.Hash)
+	require.NoError(t, err)
+	lock, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = lock.Rollback(ctx) }()
+	_, err = lock.Exec(ctx, `SELECT 1 FROM idempotency_keys WHERE key = $1 FOR UPDATE`, claimed.Key)
+	require.NoError(t, err)
+	reqCtx, die := context.WithCancel(ctx)
+	type begun struct {
+		stored *idempotency.Answer
+		err    error
+	}
+	claim := make(chan begun, 1)
+	go func() {
+		stored, _, err := s.Begin(reqCtx, claimed)
+		claim <- begun{stored, err}
+	}()
+	var claimStart time.Time
+	testwait.For(t, "the claim waits for our row lock", func() (bool, string) {
+		err := pool.QueryRow(ctx, `SELECT xact_start FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO idempotency_keys%'`).Scan(&claimStart)
+		return err == nil, fmt.Sprint(err)
+	})
+	require.NoError(t, lock.Rollback(ctx))
+	c := <-claim
+	require.NoError(t, c.err)
+	require.Nil(t, c.stored)
+	die() // the request dies holding its key
+	var createdAt time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT created_at FROM idempotency_keys WHERE key = $1`, claimed.Key).Scan(&createdAt))
+	require.True(t, createdAt.Equal(claimStart), "claim's created_at %s, its transaction's start %s", createdAt, claimStart)
+	var leaseLeft, ttlLeft time.Duration
+	require.NoError(t, pool.QueryRow(ctx, `SELECT locked_until - created_at, expires_at - created_at FROM idempotency_keys WHERE key = $1`,
+		claimed.Key).Scan(&leaseLeft, &ttlLeft))
+	require.Equal(t, [2]time.Duration{lease, time.Hour}, [2]time.Duration{leaseLeft, ttlLeft})
+
+	// A lease live by the database's clock: a repeat waits; once that
+	// clock has passed it, the repeat takes the key.
+	_, err = pool.Exec(ctx, `UPDATE idempotency_keys SET locked_until = clock_timestamp() + interval '1 hour' WHERE key = $1`, claimed.Key)
+	require.NoError(t, err)
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, _, err = s.Begin(short, claimed)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "a live lease by the database's clock is not taken")
+	ageKeys(t, pool, time.Hour)
+	stored, done, err := s.Begin(ctx, claimed)
+	require.NoError(t, err)
+	require.Nil(t, stored, "a lapsed lease is taken")
+	done()
 }

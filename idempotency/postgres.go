@@ -16,25 +16,30 @@ import (
 
 // Postgres is a Store in the idempotency_keys table of a database migrated
 // by package schema. It is safe for concurrent use, by many hosts.
+//
+// Its times are the database's: every lease, expiry and "has it lapsed"
+// is computed in the SQL from now(), as the subscription leases are, never
+// from a host's clock. Hosts' clocks differ; with a lease from each host's
+// own clock, a host whose clock ran ahead by more than the lease would
+// take a key another host's request still held and run its command twice.
+// (now() is the statement's transaction start: a key written in a unit of
+// work's transaction starts its lease the few milliseconds before the
+// commit that the transaction took, well inside any lease.)
 type Postgres struct {
 	pool  *pgxpool.Pool
 	ttl   time.Duration
 	lease time.Duration
-	now   func() time.Time
 }
 
 var _ Store = (*Postgres)(nil)
 
 // NewPostgres returns a store on pool's database that keeps answers for
-// ttl (DefaultTTL if <= 0), reading time from now (nil: time.Now).
-func NewPostgres(pool *pgxpool.Pool, ttl time.Duration, now func() time.Time) *Postgres {
+// ttl (DefaultTTL if <= 0), by the database's clock.
+func NewPostgres(pool *pgxpool.Pool, ttl time.Duration) *Postgres {
 	if ttl <= 0 {
 		ttl = DefaultTTL
 	}
-	if now == nil {
-		now = time.Now
-	}
-	return &Postgres{pool: pool, ttl: ttl, lease: Lease, now: now}
+	return &Postgres{pool: pool, ttl: ttl, lease: Lease}
 }
 
 // WithLease returns a copy of p whose requests hold their keys under lease
@@ -49,8 +54,6 @@ func (p *Postgres) WithLease(lease time.Duration) *Postgres {
 	}
 	return &c
 }
-
-func (p *Postgres) clock() time.Time { return p.now().UTC().Truncate(time.Microsecond) }
 
 // Lease is how long p's requests hold their keys past their last renewal
 // (see WithLease).
@@ -68,15 +71,25 @@ const Lease = time.Minute
 // poll bounds the wait between two looks at a key another request holds.
 const poll = 20 * time.Millisecond
 
+// us is a duration as the SQL's microseconds parameter: the statements
+// add it to now() ($n * interval '1 microsecond').
+func us(d time.Duration) int64 { return d.Microseconds() }
+
 // claimSQL claims a key: a new row, or one whose lease lapsed or whose TTL
-// passed. It returns a row only to the request that claimed.
+// passed, by the database's clock (EXCLUDED.created_at is now()). It
+// returns a row only to the request that claimed. $5 lease, $6 TTL.
 const claimSQL = `INSERT INTO idempotency_keys AS k (scope, key, request_hash, state, owner, locked_until, created_at, expires_at)
-	VALUES ($1, $2, $3, 'pending', $4, $5, $6, $7)
+	VALUES ($1, $2, $3, 'pending', $4, now() + $5 * interval '1 microsecond', now(), now() + $6 * interval '1 microsecond')
 	ON CONFLICT (scope, key) DO UPDATE SET request_hash = EXCLUDED.request_hash, state = 'pending', owner = EXCLUDED.owner,
 		locked_until = EXCLUDED.locked_until, status = NULL, body = NULL, created_at = EXCLUDED.created_at,
 		expires_at = EXCLUDED.expires_at
-	WHERE k.expires_at <= $6 OR (k.state = 'pending' AND k.locked_until <= $6)
+	WHERE k.expires_at <= EXCLUDED.created_at OR (k.state = 'pending' AND k.locked_until <= EXCLUDED.created_at)
 	RETURNING true`
+
+// lookSQL reads a key another request holds, and whether its lease has
+// lapsed by the database's clock (NULL without a lease).
+const lookSQL = `SELECT request_hash, state, status, body, locked_until <= now()
+	FROM idempotency_keys WHERE scope = $1 AND key = $2`
 
 // Begin implements Store. It holds no connection while it waits: a
 // request claims its key with a pending row under a lease of its own
@@ -89,9 +102,8 @@ func (p *Postgres) Begin(ctx context.Context, r Request) (*Answer, func(), error
 	}
 	owner := newOwner()
 	for wait := time.Millisecond; ; wait = min(2*wait, poll) {
-		now := p.clock()
 		var claimed bool
-		err := p.pool.QueryRow(ctx, claimSQL, r.Scope, r.Key, r.Hash, owner, now.Add(p.lease), now, now.Add(p.ttl)).Scan(&claimed)
+		err := p.pool.QueryRow(ctx, claimSQL, r.Scope, r.Key, r.Hash, owner, us(p.lease), us(p.ttl)).Scan(&claimed)
 		if err == nil {
 			stop := p.heartbeat(ctx, r, owner)
 			return nil, func() {
@@ -103,14 +115,13 @@ func (p *Postgres) Begin(ctx context.Context, r Request) (*Answer, func(), error
 			return nil, nil, fmt.Errorf("idempotency: key %q of %s: %w", r.Key, r.Scope, err)
 		}
 		var (
-			hash        []byte
-			state       string
-			status      *int
-			body        []byte
-			lockedUntil *time.Time
+			hash   []byte
+			state  string
+			status *int
+			body   []byte
+			lapsed *bool
 		)
-		err = p.pool.QueryRow(ctx, `SELECT request_hash, state, status, body, locked_until FROM idempotency_keys WHERE scope = $1 AND key = $2`,
-			r.Scope, r.Key).Scan(&hash, &state, &status, &body, &lockedUntil)
+		err = p.pool.QueryRow(ctx, lookSQL, r.Scope, r.Key).Scan(&hash, &state, &status, &body, &lapsed)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows): // released meanwhile: claim again
 			continue
@@ -122,7 +133,7 @@ func (p *Postgres) Begin(ctx context.Context, r Request) (*Answer, func(), error
 		}
 		// A committed row's full answer is on its way, unless its request
 		// died before saving it: then the committed answer is the answer.
-		if status != nil && (state == "done" || (state == "committed" && lockedUntil != nil && !lockedUntil.After(now))) {
+		if status != nil && (state == "done" || (state == "committed" && lapsed != nil && *lapsed)) {
 			return &Answer{Status: *status, Body: body}, func() {}, nil
 		}
 		select {
@@ -136,7 +147,7 @@ func (p *Postgres) Begin(ctx context.Context, r Request) (*Answer, func(), error
 // renewSQL extends owner's lease on a key its request still holds:
 // pending, or committed by the request's unit of work and waiting for the
 // full answer.
-const renewSQL = `UPDATE idempotency_keys SET locked_until = $4
+const renewSQL = `UPDATE idempotency_keys SET locked_until = now() + $4 * interval '1 microsecond'
 	WHERE scope = $1 AND key = $2 AND owner = $3 AND state IN ('pending', 'committed')`
 
 // heartbeat renews owner's lease on r's key every lease/3 while the
@@ -161,7 +172,7 @@ func (p *Postgres) heartbeat(ctx context.Context, r Request, owner string) (stop
 				return
 			case <-tick.C:
 			}
-			tag, err := p.pool.Exec(ctx, renewSQL, r.Scope, r.Key, owner, p.clock().Add(p.lease))
+			tag, err := p.pool.Exec(ctx, renewSQL, r.Scope, r.Key, owner, us(p.lease))
 			if err == nil && tag.RowsAffected() == 0 {
 				return
 			}
@@ -195,14 +206,14 @@ func newOwner() string {
 // insertSQL writes a key's answer: it replaces the request's pending row,
 // or the answer stored in its unit of work.
 const insertSQL = `INSERT INTO idempotency_keys (scope, key, request_hash, state, status, body, created_at, expires_at)
-	VALUES ($1, $2, $3, 'done', $4, $5, $6, $7)
+	VALUES ($1, $2, $3, 'done', $4, $5, now(), now() + $6 * interval '1 microsecond')
 	ON CONFLICT (scope, key) DO UPDATE SET request_hash = EXCLUDED.request_hash, state = 'done', owner = NULL,
 		locked_until = NULL, status = EXCLUDED.status, body = EXCLUDED.body, expires_at = EXCLUDED.expires_at`
 
 // purgeSQL deletes up to 100 expired keys: each Save pays for a few, so
 // the purge keeps up with the inserts without a sweeper of its own.
 const purgeSQL = `DELETE FROM idempotency_keys WHERE ctid IN (
-	SELECT ctid FROM idempotency_keys WHERE expires_at <= $1 LIMIT 100)`
+	SELECT ctid FROM idempotency_keys WHERE expires_at <= now() LIMIT 100)`
 
 // Save implements Store. It purges a bounded number of expired keys in the
 // same round trip.
@@ -210,10 +221,9 @@ func (p *Postgres) Save(ctx context.Context, r Request, a Answer) error {
 	if err := validRequest(r); err != nil {
 		return err
 	}
-	now := p.clock()
 	var b pgx.Batch
-	b.Queue(insertSQL, r.Scope, r.Key, r.Hash, a.Status, []byte(a.Body), now, now.Add(p.ttl))
-	b.Queue(purgeSQL, now)
+	b.Queue(insertSQL, r.Scope, r.Key, r.Hash, a.Status, []byte(a.Body), us(p.ttl))
+	b.Queue(purgeSQL)
 	if err := p.pool.SendBatch(ctx, &b).Close(); err != nil {
 		return fmt.Errorf("idempotency: key %q of %s: save: %w", r.Key, r.Scope, err)
 	}
@@ -227,11 +237,10 @@ func (p *Postgres) Save(ctx context.Context, r Request, a Answer) error {
 // lapses (the request died after its commit). Its one result is a
 // command tag.
 func (p *Postgres) QueueInsert(b *pgx.Batch, r Request, a Answer) {
-	now := p.clock()
-	b.Queue(committedSQL, r.Scope, r.Key, r.Hash, a.Status, []byte(a.Body), now, now.Add(p.ttl), now.Add(p.lease))
+	b.Queue(committedSQL, r.Scope, r.Key, r.Hash, a.Status, []byte(a.Body), us(p.ttl), us(p.lease))
 }
 
 const committedSQL = `INSERT INTO idempotency_keys (scope, key, request_hash, state, status, body, created_at, expires_at, locked_until)
-	VALUES ($1, $2, $3, 'committed', $4, $5, $6, $7, $8)
+	VALUES ($1, $2, $3, 'committed', $4, $5, now(), now() + $6 * interval '1 microsecond', now() + $7 * interval '1 microsecond')
 	ON CONFLICT (scope, key) DO UPDATE SET request_hash = EXCLUDED.request_hash, state = 'committed',
 		status = EXCLUDED.status, body = EXCLUDED.body, expires_at = EXCLUDED.expires_at`

@@ -306,7 +306,7 @@ func TestPostgresIdempotencyKeyInTheUnitOfWork(t *testing.T) {
 	pool := testserver.PostgresPool(t)
 	p := unitofwork.NewPostgres(pool)
 	u := unitofwork.New(p, unitofwork.Options{Keys: keys{"order": "client_id"}, Broker: "default", MaxRetries: 3})
-	keys := idempotency.NewPostgres(pool, time.Hour, nil)
+	keys := idempotency.NewPostgres(pool, time.Hour)
 	row := func(key string) (state string, status int, body string, ok bool) {
 		err := pool.QueryRow(ctx, `SELECT state, coalesce(status, 0), coalesce(convert_from(body, 'UTF8'), '') FROM idempotency_keys WHERE key = $1`, key).Scan(&state, &status, &body)
 		if errors.Is(err, pgx.ErrNoRows) {

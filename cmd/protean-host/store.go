@@ -127,7 +127,7 @@ func openStores(ctx context.Context, cfg config.Config) (*stores, error) {
 	pg := unitofwork.NewPostgres(pool)
 	return &stores{events: pg.Events, records: pg.Records, outbox: pg.Outbox, positions: pg.Positions, backend: pg,
 		leases: subscription.NewPostgresLeases(pool), failures: subscription.NewPostgresFailures(pool),
-		head: subscription.PostgresHead(pool), idempotency: idempotency.NewPostgres(pool, cfg.HTTP.IdempotencyTTL(), nil).WithLease(cfg.Server.Partitioning.LeaseTTL()),
+		head: subscription.PostgresHead(pool), idempotency: idempotency.NewPostgres(pool, cfg.HTTP.IdempotencyTTL()).WithLease(cfg.Server.Partitioning.LeaseTTL()),
 		close: pool.Close}, nil
 }
 
