@@ -30,6 +30,31 @@
 // re-creates it once). Whoever deletes a stream (the partition reaper)
 // deletes its __ids__ hash too (partition.IDIndexKey names it for both).
 //
+// # Consumers
+//
+// Each host start has a new consumer name (Options.Consumer, by default
+// owner.New(): hostname:pid and a random suffix), so without cleanup
+// every restart would leave one more consumer in every group it read
+// (XINFO CONSUMERS growing over deploys). A read (Next, Wait, NextBatch)
+// therefore sweeps its group, on its first read of it and then at most
+// every ConsumerIdle/2 ([Broker.SweepConsumers], one Lua script): it
+// deletes (XGROUP DELCONSUMER) every other consumer that has no pending
+// entries and has been idle (XINFO CONSUMERS idle, Redis's clock) longer
+// than Options.ConsumerIdle, default 2 × MessageTimeout, and logs each at
+// INFO with its stream, group and consumer.
+//
+// A consumer with pending entries is never deleted: DELCONSUMER drops its
+// pending entries, and the trim (below) would then no longer hold their
+// stream entries for the group. A dead consumer's entries leave its list
+// as this package settles them: dead-lettered or discarded by
+// MessageTimeout (XACK), or nacked and then redelivered to a live
+// consumer (XCLAIM); the next sweep deletes it. (This package does not
+// XAUTOCLAIM: a dead consumer's in-flight message is not redelivered, see
+// Guarantees.) A live consumer that was merely idle may be deleted; its
+// next XREADGROUP or XCLAIM creates it again, and no group state is kept
+// per consumer, so nothing is lost. A group thus holds its live
+// consumers plus those that stopped within the last 1.5 × ConsumerIdle.
+//
 // # Trimming and retention
 //
 // Redis memory is bounded by trimming, with one rule for ordinary and

@@ -39,10 +39,26 @@ type Options struct {
 	// entries), so its cost per ack stays small and a stream's acked
 	// prefix stays short. Negative: never trim on Ack (call Trim yourself).
 	TrimEvery int
+	// ConsumerIdle is how long a consumer of an ordinary group must have
+	// been idle (XINFO CONSUMERS idle, by Redis's clock: since an entry
+	// was last read by or claimed for it) with no pending entries before
+	// another consumer of the group deletes it (see SweepConsumers).
+	// Every host start is a new consumer name (owner.New), so without
+	// this each restart leaves one consumer behind in every group it
+	// read. Default 2 × MessageTimeout (10 minutes with the default
+	// MessageTimeout): the broker's own bound on how long a holder may
+	// stay silent before it counts as dead, doubled so that a consumer
+	// of a quiet but live group is seldom deleted and recreated (which
+	// is harmless, see SweepConsumers). Negative: never delete.
+	ConsumerIdle time.Duration
 }
 
 // DefaultTrimEvery is Options.TrimEvery's default.
 const DefaultTrimEvery = 128
+
+// consumerIdleFactor times MessageTimeout is Options.ConsumerIdle's
+// default.
+const consumerIdleFactor = 2
 
 // Broker is the Redis Streams broker. Its methods are safe for concurrent
 // use, and several Brokers (host instances) may share one Redis and one
@@ -57,6 +73,9 @@ type Broker struct {
 
 	acksMu sync.Mutex
 	acks   map[string]int // successful Acks per stream since its last trim
+
+	sweptMu sync.Mutex
+	swept   map[string]time.Time // last consumer sweep per stream and group on this instance
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -89,8 +108,11 @@ func New(client redis.UniversalClient, opts Options) (*Broker, error) {
 	if opts.TrimEvery == 0 {
 		opts.TrimEvery = DefaultTrimEvery
 	}
+	if opts.ConsumerIdle == 0 {
+		opts.ConsumerIdle = consumerIdleFactor * opts.MessageTimeout
+	}
 	b := &Broker{rdb: client, opts: opts, now: opts.Now, after: opts.After, log: opts.Logger, done: make(chan struct{}),
-		trim: partition.NewLeases(client, opts.Prefix), acks: make(map[string]int)}
+		trim: partition.NewLeases(client, opts.Prefix), acks: make(map[string]int), swept: make(map[string]time.Time)}
 	if b.now == nil {
 		b.now = time.Now
 	}
@@ -266,7 +288,73 @@ func (b *Broker) read(ctx context.Context, s *redis.Script, op, stream, group st
 	if err != nil {
 		return reply{}, fmt.Errorf("redisstream: %s: stream %s: group %s: %w", op, stream, group, err)
 	}
+	if b.sweepDue(stream, group, now) {
+		// A failed sweep costs nothing but clutter: the next one retries.
+		if _, err := b.SweepConsumers(ctx, stream, group); err != nil {
+			b.log.Warn("broker: consumer sweep failed", "stream", stream, "group", group, "error", err)
+		}
+	}
 	return r, nil
+}
+
+// sweepDue reports whether this instance should sweep the consumers of
+// stream's group now: on its first read of the group and then at most
+// every ConsumerIdle/2, so a dead consumer goes within 1.5 × ConsumerIdle
+// of its last read while a busy group pays one XINFO CONSUMERS per
+// interval, not per read.
+func (b *Broker) sweepDue(stream, group string, now time.Time) bool {
+	if b.opts.ConsumerIdle < 0 {
+		return false
+	}
+	k := stream + "\x00" + group
+	b.sweptMu.Lock()
+	defer b.sweptMu.Unlock()
+	if last, ok := b.swept[k]; ok && now.Sub(last) < b.opts.ConsumerIdle/2 {
+		return false
+	}
+	b.swept[k] = now
+	return true
+}
+
+// SweepConsumers deletes the consumers of group on stream that have no
+// pending entries and have been idle longer than Options.ConsumerIdle,
+// never this broker's own, and returns their names; each deletion is
+// logged at INFO. Reads run it by themselves (see Options.ConsumerIdle).
+//
+// A consumer with pending entries is never deleted: XGROUP DELCONSUMER
+// drops its pending entries, and with them the trim's hold on the
+// entries (see Trimming), so its messages could be trimmed away
+// unsettled. Its entries leave its list when they are settled: acked,
+// dead-lettered or discarded by MessageTimeout, or nacked and redelivered
+// to another consumer (XCLAIM); the sweep after that deletes it. The
+// check and the deletion are one script, so no read of the consumer falls
+// between them. Deleting a live consumer that was merely idle is
+// harmless: its next read (XREADGROUP or XCLAIM, in the next and batch
+// scripts) creates it again, and the group's delivery state (its hash
+// and sorted sets) is keyed by entry, not by consumer.
+func (b *Broker) SweepConsumers(ctx context.Context, stream, group string) ([]string, error) {
+	if err := checkGroup("sweep consumers", stream, group); err != nil {
+		return nil, err
+	}
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	if b.opts.ConsumerIdle < 0 {
+		return nil, nil
+	}
+	v, err := sweepScript.Run(ctx, b.rdb, []string{b.opts.Prefix + stream}, group, b.opts.Consumer, b.opts.ConsumerIdle.Milliseconds()).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redisstream: sweep consumers: stream %s: group %s: %w", stream, group, err)
+	}
+	var out []string
+	for i := 0; i+1 < len(v); i += 2 {
+		name, _ := v[i].(string)
+		idle, _ := v[i+1].(int64)
+		b.log.Info("broker: deleted idle consumer", "stream", stream, "group", group, "consumer", name,
+			"idle_ms", idle, "consumer_idle_ms", b.opts.ConsumerIdle.Milliseconds())
+		out = append(out, name)
+	}
+	return out, nil
 }
 
 // delivery decodes a "msg" reply.

@@ -415,3 +415,32 @@ redis.call('ZADD', Q, 0, pad(eid) .. ' ' .. eid)
 wake()
 return {'ok', killed}
 `)
+
+// sweepScript: KEYS stream; ARGV group, own consumer name, idle bound in
+// milliseconds. Deletes every other consumer of the group with no pending
+// entries that has been idle longer than the bound, and returns {name,
+// idle ms, ...} of those it deleted. A missing stream or group has none.
+var sweepScript = redis.NewScript(`#!lua
+local out = {}
+local cs = redis.pcall('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
+if type(cs) == 'table' and cs.err then
+  if string.find(cs.err, 'NOGROUP', 1, true) or string.find(cs.err, 'no such key', 1, true) then return out end
+  return redis.error_reply(cs.err)
+end
+local bound = tonumber(ARGV[3])
+for _, c in ipairs(cs) do
+  local name, pending, idle
+  for i = 1, #c, 2 do
+    if c[i] == 'name' then name = c[i + 1]
+    elseif c[i] == 'pending' then pending = c[i + 1]
+    elseif c[i] == 'idle' then idle = c[i + 1] end
+  end
+  -- pending == 0: DELCONSUMER drops the consumer's pending entries.
+  if name and name ~= ARGV[2] and pending == 0 and idle and idle > bound then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], name)
+    out[#out + 1] = name
+    out[#out + 1] = idle
+  end
+end
+return out
+`)
