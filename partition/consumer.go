@@ -582,7 +582,8 @@ type state struct {
 const trimEvery = 256
 
 // start claims the positions row (a new generation, before anything is
-// handled) and reclaims the previous owners' pending entries.
+// handled), reclaims the previous owners' pending entries and deletes
+// their then empty consumers (one per earlier lease generation).
 func (c *Consumer) start(w *worker) (*state, error) {
 	row, err := c.opts.Positions.Claim(c.work, w.lease.Group, w.lease.Unit)
 	if err != nil {
@@ -595,6 +596,13 @@ func (c *Consumer) start(w *worker) (*state, error) {
 	for _, s := range c.streams(w.snapshot()) {
 		if _, err := c.opts.Leases.Reclaim(c.work, w.lease, s); err != nil {
 			return nil, err
+		}
+		dropped, err := c.opts.Leases.DropStale(c.work, w.lease, s)
+		if err != nil {
+			return nil, err
+		}
+		for _, name := range dropped {
+			c.log.Info("partition: deleted stale consumer", "group", w.lease.Group, "partition", w.lease.Unit, "stream", s, "consumer", name)
 		}
 	}
 	return st, nil

@@ -16,7 +16,9 @@
 // same Lua script, and refuses a stale one with [ErrLeaseLost]. The token
 // is also the Redis consumer name, so each generation has its own pending
 // entries list, and a new owner moves its predecessor's pending entries to
-// itself with a fenced XAUTOCLAIM before it reads (pending first, then new).
+// itself with a fenced XAUTOCLAIM before it reads (pending first, then new),
+// then deletes the earlier generations' consumers that hold nothing
+// ([Leases.DropStale]), so consumers do not pile up over handovers.
 //
 // The side effect is fenced too: a new owner claims the unit's row in the
 // table of consumer positions (package position), bumping its generation,

@@ -245,6 +245,50 @@ func (s *Leases) Reclaim(ctx context.Context, l Lease, stream string) (int, erro
 	}
 }
 
+// dropStaleScript: KEYS lease, stream; ARGV token, group. Deletes every
+// other consumer of the group on stream that has no pending entries;
+// returns their names.
+var dropStaleScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED') end
+local out = {}
+local cs = redis.pcall('XINFO', 'CONSUMERS', KEYS[2], ARGV[2])
+if type(cs) == 'table' and cs.err then
+  if string.find(cs.err, 'NOGROUP', 1, true) or string.find(cs.err, 'no such key', 1, true) then return out end
+  return redis.error_reply(cs.err)
+end
+for _, c in ipairs(cs) do
+  local name, pending
+  for i = 1, #c, 2 do
+    if c[i] == 'name' then name = c[i + 1] elseif c[i] == 'pending' then pending = c[i + 1] end
+  end
+  -- pending == 0: DELCONSUMER drops the consumer's pending entries.
+  if name and name ~= ARGV[1] and pending == 0 then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[2], ARGV[2], name)
+    out[#out + 1] = name
+  end
+end
+return out
+`)
+
+// DropStale deletes the consumers of the lease's group on stream that are
+// not the lease's own and have no pending entries, and returns their
+// names. The consumer name is the token, so every lease generation adds a
+// consumer to the group; after Reclaim has moved every pending entry to
+// the lease's consumer, the earlier generations' consumers are empty
+// clutter. They are dead by the fence itself (each of their reads, claims
+// and acks would fail with ErrLeaseLost), so no idle time is needed to
+// judge them, unlike package redisstream's ordinary groups. A consumer
+// that still has pending entries is kept: XGROUP DELCONSUMER would drop
+// them, and the trim's hold on their entries with them. Fenced like every
+// step: a stale owner deletes nothing.
+func (s *Leases) DropStale(ctx context.Context, l Lease, stream string) ([]string, error) {
+	res, err := dropStaleScript.Run(ctx, s.rdb, []string{s.key(LeaseKey(l.Group, l.Unit)), s.key(stream)}, l.Token(), l.Group).StringSlice()
+	if err != nil {
+		return nil, s.fenced(l, "drop stale consumers of "+stream, 1, err)
+	}
+	return res, nil
+}
+
 // ackScript: KEYS lease, stream, attempts; ARGV token, group, attempts
 // field prefix, ids...
 var ackScript = redis.NewScript(`

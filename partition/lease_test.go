@@ -202,3 +202,71 @@ func TestReapOnlyAnIdleCaughtUpPartition(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n, "the stream is gone, the generation counter stays")
 }
+
+// TestDropStaleKeepsOneConsumerPerGroup: every lease generation is a new
+// consumer (its token); the next owner, once it has reclaimed its
+// predecessor's pending entries, deletes the predecessor's consumer, so
+// however many handovers there were, the group has one consumer. Before
+// the reclaim, the predecessor still holds entries and is kept; a stale
+// owner deletes nothing.
+func TestDropStaleKeepsOneConsumerPerGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ls, rdb, prefix := newLeases(t)
+	stream := "order:c-1"
+	ids := xadd(t, rdb, prefix+stream, 12)
+	consumers := func() map[string]int64 {
+		cs, err := rdb.XInfoConsumers(ctx, prefix+stream, "g").Result()
+		require.NoError(t, err)
+		out := map[string]int64{}
+		for _, c := range cs {
+			out[c.Name] = c.Pending
+		}
+		return out
+	}
+
+	prev, err := ls.Acquire(ctx, "g", stream, "host-0", time.Minute)
+	require.NoError(t, err)
+	got, err := ls.Read(ctx, prev, stream, false, 1)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	for i := 1; i < len(ids); i++ {
+		// prev crashes holding one entry; its lease lapses.
+		require.NoError(t, rdb.Del(ctx, prefix+partition.LeaseKey("g", stream)).Err())
+		l, err := ls.Acquire(ctx, "g", stream, "host-"+strconv.Itoa(i), time.Minute)
+		require.NoError(t, err)
+
+		dropped, err := ls.DropStale(ctx, l, stream)
+		require.NoError(t, err)
+		require.Empty(t, dropped, "generation %d: the predecessor still holds its entry", i)
+		require.Equal(t, map[string]int64{prev.Token(): 1}, consumers())
+
+		moved, err := ls.Reclaim(ctx, l, stream)
+		require.NoError(t, err)
+		require.Equal(t, 1, moved)
+		_, err = ls.DropStale(ctx, prev, stream)
+		require.ErrorIs(t, err, partition.ErrLeaseLost, "a stale owner deletes nothing")
+		dropped, err = ls.DropStale(ctx, l, stream)
+		require.NoError(t, err)
+		require.Equal(t, []string{prev.Token()}, dropped)
+		require.Equal(t, map[string]int64{l.Token(): 1}, consumers(), "generation %d", i)
+
+		// The reclaimed entry is handled; the next one is taken and held.
+		pend, err := ls.Read(ctx, l, stream, true, 10)
+		require.NoError(t, err)
+		require.Equal(t, []string{ids[i-1]}, entryIDs(pend))
+		n, err := ls.Ack(ctx, l, stream, ids[i-1])
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		got, err := ls.Read(ctx, l, stream, false, 1)
+		require.NoError(t, err)
+		require.Equal(t, []string{ids[i]}, entryIDs(got))
+		prev = l
+	}
+	require.Len(t, consumers(), 1)
+
+	// Nothing to drop on a stream without a group or without entries.
+	dropped, err := ls.DropStale(ctx, prev, "order:c-2")
+	require.NoError(t, err)
+	require.Empty(t, dropped)
+}
