@@ -15,6 +15,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/testlog"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
@@ -210,7 +211,7 @@ func TestWaitForInstanceIsBounded(t *testing.T) {
 // TestGuestLogsReachTheHostLog: guest log lines are forwarded with the
 // module's name, and a flood is cut to the module's burst.
 func TestGuestLogsReachTheHostLog(t *testing.T) {
-	var buf syncBuffer
+	var buf testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{LogBurst: 5, LogsPerSecond: 1, ManifestTimeout: testwait.Limit()},
 		CacheDir: wasmbuild.CacheDir(t), Logger: log})
@@ -222,7 +223,7 @@ func TestGuestLogsReachTheHostLog(t *testing.T) {
 	env := []abi.Envelope{{ID: "1", Type: "Op", Data: json.RawMessage(`{"op":"log","id":"d","arg":"1000"}`)}}
 	_, err = m.Handle(context.Background(), "behave", env, &memSession{})
 	require.NoError(t, err)
-	out := buf.take()
+	out := buf.Take()
 	n := strings.Count(out, "behave says hello")
 	require.GreaterOrEqual(t, n, 5, out)
 	require.Less(t, n, 1000, "a flood is rate-limited")

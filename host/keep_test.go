@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/testlog"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
@@ -18,7 +19,7 @@ import (
 // instance, its runtime's start, its heap grown and copied again) every
 // few dozen calls.
 func TestGoGuestKeepsItsInstance(t *testing.T) {
-	var logs syncBuffer
+	var logs testlog.Buffer
 	l, err := host.NewLoader(host.LoaderOptions{CacheDir: wasmbuild.CacheDir(t), Instances: 1,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	require.NoError(t, err)
@@ -36,5 +37,5 @@ func TestGoGuestKeepsItsInstance(t *testing.T) {
 		require.Len(t, res, len(batch))
 		require.Nil(t, res[0].Error)
 	}
-	require.NotContains(t, logs.take(), "instance recycled", "the guest's heap crossed recycle_above_mb")
+	require.NotContains(t, logs.Take(), "instance recycled", "the guest's heap crossed recycle_above_mb")
 }

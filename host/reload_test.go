@@ -1,42 +1,20 @@
 package host_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/testlog"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
-
-// syncBuffer is a log sink the reloader writes and the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// take returns what was logged since the last take.
-func (s *syncBuffer) take() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := s.b.String()
-	s.b.Reset()
-	return out
-}
 
 // replace puts src at dir/name by an atomic rename, as a deploy would.
 func replace(t *testing.T, src, dir, name string) {
@@ -59,7 +37,7 @@ func TestReloadTells(t *testing.T) {
 	wasmbuild.Copy(t, declared(t, "pm"), dir, "pm.wasm")
 	running, errs := host.LoadSet(ctx, l, dir, host.Broker{Name: "default", Provider: "inline"})
 	require.Empty(t, errs)
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	applied := make(chan *host.Set, 1)
 	r := host.NewReloader(host.ReloaderOptions{Loader: l, Dir: dir, Broker: host.Broker{Name: "default", Provider: "inline"},
 		Running: running, Apply: func(s *host.Set) { applied <- s }, Logger: slog.New(slog.NewTextHandler(logs, nil))})
@@ -67,13 +45,13 @@ func TestReloadTells(t *testing.T) {
 
 	out, _ := r.Reload(ctx)
 	require.Equal(t, host.Unchanged, out)
-	require.Contains(t, logs.take(), `msg="plugins unchanged"`)
+	require.Contains(t, logs.Take(), `msg="plugins unchanged"`)
 
 	replace(t, v2, dir, "projector.wasm")
 	out, errs = r.Reload(ctx)
 	require.Equal(t, host.Applied, out, "%v", errs)
 	next := <-applied
-	log := logs.take()
+	log := logs.Take()
 	old, now := module(running, "projector.wasm"), module(next, "projector.wasm")
 	require.Contains(t, log, `msg="plugin changed" file=projector.wasm module=projector old_version=1.0.0 new_version=2.0.0 old_sha256=`+old.SHA256+` new_sha256=`+now.SHA256)
 	require.Regexp(t, `msg="plugins reloaded" dir=\S+ modules=2 changed=1 took=\S+`, log)
@@ -99,7 +77,7 @@ func TestReloadTells(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "junk.wasm"), []byte("junk"), 0o644))
 	out, _ = r.Reload(ctx)
 	require.Equal(t, host.Rejected, out)
-	require.Contains(t, logs.take(), "file=junk.wasm")
+	require.Contains(t, logs.Take(), "file=junk.wasm")
 	st = r.Status()
 	require.Len(t, st.Problems, 1)
 	require.Equal(t, "junk.wasm", st.Problems[0].File)
@@ -107,7 +85,7 @@ func TestReloadTells(t *testing.T) {
 	require.NoError(t, os.Remove(filepath.Join(dir, "junk.wasm")))
 	out, _ = r.Reload(ctx)
 	require.Equal(t, host.Unchanged, out)
-	log = logs.take()
+	log = logs.Take()
 	require.Contains(t, log, `msg="plugins unchanged"`)
 	require.Contains(t, log, `msg="plugins directory valid again"`)
 	require.NoError(t, next.Close(ctx))

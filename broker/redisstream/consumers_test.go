@@ -1,7 +1,6 @@
 package redisstream_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/redisstream"
 	"github.com/proteanhq/protean-host/internal/owner"
+	"github.com/proteanhq/protean-host/internal/testlog"
 	"github.com/proteanhq/protean-host/internal/testwait"
 )
 
@@ -42,24 +42,6 @@ func waitIdle(t *testing.T, c *redis.Client, key, group, name string, d time.Dur
 	})
 }
 
-// logBuffer is a slog destination the test reads.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestRestartsDoNotPileUpConsumers: every host start reads with a fresh
 // consumer name (owner.New); the reads of the live one delete the idle,
 // empty consumers of earlier starts, so the group keeps a bounded number
@@ -70,7 +52,7 @@ func TestRestartsDoNotPileUpConsumers(t *testing.T) {
 	ctx := context.Background()
 	c, prefix := client(t)
 	const idle, restarts = 50 * time.Millisecond, 12
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	opts := broker.DefaultOptions()
 	opts.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	var names []string

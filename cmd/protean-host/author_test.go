@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/proteanhq/protean-host/internal/testlog"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
@@ -95,7 +96,7 @@ func TestAuthorLoop(t *testing.T) {
 	require.NoError(t, os.Rename(filepath.Join(plugins, "tally_totals.tmp"), filepath.Join(plugins, "tally_totals.wasm")))
 	testwait.For(t, "the projector reloaded in and projecting", func() (bool, string) {
 		code, body := h.get(t, "/v1/projections/tally_totals/a-1")
-		return code == 200 && strings.Contains(body, `"count":1`), fmt.Sprintf("%d %s; log:\n%s", code, body, h.stderr.tail(10))
+		return code == 200 && strings.Contains(body, `"count":1`), fmt.Sprintf("%d %s; log:\n%s", code, body, h.stderr.Tail(10))
 	})
 	code, body := h.postBody(t, "/v1/commands/RecordTally", `{"id":"a-1","amount":2}`)
 	require.Equal(t, 200, code, body)
@@ -112,13 +113,13 @@ func TestAuthorLoop(t *testing.T) {
 		code, body := h.get(t, fmt.Sprintf("/v1/projections/tally_totals/a-1?min_position=%d", answer.Events[0].GlobalPosition))
 		return code == 200 && strings.Contains(body, `"total":7`), fmt.Sprintf("%d %s", code, body)
 	})
-	require.Equal(t, 0, h.stop(t), "run exits 0 on SIGINT; log:\n%s", h.stderr.tail(10))
+	require.Equal(t, 0, h.stop(t), "run exits 0 on SIGINT; log:\n%s", h.stderr.Tail(10))
 }
 
 // cliHost is `protean-host run` running in the test process.
 type cliHost struct {
 	addr   string
-	stderr *logBuffer
+	stderr *testlog.Buffer
 	cancel context.CancelFunc
 	code   chan int
 }
@@ -130,7 +131,7 @@ var listening = regexp.MustCompile(`msg=listening addr=(\S+)`)
 func runCLI(t *testing.T, args ...string) *cliHost {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &cliHost{stderr: &logBuffer{}, cancel: cancel, code: make(chan int, 1)}
+	h := &cliHost{stderr: &testlog.Buffer{}, cancel: cancel, code: make(chan int, 1)}
 	go func() { h.code <- run(ctx, args, io.Discard, h.stderr) }()
 	t.Cleanup(func() {
 		cancel()
@@ -145,7 +146,7 @@ func runCLI(t *testing.T, args ...string) *cliHost {
 				t.Fatalf("run exited %d before listening:\n%s", c, h.stderr.String())
 			default:
 			}
-			return false, h.stderr.tail(5)
+			return false, h.stderr.Tail(5)
 		}
 		h.addr = m[1]
 		return true, ""

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/proteanhq/protean-host/internal/testlog"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
@@ -32,7 +33,7 @@ func TestDevRebuildsOnChange(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	dev := exec.Command("bash", "scripts/dev.sh", filepath.Join(work, "plugins"), configFile(t, "inline"), mod)
 	dev.Dir = wasmbuild.Root()
 	dev.Env = append(os.Environ(), "HOST_BIN="+bin, "RUN_FLAGS=--listen 127.0.0.1:0", "DEV_POLL=0.2",
@@ -51,7 +52,7 @@ func TestDevRebuildsOnChange(t *testing.T) {
 	testwait.For(t, "the host listening", func() (bool, string) {
 		m := listening.FindStringSubmatch(logs.String())
 		if m == nil {
-			return false, logs.tail(5)
+			return false, logs.Tail(5)
 		}
 		h.addr = m[1]
 		return true, ""
@@ -59,7 +60,7 @@ func TestDevRebuildsOnChange(t *testing.T) {
 	version := func(v string) func() (bool, string) {
 		return func() (bool, string) {
 			code, body := h.get(t, "/v1/plugins")
-			return code == 200 && strings.Contains(body, `"version":"`+v+`"`), fmt.Sprintf("%d %s; log:\n%s", code, body, logs.tail(8))
+			return code == 200 && strings.Contains(body, `"version":"`+v+`"`), fmt.Sprintf("%d %s; log:\n%s", code, body, logs.Tail(8))
 		}
 	}
 	testwait.For(t, "version 0.1.0 served", version("0.1.0"))
@@ -76,7 +77,7 @@ func TestDevRebuildsOnChange(t *testing.T) {
 
 	edit(`func main() {}`, `func main() { not go }`)
 	testwait.For(t, "the failed build reported", func() (bool, string) {
-		return strings.Contains(logs.String(), "failed; the running module is unchanged"), logs.tail(5)
+		return strings.Contains(logs.String(), "failed; the running module is unchanged"), logs.Tail(5)
 	})
 	ok, seen := version("0.2.0")()
 	require.True(t, ok, "still serving 0.2.0: %s", seen)

@@ -30,7 +30,7 @@ func TestEventStoreReadYourWritesAndStatusPage(t *testing.T) {
 		require.Equal(t, 200, r.code, r.raw)
 		gp := int64(r.body["events"].([]any)[0].(map[string]any)["global_position"].(float64))
 		doc := get(t, h, fmt.Sprintf("/v1/projections/client_orders/%s?min_position=%d", client, gp))
-		require.Equal(t, 200, doc.code, "read %d: %s\nlog:\n%s", i, doc.raw, h.logs.tail(10))
+		require.Equal(t, 200, doc.code, "read %d: %s\nlog:\n%s", i, doc.raw, h.logs.Tail(10))
 		require.Contains(t, doc.body["order_ids"], fmt.Sprintf("o-%d", i), "read %d: %s", i, doc.raw)
 	}
 	// The read above saw its event as soon as its key slot committed; the

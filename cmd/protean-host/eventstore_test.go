@@ -162,7 +162,7 @@ func (d pgInline) exactlyOnce(t *testing.T, p *process) {
 			got := stringsOf(r.body["order_ids"])
 			orders, _ := r.body["orders"].(float64)
 			return r.code == 200 && slices.Equal(got, want) && int(orders) == len(want),
-				fmt.Sprintf("want %d orders, got %d ids (orders=%v); first difference at %d\n%s", len(want), len(got), orders, firstDiff(got, want), p.tail())
+				fmt.Sprintf("want %d orders, got %d ids (orders=%v); first difference at %d\n%s", len(want), len(got), orders, firstDiff(got, want), p.Tail())
 		})
 	}
 	t.Logf("%d committed orders projected exactly once", total)

@@ -20,7 +20,7 @@ func TestEmbeddedReadYourWrites(t *testing.T) {
 		require.Equal(t, 200, r.code, r.raw)
 		gp := int64(r.body["events"].([]any)[0].(map[string]any)["global_position"].(float64))
 		doc := get(t, h, fmt.Sprintf("/v1/projections/client_orders/c-%d?min_position=%d", i%7, gp))
-		require.Equal(t, 200, doc.code, "read %d: %s\nhost log:\n%s", i, doc.raw, h.logs.tail(10))
+		require.Equal(t, 200, doc.code, "read %d: %s\nhost log:\n%s", i, doc.raw, h.logs.Tail(10))
 		require.Contains(t, doc.body["order_ids"], fmt.Sprintf("o-%d", i), "read %d: %s", i, doc.raw)
 	}
 	// The process manager reads payment and shipping: its document is

@@ -31,7 +31,7 @@ func TestRedisReadYourWritesAndStatusPage(t *testing.T) {
 		require.Equal(t, 200, r.code, r.raw)
 		gp := int64(r.body["events"].([]any)[0].(map[string]any)["global_position"].(float64))
 		doc := get(t, hosts[(i+1)%2], fmt.Sprintf("/v1/projections/client_orders/%s?min_position=%d", client, gp))
-		require.Equal(t, 200, doc.code, "read %d: %s\nlog:\n%s", i, doc.raw, hosts[(i+1)%2].logs.tail(10))
+		require.Equal(t, 200, doc.code, "read %d: %s\nlog:\n%s", i, doc.raw, hosts[(i+1)%2].logs.Tail(10))
 		require.Contains(t, doc.body["order_ids"], fmt.Sprintf("o-%d", i), "read %d: %s", i, doc.raw)
 	}
 	owned := 0

@@ -169,11 +169,11 @@ func startProcess(t *testing.T, addr, cfg, dir string, args []string, env ...str
 		default:
 		}
 		r, err := send("GET", "http://"+addr+"/healthz", "")
-		return err == nil && r.code == 200, fmt.Sprintf("%v %v\n%s", r, err, p.tail())
+		return err == nil && r.code == 200, fmt.Sprintf("%v %v\n%s", r, err, p.Tail())
 	})
 	select {
 	case <-p.done:
-		t.Fatalf("instance exited at start:\n%s", p.tail())
+		t.Fatalf("instance exited at start:\n%s", p.Tail())
 	default:
 	}
 	return p
@@ -264,7 +264,7 @@ func (p *process) kill() {
 	<-p.done
 }
 
-func (p *process) tail() string {
+func (p *process) Tail() string {
 	b, _ := os.ReadFile(p.log)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	if len(lines) > 20 {
@@ -294,7 +294,7 @@ func (o *orderLog) projected(p *process) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return r.code == 200 && slices.Equal(stringsOf(r.body["order_ids"]), o.want), fmt.Sprintf("want %v, got %s\n%s", o.want, r, p.tail())
+		return r.code == 200 && slices.Equal(stringsOf(r.body["order_ids"]), o.want), fmt.Sprintf("want %v, got %s\n%s", o.want, r, p.Tail())
 	})
 }
 
@@ -365,7 +365,7 @@ func TestRedisStalledOwnerResumes(t *testing.T) {
 	require.NoError(t, owner.cmd.Process.Signal(syscall.SIGCONT))
 	resumed = true
 	testwait.For(t, "the resumed owner notices its lease is lost", func() (bool, string) {
-		tail := owner.tail()
+		tail := owner.Tail()
 		return strings.Contains(tail, "partition lease lost"), tail
 	})
 	t.Logf("the resumed owner noticed after %s", time.Since(stopped).Round(time.Millisecond))

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,12 +9,12 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/config"
+	"github.com/proteanhq/protean-host/internal/testlog"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
@@ -25,35 +24,7 @@ import (
 // give up.
 type testHost struct {
 	*hostProcess
-	logs *logBuffer
-}
-
-// logBuffer is the host's log output, written by the host's goroutines
-// and read by the test's.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// tail returns the last n lines of the log.
-func (l *logBuffer) tail(n int) string {
-	lines := strings.Split(strings.TrimRight(l.String(), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	logs *testlog.Buffer
 }
 
 // embedded starts a host on the embedded default config (memory stores,
@@ -75,7 +46,7 @@ func startHost(t *testing.T, configName, dir string) (*testHost, error) {
 // startHostWith is startHost with a change to the loaded config.
 func startHostWith(t *testing.T, configName, dir string, change func(*config.Config)) (*testHost, error) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	e := &env{stdout: io.Discard, stderr: logs, log: slog.New(slog.NewTextHandler(logs, nil))}
 	require.NoError(t, e.parse(e.flags("run"), []string{"--config", filepath.Join(wasmbuild.Root(), "configs", configName), "--plugins", dir}))
 	e.cfg.HTTP.Listen = "127.0.0.1:0"
@@ -87,7 +58,7 @@ func startHostWith(t *testing.T, configName, dir string, change func(*config.Con
 	if err != nil {
 		return nil, fmt.Errorf("%w\n%s", err, logs.String())
 	}
-	t.Cleanup(func() { require.NoError(t, h.shutdown(), "shutdown; log:\n%s", logs.tail(20)) })
+	t.Cleanup(func() { require.NoError(t, h.shutdown(), "shutdown; log:\n%s", logs.Tail(20)) })
 	return &testHost{hostProcess: h, logs: logs}, nil
 }
 
@@ -144,7 +115,7 @@ func eventually(t *testing.T, h *testHost, what string, cond func() (bool, strin
 	t.Helper()
 	testwait.For(t, what, func() (bool, string) {
 		ok, seen := cond()
-		return ok, seen + "\nhost log (last lines):\n" + h.logs.tail(15)
+		return ok, seen + "\nhost log (last lines):\n" + h.logs.Tail(15)
 	})
 }
 

@@ -39,7 +39,7 @@ max_nesting_cost = 100000000000
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "bomb.wasm"), wasmbuild.CompileBomb(150000), 0o644))
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
 	testwait.For(t, "the reload to begin", func() (bool, string) {
-		return strings.Contains(p.tail(), "SIGHUP: reloading plugins"), p.tail()
+		return strings.Contains(p.Tail(), "SIGHUP: reloading plugins"), p.Tail()
 	})
 	// The HTTP API keeps answering while the reload compiles.
 	r, err := send("POST", "http://"+addr+"/v1/commands/Increment", `{"id":"x"}`)
@@ -52,7 +52,7 @@ max_nesting_cost = 100000000000
 		case <-p.done:
 			return true, ""
 		default:
-			return false, p.tail()
+			return false, p.Tail()
 		}
 	})
 	log, err := os.ReadFile(p.log)
@@ -188,7 +188,7 @@ modules = ["behave", "intruder"]
 		return strings.Contains(all, `outcome="timeout"`) && strings.Contains(all, `outcome="trap"`) &&
 			strings.Contains(all, `outcome="output"`), all
 	})
-	log := p.tail()
+	log := p.Tail()
 	full, err := os.ReadFile(p.log)
 	require.NoError(t, err)
 	require.Contains(t, string(full), "max_cascade_depth 16", "the cascade was cut at its budget:\n%s", log)

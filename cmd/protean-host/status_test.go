@@ -99,7 +99,7 @@ func TestEmbeddedReloadTellsAndStatusPage(t *testing.T) {
 
 	require.NoError(t, os.Remove(filepath.Join(dir, "junk.wasm")))
 	eventually(t, h, "the directory valid again", func() (bool, string) {
-		return strings.Contains(h.logs.String(), `msg="plugins directory valid again"`) && pluginRow(t, h, "junk.wasm") == nil, h.logs.tail(5)
+		return strings.Contains(h.logs.String(), `msg="plugins directory valid again"`) && pluginRow(t, h, "junk.wasm") == nil, h.logs.Tail(5)
 	})
 
 }

@@ -64,7 +64,7 @@ timeout_ms = 600000
 		case <-p.done:
 			return true, ""
 		default:
-			return false, p.tail()
+			return false, p.Tail()
 		}
 	})
 	log, err := os.ReadFile(p.log)
