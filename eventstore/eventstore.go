@@ -164,8 +164,11 @@ func prepare(events []NewEvent) ([]NewEvent, error) {
 		if e.Metadata != nil && !json.Valid(e.Metadata) {
 			return nil, fmt.Errorf("event %d: stream %s: %w: metadata is not JSON", i, e.Stream, ErrInvalid)
 		}
-		if jsonnul.Has(e.Data) || jsonnul.Has(e.Metadata) {
-			return nil, fmt.Errorf("event %d: stream %s: type %s: %w: a JSON string holds \\u0000, which PostgreSQL's jsonb cannot store", i, e.Stream, e.Type, ErrInvalid)
+		if why := jsonnul.Refused(e.Data); why != "" {
+			return nil, fmt.Errorf("event %d: stream %s: type %s: %w: data: %s", i, e.Stream, e.Type, ErrInvalid, why)
+		}
+		if why := jsonnul.Refused(e.Metadata); why != "" {
+			return nil, fmt.Errorf("event %d: stream %s: type %s: %w: metadata: %s", i, e.Stream, e.Type, ErrInvalid, why)
 		}
 		if e.ID == "" {
 			e.ID = NewID()

@@ -232,8 +232,10 @@ func checkRow(i int, r Row) error {
 			why = "data is not JSON"
 		case r.Metadata != nil && !json.Valid(r.Metadata):
 			why = "metadata is not JSON"
-		case jsonnul.Has(r.Data) || jsonnul.Has(r.Metadata):
-			why = "a JSON string holds \\u0000, which PostgreSQL's jsonb cannot store"
+		case jsonnul.Refused(r.Data) != "":
+			why = "data: " + jsonnul.Refused(r.Data)
+		case jsonnul.Refused(r.Metadata) != "":
+			why = "metadata: " + jsonnul.Refused(r.Metadata)
 		}
 	}
 	if why == "" {

@@ -114,8 +114,8 @@ func prepare(writes []Write) ([]Write, error) {
 			if !json.Valid(w.Data) {
 				return nil, fmt.Errorf("write %d: record %s: %w: data is not JSON", i, w.Key, ErrInvalid)
 			}
-			if jsonnul.Has(w.Data) {
-				return nil, fmt.Errorf("write %d: record %s: %w: a JSON string holds \\u0000, which PostgreSQL's jsonb cannot store", i, w.Key, ErrInvalid)
+			if why := jsonnul.Refused(w.Data); why != "" {
+				return nil, fmt.Errorf("write %d: record %s: %w: data: %s", i, w.Key, ErrInvalid, why)
 			}
 			if bytes.Equal(bytes.TrimSpace(w.Data), []byte("null")) {
 				w.Data = nil

@@ -401,6 +401,12 @@ func testInvalidInput(t *testing.T, h Harness) {
 		// database, the same way.
 		"data holds NUL":     func(e *eventstore.NewEvent) { e.Data = json.RawMessage(`{"s":"a\u0000b"}`) },
 		"metadata holds NUL": func(e *eventstore.NewEvent) { e.Metadata = json.RawMessage(`{"\u0000":1}`) },
+		// Nor a lone surrogate or bytes that are not UTF-8 (encoding/json
+		// accepts both).
+		"data holds a lone high surrogate": func(e *eventstore.NewEvent) { e.Data = json.RawMessage(`{"s":"\ud83d"}`) },
+		"data holds a lone low surrogate":  func(e *eventstore.NewEvent) { e.Data = json.RawMessage(`{"s":"\uDE00x"}`) },
+		"metadata key holds a surrogate":   func(e *eventstore.NewEvent) { e.Metadata = json.RawMessage(`{"\ud800\u0041":1}`) },
+		"data not UTF-8":                   func(e *eventstore.NewEvent) { e.Data = json.RawMessage("{\"s\":\"\xff\"}") },
 	}
 	for name, mutate := range bad {
 		e := good
@@ -419,6 +425,11 @@ func testInvalidInput(t *testing.T, h Harness) {
 	text := good
 	text.Data = json.RawMessage(`{"s":"\\u0000"}`)
 	appendOK(t, h.Store, text)
+	// A surrogate pair is one character, and an escaped backslash before
+	// ud800 is text.
+	pair := good
+	pair.Data = json.RawMessage(`{"s":"\ud83d\ude00 \\ud800"}`)
+	appendOK(t, h.Store, pair)
 
 	_, err = h.Store.ReadStream(ctx, "order", 0, 0)
 	require.ErrorIs(t, err, eventstore.ErrInvalid, "a category is not a stream")

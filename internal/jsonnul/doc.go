@@ -1,9 +1,16 @@
-// Package jsonnul finds the one JSON text PostgreSQL's jsonb refuses that
-// encoding/json accepts: a string holding U+0000, written \u0000.
+// Package jsonnul finds the JSON texts PostgreSQL's jsonb refuses that
+// encoding/json accepts: a string holding U+0000, written \u0000; a
+// surrogate escape that is not half of a pair (\ud800 alone, or a low half
+// first); and bytes that are not UTF-8.
 //
 // jsonb stores strings as PostgreSQL text, which cannot hold a NUL, so an
-// insert fails with "unsupported Unicode escape sequence" (22P05). The
-// memory stores would keep such a document and the PostgreSQL ones would
-// fail with a database error; the stores check with [Has] first, so that
-// both refuse it the same way, before the database, with their ErrInvalid.
+// insert fails with "unsupported Unicode escape sequence" (22P05); a lone
+// surrogate fails with "invalid input syntax for type json" (22P02), and
+// bytes that are not UTF-8 with 22021. A guest writes such text easily (a
+// string cut in the middle of an emoji by a UTF-16 language). The memory
+// stores would keep such a document and the PostgreSQL ones would fail
+// with a database error, which the engine takes for a failing database,
+// not a failing message, and retries without end; the stores check with
+// [Refused] first, so that both refuse it the same way, before the
+// database, with their ErrInvalid.
 package jsonnul

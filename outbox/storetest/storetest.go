@@ -708,17 +708,19 @@ func testTxDone(t *testing.T, h Harness, c *clock) {
 func testInvalidInput(t *testing.T, h Harness, c *clock) {
 	ctx := t.Context()
 	for name, mutate := range map[string]func(r *outbox.Row){
-		"empty message id":    func(r *outbox.Row) { r.MessageID = "" },
-		"empty target broker": func(r *outbox.Row) { r.TargetBroker = "" },
-		"empty stream":        func(r *outbox.Row) { r.Stream = "" },
-		"empty type":          func(r *outbox.Row) { r.Type = "" },
-		"negative max":        func(r *outbox.Row) { r.MaxRetries = -1 },
-		"data not JSON":       func(r *outbox.Row) { r.Data = json.RawMessage(`{`) },
-		"metadata not JSON":   func(r *outbox.Row) { r.Metadata = json.RawMessage(`x`) },
-		"data holds NUL":      func(r *outbox.Row) { r.Data = json.RawMessage(`{"s":"\u0000"}`) },
-		"metadata holds NUL":  func(r *outbox.Row) { r.Metadata = json.RawMessage(`{"s":"\u0000"}`) },
-		"key too long":        func(r *outbox.Row) { r.PartitionKey = ptr(strings.Repeat("é", outbox.MaxPartitionKeyLength+1)) },
-		"broker too long":     func(r *outbox.Row) { r.TargetBroker = strings.Repeat("b", outbox.MaxBrokerLength+1) },
+		"empty message id":            func(r *outbox.Row) { r.MessageID = "" },
+		"empty target broker":         func(r *outbox.Row) { r.TargetBroker = "" },
+		"empty stream":                func(r *outbox.Row) { r.Stream = "" },
+		"empty type":                  func(r *outbox.Row) { r.Type = "" },
+		"negative max":                func(r *outbox.Row) { r.MaxRetries = -1 },
+		"data not JSON":               func(r *outbox.Row) { r.Data = json.RawMessage(`{`) },
+		"metadata not JSON":           func(r *outbox.Row) { r.Metadata = json.RawMessage(`x`) },
+		"data holds NUL":              func(r *outbox.Row) { r.Data = json.RawMessage(`{"s":"\u0000"}`) },
+		"metadata holds NUL":          func(r *outbox.Row) { r.Metadata = json.RawMessage(`{"s":"\u0000"}`) },
+		"data holds a lone surrogate": func(r *outbox.Row) { r.Data = json.RawMessage(`{"s":"\udc00"}`) },
+		"metadata not UTF-8":          func(r *outbox.Row) { r.Metadata = json.RawMessage("{\"s\":\"\xc3\"}") },
+		"key too long":                func(r *outbox.Row) { r.PartitionKey = ptr(strings.Repeat("é", outbox.MaxPartitionKeyLength+1)) },
+		"broker too long":             func(r *outbox.Row) { r.TargetBroker = strings.Repeat("b", outbox.MaxBrokerLength+1) },
 	} {
 		bad := row("m-bad", 0)
 		mutate(&bad)

@@ -232,7 +232,9 @@ func testInvalidInput(t *testing.T, h Harness) {
 		"data not JSON":    write(agg("1"), 0, json.RawMessage(`{"n":`)),
 		// jsonb cannot store U+0000: both stores refuse it before the
 		// database, the same way.
-		"data holds NUL": write(agg("1"), 0, json.RawMessage(`{"s":"\u0000"}`)),
+		"data holds NUL":              write(agg("1"), 0, json.RawMessage(`{"s":"\u0000"}`)),
+		"data holds a lone surrogate": write(agg("1"), 0, json.RawMessage(`{"s":"\ud800"}`)),
+		"data not UTF-8":              write(agg("1"), 0, json.RawMessage("{\"s\":\"\xff\"}")),
 	} {
 		require.ErrorIs(t, h.Store.Commit(ctx, []record.Write{w}), record.ErrInvalid, name)
 	}
