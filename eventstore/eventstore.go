@@ -130,6 +130,9 @@ func validStream(stream string) error {
 	if i <= 0 || i == len(stream)-1 {
 		return fmt.Errorf("%w: stream %q: want {category}-{id}", ErrInvalid, stream)
 	}
+	if why := jsonnul.RefusedText(stream); why != "" {
+		return fmt.Errorf("%w: stream %q: %s", ErrInvalid, stream, why)
+	}
 	return nil
 }
 
@@ -137,6 +140,9 @@ func validStream(stream string) error {
 func validCategory(category string) error {
 	if category == "" || strings.IndexByte(category, '-') >= 0 {
 		return fmt.Errorf("%w: category %q: want a non-empty name without '-'", ErrInvalid, category)
+	}
+	if why := jsonnul.RefusedText(category); why != "" {
+		return fmt.Errorf("%w: category %q: %s", ErrInvalid, category, why)
 	}
 	return nil
 }
@@ -154,6 +160,9 @@ func prepare(events []NewEvent) ([]NewEvent, error) {
 		}
 		if e.Type == "" {
 			return nil, fmt.Errorf("event %d: stream %s: %w: empty type", i, e.Stream, ErrInvalid)
+		}
+		if why := jsonnul.RefusedText(e.Type); why != "" {
+			return nil, fmt.Errorf("event %d: stream %s: %w: type %q: %s", i, e.Stream, ErrInvalid, e.Type, why)
 		}
 		if e.ExpectedVersion < AnyVersion {
 			return nil, fmt.Errorf("event %d: stream %s: %w: expected version %d", i, e.Stream, ErrInvalid, e.ExpectedVersion)

@@ -232,6 +232,8 @@ func checkRow(i int, r Row) error {
 			why = "data is not JSON"
 		case r.Metadata != nil && !json.Valid(r.Metadata):
 			why = "metadata is not JSON"
+		case refusedText(r) != "":
+			why = refusedText(r)
 		case jsonnul.Refused(r.Data) != "":
 			why = "data: " + jsonnul.Refused(r.Data)
 		case jsonnul.Refused(r.Metadata) != "":
@@ -344,4 +346,19 @@ func copyPtr[T any](p *T) *T {
 	}
 	v := *p
 	return &v
+}
+
+// refusedText says which of r's names PostgreSQL's text cannot store, and
+// why, or "".
+func refusedText(r Row) string {
+	key := ""
+	if r.PartitionKey != nil {
+		key = *r.PartitionKey
+	}
+	for i, s := range [...]string{r.MessageID, r.Stream, r.Category, r.Type, r.TargetBroker, key} {
+		if why := jsonnul.RefusedText(s); why != "" {
+			return [...]string{"message id", "stream", "category", "type", "target broker", "partition key"}[i] + " " + why
+		}
+	}
+	return ""
 }

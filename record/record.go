@@ -95,6 +95,11 @@ func validKey(k Key) error {
 	if k.Kind == "" || k.Type == "" || k.ID == "" {
 		return fmt.Errorf("%w: key %q: kind, type and id must not be empty", ErrInvalid, k.String())
 	}
+	for _, part := range []string{k.Kind, k.Type, k.ID} {
+		if why := jsonnul.RefusedText(part); why != "" {
+			return fmt.Errorf("%w: key %q: %s", ErrInvalid, k.String(), why)
+		}
+	}
 	return nil
 }
 

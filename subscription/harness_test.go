@@ -78,8 +78,10 @@ type recorder struct {
 	// fail, if set, fails a message.
 	fail func(group string, m broker.Message) error
 	// poison, if set, makes a message's effects a record the stores
-	// refuse (a \u0000 in its data): the commit itself fails.
-	poison func(m broker.Message) bool
+	// refuse (poisonData, or a \u0000 in its data): the commit itself
+	// fails.
+	poison     func(m broker.Message) bool
+	poisonData json.RawMessage
 }
 
 func newRecorder(uow *unitofwork.UnitOfWork) *recorder {
@@ -106,6 +108,10 @@ func (r *recorder) Handle(ctx context.Context, b partition.Batch) (int, error) {
 		}
 	}
 	if r.poison != nil {
+		data := r.poisonData
+		if data == nil {
+			data = json.RawMessage(`{"s":"\u0000"}`)
+		}
 		for i, m := range b.Messages[:n] {
 			if !r.poison(m) {
 				continue
@@ -114,7 +120,7 @@ func (r *recorder) Handle(ctx context.Context, b partition.Batch) (int, error) {
 				// Alone, as the engine commits the run before a failure.
 				_, err := r.uow.CommitFenced(ctx, position.Fence{Group: b.Group, Unit: b.Unit, Generation: b.Generation,
 					Advance: map[string]int64{b.Source: m.GlobalPosition}}, unitofwork.Change{Effects: &abi.Effects{Writes: []abi.Write{{
-					Kind: abi.RecordProjection, Type: "seen_" + b.Group, ID: "poison", Data: json.RawMessage(`{"s":"\u0000"}`)}}}})
+					Kind: abi.RecordProjection, Type: "seen_" + b.Group, ID: "poison", Data: data}}}})
 				return 0, err
 			}
 			n, ferr = i, nil

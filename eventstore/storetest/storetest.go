@@ -407,6 +407,13 @@ func testInvalidInput(t *testing.T, h Harness) {
 		"data holds a lone low surrogate":  func(e *eventstore.NewEvent) { e.Data = json.RawMessage(`{"s":"\uDE00x"}`) },
 		"metadata key holds a surrogate":   func(e *eventstore.NewEvent) { e.Metadata = json.RawMessage(`{"\ud800\u0041":1}`) },
 		"data not UTF-8":                   func(e *eventstore.NewEvent) { e.Data = json.RawMessage("{\"s\":\"\xff\"}") },
+		// PostgreSQL's text holds neither a NUL nor bytes that are not
+		// UTF-8 (a guest's "\u0000" in a stream name decodes to a NUL).
+		"stream holds NUL":   func(e *eventstore.NewEvent) { e.Stream = "order-1\x00" },
+		"type holds NUL":     func(e *eventstore.NewEvent) { e.Type = "Happened\x00" },
+		"stream not UTF-8":   func(e *eventstore.NewEvent) { e.Stream = "order-\xff" },
+		"category not UTF-8": func(e *eventstore.NewEvent) { e.Stream = "\xc3-1" },
+		"type not UTF-8":     func(e *eventstore.NewEvent) { e.Type = "\xe2\x82" },
 	}
 	for name, mutate := range bad {
 		e := good

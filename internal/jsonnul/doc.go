@@ -1,7 +1,9 @@
 // Package jsonnul finds the JSON texts PostgreSQL's jsonb refuses that
 // encoding/json accepts: a string holding U+0000, written \u0000; a
 // surrogate escape that is not half of a pair (\ud800 alone, or a low half
-// first); and bytes that are not UTF-8.
+// first); and bytes that are not UTF-8 ([Refused]). [RefusedText] does the
+// same for a name stored as text (a stream, a type, a record id), which
+// holds no NUL either: a guest's "\u0000" in one decodes to a NUL byte.
 //
 // jsonb stores strings as PostgreSQL text, which cannot hold a NUL, so an
 // insert fails with "unsupported Unicode escape sequence" (22P05); a lone

@@ -2,6 +2,7 @@ package jsonnul
 
 import (
 	"bytes"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -64,4 +65,16 @@ func hex4(b []byte) (rune, bool) {
 		}
 	}
 	return r, true
+}
+
+// RefusedText says why PostgreSQL's text refuses s, or "" if it does not:
+// s holds a NUL (a guest's "\u0000" decodes to one) or is not UTF-8.
+func RefusedText(s string) string {
+	switch {
+	case strings.IndexByte(s, 0) >= 0:
+		return "holds U+0000, which PostgreSQL's text cannot store"
+	case !utf8.ValidString(s):
+		return "not valid UTF-8"
+	}
+	return ""
 }

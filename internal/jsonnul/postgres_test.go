@@ -49,3 +49,14 @@ func TestRefusedAsPostgres(t *testing.T) {
 	require.Greater(t, refusedByPG, 100, "the corpus has refusals")
 	require.Less(t, refusedByPG, len(docs)-100, "and documents PostgreSQL keeps")
 }
+
+// RefusedText refuses exactly what PostgreSQL's text refuses.
+func TestRefusedTextAsPostgres(t *testing.T) {
+	t.Parallel()
+	pool := testserver.PostgresPool(t)
+	for _, s := range []string{"order-1", "é😀", "a\x00b", "\x00", "\xff", "a\xc3", "\xe2\x82\xac", "\xed\xa0\x80", "\\u0000", ""} {
+		var out string
+		err := pool.QueryRow(t.Context(), `SELECT $1::text`, s).Scan(&out)
+		require.Equal(t, err != nil, jsonnul.RefusedText(s) != "", "%q: PostgreSQL says %v", s, err)
+	}
+}

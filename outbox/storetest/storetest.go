@@ -719,6 +719,10 @@ func testInvalidInput(t *testing.T, h Harness, c *clock) {
 		"metadata holds NUL":          func(r *outbox.Row) { r.Metadata = json.RawMessage(`{"s":"\u0000"}`) },
 		"data holds a lone surrogate": func(r *outbox.Row) { r.Data = json.RawMessage(`{"s":"\udc00"}`) },
 		"metadata not UTF-8":          func(r *outbox.Row) { r.Metadata = json.RawMessage("{\"s\":\"\xc3\"}") },
+		"stream holds NUL":            func(r *outbox.Row) { r.Stream = "order-1\x00" },
+		"type not UTF-8":              func(r *outbox.Row) { r.Type = "\xff" },
+		"key holds NUL":               func(r *outbox.Row) { r.PartitionKey = ptr("k\x00") },
+		"message id not UTF-8":        func(r *outbox.Row) { r.MessageID = "m\xff" },
 		"key too long":                func(r *outbox.Row) { r.PartitionKey = ptr(strings.Repeat("é", outbox.MaxPartitionKeyLength+1)) },
 		"broker too long":             func(r *outbox.Row) { r.TargetBroker = strings.Repeat("b", outbox.MaxBrokerLength+1) },
 	} {

@@ -235,6 +235,8 @@ func testInvalidInput(t *testing.T, h Harness) {
 		"data holds NUL":              write(agg("1"), 0, json.RawMessage(`{"s":"\u0000"}`)),
 		"data holds a lone surrogate": write(agg("1"), 0, json.RawMessage(`{"s":"\ud800"}`)),
 		"data not UTF-8":              write(agg("1"), 0, json.RawMessage("{\"s\":\"\xff\"}")),
+		"id holds NUL":                write(agg("1\x00"), 0, doc(1)),
+		"type not UTF-8":              write(record.Key{Kind: record.KindAggregate, Type: "\xff", ID: "1"}, 0, doc(1)),
 	} {
 		require.ErrorIs(t, h.Store.Commit(ctx, []record.Write{w}), record.ErrInvalid, name)
 	}
