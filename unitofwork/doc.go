@@ -40,4 +40,14 @@
 // rare path, so the common one pays nothing for them. A command's
 // idempotency key (WithIdempotency) takes a second round trip: its answer
 // holds the appended positions, so the key row and COMMIT follow them.
+//
+// Only a failure that proves nothing committed (the server's error, which
+// skips COMMIT, or a pipeline never sent) runs the work again. When the
+// connection fails after COMMIT was sent (the answer lost, the context
+// cancelled on the way), the transaction may have committed: the error is
+// ErrCommitUnknown and nothing runs again, since a second commit would
+// append the events twice (under new ids when the guest gave none). A
+// fenced consumer redelivers and its fence says whether it applied
+// (position.ErrApplied); a command's caller retries with its idempotency
+// key.
 package unitofwork

@@ -8,6 +8,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/pipeline"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/proteanhq/protean-host/eventstore"
@@ -111,7 +112,7 @@ func (t *postgresTx) Commit(ctx context.Context) error {
 		// pgx rolls back what it cannot commit (ErrTxCommitRollback: an
 		// earlier statement failed outside a savepoint).
 		t.rolledBack = true
-		return fmt.Errorf("unitofwork: commit: %w", err)
+		return fmt.Errorf("unitofwork: commit: %w", unknownIfSent(err))
 	}
 	t.committed = true
 	return nil
@@ -225,6 +226,9 @@ func (p *Postgres) commitPipelined(ctx context.Context, stages []*stage, broker 
 		b.Queue(`COMMIT`)
 	}
 	if err := sendBatch(ctx, conn, &b, readers, !keyed); err != nil {
+		if !keyed {
+			return nil, unknownIfSent(err)
+		}
 		return nil, err
 	}
 	out := split(stages, appended)
@@ -249,11 +253,26 @@ func (p *Postgres) commitPipelined(ctx context.Context, stages []*stage, broker 
 		}
 		b.Queue(`COMMIT`)
 		if err := sendBatch(ctx, conn, &b, readers, true); err != nil {
-			return nil, err
+			return nil, unknownIfSent(err)
 		}
 	}
 	open = false
 	return out, nil
+}
+
+// unknownIfSent marks err, the failure of a pipeline or statement that
+// ends with COMMIT, with ErrCommitUnknown unless it proves nothing
+// committed: the server's error (PostgreSQL skips COMMIT after one, and a
+// failed COMMIT rolls back), a refusal read from the server's answer
+// (pipeline.ErrRefused), a transaction pgx had rolled back, or a failure
+// before anything was sent.
+func unknownIfSent(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) || errors.Is(err, pipeline.ErrRefused) || errors.Is(err, pgx.ErrTxCommitRollback) ||
+		pgconn.SafeToRetry(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
 }
 
 // split cuts the events appended for stages into each stage's.

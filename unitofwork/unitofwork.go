@@ -138,8 +138,12 @@ func (u *UnitOfWork) CommitRun(ctx context.Context, steps []Step) ([]Committed, 
 		staged = append(staged, s)
 	}
 	if len(staged) > 1 {
-		if out, perr := u.commitStages(ctx, staged); perr == nil {
+		out, perr := u.commitStages(ctx, staged)
+		switch {
+		case perr == nil:
 			return out, err
+		case errors.Is(perr, ErrCommitUnknown):
+			return nil, perr // it may have committed: never twice
 		}
 	}
 	out := make([]Committed, 0, len(staged))
@@ -244,8 +248,12 @@ func (u *UnitOfWork) commitOne(ctx context.Context, s *stage) (Committed, error)
 	if s.empty() {
 		return Committed{Commands: s.commands}, nil
 	}
-	if out, err := u.commitStages(ctx, []*stage{s}); err == nil {
+	out, err := u.commitStages(ctx, []*stage{s})
+	switch {
+	case err == nil:
 		return out[0], nil
+	case errors.Is(err, ErrCommitUnknown):
+		return Committed{}, err // it may have committed: never twice
 	}
 	return u.commitStepwise(ctx, s)
 }
@@ -277,6 +285,12 @@ type keyBatcher interface {
 }
 
 var errNoPipeline = errors.New("unitofwork: the backend does not pipeline")
+
+// ErrCommitUnknown means the connection failed after COMMIT was sent (its
+// answer lost, or the context cancelled on the way): the unit of work may
+// have committed or not. It is not run again, since a second commit would
+// apply it twice; the error wraps the connection's.
+var ErrCommitUnknown = errors.New("unitofwork: the commit's outcome is unknown")
 
 // pipeliner is a backend that commits stages in one transaction in one
 // round trip (two with an idempotency key), writing each appended event's
