@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +20,7 @@ var (
 	// ErrModuleTooLarge: the file is larger than max_module_bytes.
 	ErrModuleTooLarge = errors.New("module file exceeds max_module_bytes")
 	// ErrTableLimit: a table's declared size is over max_table_elements.
-	ErrTableLimit = errors.New("table exceeds max_table_elements")
+	ErrTableLimit = instrument.ErrTableLimit
 	// ErrCompileTimeout: compiling the module took longer than
 	// compile_timeout_ms.
 	ErrCompileTimeout = errors.New("compilation did not finish in time")
@@ -29,129 +30,19 @@ var (
 	ErrShapeLimit = instrument.ErrLimit
 )
 
-// boundTables gives every table the module defines a maximum of at most
-// limit elements, so table.grow can never allocate more (wazero enforces a
-// table's declared maximum, 8 host bytes per element, and nothing else).
-// A table declaring a maximum or an initial size above limit is refused; a
-// table declaring no maximum (as every Go guest's does) gets limit as its
-// maximum, by rewriting the table section. Imported tables are the
-// exporter's: guests can import only from the host's modules, which export
-// none. It returns b itself when nothing needs rewriting.
+// boundTables bounds every table the module defines to limit elements
+// (instrument.BoundTables): over the limit is ErrTableLimit, unparsable is
+// ErrNotWASM. A module of another binary version is left as it is, for
+// wazero to refuse.
 func boundTables(b []byte, limit int) ([]byte, error) {
-	if len(b) < 8 {
-		return nil, fmt.Errorf("%w: truncated header", ErrNotWASM)
+	out, err := instrument.BoundTables(b, uint32(min(limit, math.MaxUint32)))
+	switch {
+	case errors.Is(err, instrument.ErrMalformed):
+		return nil, fmt.Errorf("%w: %v", ErrNotWASM, err)
+	case errors.Is(err, instrument.ErrUnsupported):
+		return b, nil
 	}
-	for i := 8; i < len(b); {
-		start := i
-		id := b[i]
-		i++
-		size, n, err := uleb(b[i:])
-		if err != nil {
-			return nil, fmt.Errorf("%w: section %d at offset %d: %v", ErrNotWASM, id, start, err)
-		}
-		i += n
-		end := i + int(size)
-		if size > uint64(len(b)) || end > len(b) {
-			return nil, fmt.Errorf("%w: section %d at offset %d runs past the end of the file", ErrNotWASM, id, start)
-		}
-		if id != 4 { // the table section
-			i = end
-			continue
-		}
-		content, err := tableSection(b[i:end], limit)
-		if err != nil {
-			return nil, err
-		}
-		if content == nil {
-			return b, nil
-		}
-		out := make([]byte, 0, len(b)+16)
-		out = append(out, b[:start+1]...)
-		out = appendUleb(out, uint64(len(content)))
-		out = append(out, content...)
-		return append(out, b[end:]...), nil
-	}
-	return b, nil
-}
-
-// tableSection checks one table section's entries against limit and
-// returns the rewritten section, or nil when every table already has a
-// maximum within limit.
-func tableSection(s []byte, limit int) ([]byte, error) {
-	count, n, err := uleb(s)
-	if err != nil {
-		return nil, fmt.Errorf("%w: table section: %v", ErrNotWASM, err)
-	}
-	out := appendUleb(nil, count)
-	rewrite := false
-	i := n
-	for t := uint64(0); t < count; t++ {
-		if i+2 > len(s) {
-			return nil, fmt.Errorf("%w: table section truncated", ErrNotWASM)
-		}
-		ref, flags := s[i], s[i+1]
-		i += 2
-		if flags > 1 {
-			return nil, fmt.Errorf("%w: table %d: limits flags 0x%02x (only 32-bit tables with or without a maximum are accepted)", ErrTableLimit, t, flags)
-		}
-		minimum, n, err := uleb(s[i:])
-		if err != nil {
-			return nil, fmt.Errorf("%w: table %d: %v", ErrNotWASM, t, err)
-		}
-		i += n
-		if minimum > uint64(limit) {
-			return nil, fmt.Errorf("%w: table %d starts at %d elements (limit %d)", ErrTableLimit, t, minimum, limit)
-		}
-		maximum := uint64(limit)
-		if flags == 1 {
-			maximum, n, err = uleb(s[i:])
-			if err != nil {
-				return nil, fmt.Errorf("%w: table %d: %v", ErrNotWASM, t, err)
-			}
-			i += n
-			if maximum > uint64(limit) {
-				return nil, fmt.Errorf("%w: table %d may grow to %d elements (limit %d)", ErrTableLimit, t, maximum, limit)
-			}
-		} else {
-			rewrite = true
-		}
-		out = append(out, ref, 1)
-		out = appendUleb(out, minimum)
-		out = appendUleb(out, maximum)
-	}
-	if i != len(s) {
-		return nil, fmt.Errorf("%w: table section has %d trailing bytes", ErrNotWASM, len(s)-i)
-	}
-	if !rewrite {
-		return nil, nil
-	}
-	return out, nil
-}
-
-// uleb decodes an unsigned LEB128 of at most 32 bits.
-func uleb(b []byte) (uint64, int, error) {
-	var v uint64
-	for i := 0; i < len(b) && i < 5; i++ {
-		v |= uint64(b[i]&0x7f) << (7 * i)
-		if b[i] < 0x80 {
-			if v > 1<<32-1 {
-				return 0, 0, errors.New("integer overflows 32 bits")
-			}
-			return v, i + 1, nil
-		}
-	}
-	return 0, 0, errors.New("bad LEB128 integer")
-}
-
-func appendUleb(b []byte, v uint64) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if v == 0 {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
+	return out, err
 }
 
 // abandonedCompiles counts compilations that ran past their deadline and

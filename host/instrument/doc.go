@@ -50,6 +50,11 @@
 // cannot be interrupted. Check runs the walk alone, for a module that is
 // not instrumented.
 //
+// BoundTables, on the same section reader, gives every table the module
+// defines a maximum of at most the host's max_table_elements (wazero
+// enforces a declared maximum and nothing else), whatever the deadline
+// mode.
+//
 // No maintained Go codec fits: github.com/tetratelabs/wabin (the one on
 // the module proxy, unmaintained since 2023) decodes sections but not
 // instructions, and its encoder drops the data count section; this

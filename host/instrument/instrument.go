@@ -84,6 +84,7 @@ const (
 	secCustom    = 0
 	secType      = 1
 	secImport    = 2
+	secTable     = 4
 	secGlobal    = 6
 	secExport    = 7
 	secStart     = 8
@@ -108,6 +109,7 @@ func rank(id byte) int {
 type section struct {
 	id      byte
 	payload []byte
+	at, end int // the offsets of its id byte and of the byte after it
 }
 
 // sections splits the module b into its sections.
@@ -120,6 +122,7 @@ func sections(b []byte) ([]section, error) {
 	}
 	var secs []section
 	for r := (reader{b: b, off: 8}); r.off < len(b); {
+		at := r.off
 		id, err := r.byte()
 		if err != nil {
 			return nil, err
@@ -144,7 +147,7 @@ func sections(b []byte) ([]section, error) {
 				return nil, fmt.Errorf("%w: data count section of %d bytes is not one u32", ErrMalformed, len(p))
 			}
 		}
-		secs = append(secs, section{id: id, payload: p})
+		secs = append(secs, section{id: id, payload: p, at: at, end: r.off})
 	}
 	return secs, nil
 }
