@@ -237,9 +237,16 @@ type Options struct {
 	// after the last one dead-letters it. 0 dead-letters on the first nack.
 	MaxRetries int
 	// RetryDelay is the wait before the first redelivery; each further one
-	// waits BackoffMultiplier times longer.
+	// waits BackoffMultiplier times longer, at most MaxRetryDelay (0: no
+	// cap), shortened by up to the Jitter fraction (0 to 1) so that
+	// messages failing together are not redelivered together (the
+	// delivery.Policy of the consumers, in the broker's terms).
 	RetryDelay        time.Duration
 	BackoffMultiplier float64
+	MaxRetryDelay     time.Duration
+	Jitter            float64
+	// Rand draws the jitter, a number in [0, 1); nil is math/rand/v2.
+	Rand func() float64
 	// MessageTimeout is how long a message may stay in flight; after it the
 	// message is dead-lettered with ReasonTimeout.
 	MessageTimeout time.Duration
@@ -261,6 +268,7 @@ func DefaultOptions() Options {
 		MaxRetries:        3,
 		RetryDelay:        time.Second,
 		BackoffMultiplier: 2,
+		MaxRetryDelay:     time.Minute,
 		MessageTimeout:    300 * time.Second,
 		EnableDLQ:         true,
 	}
@@ -275,6 +283,10 @@ func (o Options) Validate() error {
 		return fmt.Errorf("broker: RetryDelay must be >= 0, got %s", o.RetryDelay)
 	case !(o.BackoffMultiplier >= 1) || o.BackoffMultiplier > 1e6: // also NaN
 		return fmt.Errorf("broker: BackoffMultiplier must be in [1, 1e6], got %g", o.BackoffMultiplier)
+	case o.MaxRetryDelay < 0:
+		return fmt.Errorf("broker: MaxRetryDelay must be >= 0, got %s", o.MaxRetryDelay)
+	case !(o.Jitter >= 0 && o.Jitter <= 1): // also NaN
+		return fmt.Errorf("broker: Jitter must be in [0, 1], got %g", o.Jitter)
 	case o.MessageTimeout <= 0:
 		return fmt.Errorf("broker: MessageTimeout must be > 0, got %s", o.MessageTimeout)
 	}
@@ -283,7 +295,15 @@ func (o Options) Validate() error {
 
 // RetryBackoff is the wait before redelivering a message nacked for the
 // retries-th time (1-based): RetryDelay * BackoffMultiplier^(retries-1),
-// saturating instead of overflowing, with no cap and no jitter.
+// saturating instead of overflowing, capped at MaxRetryDelay, shortened
+// by up to Jitter.
 func (o Options) RetryBackoff(retries int) time.Duration {
-	return backoff.Delay(retries, o.RetryDelay, o.BackoffMultiplier, 0, 0, nil)
+	return backoff.Delay(retries, o.RetryDelay, o.BackoffMultiplier, o.MaxRetryDelay, o.Jitter, o.Rand)
+}
+
+// JitterFactor draws the factor a redelivery delay is multiplied by, in
+// [1-Jitter, 1] (for a broker that computes the delay elsewhere, such as in
+// a Redis script).
+func (o Options) JitterFactor() float64 {
+	return float64(backoff.Jitter(1<<30, o.Jitter, o.Rand)) / (1 << 30)
 }

@@ -73,6 +73,7 @@ func TestDefaultOptions(t *testing.T) {
 	require.Equal(t, broker.Options{
 		MaxRetries:        3,
 		RetryDelay:        time.Second,
+		MaxRetryDelay:     time.Minute,
 		BackoffMultiplier: 2,
 		MessageTimeout:    300 * time.Second,
 		EnableDLQ:         true,
@@ -91,7 +92,13 @@ func TestRetryBackoff(t *testing.T) {
 	} {
 		require.Equal(t, want, o.RetryBackoff(retries), "retries %d", retries)
 	}
-	require.Equal(t, time.Duration(1<<63-1), o.RetryBackoff(1000), "saturates")
+	require.Equal(t, time.Minute, o.RetryBackoff(1000), "capped at MaxRetryDelay")
+	o.MaxRetryDelay = 0
+	require.Equal(t, time.Duration(1<<63-1), o.RetryBackoff(1000), "no cap: saturates")
+	o.MaxRetryDelay, o.Jitter, o.Rand = time.Minute, 0.5, func() float64 { return 1 }
+	require.Equal(t, 30*time.Second, o.RetryBackoff(1000), "jitter shortens, at most by its fraction")
+	require.InDelta(t, 0.5, o.JitterFactor(), 1e-9, "the factor a script multiplies by")
+	o.Jitter = 0
 	o.BackoffMultiplier = 1.5
 	require.Equal(t, 2250*time.Millisecond, o.RetryBackoff(3))
 	o.RetryDelay = 0

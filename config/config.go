@@ -13,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/outbox"
@@ -211,14 +212,31 @@ type PriorityLanes struct {
 	BackfillSuffix string `toml:"backfill_suffix"`
 }
 
-// StreamSubscription is [server.stream_subscription].
+// StreamSubscription is [server.stream_subscription]: the one retry policy
+// of every delivery path (broker consumer groups, partition workers,
+// event-store subscriptions; package delivery).
 type StreamSubscription struct {
-	MaxRetries        int     `toml:"max_retries"` // attempts before a partition halts on a poison message
-	RetryDelaySeconds float64 `toml:"retry_delay_seconds"`
+	// MaxRetries is how many times a message failing on its own is retried
+	// after its first attempt, before its partition halts or it is parked
+	// (dead-lettered, recorded as failed). Infrastructure failures are
+	// never counted.
+	MaxRetries int `toml:"max_retries"`
+	// RetryDelaySeconds is the pause before the first retry, doubled for
+	// each further one up to MaxRetryDelaySeconds, with jitter.
+	RetryDelaySeconds    float64 `toml:"retry_delay_seconds"`
+	MaxRetryDelaySeconds float64 `toml:"max_retry_delay_seconds"`
 }
 
 // RetryDelay is retry_delay_seconds as a duration.
 func (s StreamSubscription) RetryDelay() time.Duration { return seconds(s.RetryDelaySeconds) }
+
+// MaxRetryDelay is max_retry_delay_seconds as a duration.
+func (s StreamSubscription) MaxRetryDelay() time.Duration { return seconds(s.MaxRetryDelaySeconds) }
+
+// Policy is the retry policy the section sets.
+func (s StreamSubscription) Policy() delivery.Policy {
+	return delivery.Policy{MaxRetries: s.MaxRetries, Delay: s.RetryDelay(), MaxDelay: s.MaxRetryDelay(), Jitter: delivery.DefaultJitter}
+}
 
 // Plugins is the [plugins] table.
 type Plugins struct {
@@ -395,8 +413,9 @@ func Default() Config {
 				BackfillSuffix: partition.DefaultBackfillSuffix,
 			},
 			StreamSubscription: StreamSubscription{
-				MaxRetries:        sub.MaxRetries,
-				RetryDelaySeconds: sub.RetryDelay.Seconds(),
+				MaxRetries:           sub.MaxRetries,
+				RetryDelaySeconds:    sub.RetryDelay.Seconds(),
+				MaxRetryDelaySeconds: sub.MaxRetryDelay.Seconds(),
 			},
 			EventStoreSubscription: EventStoreSubscription{
 				BatchSize:      subscription.DefaultBatchSize,

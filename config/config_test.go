@@ -438,8 +438,18 @@ func TestValidate(t *testing.T) {
 			c.Server.PriorityLanes = config.PriorityLanes{Enabled: true, Threshold: -3, BackfillSuffix: "mylane"}
 		}, nil},
 		// server.stream_subscription
-		{"subscription max_retries", func(c *config.Config) { c.Server.StreamSubscription.MaxRetries = 0 },
-			[]string{"server.stream_subscription.max_retries must be > 0 (got 0)"}},
+		{"subscription max_retries zero: one attempt", func(c *config.Config) { c.Server.StreamSubscription.MaxRetries = 0 }, nil},
+		{"subscription max_retries negative", func(c *config.Config) { c.Server.StreamSubscription.MaxRetries = -1 },
+			[]string{"server.stream_subscription.max_retries must be between 0 and 1000 (retries after the first attempt; got -1)"}},
+		{"subscription max_retries too many", func(c *config.Config) { c.Server.StreamSubscription.MaxRetries = 1001 },
+			[]string{"server.stream_subscription.max_retries must be between 0 and 1000 (retries after the first attempt; got 1001)"}},
+		{"max retry delay below the delay", func(c *config.Config) {
+			c.Server.StreamSubscription.RetryDelaySeconds, c.Server.StreamSubscription.MaxRetryDelaySeconds = 10, 5
+		}, []string{"server.stream_subscription.max_retry_delay_seconds must be >= server.stream_subscription.retry_delay_seconds (got 5 < 10)"}},
+		{"max retry delay zero", func(c *config.Config) { c.Server.StreamSubscription.MaxRetryDelaySeconds = 0 },
+			[]string{"server.stream_subscription.max_retry_delay_seconds must be > 0 (got 0)"}},
+		{"max retry delay past an hour", func(c *config.Config) { c.Server.StreamSubscription.MaxRetryDelaySeconds = 3601 },
+			[]string{"server.stream_subscription.max_retry_delay_seconds must be <= 3600 (got 3601)"}},
 		{"retry delay negative", func(c *config.Config) { c.Server.StreamSubscription.RetryDelaySeconds = -1 },
 			[]string{"server.stream_subscription.retry_delay_seconds must be >= 0 (got -1)"}},
 		{"retry delay zero", func(c *config.Config) { c.Server.StreamSubscription.RetryDelaySeconds = 0 }, nil},

@@ -49,8 +49,8 @@ func TestDefaultAgreesWithPackages(t *testing.T) {
 	s := cfg.Server.StreamSubscription
 	require.Equal(t, sub.MaxRetries, s.MaxRetries)
 	require.Equal(t, sub.RetryDelay, s.RetryDelay())
-	require.Equal(t, part.MaxRetries, s.MaxRetries, "the consumer and the broker retry alike")
-	require.Equal(t, part.RetryDelay, s.RetryDelay())
+	require.Equal(t, sub.MaxRetryDelay, s.MaxRetryDelay())
+	require.Equal(t, part.Retry, s.Policy(), "the consumer and the broker retry alike")
 
 	lim := host.DefaultLimits()
 	l := cfg.Plugins.Limits

@@ -18,7 +18,7 @@
 //	[outbox]                  broker, batching, retry/backoff, lock, retention
 //	[server.partitioning]     lease_ttl_ms, heartbeat_interval_seconds, poll_interval_seconds, reap_idle_ms, warn_live_partitions
 //	[server.priority_lanes]   enabled, threshold, backfill_suffix
-//	[server.stream_subscription]  max_retries, retry_delay_seconds
+//	[server.stream_subscription]  max_retries, retry_delay_seconds, max_retry_delay_seconds
 //	[server]                  default_subscription_type = "stream" | "event_store" (unset: event_store with
 //	                          PostgreSQL stores and the inline broker, stream otherwise; Config.SubscriptionType)
 //	[server.event_store_subscription]  batch_size, poll_interval_ms, gap_timeout_ms, key_workers
@@ -96,6 +96,7 @@
 //	server.priority_lanes.enabled = false
 //	server.priority_lanes.threshold = 0
 //	server.stream_subscription.max_retries = 3
+//	server.stream_subscription.max_retry_delay_seconds = 60
 //	server.stream_subscription.retry_delay_seconds = 1
 //
 // End of defaults.

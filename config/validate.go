@@ -27,6 +27,13 @@ func (e *FieldError) Error() string { return e.Key + " " + e.Problem }
 // maxWasmMemoryMB is the wasm32 address space: 65536 pages of 64 KiB.
 const maxWasmMemoryMB = 4096
 
+// Bounds of the retry policy: a poison message holds its key for at most
+// about maxRetries × maxRetryDelaySeconds before it halts or is parked.
+const (
+	maxRetries           = 1000
+	maxRetryDelaySeconds = 3600
+)
+
 // Largest values that still fit a time.Duration in their unit.
 const (
 	maxMS      = math.MaxInt64 / int64(time.Millisecond)
@@ -85,8 +92,18 @@ func (c Config) Validate() error {
 	v.lanes(c.Server.PriorityLanes)
 
 	ss := c.Server.StreamSubscription
-	v.positive("server.stream_subscription.max_retries", ss.MaxRetries)
-	v.seconds("server.stream_subscription.retry_delay_seconds", ss.RetryDelaySeconds, true)
+	if ss.MaxRetries < 0 || ss.MaxRetries > maxRetries {
+		v.add("server.stream_subscription.max_retries", "must be between 0 and %d (retries after the first attempt; got %d)", maxRetries, ss.MaxRetries)
+	}
+	okDelay := v.seconds("server.stream_subscription.retry_delay_seconds", ss.RetryDelaySeconds, true)
+	okMax := v.seconds("server.stream_subscription.max_retry_delay_seconds", ss.MaxRetryDelaySeconds, false)
+	if okMax && ss.MaxRetryDelaySeconds > maxRetryDelaySeconds {
+		v.add("server.stream_subscription.max_retry_delay_seconds", "must be <= %d (got %v)", maxRetryDelaySeconds, ss.MaxRetryDelaySeconds)
+	}
+	if okDelay && okMax && ss.MaxRetryDelaySeconds < ss.RetryDelaySeconds {
+		v.add("server.stream_subscription.max_retry_delay_seconds", "must be >= server.stream_subscription.retry_delay_seconds (got %v < %v)",
+			ss.MaxRetryDelaySeconds, ss.RetryDelaySeconds)
+	}
 	switch c.Server.DefaultSubscriptionType {
 	case "", SubscriptionStream, SubscriptionEventStore:
 	default:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/internal/lifecycle"
 	"github.com/proteanhq/protean-host/unitofwork"
@@ -276,15 +277,25 @@ func (e *Engine) deliver(ctx context.Context, src Source, s subscription, d brok
 		return true
 	}
 	env := e.messageEnvelope(d.Message)
-	res, err := e.handleOne(ctx, l, route, env)
-	if err == nil {
-		var committed unitofwork.Committed
-		committed, err = e.opts.UnitOfWork.Commit(ctx, unitofwork.Change{Effects: res.Effects,
-			Metadata: causedBy(env, route.Module)})
-		e.opts.Metrics.commit(route, err)
-		if err == nil {
-			e.followUp(ctx, committed.Commands, env)
+	// An infrastructure failure is retried here, without end and without
+	// a nack (a nack counts towards the dead letter), until the message
+	// commits, fails on its own, or the engine stops.
+	for infra := 1; ; infra++ {
+		if err = e.attempt(ctx, l, route, env); err == nil || Classify(err) != delivery.Infrastructure {
+			break
 		}
+		e.outage.Fail(err, "handler", s.handler, "stream", s.stream, "message_id", d.ID)
+		select {
+		case <-ctx.Done():
+		case <-e.stopped:
+		case <-e.after(delivery.Policy{}.InfraPause(infra)):
+			continue
+		}
+		if bt, ok := src.(broker.Batcher); ok {
+			e.release(ctx, bt, s, []broker.Delivery{d}) // untried: not charged
+			return false
+		}
+		break
 	}
 	if err != nil {
 		e.log.Warn("delivery failed", "handler", s.handler, "stream", s.stream, "type", d.Type,
@@ -292,9 +303,26 @@ func (e *Engine) deliver(ctx context.Context, src Source, s subscription, d brok
 		e.settle(ctx, src, s, d, "nack", err)
 		return false
 	}
+	e.outage.OK()
 	e.handledEvent(ctx, s.handler, s.stream, d.GlobalPosition)
 	e.settle(ctx, src, s, d, "ack", nil)
 	return true
+}
+
+// attempt handles one message and commits its effects, then dispatches
+// the commands they ask for.
+func (e *Engine) attempt(ctx context.Context, l *loaded, route host.Route, env abi.Envelope) error {
+	res, err := e.handleOne(ctx, l, route, env)
+	if err != nil {
+		return err
+	}
+	committed, err := e.opts.UnitOfWork.Commit(ctx, unitofwork.Change{Effects: res.Effects,
+		Metadata: causedBy(env, route.Module)})
+	e.opts.Metrics.commit(route, err)
+	if err == nil {
+		e.followUp(ctx, committed.Commands, env)
+	}
+	return err
 }
 
 func (e *Engine) settle(ctx context.Context, src Source, s subscription, d broker.Delivery, outcome string, cause error) {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
@@ -138,6 +139,12 @@ func (e *Engine) handleRun(ctx context.Context, l *loaded, src Source, bt broker
 				outcome = "skip"
 			}
 			e.settle(ctx, src, s, d, outcome, nil)
+		case i == fail && Classify(failErr) == delivery.Infrastructure:
+			// Not the message's: deliver retries it without end and
+			// uncharged; the rest follow it.
+			e.deliver(ctx, src, s, d)
+			e.release(ctx, bt, s, run[i+1:])
+			return false
 		case i == fail:
 			e.log.Warn("delivery failed", "handler", s.handler, "stream", s.stream, "type", d.Type,
 				"message_id", d.ID, "attempt", d.Attempt, "run", len(run), "error", failErr)

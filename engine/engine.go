@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/position"
@@ -61,6 +63,9 @@ type Options struct {
 	// (default DefaultDeliveryBatch; 1 delivers one message per call).
 	// Batching needs a broker.Batcher source; others deliver one by one.
 	DeliveryBatch int
+	// Infra counts the broker consumers' infrastructure failures (nil:
+	// uncounted).
+	Infra *delivery.Metrics
 }
 
 // Positions reads the consumer-positions table (position.Store has it).
@@ -107,6 +112,9 @@ type Engine struct {
 	stopped  chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
+	// outage reports the broker consumers' infrastructure failures once
+	// per outage.
+	outage *delivery.Outage
 }
 
 // loaded is one module set and what is derived from it, swapped whole.
@@ -160,7 +168,7 @@ func New(set *host.Set, opts Options) *Engine {
 		opts.MaxFollowUps = DefaultMaxFollowUps
 	}
 	e := &Engine{opts: opts, log: opts.Logger, now: opts.Now, commands: newGate(), progress: newProgress(),
-		stopped: make(chan struct{}), done: make(chan struct{})}
+		stopped: make(chan struct{}), done: make(chan struct{}), outage: opts.Infra.Outage("delivery", opts.Logger, opts.Now)}
 	e.work, e.cancelWork = context.WithCancel(context.Background())
 	e.Swap(set)
 	return e
@@ -355,18 +363,23 @@ func (e *Engine) call(ctx context.Context, l *loaded, route host.Route, envs []a
 		var ce *host.CallError
 		kind := abi.ErrorPermanent
 		if errors.As(err, &ce) && (errors.Is(err, host.ErrCanceled) || errors.Is(err, host.ErrNoInstance)) {
-			kind = abi.ErrorTransient
+			// Not the message's doing: a stop, or every instance busy.
+			kind, err = abi.ErrorTransient, delivery.MarkInfrastructure(err)
 		}
 		herr := &HandlerError{File: route.Module.File, Handler: route.Handler.Name, Type: envs[0].Type, Kind: kind, Err: err}
 		e.handled(route, envs[:1], []result{{err: herr}})
 		return nil, herr
 	}
 	out := e.withinBudget(route, envs, checkResults(route, envs, results, sc, sess.refused))
-	if sess.tooLong != nil {
+	// A failure the guest reported after a host function failed on the
+	// store is the store's: the guest only passed it on. Its cause is
+	// the store's error, marked infrastructure, so it is retried without
+	// end and never charged to the message.
+	if cause := cmp.Or(delivery.MarkInfrastructure(sess.storeFailed), sess.tooLong); cause != nil {
 		for i := range out {
 			var ge *guestError
 			if errors.As(out[i].err, &ge) && ge.cause == nil {
-				ge.cause = sess.tooLong
+				ge.cause = cause
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/record"
@@ -54,40 +55,48 @@ func subscribes(set *host.Set, group, unit string) bool {
 	return false
 }
 
-// Classify says whether err, returned by the partition handler
-// ([Engine.Partitions]), is the message's own failure (a handler error, a
-// scope error, a rejected partition key, effects the stores refuse before
-// the database: an invalid event or record, a duplicate event id) and
-// whether a retry may help. Any other error (the database, a stopping
-// engine) is not the message's.
+// Classify says whose failure err, returned by the partition handler
+// ([Engine.Partitions]) or a broker consumer's handling, is
+// (package delivery): the message's own (a handler error, a scope error,
+// a rejected partition key, effects the stores refuse before the
+// database: an invalid event or record, a duplicate event id), and
+// whether a retry may help; or infrastructure (the database, a stopping
+// engine, a host function's store call that failed while the guest ran,
+// even when the guest then reported a failure of its own).
 //
 // Effects the stores refuse are the message's: the same handler on the
 // same message asks for them again, so retrying them "without end" as an
 // infrastructure error would stall the subscription for good, with no
 // failure record for an operator to skip.
-func Classify(err error) (message, retryable bool) {
+func Classify(err error) delivery.Class {
+	if delivery.IsInfrastructure(err) {
+		return delivery.Infrastructure
+	}
 	var he *HandlerError
 	if errors.As(err, &he) {
-		return true, he.Retryable()
+		if he.Retryable() {
+			return delivery.Retry
+		}
+		return delivery.Permanent
 	}
 	var se *ScopeError
 	if errors.As(err, &se) {
-		return true, false
+		return delivery.Permanent
 	}
 	var ke *unitofwork.KeyError
 	if errors.As(err, &ke) {
-		return true, false
+		return delivery.Permanent
 	}
 	if unitofwork.Conflict(err) {
-		return true, true
+		return delivery.Retry
 	}
 	if errors.Is(err, eventstore.ErrInvalid) || errors.Is(err, record.ErrInvalid) {
-		return true, false
+		return delivery.Permanent
 	}
 	if errors.Is(err, eventstore.ErrDuplicateID) {
 		// A guest that names its events from the message repeats the id
 		// on every attempt; one that draws ids at random will not.
-		return true, true
+		return delivery.Retry
 	}
-	return false, false
+	return delivery.Infrastructure
 }

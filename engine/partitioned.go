@@ -8,6 +8,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/partition"
@@ -66,15 +67,22 @@ type partitionHandler struct{ e *Engine }
 // past it, all in one transaction (unitofwork.CommitRun: group commit; a
 // message whose commit fails commits the ones before it, and is the
 // failure). Messages of types the handler does not handle advance the
-// position without a call. It returns how many messages committed and the
-// failure of the next one.
+// position without a call. A call that fails as a whole on a run of
+// several messages is made again for the first of them alone, so only a
+// guilty message is charged. It returns how many messages committed and
+// the failure of the next one.
 func (p partitionHandler) Handle(ctx context.Context, b partition.Batch) (int, error) {
 	e := p.e
 	l, err := e.acquire()
 	if err != nil {
 		return 0, err
 	}
-	defer l.users.leave()
+	left := false
+	defer func() {
+		if !left {
+			l.users.leave()
+		}
+	}()
 	if e.opts.EventStore && !subscribes(l.set, b.Group, b.Unit) {
 		return 0, fmt.Errorf("event-store subscription %s/%s: %w", b.Group, b.Unit, ErrNotSubscribed)
 	}
@@ -98,6 +106,16 @@ func (p partitionHandler) Handle(ctx context.Context, b partition.Batch) (int, e
 		var err error
 		results, err = e.call(ctx, l, route, envs)
 		if err != nil {
+			if len(envs) > 1 && Classify(err) != delivery.Infrastructure {
+				// The call failed as a whole (a trap, a timeout, out of
+				// memory): which message caused it is unknown. Handle the
+				// run up to its first handled message alone, so that only
+				// a guilty message is charged; the rest run after it.
+				l.users.leave()
+				left = true
+				return p.Handle(ctx, partition.Batch{Group: b.Group, Unit: b.Unit, Source: b.Source,
+					Generation: b.Generation, Messages: b.Messages[:idx[0]+1]})
+			}
 			fail, failErr, results = idx[0], err, nil
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/redisstream"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
@@ -81,7 +82,7 @@ func BenchmarkPartitionedWASM(b *testing.B) {
 			c, err := partition.NewConsumer(partition.ConsumerOptions{
 				Leases: partition.NewLeases(rdb, prefix), Positions: mem.Positions, Handler: h, Decode: redisstream.Decode,
 				Owner: "bench", Subscriptions: e.PartitionSubscriptions,
-				LeaseTTL: 10 * time.Second, Heartbeat: time.Second, Poll: 250 * time.Millisecond, ReapIdle: time.Hour, MaxRetries: 3,
+				LeaseTTL: 10 * time.Second, Heartbeat: time.Second, Poll: 250 * time.Millisecond, ReapIdle: time.Hour, Retry: delivery.Policy{MaxRetries: 3},
 				Logger: benchLogger(),
 			})
 			require.NoError(b, err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/record"
@@ -30,6 +31,11 @@ type session struct {
 	// abi.MaxIDLength (see host.InvalidObserver): a command that failed
 	// after it may owe it to its own input (see inputCause).
 	tooLong error
+	// storeFailed is the last store failure of a host function that was
+	// not the request's own (an unreachable or restarting database): a
+	// message the module then fails failed on infrastructure, whatever
+	// the guest made of it.
+	storeFailed error
 }
 
 // Invalid implements host.InvalidObserver.
@@ -47,7 +53,7 @@ func (s *session) Load(ctx context.Context, req *abi.LoadRequest) abi.LoadRespon
 	}
 	r, err := s.e.opts.Records.Load(ctx, record.Key{Kind: string(req.Kind), Type: req.Type, ID: req.ID})
 	if err != nil {
-		return abi.LoadResponse{Error: err.Error(), ErrorKind: storeErrorKind(err)}
+		return abi.LoadResponse{Error: err.Error(), ErrorKind: s.storeErrorKind(err)}
 	}
 	return abi.LoadResponse{Found: r.Exists(), Version: r.Version, Data: r.Data}
 }
@@ -63,7 +69,7 @@ func (s *session) ReadStream(ctx context.Context, req *abi.ReadStreamRequest) ab
 	}
 	evs, err := s.e.opts.Events.ReadStream(ctx, req.Stream, req.From, limit)
 	if err != nil {
-		return abi.ReadStreamResponse{Error: err.Error(), ErrorKind: storeErrorKind(err)}
+		return abi.ReadStreamResponse{Error: err.Error(), ErrorKind: s.storeErrorKind(err)}
 	}
 	out := abi.ReadStreamResponse{Messages: make([]abi.Envelope, len(evs))}
 	for i, ev := range evs {
@@ -74,10 +80,15 @@ func (s *session) ReadStream(ctx context.Context, req *abi.ReadStreamRequest) ab
 
 // storeErrorKind classifies a store's failure for the guest: a version
 // conflict may clear on a retry, and so may anything else a store reports
-// on a read (an unreachable server, a canceled call).
-func storeErrorKind(err error) abi.HostErrorKind {
+// on a read (an unreachable server, a canceled call). A failure that is
+// not the request's own is remembered as the session's infrastructure
+// failure.
+func (s *session) storeErrorKind(err error) abi.HostErrorKind {
 	if unitofwork.Conflict(err) {
 		return abi.HostConflict
+	}
+	if Classify(err) == delivery.Infrastructure {
+		s.storeFailed = err
 	}
 	return abi.HostTransient
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/redisstream"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
@@ -120,7 +121,7 @@ func BenchmarkConsumer(b *testing.B) {
 						return []partition.Subscription{{Group: "proj", Categories: []string{"order"}}}
 					},
 					LeaseTTL: 10 * time.Second, Heartbeat: time.Second, Poll: 250 * time.Millisecond, ReapIdle: time.Hour,
-					MaxRetries: 3, RetryDelay: time.Millisecond,
+					Retry: delivery.Policy{MaxRetries: 3, Delay: time.Millisecond},
 				})
 				require.NoError(b, err)
 				b.ResetTimer()
@@ -191,7 +192,7 @@ func BenchmarkFailover(b *testing.B) {
 			Subscriptions: func() []partition.Subscription {
 				return []partition.Subscription{{Group: "proj", Categories: []string{"order"}}}
 			},
-			LeaseTTL: ttl, Heartbeat: ttl / 5, Poll: 10 * time.Millisecond, ReapIdle: time.Hour, MaxRetries: 3,
+			LeaseTTL: ttl, Heartbeat: ttl / 5, Poll: 10 * time.Millisecond, ReapIdle: time.Hour, Retry: delivery.Policy{MaxRetries: 3},
 		})
 		require.NoError(b, err)
 		require.NoError(b, c.Start(context.Background()))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/lifecycle"
 	"github.com/proteanhq/protean-host/position"
 )
@@ -54,10 +55,6 @@ type Positions interface {
 	Get(ctx context.Context, group, unit string) (position.Row, bool, error)
 }
 
-// Retryable is implemented by errors that say whether a retry can help
-// (engine.HandlerError). Other handler errors count as retryable.
-type Retryable interface{ Retryable() bool }
-
 // ConsumerOptions configure a Consumer. Leases, Positions, Handler, Decode
 // and Subscriptions are required.
 type ConsumerOptions struct {
@@ -77,10 +74,16 @@ type ConsumerOptions struct {
 	Heartbeat time.Duration // renew and discovery cadence
 	Poll      time.Duration // a worker's pause after an empty pass
 	ReapIdle  time.Duration // idle time before a worker tries to reap its unit
-	// MaxRetries is the attempts at one message before its unit halts; a
-	// non-retryable error halts at once.
-	MaxRetries int
-	RetryDelay time.Duration
+	// Retry is the retry policy of a message failing on its own: retried
+	// Retry.MaxRetries times after its first attempt, then its unit
+	// halts; a permanent failure halts at once.
+	Retry delivery.Policy
+	// Classify says whose failure a handler error is; infrastructure
+	// failures are retried without end and never counted towards a halt.
+	// Nil is delivery.Classify; engine.Classify is the engine's.
+	Classify func(error) delivery.Class
+	// Infra counts infrastructure failures (nil: uncounted).
+	Infra *delivery.Metrics
 	// BatchSize caps a run handed to the handler.
 	BatchSize int
 	// Lanes enables the backfill lane {stream}:{BackfillSuffix}, drained
@@ -115,6 +118,8 @@ type Consumer struct {
 	cancelWork context.CancelFunc
 	wg         sync.WaitGroup
 	warned     map[string]bool
+	// outage reports infrastructure failures once per outage.
+	outage *delivery.Outage
 }
 
 type unitID struct{ group, unit string }
@@ -165,7 +170,11 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
-	return &Consumer{opts: opts, log: opts.Logger, owned: map[unitID]*worker{}, warned: map[string]bool{}}, nil
+	if opts.Classify == nil {
+		opts.Classify = delivery.Classify
+	}
+	return &Consumer{opts: opts, log: opts.Logger, owned: map[unitID]*worker{}, warned: map[string]bool{},
+		outage: opts.Infra.Outage("partition consumer", opts.Logger, opts.Now)}, nil
 }
 
 // DefaultBatchSize is the most messages handed to a handler in one call.
@@ -575,6 +584,9 @@ type state struct {
 	drained map[string]bool
 	// untrimmed counts the entries acked per stream since its last trim.
 	untrimmed map[string]int
+	// infra counts the consecutive infrastructure failures of the
+	// handler, for their pause.
+	infra int
 }
 
 // trimEvery is how many acked entries of a stream a worker lets pile up
@@ -729,6 +741,10 @@ func (c *Consumer) drain(w *worker, st *state, stream string) (int, error) {
 	}
 	if herr == nil {
 		delete(st.retryHead, stream)
+		if done > 0 {
+			st.infra = 0
+			c.outage.OK()
+		}
 		return done + len(skip), nil
 	}
 	if errors.Is(herr, position.ErrFenced) {
@@ -749,23 +765,34 @@ func (c *Consumer) drain(w *worker, st *state, stream string) (int, error) {
 	if c.work.Err() != nil {
 		return done, c.work.Err() // canceled at a hard stop: the message stays pending
 	}
-	c.opts.Metrics.handled(w.lease.Group, "failed", 1)
-	failed := msgs[done]
-	attempts, err := c.opts.Leases.Attempt(c.work, w.lease, stream, ids[done])
-	if err != nil {
-		return done, err
-	}
-	var r Retryable
-	retryable := !errors.As(herr, &r) || r.Retryable()
-	if !retryable || attempts >= c.opts.MaxRetries {
-		return done, c.halt(w, stream, ids[done], failed.ID, herr, attempts)
-	}
-	c.log.Warn("partition message failed; retrying", "group", w.lease.Group, "partition", w.lease.Unit, "stream", stream,
-		"entry", ids[done], "message_id", failed.ID, "attempt", attempts, "max_retries", c.opts.MaxRetries, "error", herr)
 	st.retryHead[stream] = true
+	failed := msgs[done]
+	class := c.opts.Classify(herr)
+	var pause time.Duration
+	if class == delivery.Infrastructure {
+		// Not the message's: retried without end, never counted.
+		st.infra++
+		c.opts.Metrics.handled(w.lease.Group, "infrastructure", 1)
+		c.outage.Fail(herr, "group", w.lease.Group, "partition", w.lease.Unit, "stream", stream, "entry", ids[done])
+		pause = c.opts.Retry.InfraPause(st.infra)
+	} else {
+		c.opts.Metrics.handled(w.lease.Group, "failed", 1)
+		failures, err := c.opts.Leases.Attempt(c.work, w.lease, stream, ids[done])
+		if err != nil {
+			return done, err
+		}
+		if c.opts.Retry.GiveUp(class, failures) {
+			return done, c.halt(w, stream, ids[done], failed.ID, herr, failures)
+		}
+		c.log.Warn("partition message failed; retrying", "group", w.lease.Group, "partition", w.lease.Unit, "stream", stream,
+			"entry", ids[done], "message_id", failed.ID, "attempt", failures, "max_retries", c.opts.Retry.MaxRetries, "error", herr)
+		pause = c.opts.Retry.Pause(failures)
+	}
+	t := time.NewTimer(pause)
+	defer t.Stop()
 	select {
 	case <-w.ctx.Done():
-	case <-time.After(c.opts.RetryDelay):
+	case <-t.C:
 	}
 	return done + 1, nil // progress for the idle clock: not idle while retrying
 }
@@ -777,7 +804,7 @@ func (c *Consumer) halt(w *worker, stream, entry, messageID string, cause error,
 		return err
 	}
 	c.log.Error("partition halted on poison message", "group", w.lease.Group, "partition", w.lease.Unit, "stream", stream,
-		"entry", entry, "message_id", messageID, "attempts", attempts, "max_retries", c.opts.MaxRetries, "error", cause)
+		"entry", entry, "message_id", messageID, "attempts", attempts, "max_retries", c.opts.Retry.MaxRetries, "error", cause)
 	return errHalted
 }
 

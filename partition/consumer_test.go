@@ -14,6 +14,7 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/redisstream"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
@@ -155,7 +156,7 @@ func (r *rig) consumer(owner string, h partition.Handler, ttl time.Duration, twe
 			return []partition.Subscription{{Group: "proj", Categories: []string{"order"}}}
 		},
 		LeaseTTL: ttl, Heartbeat: ttl / 5, Poll: 5 * time.Millisecond, ReapIdle: time.Hour,
-		MaxRetries: 3, RetryDelay: time.Millisecond, BatchSize: 8,
+		Retry: delivery.Policy{MaxRetries: 2, Delay: time.Millisecond}, BatchSize: 8,
 	}
 	for _, f := range tweak {
 		f(&opts)
@@ -347,7 +348,7 @@ func TestPoisonHaltsOnlyItsKeyDurably(t *testing.T) {
 	got, _ := h.snapshot()
 	require.Equal(t, []int64{1}, got["order:bad"], "only the message before the poison is applied")
 	h.mu.Lock()
-	require.Equal(t, 3, h.calls["m-2"], "max_retries attempts, then halt")
+	require.Equal(t, 3, h.calls["m-2"], "the first attempt and max_retries (2) retries, then halt")
 	h.mu.Unlock()
 	halt, err := r.rdb.HGetAll(context.Background(), r.prefix+partition.HaltKey("proj", "order:bad")).Result()
 	require.NoError(t, err)
@@ -435,4 +436,36 @@ func stallGate(t *testing.T) (stall func(context.Context), stalled <-chan struct
 		}
 	}
 	return stall, ch, release
+}
+
+// An infrastructure failure (a database down, restarting) is retried
+// without end and never counted: a key whose commits fail on it for many
+// times max_retries does not halt, and its messages are applied in order
+// once the database is back. (Before, every handler error counted, and a
+// short PostgreSQL restart halted partitions.) A failure of the message's
+// own is still counted, and halts the key past its retries.
+func TestInfrastructureFailuresNeverHalt(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	h := newEffects(r.store)
+	down := errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+	h.fail = func(m broker.Message, calls int) error {
+		if m.ID == "m-2" && calls <= 5 {
+			return delivery.MarkInfrastructure(down)
+		}
+		return nil
+	}
+	r.pub.publish("order", "k", 3)
+	a := r.consumer("host-a", h, time.Hour, func(o *partition.ConsumerOptions) {
+		o.Retry = delivery.Policy{MaxRetries: 1, Delay: time.Millisecond}
+	})
+	start(t, a)
+	r.waitApplied(h)
+	r.requireExactlyOnceInOrder(h)
+	n, err := r.rdb.Exists(context.Background(), r.prefix+partition.HaltKey("proj", "order:k")).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "no halt on infrastructure failures")
+	h.mu.Lock()
+	require.Equal(t, 6, h.calls["m-2"], "retried past max_retries (1), uncounted")
+	h.mu.Unlock()
 }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 )
 
 // DefaultConsumerOptions returns the consumer's timing and limits by
@@ -16,12 +17,12 @@ func DefaultConsumerOptions() ConsumerOptions {
 	b := broker.DefaultOptions()
 	const ttl = 15 * time.Second
 	return ConsumerOptions{
-		LeaseTTL:           ttl,
-		Heartbeat:          ttl / 5, // a 5x margin before the lease lapses
-		Poll:               250 * time.Millisecond,
-		ReapIdle:           time.Hour,
-		MaxRetries:         b.MaxRetries,
-		RetryDelay:         b.RetryDelay,
+		LeaseTTL:  ttl,
+		Heartbeat: ttl / 5, // a 5x margin before the lease lapses
+		Poll:      250 * time.Millisecond,
+		ReapIdle:  time.Hour,
+		Retry: delivery.Policy{MaxRetries: b.MaxRetries, Delay: b.RetryDelay, MaxDelay: b.MaxRetryDelay,
+			Jitter: delivery.DefaultJitter},
 		BatchSize:          DefaultBatchSize,
 		BackfillSuffix:     DefaultBackfillSuffix,
 		WarnLivePartitions: 1000,

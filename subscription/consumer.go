@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/lifecycle"
 	"github.com/proteanhq/protean-host/partition"
@@ -29,12 +30,15 @@ type Positions = partition.Positions
 // the default of Options.Classify.
 type MessageError interface{ Retryable() bool }
 
-func classifyDefault(err error) (message, retryable bool) {
+func classifyDefault(err error) delivery.Class {
 	var me MessageError
-	if errors.As(err, &me) {
-		return true, me.Retryable()
+	if !errors.As(err, &me) || delivery.IsInfrastructure(err) {
+		return delivery.Infrastructure
 	}
-	return false, false
+	if me.Retryable() {
+		return delivery.Retry
+	}
+	return delivery.Permanent
 }
 
 // Defaults.
@@ -74,11 +78,11 @@ type Options struct {
 	// the lag metric; nil reports no lag.
 	Head func(ctx context.Context, category string) (int64, error)
 	// Classify says whether a handler error is the message's own failure
-	// (it counts against MaxRetries, and a retry is tried only if
-	// retryable) or not (a lost connection, a failed commit: retried with
-	// backoff without end, never skipping the message). Nil means
-	// MessageError. engine.Classify is the engine's.
-	Classify func(err error) (message, retryable bool)
+	// (it counts against the retry policy, and a retry is tried only if
+	// it may help) or infrastructure (a lost connection, a failed commit:
+	// retried with backoff without end, never skipping the message). Nil
+	// means MessageError. engine.Classify is the engine's.
+	Classify func(err error) delivery.Class
 	// Owner names this host in the leases.
 	Owner string
 	// LeaseTTL is how long a lease outlives its last renewal; Heartbeat
@@ -96,12 +100,14 @@ type Options struct {
 	// in parallel inside its one lease (each key stays in order; see
 	// keys.go); 1 or less handles the category sequentially.
 	KeyWorkers int
-	// MaxRetries and RetryDelay: a failing message is retried after
-	// RetryDelay, doubling, MaxRetries times, then recorded as failed.
-	MaxRetries int
-	RetryDelay time.Duration
-	Metrics    *Metrics
-	Logger     *slog.Logger
+	// Retry is the retry policy: a message failing on its own is retried
+	// Retry.MaxRetries times after its first attempt, then recorded as
+	// failed.
+	Retry   delivery.Policy
+	Metrics *Metrics
+	// Infra counts infrastructure failures (nil: uncounted).
+	Infra  *delivery.Metrics
+	Logger *slog.Logger
 	// Now is the clock of the gap timeout; nil means time.Now.
 	Now func() time.Time
 }
@@ -126,6 +132,8 @@ type Consumer struct {
 	wg                     sync.WaitGroup
 	done                   chan struct{}
 	stopOnce               sync.Once
+	// outage reports infrastructure failures once per outage.
+	outage *delivery.Outage
 }
 
 // NewConsumer checks opts and returns a Consumer; Start runs it.
@@ -149,8 +157,8 @@ func NewConsumer(opts Options) (*Consumer, error) {
 	if opts.GapTimeout <= 0 {
 		opts.GapTimeout = DefaultGapTimeout
 	}
-	if opts.MaxRetries < 0 {
-		opts.MaxRetries = 0
+	if opts.Retry.MaxRetries < 0 {
+		opts.Retry.MaxRetries = 0
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
@@ -167,7 +175,8 @@ func NewConsumer(opts Options) (*Consumer, error) {
 	if opts.Key == nil {
 		opts.Key = func(string, json.RawMessage) string { return "" }
 	}
-	c := &Consumer{opts: opts, log: opts.Logger, wake: make(chan struct{}), workers: map[unitKey]*worker{}, done: make(chan struct{})}
+	c := &Consumer{opts: opts, log: opts.Logger, wake: make(chan struct{}), workers: map[unitKey]*worker{}, done: make(chan struct{}),
+		outage: opts.Infra.Outage("event-store subscription", opts.Logger, opts.Now)}
 	c.stop, c.cancelStop = context.WithCancel(context.Background())
 	c.work, c.cancelWork = context.WithCancel(context.Background())
 	return c, nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
@@ -177,7 +178,7 @@ type consumerOpts struct {
 	keyWorkers int
 	batch      int
 	metrics    *subscription.Metrics
-	classify   func(error) (message, retryable bool)
+	classify   func(error) delivery.Class
 	head       func(ctx context.Context, category string) (int64, error)
 	now        func() time.Time
 }
@@ -212,7 +213,7 @@ func (h *harness) consumer(t *testing.T, r *recorder, o consumerOpts) *subscript
 			return ""
 		},
 		Owner: o.owner, LeaseTTL: o.ttl, Heartbeat: o.ttl / 5, Poll: 20 * time.Millisecond, BatchSize: o.batch,
-		GapTimeout: o.gapTimeout, MaxRetries: o.retries, KeyWorkers: o.keyWorkers, RetryDelay: time.Millisecond, Metrics: o.metrics,
+		GapTimeout: o.gapTimeout, Retry: delivery.Policy{MaxRetries: o.retries, Delay: time.Millisecond}, KeyWorkers: o.keyWorkers, Metrics: o.metrics,
 		Classify: o.classify, Head: o.head, Now: o.now,
 	})
 	require.NoError(t, err)

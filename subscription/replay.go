@@ -112,7 +112,7 @@ func (w *worker) rerun(f Failure) (bool, error) {
 	case c.work.Err() != nil:
 		return false, errLost
 	}
-	if message, _ := c.opts.Classify(herr); !message {
+	if !c.opts.Classify(herr).Message() {
 		return false, herr
 	}
 	c.opts.Metrics.message(w.sub, "retried", 1)

@@ -3,13 +3,13 @@ package subscription
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/eventstore"
-	"github.com/proteanhq/protean-host/internal/backoff"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
 )
@@ -94,8 +94,8 @@ func (w *worker) run(soft context.Context) {
 		if err == nil {
 			break
 		}
-		log.Warn("subscription: claim failed", "error", err)
-		if !w.sleep(soft, w.retryPause(pause)) {
+		c.outage.Fail(fmt.Errorf("claim: %w", err), "group", s.Group, "unit", s.Unit())
+		if !w.sleep(soft, c.opts.Retry.InfraPause(pause)) {
 			return
 		}
 	}
@@ -109,8 +109,8 @@ func (w *worker) run(soft context.Context) {
 				break
 			}
 			failures++
-			log.Warn("subscription: failure records", "error", err)
-			if !w.sleep(soft, w.retryPause(failures)) {
+			c.outage.Fail(fmt.Errorf("failure records: %w", err), "group", s.Group, "unit", s.Unit())
+			if !w.sleep(soft, c.opts.Retry.InfraPause(failures)) {
 				break
 			}
 			continue
@@ -122,8 +122,8 @@ func (w *worker) run(soft context.Context) {
 				break
 			}
 			failures++
-			log.Warn("subscription: read failed", "error", err)
-			if !w.sleep(soft, w.retryPause(failures)) {
+			c.outage.Fail(fmt.Errorf("read: %w", err), "group", s.Group, "unit", s.Unit())
+			if !w.sleep(soft, c.opts.Retry.InfraPause(failures)) {
 				break
 			}
 			continue
@@ -284,6 +284,7 @@ func (w *worker) runBatch(soft context.Context, l *lane, all []eventstore.Event)
 			c.opts.Metrics.message(w.sub, "ok", done)
 			evs = evs[done:]
 			attempts, infra = 0, 0
+			c.outage.OK()
 		}
 		if err == nil {
 			continue
@@ -307,23 +308,22 @@ func (w *worker) runBatch(soft context.Context, l *lane, all []eventstore.Event)
 		if l.unit {
 			w.lagEvery(c.work) // stuck on this message: the backlog grows behind it
 		}
-		message, retryable := c.opts.Classify(err)
-		if !message {
+		class := c.opts.Classify(err)
+		if !class.Message() {
 			infra++
-			c.log.Warn("subscription: commit failed; retrying", "group", w.sub.Group, "unit", w.sub.Unit(),
-				"global_position", head.GlobalPosition, "attempt", infra, "error", err)
-			if !w.sleep(soft, w.retryPause(infra)) {
+			c.outage.Fail(err, "group", w.sub.Group, "unit", w.sub.Unit(), "global_position", head.GlobalPosition)
+			if !w.sleep(soft, c.opts.Retry.InfraPause(infra)) {
 				return 0, errLost
 			}
 			continue
 		}
 		attempts++
 		c.opts.Metrics.message(w.sub, "retried", 1)
-		if retryable && attempts <= c.opts.MaxRetries {
+		if !c.opts.Retry.GiveUp(class, attempts) {
 			c.log.Warn("subscription: message failed; retrying", "group", w.sub.Group, "unit", w.sub.Unit(),
 				"global_position", head.GlobalPosition, "message_id", head.ID, "attempt", attempts,
-				"max_retries", c.opts.MaxRetries, "error", err)
-			if !w.sleep(soft, backoff.Delay(attempts, c.opts.RetryDelay, 2, 0, 0, nil)) {
+				"max_retries", c.opts.Retry.MaxRetries, "error", err)
+			if !w.sleep(soft, c.opts.Retry.Pause(attempts)) {
 				return 0, errLost
 			}
 			continue
@@ -439,10 +439,4 @@ func (w *worker) sleep(soft context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
-}
-
-// retryPause is the pause after the n-th consecutive infrastructure
-// failure: from 50 ms, doubling, at most 5 s.
-func (w *worker) retryPause(n int) time.Duration {
-	return backoff.Delay(n, 50*time.Millisecond, 2, 5*time.Second, 0.2, nil)
 }

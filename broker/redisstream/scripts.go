@@ -233,7 +233,8 @@ return {'ok', killed}
 `)
 
 // nackScript: ARGV[8] message id, 9 MaxRetries, 10 RetryDelay in
-// nanoseconds, 11 BackoffMultiplier.
+// nanoseconds, 11 BackoffMultiplier, 12 MaxRetryDelay in nanoseconds (0:
+// no cap), 13 the jitter factor drawn by the client.
 var nackScript = redis.NewScript(groupPrelude + `
 expire()
 local eid = entry_of(ARGV[8])
@@ -252,13 +253,16 @@ if a > tonumber(ARGV[9]) then
 end
 redis.call('ZREM', F, eid)
 redis.call('HDEL', H, 't:' .. eid)
--- RetryDelay * BackoffMultiplier^(a-1), saturating like Options.RetryBackoff.
+-- RetryDelay * BackoffMultiplier^(a-1), saturating and capped like
+-- Options.RetryBackoff, then the client's jitter.
 local d, mult, max = tonumber(ARGV[10]), tonumber(ARGV[11]), 9.2e18
+if tonumber(ARGV[12]) > 0 then max = tonumber(ARGV[12]) end
 for i = 2, a do
   if d >= max then break end
   d = d * mult
 end
 if d > max then d = max end
+d = math.floor(d * tonumber(ARGV[13]))
 local ds = math.floor(d / 1e9)
 local rs, rn = now_s + ds, now_n + math.floor(d - ds * 1e9)
 if rn >= 1e9 then rs, rn = rs + 1, rn - 1e9 end

@@ -19,6 +19,7 @@ import (
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/redisstream"
 	"github.com/proteanhq/protean-host/config"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/httpapi"
@@ -53,9 +54,8 @@ type openedBroker struct {
 func openBroker(ctx context.Context, cfg config.Config, owner string) (*openedBroker, error) {
 	b := cfg.OutboxBroker()
 	opts := broker.DefaultOptions()
-	sub := cfg.Server.StreamSubscription
-	opts.MaxRetries = sub.MaxRetries
-	opts.RetryDelay = sub.RetryDelay()
+	pol := cfg.Server.StreamSubscription.Policy()
+	opts.MaxRetries, opts.RetryDelay, opts.MaxRetryDelay, opts.Jitter = pol.MaxRetries, pol.Delay, pol.MaxDelay, pol.Jitter
 	switch b.Provider {
 	case config.ProviderInline:
 		in, err := broker.NewInline(opts)
@@ -242,6 +242,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	infra := delivery.NewMetrics(reg)
 	fromStore := cfg.SubscriptionType() == config.SubscriptionEventStore
 	pub := br.pub
 	if fromStore && br.redis == nil {
@@ -272,10 +273,10 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	})
 	eng = engine.New(set, engine.Options{Events: st.events, Records: st.records, UnitOfWork: uow, Logger: e.log,
 		Metrics: engine.NewMetrics(reg), Partitioned: br.redis != nil && !fromStore, EventStore: fromStore, Positions: st.positions, Failures: st.failures,
-		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps})
+		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps, Infra: infra})
 	h.eng = eng
 	if fromStore {
-		if h.subs, err = newSubscriptions(cfg, st, eng, uow, owner, reg, e.log); err != nil {
+		if h.subs, err = newSubscriptions(cfg, st, eng, uow, owner, reg, infra, e.log); err != nil {
 			return nil, err
 		}
 	}
@@ -286,7 +287,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 			Leases: partition.NewLeases(br.redis, br.prefix), Positions: st.positions, Handler: eng.Partitions(),
 			Decode: redisstream.Decode, Subscriptions: eng.PartitionSubscriptions, Owner: owner,
 			LeaseTTL: p.LeaseTTL(), Heartbeat: p.HeartbeatInterval(), Poll: p.PollInterval(), ReapIdle: p.ReapIdle(),
-			MaxRetries: cfg.Server.StreamSubscription.MaxRetries, RetryDelay: cfg.Server.StreamSubscription.RetryDelay(),
+			Retry: cfg.Server.StreamSubscription.Policy(), Classify: engine.Classify, Infra: infra,
 			Lanes: lanes.Enabled, BackfillSuffix: lanes.BackfillSuffix, WarnLivePartitions: p.WarnLivePartitions,
 			Metrics: partition.NewMetrics(reg), Logger: e.log,
 		})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/config"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
@@ -21,7 +22,7 @@ import (
 // engine's batch handler, the positions fence, the leases and failure
 // records of the stores, the partition keys of the running set.
 func newSubscriptions(cfg config.Config, st *stores, eng *engine.Engine, uow *unitofwork.UnitOfWork, owner string,
-	reg prometheus.Registerer, log *slog.Logger) (*subscription.Consumer, error) {
+	reg prometheus.Registerer, infra *delivery.Metrics, log *slog.Logger) (*subscription.Consumer, error) {
 	p, es, ss := cfg.Server.Partitioning, cfg.Server.EventStoreSubscription, cfg.Server.StreamSubscription
 	suffix := cfg.Server.PriorityLanes.BackfillSuffix
 	return subscription.NewConsumer(subscription.Options{
@@ -51,8 +52,7 @@ func newSubscriptions(cfg config.Config, st *stores, eng *engine.Engine, uow *un
 		Head: st.head, Classify: engine.Classify, Owner: owner,
 		LeaseTTL: p.LeaseTTL(), Heartbeat: p.HeartbeatInterval(),
 		Poll: es.PollInterval(), BatchSize: es.BatchSize, GapTimeout: es.GapTimeout(), KeyWorkers: es.KeyWorkers,
-		MaxRetries: ss.MaxRetries, RetryDelay: ss.RetryDelay(),
-		Metrics: subscription.NewMetrics(reg), Logger: log,
+		Retry: ss.Policy(), Metrics: subscription.NewMetrics(reg), Infra: infra, Logger: log,
 	})
 }
 

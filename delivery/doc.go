@@ -1,0 +1,37 @@
+// Package delivery is what every path that hands messages to handlers
+// shares: the broker consumer groups (inline and Redis), the Redis
+// partition workers and the event-store subscriptions. They differ in
+// where messages come from and how a unit is owned; once a message has
+// failed, they decide what to do with the same three things:
+//
+//   - [Class]: whose failure it is. An [Infrastructure] failure (a server
+//     unreachable, restarting, loading or shutting down, a lost
+//     connection, a serialization or deadlock retry, a host function's
+//     store call that failed for one of these, even when the guest turned
+//     it into a failure of its own) is retried without end and never
+//     counts towards a halt, a park, a dead letter or an abandonment. A
+//     failure of the message's own ([Retry] or [Permanent]: a trap, a
+//     guest failure, effects the stores refuse, a scope or validation
+//     error) is counted, and past the policy's retries the unit halts
+//     (partitioned) or the message is parked (unpartitioned), visibly.
+//   - [Policy]: the one retry policy. MaxRetries counts retries after the
+//     first attempt (so MaxRetries = 3 is 4 attempts), and the pause
+//     before retry n is Delay·2^(n-1), capped at MaxDelay, shortened by up
+//     to Jitter so that messages failing together do not retry together.
+//     Infrastructure failures pause from [InfraBase], doubling, at most
+//     [InfraMax], so a server that comes back is used again within
+//     seconds of its return.
+//   - [Outage]: one WARN line when a component starts failing on its
+//     infrastructure and one INFO line when it recovers, instead of one
+//     line per attempt, with a counter that shows every attempt.
+//
+// A failure that a whole guest call suffers (a trap, a timeout, running
+// out of memory) on a run of several messages cannot be pinned on any one
+// of them: the engine re-runs the run one message at a time, so only the
+// guilty message is charged.
+//
+// Errors keep their kind on the way: [MarkInfrastructure] wraps an error
+// so that [Classify] reports it as infrastructure whatever wraps it
+// later, which is how a host function's store failure survives the trip
+// through a guest that reported its own failure.
+package delivery
