@@ -1,7 +1,6 @@
 package outbox_test
 
 import (
-	"errors"
 	"math"
 	"testing"
 	"time"
@@ -76,7 +75,7 @@ func TestRelayWaitsBaseAfterFirstFailure(t *testing.T) {
 	r0 := row("00000000-0000-4000-8000-000000000001", "order-1", nil, 0)
 	r0.MaxRetries = 5
 	require.NoError(t, store.Add(ctx, []outbox.Row{r0}))
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: &fakeBroker{fail: errors.New("down")},
+	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: &fakeBroker{fail: refused},
 		BaseDelay: time.Second, MaxDelay: time.Minute, Now: clock})
 	for failures, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
 		n, err := r.RunOnce(ctx)

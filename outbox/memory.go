@@ -159,7 +159,7 @@ func (m *Memory) MarkFailed(ctx context.Context, id int64, owner, errMsg string,
 		r.RetryCount++
 		r.LastError = errMsg
 		if r.RetryCount >= r.MaxRetries {
-			r.Status = StatusAbandoned
+			r.Status = givenUp(r)
 			r.NextRetryAt = nil
 			return
 		}
@@ -209,7 +209,7 @@ func (m *Memory) Abandon(ctx context.Context, id int64, reason string) error {
 // Retry implements Store.
 func (m *Memory) Retry(ctx context.Context, id int64) error {
 	return m.withRow(ctx, id, func(r *Row) error {
-		if r.Status != StatusFailed && r.Status != StatusAbandoned {
+		if r.Status != StatusFailed && r.Status != StatusAbandoned && r.Status != StatusHalted {
 			return fmt.Errorf("outbox row %d: retry a %s row: %w", id, r.Status, ErrStatus)
 		}
 		r.Status = StatusPending
@@ -261,10 +261,13 @@ func (m *Memory) Stats(ctx context.Context) (Stats, error) {
 				at := r.CreatedAt
 				s.OldestPending = &at
 			}
-		case StatusAbandoned:
+		case StatusAbandoned, StatusHalted:
 			if len(s.Abandoned) < maxStatsAbandoned {
 				s.Abandoned = append(s.Abandoned, Abandoned{
 					ID:           r.ID,
+					Status:       r.Status,
+					Category:     r.Category,
+					Key:          deref(r.PartitionKey),
 					MessageID:    r.MessageID,
 					TargetBroker: r.TargetBroker,
 					RetryCount:   r.RetryCount,
@@ -370,4 +373,11 @@ func (tx *MemoryTx) Commit() error {
 // It is a no-op after Commit or Rollback.
 func (tx *MemoryTx) Rollback() {
 	tx.life.Rollback(func() { tx.staged = nil })
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

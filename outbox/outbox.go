@@ -30,12 +30,20 @@ const (
 	// StatusFailed rows failed to publish and wait for NextRetryAt.
 	StatusFailed Status = "failed"
 	// StatusAbandoned rows will not be published unless an operator
-	// requeues them.
+	// requeues them. They hold nothing back.
 	StatusAbandoned Status = "abandoned"
+	// StatusHalted rows have a partition key and failed to publish on
+	// their own (not because the broker was down) past their max
+	// retries: they still hold back the later rows of their key, so the
+	// key's messages never reach their consumers out of order or past a
+	// message that did not. An operator retries the row (Retry: pending
+	// again, it goes first) or skips it (Abandon: the key flows on without
+	// it).
+	StatusHalted Status = "halted"
 )
 
 // statuses lists every status, in life order.
-var statuses = [...]Status{StatusPending, StatusProcessing, StatusPublished, StatusFailed, StatusAbandoned}
+var statuses = [...]Status{StatusPending, StatusProcessing, StatusPublished, StatusFailed, StatusHalted, StatusAbandoned}
 
 // Defaults.
 const (
@@ -117,19 +125,23 @@ type Stats struct {
 	// OldestPending is the creation time of the oldest pending row; nil
 	// when none is pending.
 	OldestPending *time.Time
-	// Abandoned lists abandoned rows, lowest ID first, at most
+	// Abandoned lists abandoned and halted rows, lowest ID first, at most
 	// maxStatsAbandoned of them.
 	Abandoned []Abandoned
 }
 
-// Abandoned is an abandoned row as Stats reports it.
+// Abandoned is an abandoned or halted row as Stats reports it.
 type Abandoned struct {
-	ID           int64
-	MessageID    string
-	TargetBroker string
-	RetryCount   int
-	LastError    string
-	CreatedAt    time.Time
+	ID     int64
+	Status Status
+	// Key is the row's partition key ("" for none): a halted row holds
+	// back the later rows of its category's key.
+	Category, Key string
+	MessageID     string
+	TargetBroker  string
+	RetryCount    int
+	LastError     string
+	CreatedAt     time.Time
 }
 
 // Store is what a relay and the operator commands use. Rows are added
@@ -152,15 +164,19 @@ type Store interface {
 	// again and no retry is counted. A relay releases the rest of a key's
 	// run when a row before them failed, so they wait behind it.
 	Release(ctx context.Context, owner string, ids []int64) error
-	// MarkFailed records a failed publish by the row's lock owner: the row
-	// is retried at nextRetryAt, or abandoned if it has reached its max
-	// retries.
+	// MarkFailed records a publish that failed on the row's own account
+	// (not the broker's: a relay releases rows the broker could not take)
+	// by the row's lock owner: the row is retried at nextRetryAt, or, if
+	// it has reached its max retries, halted (it has a partition key, and
+	// keeps holding back its key) or abandoned.
 	MarkFailed(ctx context.Context, id int64, owner, errMsg string, nextRetryAt time.Time) error
 	// Abandon gives a row up, whoever holds it, with reason as its last
-	// error. A published row cannot be abandoned.
+	// error; a halted row abandoned is skipped, and its key's later rows
+	// go on. A published row cannot be abandoned.
 	Abandon(ctx context.Context, id int64, reason string) error
-	// Retry requeues a failed or abandoned row as pending with no retries
-	// used, keeping its last error for the record (the operator command).
+	// Retry requeues a failed, halted or abandoned row as pending with no
+	// retries used, keeping its last error for the record (the operator
+	// command).
 	Retry(ctx context.Context, id int64) error
 	// Cleanup deletes published rows published before publishedBefore and
 	// abandoned rows created before abandonedBefore, and returns how many
@@ -262,9 +278,6 @@ func checkTarget(r Row) string {
 	return ""
 }
 
-// active reports whether r still holds back the later rows of its ordering
-// key: it is waiting for its first claim, being published, or failed and
-// waiting for its retry.
 // claimArgs checks a Claim's arguments and applies the defaults.
 func claimArgs(ctx context.Context, broker, owner string, limit int, lockFor time.Duration) (int, time.Duration, error) {
 	if err := ctx.Err(); err != nil {
@@ -285,12 +298,25 @@ func claimArgs(ctx context.Context, broker, owner string, limit int, lockFor tim
 	return limit, lockFor, nil
 }
 
+// active reports whether r still holds back the later rows of its ordering
+// key: it is waiting for its first claim, being published, failed and
+// waiting for its retry, or halted.
 func active(r *Row) bool {
 	switch r.Status {
-	case StatusPending, StatusProcessing, StatusFailed:
+	case StatusPending, StatusProcessing, StatusFailed, StatusHalted:
 		return true
 	}
 	return false
+}
+
+// givenUp is the status of a row that failed on its own past its max
+// retries: halted if it has a partition key (its key waits for an
+// operator), abandoned if not.
+func givenUp(r *Row) Status {
+	if r.PartitionKey != nil {
+		return StatusHalted
+	}
+	return StatusAbandoned
 }
 
 // orderingKey is what orders rows end to end: rows with one orderingKey

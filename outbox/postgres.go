@@ -321,8 +321,8 @@ const eligibleSQL = `(%[1]s.retry_count < %[1]s.max_retries
 // id) on the outbox_active index and stops at the limit, so a claim costs
 // the rows it hands out, not the backlog. A row is a candidate if it is
 // eligible and no earlier active row of its ordering key is not (probed on
-// outbox_ordering): a key's run ends at its first locked or not-yet-due
-// row. FOR UPDATE SKIP LOCKED locks the candidates and skips rows another
+// outbox_ordering): a key's run ends at its first locked, not-yet-due or
+// halted row. FOR UPDATE SKIP LOCKED locks the candidates and skips rows another
 // claim or a mark holds; a candidate changed since the statement's
 // snapshot is re-checked on its newest version (READ COMMITTED re-evaluates
 // the WHERE of a locking read), so a row a relay has just marked published
@@ -354,8 +354,8 @@ var claimSQL = `WITH candidates AS (
 		AND ` + fmt.Sprintf(eligibleSQL, "c") + `
 		AND NOT EXISTS (SELECT 1 FROM outbox e
 			WHERE e.target_broker = $1 AND e.category = c.category AND e.ordering_key = c.ordering_key
-				AND e.priority = c.priority AND e.id < c.id AND e.status IN ('pending', 'failed', 'processing')
-				AND NOT ` + fmt.Sprintf(eligibleSQL, "e") + `)
+				AND e.priority = c.priority AND e.id < c.id AND e.status IN ('pending', 'failed', 'processing', 'halted')
+				AND (e.status = 'halted' OR NOT ` + fmt.Sprintf(eligibleSQL, "e") + `))
 	ORDER BY c.priority DESC, c.id
 	LIMIT %d
 	FOR UPDATE OF c SKIP LOCKED
@@ -363,7 +363,7 @@ var claimSQL = `WITH candidates AS (
 UPDATE outbox o SET locked_by = $3, locked_until = $4, last_processed_at = $2
 WHERE o.id = ANY(ARRAY(SELECT k.id FROM candidates k WHERE NOT EXISTS (SELECT 1 FROM outbox e
 	WHERE e.target_broker = $1 AND e.category = k.category AND e.ordering_key = k.ordering_key
-		AND e.priority = k.priority AND e.id < k.id AND e.status IN ('pending', 'failed', 'processing')
+		AND e.priority = k.priority AND e.id < k.id AND e.status IN ('pending', 'failed', 'processing', 'halted')
 		AND e.id NOT IN (SELECT id FROM candidates)
 	OFFSET 0)))
 RETURNING ` + `o.id, o.message_id, o.stream_name, o.category, o.type, o.data, o.metadata, o.partition_key, o.priority,
@@ -459,7 +459,8 @@ func (p *Postgres) batchOwned(ctx context.Context, op, owner string, ids []int64
 func (p *Postgres) MarkFailed(ctx context.Context, id int64, owner, errMsg string, nextRetryAt time.Time) error {
 	return p.markOwned(ctx, id, owner, `UPDATE outbox SET
 		retry_count = retry_count + 1,
-		status = CASE WHEN retry_count + 1 >= max_retries THEN 'abandoned' ELSE 'failed' END,
+		status = CASE WHEN retry_count + 1 < max_retries THEN 'failed'
+			WHEN partition_key IS NULL THEN 'abandoned' ELSE 'halted' END,
 		next_retry_at = CASE WHEN retry_count + 1 >= max_retries THEN NULL ELSE $4::timestamptz END,
 		last_error = jsonb_build_object('message', $5::text, 'failed_at', $3::timestamptz, 'retry_count', retry_count + 1)
 			|| CASE WHEN retry_count + 1 >= max_retries THEN '{"reason": "Max retries exceeded"}'::jsonb ELSE '{}'::jsonb END,
@@ -513,7 +514,7 @@ func (p *Postgres) Abandon(ctx context.Context, id int64, reason string) error {
 func (p *Postgres) Retry(ctx context.Context, id int64) error {
 	return p.transition(ctx, id, "retry", `UPDATE outbox SET status = 'pending', retry_count = 0,
 		next_retry_at = NULL, locked_until = NULL, locked_by = NULL
-		WHERE id = $1 AND (status = 'abandoned' OR status = 'failed' AND locked_by IS NULL)`)
+		WHERE id = $1 AND (status IN ('abandoned', 'halted') OR status = 'failed' AND locked_by IS NULL)`)
 }
 
 // transition runs an operator's UPDATE of row id ($1), whose WHERE admits
@@ -559,8 +560,9 @@ func (p *Postgres) Stats(ctx context.Context) (Stats, error) {
 	var b pgx.Batch
 	b.Queue(`SELECT ` + statusSQL + `, count(*) FROM outbox GROUP BY 1`)
 	b.Queue(`SELECT min(created_at) FROM outbox WHERE status = 'pending' AND locked_by IS NULL`)
-	b.Queue(`SELECT id, message_id, target_broker, retry_count, coalesce(last_error->>'message', ''), created_at
-		FROM outbox WHERE status = 'abandoned' ORDER BY id LIMIT $1`, maxStatsAbandoned)
+	b.Queue(`SELECT id, status, category, coalesce(partition_key, ''), message_id, target_broker, retry_count,
+		coalesce(last_error->>'message', ''), created_at
+		FROM outbox WHERE status IN ('abandoned', 'halted') ORDER BY id LIMIT $1`, maxStatsAbandoned)
 	br := p.pool.SendBatch(ctx, &b)
 	s, err := readStats(br)
 	if cerr := br.Close(); err == nil {
@@ -602,7 +604,8 @@ func readStats(br pgx.BatchResults) (Stats, error) {
 		return Stats{}, err
 	}
 	var a Abandoned
-	if _, err := pgx.ForEachRow(rows, []any{&a.ID, &a.MessageID, &a.TargetBroker, &a.RetryCount, &a.LastError, &a.CreatedAt}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&a.ID, &a.Status, &a.Category, &a.Key, &a.MessageID, &a.TargetBroker, &a.RetryCount,
+		&a.LastError, &a.CreatedAt}, func() error {
 		a.CreatedAt = a.CreatedAt.UTC()
 		s.Abandoned = append(s.Abandoned, a)
 		return nil

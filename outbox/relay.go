@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/lifecycle"
 	"github.com/proteanhq/protean-host/partition"
 )
@@ -54,19 +55,25 @@ type RelayOptions struct {
 	// older ones every CleanupEvery (default one minute).
 	PublishedRetention, AbandonedRetention time.Duration
 	CleanupEvery                           time.Duration
-	Logger                                 *slog.Logger
-	Now                                    func() time.Time
-	Rand                                   func() float64
+	// Infra counts infrastructure failures (nil: uncounted).
+	Infra  *delivery.Metrics
+	Logger *slog.Logger
+	Now    func() time.Time
+	Rand   func() float64
 }
 
 // Relay moves outbox rows to the broker: claim, publish outside any
-// transaction, then mark published, or failed with a backoff, or abandoned.
+// transaction, then mark published, or failed with a backoff, or halted
+// or abandoned past its retries; a row the broker could not take (down,
+// restarting) is released uncounted, however long the outage lasts.
 // A crash between publish and mark leaves the row claimed; its lock expires
 // and it is published again (at least once).
 type Relay struct {
 	store RelayStore
 	opts  RelayOptions
 	wake  chan struct{}
+	// outage reports passes that fail on infrastructure once per outage.
+	outage *delivery.Outage
 
 	mu sync.Mutex
 	// stop ends the soft phase (no new pass); cancel the pass in progress.
@@ -108,7 +115,8 @@ func NewRelay(store RelayStore, opts RelayOptions) *Relay {
 	if opts.Rand == nil {
 		opts.Rand = rand.Float64
 	}
-	return &Relay{store: store, opts: opts, wake: make(chan struct{}, 1)}
+	return &Relay{store: store, opts: opts, wake: make(chan struct{}, 1),
+		outage: opts.Infra.Outage("outbox relay", opts.Logger, opts.Now)}
 }
 
 // Notify wakes the relay for a pass now (the unit of work calls it after a
@@ -173,6 +181,7 @@ func (r *Relay) loop(soft, work context.Context, done chan struct{}) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	var cleaned time.Time
+	infra := 0 // consecutive passes failed on infrastructure
 	for {
 		if soft.Err() != nil {
 			return
@@ -189,13 +198,24 @@ func (r *Relay) loop(soft, work context.Context, done chan struct{}) {
 		if work.Err() != nil {
 			return
 		}
-		if err != nil {
+		wait := r.opts.Tick
+		switch {
+		case err == nil:
+			infra = 0
+			r.outage.OK()
+		case delivery.IsInfrastructure(err):
+			// The database or the broker is down: one line per outage,
+			// and passes paced by the outage's length, not every tick.
+			infra++
+			r.outage.Fail(err, "broker", r.opts.Broker)
+			wait = delivery.Policy{Jitter: r.opts.Jitter, Rand: r.opts.Rand}.InfraPause(infra)
+		default:
 			r.opts.Logger.Error("outbox relay pass failed", "broker", r.opts.Broker, "error", err)
 		}
 		if n > 0 && err == nil {
 			continue // more may be waiting: go again at once
 		}
-		t.Reset(r.opts.Tick)
+		t.Reset(wait)
 		select {
 		case <-soft.Done():
 			return
@@ -224,53 +244,89 @@ func (r *Relay) Cleanup(ctx context.Context) (int, error) {
 }
 
 // RunOnce claims one batch and settles each row: rows go to the broker in
-// claim order (each key's run in commit order); when a row fails, it is
-// marked failed and the rest of its key's run is released unpublished, so
-// they wait behind it; the published rows are marked in one step. It
-// returns how many rows it claimed.
+// claim order (each key's run in commit order); when a row fails on its
+// own account, it is marked failed (halted past its retries, if it has a
+// partition key) and the rest of its key's run is released unpublished,
+// so they wait behind it; when the broker fails (down, restarting,
+// refusing writes), the row and every row after it are released untried
+// and uncounted, and RunOnce returns the failure marked as infrastructure
+// (delivery.IsInfrastructure), so the loop backs off; the published rows
+// are marked in one step. A row is published only while the claim holds
+// it with time to spare (see lapsed). It returns how many rows it claimed.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	rows, err := r.store.Claim(ctx, r.opts.Broker, r.opts.Owner, r.opts.BatchSize, r.opts.LockFor)
 	if err != nil {
-		return 0, fmt.Errorf("claim: %w", err)
+		return 0, delivery.MarkInfrastructure(fmt.Errorf("claim: %w", err))
 	}
 	partitioning := r.opts.Publisher.Capabilities().Has(broker.StreamPartitioning)
 	var published, released []int64
 	var errs []error
+	var down error // the broker's failure: the rest of the claim goes back untried
 	failedKeys := map[orderingKey]bool{}
-	for _, row := range rows {
+	for i, row := range rows {
 		k := orderingKeyOf(&row)
-		if failedKeys[k] {
+		if down != nil || failedKeys[k] {
 			released = append(released, row.ID)
 			continue
 		}
-		ok, err := r.relay(ctx, row, partitioning)
-		if err != nil {
-			errs = append(errs, err)
+		if r.lapsed(row) {
+			// Too late to publish under this claim: another relay may
+			// take these rows now. Give back what is still ours.
+			for _, rest := range rows[i:] {
+				released = append(released, rest.ID)
+			}
+			break
 		}
-		if ok {
+		ok, err := r.relay(ctx, row, partitioning)
+		switch {
+		case ok:
 			published = append(published, row.ID)
-		} else {
+		case delivery.IsInfrastructure(err):
+			down = err
+			released = append(released, row.ID)
+		default:
+			if err != nil {
+				errs = append(errs, err)
+			}
 			failedKeys[k] = true
 		}
 	}
 	if err := r.store.MarkPublishedBatch(ctx, r.opts.Owner, published); err != nil {
 		// Published but not marked: the locks expire and the rows go
 		// again. Consumers see duplicates, never a loss.
-		errs = append(errs, fmt.Errorf("mark published: %w", err))
+		errs = append(errs, delivery.MarkInfrastructure(fmt.Errorf("mark published: %w", err)))
 	}
 	if err := r.store.Release(ctx, r.opts.Owner, released); err != nil {
-		errs = append(errs, fmt.Errorf("release: %w", err))
+		errs = append(errs, delivery.MarkInfrastructure(fmt.Errorf("release: %w", err)))
+	}
+	if down != nil {
+		errs = append(errs, down)
 	}
 	return len(rows), errors.Join(errs...)
 }
 
+// lapsed reports whether row's claim is too close to its end to publish
+// under: a relay stalled past its claim (a long pause, a stopped process)
+// must not publish a row another relay may have taken over and published
+// later rows of its key past. The check uses this host's clock, with a
+// quarter of LockFor to spare; the broker's drop of a message id it holds
+// already and the consumers' position check catch what slips past it.
+func (r *Relay) lapsed(row Row) bool {
+	if row.LockedUntil == nil {
+		return false
+	}
+	return !r.opts.Now().Add(r.opts.LockFor / 4).Before(*row.LockedUntil)
+}
+
 // relay publishes one row. It reports whether the row was published; a
-// row that was not has been marked failed or abandoned (or, if even that
-// failed, stays locked until its lock expires).
+// row that failed on its own account has been marked failed, halted or
+// abandoned (or, if even that failed, stays locked until its lock
+// expires). A failure of the broker is returned marked as infrastructure,
+// and nothing is marked: the caller releases the row.
 func (r *Relay) relay(ctx context.Context, row Row, partitioning bool) (bool, error) {
 	// The publish-time backstop: a row that reached here with a key the
-	// rules reject is abandoned at once, never retried, so it cannot wedge
-	// its key.
+	// rules reject is abandoned at once, never retried: no stream can
+	// take it, so it cannot wedge its key.
 	if partitioning && row.PartitionKey != nil {
 		if reason := partition.KeyReason(*row.PartitionKey, r.opts.BackfillSuffix); reason != "" {
 			r.opts.Logger.Warn("outbox row abandoned: invalid partition key", "id", row.ID, "reason", reason)
@@ -291,15 +347,21 @@ func (r *Relay) relay(ctx context.Context, row Row, partitioning bool) (bool, er
 		// payload is intact) but say its positions are unknown.
 		r.opts.Logger.Warn("outbox row metadata unreadable: positions left zero", "id", row.ID, "message_id", row.MessageID, "error", err)
 	}
-	if err := r.opts.Publisher.Publish(ctx, msg); err != nil {
-		next := r.opts.Now().Add(Backoff(row.RetryCount+1, r.opts.BaseDelay, r.opts.MaxDelay, r.opts.Jitter, r.opts.Rand))
-		r.opts.Logger.Warn("outbox publish failed", "id", row.ID, "retry_count", row.RetryCount+1, "error", err)
-		if merr := r.store.MarkFailed(ctx, row.ID, r.opts.Owner, err.Error(), next); merr != nil {
-			return false, fmt.Errorf("row %d: mark failed: %w", row.ID, merr)
-		}
-		return false, nil
+	err := r.opts.Publisher.Publish(ctx, msg)
+	if err == nil {
+		return true, nil
 	}
-	return true, nil
+	if !errors.Is(err, broker.ErrInvalid) {
+		// The broker's failure, not the row's: never counted.
+		return false, delivery.MarkInfrastructure(fmt.Errorf("row %d: publish: %w", row.ID, err))
+	}
+	next := r.opts.Now().Add(Backoff(row.RetryCount+1, r.opts.BaseDelay, r.opts.MaxDelay, r.opts.Jitter, r.opts.Rand))
+	r.opts.Logger.Warn("outbox publish refused", "id", row.ID, "message_id", row.MessageID, "retry_count", row.RetryCount+1,
+		"max_retries", row.MaxRetries, "error", err)
+	if merr := r.store.MarkFailed(ctx, row.ID, r.opts.Owner, err.Error(), next); merr != nil {
+		return false, fmt.Errorf("row %d: mark failed: %w", row.ID, merr)
+	}
+	return false, nil
 }
 
 // stream routes a row: its category, or on a partitioning broker its

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/outbox"
@@ -48,6 +49,11 @@ func (b *fakeBroker) streams() []string {
 }
 
 func key(s string) *string { return &s }
+
+// refused is a publish the broker refuses for the message's own sake (it
+// counts towards the row's retries); any other publish error is the
+// broker's (down, restarting) and counts nothing.
+var refused = fmt.Errorf("message too large: %w", broker.ErrInvalid)
 
 func row(id, stream string, k *string, prio int) outbox.Row {
 	return outbox.Row{MessageID: id, Stream: stream, Type: "T", Data: json.RawMessage(`{}`), PartitionKey: k, Priority: prio,
@@ -121,7 +127,7 @@ func testRelayFailuresBackOffThenAbandon(t *testing.T, newStore func(clock func(
 	r0 := row("00000000-0000-4000-8000-000000000001", "order-1", nil, 0)
 	r0.MaxRetries = 3
 	require.NoError(t, store.Add(ctx, []outbox.Row{r0}))
-	b := &fakeBroker{fail: errors.New("broker down")}
+	b := &fakeBroker{fail: refused}
 	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b,
 		BaseDelay: time.Second, MaxDelay: time.Minute, Now: clock, Rand: func() float64 { return 0.5 }})
 
@@ -132,7 +138,7 @@ func testRelayFailuresBackOffThenAbandon(t *testing.T, newStore func(clock func(
 		require.Equal(t, 1, n, "attempt %d", attempt)
 		got, err := store.Get(ctx, 1)
 		require.NoError(t, err)
-		require.Equal(t, "broker down", got.LastError)
+		require.Equal(t, refused.Error(), got.LastError)
 		if got.Status == outbox.StatusAbandoned {
 			require.Equal(t, 3, attempt)
 			break
@@ -247,7 +253,7 @@ type failFirst struct {
 func (b *failFirst) Publish(ctx context.Context, msgs ...broker.Message) error {
 	for _, m := range msgs {
 		if m.ID == b.failID {
-			return errors.New("broker refused " + m.ID)
+			return fmt.Errorf("broker refused %s: %w", m.ID, broker.ErrInvalid)
 		}
 	}
 	return b.fakeBroker.Publish(ctx, msgs...)
@@ -301,4 +307,161 @@ func testRelayCleanupHonoursRetention(t *testing.T, newStore func(clock func() t
 	n, err = keep.Cleanup(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n)
+}
+
+// A broker that is down (any publish error but a refusal of the message)
+// abandons nothing however long it lasts: every pass releases the rows
+// untried and uncounted and reports an infrastructure failure, and once
+// the broker is back every row goes out, each key in commit order. (Rows
+// were abandoned after max_retries failed publishes, and the key's later
+// rows then passed them: an accepted event lost.)
+func TestRelayBrokerDownAbandonsNothing(t *testing.T) {
+	stores(t, testRelayBrokerDownAbandonsNothing)
+}
+
+func testRelayBrokerDownAbandonsNothing(t *testing.T, newStore func(clock func() time.Time) relayStore) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	store := newStore(clock)
+	var rows []outbox.Row
+	for i, k := range []string{"A", "B", "A"} {
+		r := row(fmt.Sprintf("00000000-0000-4000-8000-%012d", i+1), fmt.Sprintf("order-%d", i+1), key(k), 0)
+		r.MaxRetries = 1
+		rows = append(rows, r)
+	}
+	require.NoError(t, store.Add(ctx, rows))
+	b := &fakeBroker{caps: broker.StreamPartitioning, fail: errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")}
+	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, Now: clock})
+	for pass := range 20 {
+		n, err := r.RunOnce(ctx)
+		require.Equal(t, 3, n, "pass %d: every row is claimable again", pass)
+		require.True(t, delivery.IsInfrastructure(err), "pass %d: %v", pass, err)
+		now = now.Add(time.Second)
+	}
+	for id := int64(1); id <= 3; id++ {
+		got, err := store.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, outbox.StatusPending, got.Status, "row %d", id)
+		require.Zero(t, got.RetryCount, "row %d: the broker's failures are not the row's", id)
+	}
+	b.mu.Lock()
+	b.fail = nil
+	b.mu.Unlock()
+	n, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	var ids []string
+	for _, m := range b.got {
+		ids = append(ids, m.EventStream)
+	}
+	require.Equal(t, []string{"order-1", "order-2", "order-3"}, ids)
+}
+
+// A partitioned row that the broker refuses past its retries is halted,
+// not abandoned: it keeps holding back the later rows of its key, pass
+// after pass, and is visible as halted. An operator's retry publishes it
+// first, then the rest of the key in commit order; a skip (Abandon) lets
+// the rest go on without it.
+func TestRelayHaltedRowHoldsBackItsKey(t *testing.T) {
+	for _, operator := range []string{"retry", "skip"} {
+		t.Run(operator, func(t *testing.T) {
+			stores(t, func(t *testing.T, newStore func(clock func() time.Time) relayStore) {
+				testRelayHaltedRowHoldsBackItsKey(t, newStore, operator)
+			})
+		})
+	}
+}
+
+func testRelayHaltedRowHoldsBackItsKey(t *testing.T, newStore func(clock func() time.Time) relayStore, operator string) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	store := newStore(clock)
+	var rows []outbox.Row
+	for i, k := range []string{"A", "A", "B", "A"} {
+		r := row(fmt.Sprintf("00000000-0000-4000-8000-%012d", i+1), fmt.Sprintf("order-%d", i+1), key(k), 0)
+		r.MaxRetries = 2
+		rows = append(rows, r)
+	}
+	require.NoError(t, store.Add(ctx, rows))
+	b := &failFirst{fakeBroker: fakeBroker{caps: broker.StreamPartitioning}, failID: rows[0].MessageID}
+	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, BaseDelay: time.Second, Now: clock})
+	for range 6 {
+		_, err := r.RunOnce(ctx)
+		require.NoError(t, err)
+		now = now.Add(time.Hour)
+	}
+	head, err := store.Get(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, outbox.StatusHalted, head.Status)
+	require.Contains(t, head.LastError, "broker refused")
+	st, err := store.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Counts[outbox.StatusHalted])
+	require.Len(t, st.Abandoned, 1)
+	require.Equal(t, outbox.Abandoned{ID: 1, Status: outbox.StatusHalted, Category: "order", Key: "A", MessageID: rows[0].MessageID,
+		TargetBroker: "default", RetryCount: 2, LastError: head.LastError, CreatedAt: head.CreatedAt}, st.Abandoned[0])
+	require.Equal(t, []string{"order:B"}, b.streams(), "A's later rows never pass its halted head")
+
+	b.failID = ""
+	if operator == "retry" {
+		require.NoError(t, store.Retry(ctx, 1))
+	} else {
+		require.NoError(t, store.Abandon(ctx, 1, "skipped"))
+	}
+	_, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	var got []string
+	for _, m := range b.got {
+		got = append(got, m.EventStream)
+	}
+	want := []string{"order-3", "order-1", "order-2", "order-4"}
+	if operator == "skip" {
+		want = []string{"order-3", "order-2", "order-4"}
+	}
+	require.Equal(t, want, got)
+}
+
+// A relay whose pass has run too close to the end of its claim (a stalled
+// process) publishes nothing more under it: the rest goes back, for a
+// relay with a live claim. (A stalled relay published a row after a
+// successor had published the key's later rows.)
+func TestRelayDoesNotPublishPastItsClaim(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	store := outbox.NewMemory(clock)
+	require.NoError(t, store.Add(ctx, []outbox.Row{
+		row("00000000-0000-4000-8000-000000000001", "order-1", key("A"), 0),
+		row("00000000-0000-4000-8000-000000000002", "order-2", key("A"), 0),
+	}))
+	b := &stallAfter{fakeBroker: fakeBroker{caps: broker.StreamPartitioning}, stall: func() {
+		mu.Lock()
+		now = now.Add(12 * time.Second) // of a 15 s lock: under a quarter left
+		mu.Unlock()
+	}}
+	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, LockFor: 15 * time.Second, Now: clock})
+	_, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"order:A"}, b.streams(), "the second row is not published under a lapsing claim")
+	got, err := store.Get(ctx, 2)
+	require.NoError(t, err)
+	require.Equal(t, outbox.StatusPending, got.Status, "released for the next claim")
+	_, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"order:A", "order:A"}, b.streams())
+}
+
+// stallAfter runs stall after each publish.
+type stallAfter struct {
+	fakeBroker
+	stall func()
+}
+
+func (b *stallAfter) Publish(ctx context.Context, msgs ...broker.Message) error {
+	err := b.fakeBroker.Publish(ctx, msgs...)
+	b.stall()
+	return err
 }

@@ -635,6 +635,7 @@ func testStats(t *testing.T, h Harness, c *clock) {
 		outbox.StatusProcessing: 1,
 		outbox.StatusPublished:  1,
 		outbox.StatusFailed:     1,
+		outbox.StatusHalted:     0,
 		outbox.StatusAbandoned:  1,
 	}, s.Counts)
 	requireTime(t, start.Add(time.Minute), s.OldestPending, "oldest pending")
@@ -964,15 +965,40 @@ func testFailingRowHoldsBackItsKey(t *testing.T, h Harness, c *clock) {
 	require.Equal(t, []string{"e2"}, claimed("relay"))
 	require.NoError(t, h.Store.MarkPublished(ctx, ids["e2"], "relay"))
 
-	// …or by its last failure.
-	one := keyed("d1", "order-8", "D", 0)
+	// …or, without a partition key, by its last failure.
+	one := keyed("d1", "order-8", "", 0)
 	one.MaxRetries = 1
-	add(t, h, one, keyed("d2", "order-9", "D", 0))
+	add(t, h, one, keyed("d2", "order-8", "", 0))
 	require.Equal(t, []string{"d1", "d2"}, claimed("relay"))
 	require.NoError(t, h.Store.MarkFailed(ctx, ids["d1"], "relay", "gave up", c.Now()))
 	require.NoError(t, h.Store.Release(ctx, "relay", []int64{ids["d2"]}))
 	require.Equal(t, outbox.StatusAbandoned, get(t, h, ids["d1"]).Status)
 	require.Equal(t, []string{"d2"}, claimed("relay"))
+	require.NoError(t, h.Store.MarkPublished(ctx, ids["d2"], "relay"))
+
+	// A partitioned row's last failure halts it instead: it holds back
+	// its key until an operator retries it (it goes first) or skips it.
+	for _, op := range []string{"retry", "skip"} {
+		h1, h2 := "h1-"+op, "h2-"+op
+		head := keyed(h1, "order-10", "H-"+op, 0)
+		head.MaxRetries = 1
+		add(t, h, head, keyed(h2, "order-11", "H-"+op, 0))
+		require.Equal(t, []string{h1, h2}, claimed("relay"))
+		require.NoError(t, h.Store.MarkFailed(ctx, ids[h1], "relay", "refused", c.Now()))
+		require.NoError(t, h.Store.Release(ctx, "relay", []int64{ids[h2]}))
+		require.Equal(t, outbox.StatusHalted, get(t, h, ids[h1]).Status)
+		c.Advance(time.Hour)
+		require.Empty(t, claimed("relay"), "%s waits behind the halted %s", h2, h1)
+		if op == "retry" {
+			require.NoError(t, h.Store.Retry(ctx, ids[h1]))
+			require.Equal(t, []string{h1, h2}, claimed("relay"), "the retried row goes first")
+			require.NoError(t, h.Store.MarkPublishedBatch(ctx, "relay", []int64{ids[h1], ids[h2]}))
+		} else {
+			require.NoError(t, h.Store.Abandon(ctx, ids[h1], "skipped"))
+			require.Equal(t, []string{h2}, claimed("relay"), "the key goes on without the skipped row")
+			require.NoError(t, h.Store.MarkPublished(ctx, ids[h2], "relay"))
+		}
+	}
 }
 
 // testBatchMarksNeedTheLock pins MarkPublishedBatch and Release: they
