@@ -229,7 +229,22 @@ var (
 	ErrNotInFlight = errors.New("message not in flight")
 	// ErrNotDeadLettered: Replay of a message not in the group's DLQ.
 	ErrNotDeadLettered = errors.New("message not in dead-letter queue")
+	// ErrEpochLost: the broker lost its data (its epoch marker is gone:
+	// restarted without persistence, or failed over to a replica that did
+	// not have it); it takes no publish until the marker is set again
+	// (Epocher).
+	ErrEpochLost = errors.New("broker lost its data")
 )
+
+// Epocher is implemented by a Publisher that can tell when it has lost its
+// data: Publish fails with ErrEpochLost while its epoch marker is missing.
+// The outbox relay then publishes again what the broker may have lost and
+// sets a new marker.
+type Epocher interface {
+	// Epoch returns the marker, "" if there is none.
+	Epoch(ctx context.Context) (string, error)
+	SetEpoch(ctx context.Context, epoch string) error
+}
 
 // Options are the delivery settings of a broker. Start from DefaultOptions.
 type Options struct {

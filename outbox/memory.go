@@ -25,6 +25,9 @@ type Memory struct {
 	rows   []*Row     // ascending ID
 	keys   map[dedupKey]struct{}
 	lastID int64
+
+	republishMu sync.Mutex        // Republish's lock, held across stillLost
+	epochs      map[string]string // broker -> epoch, under mu
 }
 
 type dedupKey struct{ messageID, broker string }
@@ -380,4 +383,33 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// Republish implements Republisher.
+func (m *Memory) Republish(ctx context.Context, broker, epoch string, since time.Time,
+	stillLost func(context.Context) (bool, error)) (int, bool, error) {
+	m.republishMu.Lock()
+	defer m.republishMu.Unlock()
+	if lost, err := stillLost(ctx); err != nil || !lost {
+		return 0, false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.epochs == nil {
+		m.epochs = map[string]string{}
+	}
+	_, marked := m.epochs[broker]
+	m.epochs[broker] = epoch
+	if !marked {
+		return 0, true, nil
+	}
+	since = dbtime.Of(since)
+	n := 0
+	for _, r := range m.rows {
+		if r.TargetBroker == broker && r.Status == StatusPublished && !r.PublishedAt.Before(since) {
+			r.Status, r.PublishedAt, r.RetryCount, r.NextRetryAt = StatusPending, nil, 0, nil
+			n++
+		}
+	}
+	return n, false, nil
 }

@@ -637,3 +637,45 @@ func jsonArg(b []byte) any {
 	}
 	return string(b)
 }
+
+// Republish implements Republisher: one transaction under an advisory lock
+// per broker, so relays that meet the lost marker at once republish once.
+func (p *Postgres) Republish(ctx context.Context, broker, epoch string, since time.Time,
+	stillLost func(context.Context) (bool, error)) (int, bool, error) {
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return 0, false, fmt.Errorf("outbox: republish: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('protean broker epoch ' || $1))`, broker); err != nil {
+		return 0, false, fmt.Errorf("outbox: republish: lock: %w", err)
+	}
+	if lost, err := stillLost(ctx); err != nil || !lost {
+		return 0, false, err
+	}
+	var prev string
+	err = tx.QueryRow(ctx, `SELECT epoch FROM broker_epochs WHERE broker = $1`, broker).Scan(&prev)
+	first := errors.Is(err, pgx.ErrNoRows)
+	if err != nil && !first {
+		return 0, false, fmt.Errorf("outbox: republish: %w", err)
+	}
+	n := 0
+	if !first {
+		tag, err := tx.Exec(ctx, `UPDATE outbox SET status = 'pending', published_at = NULL, retry_count = 0,
+			next_retry_at = NULL, locked_by = NULL, locked_until = NULL
+			WHERE target_broker = $1 AND status = 'published' AND published_at >= $2`, broker, dbtime.Of(since))
+		if err != nil {
+			return 0, false, fmt.Errorf("outbox: republish: %w", err)
+		}
+		n = int(tag.RowsAffected())
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO broker_epochs (broker, epoch, marked_at) VALUES ($1, $2, $3)
+		ON CONFLICT (broker) DO UPDATE SET epoch = excluded.epoch, marked_at = excluded.marked_at`,
+		broker, epoch, p.clock.Now()); err != nil {
+		return 0, false, fmt.Errorf("outbox: republish: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, false, fmt.Errorf("outbox: republish: %w", err)
+	}
+	return n, first, nil
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/lifecycle"
+	"github.com/proteanhq/protean-host/internal/owner"
 	"github.com/proteanhq/protean-host/partition"
 )
 
@@ -24,6 +25,19 @@ type RelayStore interface {
 	Release(ctx context.Context, owner string, ids []int64) error
 	Abandon(ctx context.Context, id int64, reason string) error
 	Cleanup(ctx context.Context, publishedBefore, abandonedBefore time.Time) (int, error)
+}
+
+// Republisher is a RelayStore that can publish again what a broker that
+// lost its data (broker.ErrEpochLost) may have lost.
+type Republisher interface {
+	// Republish makes every row of broker published at or after since
+	// pending again, in their order, and records epoch as the broker's,
+	// unless stillLost, called under the store's lock, reports that the
+	// broker has a marker again (another relay got there first). For a
+	// broker with no epoch recorded yet (its first start) it requeues
+	// nothing and reports first. It returns how many rows it requeued.
+	Republish(ctx context.Context, broker, epoch string, since time.Time,
+		stillLost func(context.Context) (bool, error)) (n int, first bool, err error)
 }
 
 // RelayOptions configure a Relay. Zero fields take the values of
@@ -299,10 +313,53 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	if err := r.store.Release(ctx, r.opts.Owner, released); err != nil {
 		errs = append(errs, delivery.MarkInfrastructure(fmt.Errorf("release: %w", err)))
 	}
-	if down != nil {
+	if down != nil && errors.Is(down, broker.ErrEpochLost) {
+		if err := r.republish(ctx); err != nil {
+			errs = append(errs, delivery.MarkInfrastructure(fmt.Errorf("%w (republishing: %v)", down, err)))
+		}
+		// Republished and marked: the next pass publishes.
+	} else if down != nil {
 		errs = append(errs, down)
 	}
 	return len(rows), errors.Join(errs...)
+}
+
+// republish answers a broker that lost its data (its epoch marker is
+// gone, so it takes no publish): every row published within the published
+// retention is made pending again, in commit order, ahead of every later
+// row, then the broker gets a new marker and publishes resume. Consumers
+// that applied a row already recognise it by their positions (a
+// partition worker acks it unhandled); what the broker lost reaches them
+// in order. Rows published before the retention are gone from the outbox
+// and cannot be published again: Redis must persist (README).
+func (r *Relay) republish(ctx context.Context) error {
+	ep, ok := r.opts.Publisher.(broker.Epocher)
+	store, ok2 := r.store.(Republisher)
+	if !ok || !ok2 {
+		return errors.New("the broker or the store cannot republish")
+	}
+	var since time.Time // zero: every published row still kept
+	if r.opts.PublishedRetention > 0 {
+		since = r.opts.Now().Add(-r.opts.PublishedRetention)
+	}
+	epoch := owner.New()
+	n, first, err := store.Republish(ctx, r.opts.Broker, epoch, since, func(ctx context.Context) (bool, error) {
+		cur, err := ep.Epoch(ctx)
+		return cur == "", err
+	})
+	if err != nil {
+		return err
+	}
+	if err := ep.SetEpoch(ctx, epoch); err != nil {
+		return err
+	}
+	if first {
+		r.opts.Logger.Info("outbox relay: broker marked with its first epoch", "broker", r.opts.Broker, "epoch", epoch)
+	} else {
+		r.opts.Logger.Warn("outbox relay: the broker lost its data; rows published within the retention are published again",
+			"broker", r.opts.Broker, "rows", n, "since", since, "epoch", epoch)
+	}
+	return nil
 }
 
 // lapsed reports whether row's claim is too close to its end to publish

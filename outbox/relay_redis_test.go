@@ -157,3 +157,81 @@ func (p publishFunc) Publish(ctx context.Context, msgs ...broker.Message) error 
 	p.before(msgs)
 	return p.Publisher.Publish(ctx, msgs...)
 }
+
+// A Redis that comes back empty (restarted without persistence) loses
+// nothing accepted: its publishes fail until the relay has made every row
+// published within the retention pending again, in commit order ahead of
+// the rows committed since, and set a new epoch marker; then the key's
+// stream holds every row, in commit order (partition workers ack the rows
+// they applied before by their positions). On its first start the relay
+// only marks the broker: nothing is published twice. (Before, what Redis
+// held and no consumer had read was gone for good.)
+func TestRelayRepublishesWhenRedisLostItsData(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := outbox.NewPostgres(testserver.PostgresPool(t), nil)
+	url, prefix := testserver.Redis(t)
+	ro, err := redis.ParseURL(url)
+	require.NoError(t, err)
+	rdb := redis.NewClient(ro)
+	t.Cleanup(func() { _ = rdb.Close() })
+	b, err := redisstream.New(rdb, redisstream.Options{Options: broker.DefaultOptions(), Prefix: prefix, Epoch: true})
+	require.NoError(t, err)
+	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, PublishedRetention: time.Hour})
+	add := func(from, to int) {
+		t.Helper()
+		var rows []outbox.Row
+		for i := from; i <= to; i++ {
+			rows = append(rows, row(fmt.Sprintf("00000000-0000-4000-8000-%012d", i), fmt.Sprintf("order-%d", i), key("A"), 0))
+		}
+		require.NoError(t, store.Add(ctx, rows))
+	}
+	stream := func() []string {
+		t.Helper()
+		xs, err := rdb.XRange(ctx, prefix+"order:A", "-", "+").Result()
+		require.NoError(t, err)
+		var out []string
+		for _, x := range xs {
+			m, err := redisstream.Decode(x.ID, x.Values)
+			require.NoError(t, err)
+			out = append(out, m.EventStream)
+		}
+		return out
+	}
+	drain := func() {
+		t.Helper()
+		for range 10 {
+			n, err := r.RunOnce(ctx)
+			require.NoError(t, err)
+			if n == 0 {
+				return
+			}
+		}
+		t.Fatal("the relay did not drain")
+	}
+
+	add(1, 3)
+	drain()
+	require.Equal(t, []string{"order-1", "order-2", "order-3"}, stream(), "the first start marks the broker and publishes once")
+	epoch, err := b.Epoch(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, epoch)
+
+	// Redis loses everything; a row is committed meanwhile.
+	keys, err := rdb.Keys(ctx, prefix+"*").Result()
+	require.NoError(t, err)
+	require.NoError(t, rdb.Del(ctx, keys...).Err())
+	add(4, 4)
+	drain()
+	require.Equal(t, []string{"order-1", "order-2", "order-3", "order-4"}, stream(), "republished in commit order, then the new row")
+	again, err := b.Epoch(ctx)
+	require.NoError(t, err)
+	require.NotEqual(t, epoch, again, "a new epoch")
+
+	// Without the marker check, the new row would have gone out alone.
+	plain, err := redisstream.New(rdb, redisstream.Options{Options: broker.DefaultOptions(), Prefix: prefix})
+	require.NoError(t, err)
+	require.NoError(t, rdb.Del(ctx, prefix+redisstream.EpochKey).Err())
+	require.ErrorIs(t, b.Publish(ctx, broker.Message{ID: "x", Stream: "order"}), broker.ErrEpochLost)
+	require.NoError(t, plain.Publish(ctx, broker.Message{ID: "x", Stream: "order"}), "the check is the option's")
+}

@@ -26,6 +26,12 @@ type Options struct {
 	// leaves it empty, so keys are exactly the design's names; tests use a
 	// prefix of their own.
 	Prefix string
+	// Epoch makes every Publish require the epoch marker (EpochKey): a
+	// Redis that lost its data (restarted empty, a failover to a replica
+	// without the marker) refuses publishes with broker.ErrEpochLost until
+	// the outbox relay has republished what it may have lost and set the
+	// marker again (Broker.SetEpoch). The host turns it on.
+	Epoch bool
 	// Consumer is this host instance's consumer name in ordinary consumer
 	// groups (what XPENDING shows). Default: a new owner.New() name
 	// (hostname:pid and a random suffix), unique to this broker.
@@ -220,11 +226,43 @@ func (b *Broker) PublishIDs(ctx context.Context, msgs ...broker.Message) ([]stri
 		args = append(args, m.ID, m.PartitionKey, len(f))
 		args = append(args, f...)
 	}
+	if b.opts.Epoch {
+		keys = append(keys, b.opts.Prefix+EpochKey)
+	}
 	res, err := publishScript.Run(ctx, b.rdb, keys, args...).StringSlice()
 	if err != nil {
+		if strings.HasPrefix(err.Error(), "NOEPOCH") {
+			err = fmt.Errorf("%w: %v", broker.ErrEpochLost, err)
+		}
 		return nil, fmt.Errorf("redisstream: publish %d messages (first %s to %s): %w", len(msgs), msgs[0].ID, msgs[0].Stream, err)
 	}
 	return res, nil
+}
+
+// EpochKey (with Options.Prefix) is the epoch marker: a string the outbox
+// relay sets once it has made sure that everything published before it is
+// in this Redis, or published again. A Redis that comes back without it
+// lost what it held.
+const EpochKey = "protean:epoch"
+
+// Epoch returns the epoch marker, "" if this Redis has none.
+func (b *Broker) Epoch(ctx context.Context) (string, error) {
+	v, err := b.rdb.Get(ctx, b.opts.Prefix+EpochKey).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("redisstream: epoch: %w", err)
+	}
+	return v, nil
+}
+
+// SetEpoch sets the epoch marker.
+func (b *Broker) SetEpoch(ctx context.Context, epoch string) error {
+	if err := b.rdb.Set(ctx, b.opts.Prefix+EpochKey, epoch, 0).Err(); err != nil {
+		return fmt.Errorf("redisstream: set epoch: %w", err)
+	}
+	return nil
 }
 
 // reply is a group script's reply.

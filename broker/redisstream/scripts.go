@@ -15,12 +15,18 @@ import "github.com/redis/go-redis/v9"
 
 // publishScript appends every message of a Publish call. KEYS come in
 // threes per message: stream, id index, partition index (the stream key
-// again when the message has no partition key; it is not touched then).
-// ARGV per message: message id, partition key or "", field count, fields.
-// It returns the entry ids, "" for a message dropped as a duplicate.
+// again when the message has no partition key; it is not touched then);
+// with Options.Epoch, the epoch marker follows them, and a Redis without
+// it (restarted empty, or a replica promoted without it) refuses the whole
+// call with NOEPOCH before writing anything. ARGV per message: message id,
+// partition key or "", field count, fields. It returns the entry ids, ""
+// for a message dropped as a duplicate.
 var publishScript = redis.NewScript(`#!lua
 local want = {'stream', 'hash', 'set'}
-local n = #KEYS / 3
+local n = math.floor(#KEYS / 3)
+if #KEYS % 3 == 1 and redis.call('EXISTS', KEYS[#KEYS]) == 0 then
+  return redis.error_reply('NOEPOCH the epoch marker ' .. KEYS[#KEYS] .. ' is missing: this Redis lost its data')
+end
 local a = 1
 local msgs = {}
 for i = 1, n do

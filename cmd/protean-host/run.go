@@ -73,7 +73,7 @@ func openBroker(ctx context.Context, cfg config.Config, owner string) (*openedBr
 			_ = rdb.Close()
 			return nil, fmt.Errorf("connecting to Redis (brokers.%s.uri): %w", cfg.Outbox.Broker, err)
 		}
-		rb, err := redisstream.New(rdb, redisstream.Options{Options: opts, Consumer: owner, Prefix: b.KeyPrefix})
+		rb, err := redisstream.New(rdb, redisstream.Options{Options: opts, Consumer: owner, Prefix: b.KeyPrefix, Epoch: true})
 		if err != nil {
 			_ = rdb.Close()
 			return nil, err

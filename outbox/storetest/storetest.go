@@ -67,6 +67,7 @@ func Run(t *testing.T, newHarness func(t *testing.T, now func() time.Time) Harne
 		"OrderingKeyParts":                        testOrderingKeyParts,
 		"CrashBeforeMarkIsRedelivered":            testCrashBeforeMark,
 		"BatchMarksNeedTheLock":                   testBatchMarksNeedTheLock,
+		"RepublishAfterTheBrokerLostItsData":      testRepublish,
 	}, func(t *testing.T, fn func(*testing.T, Harness, *clock)) {
 		c := suite.NewClock()
 		fn(t, newHarness(t, c.Now), c)
@@ -1071,4 +1072,56 @@ func testCrashBeforeMark(t *testing.T, h Harness, c *clock) {
 	require.ErrorIs(t, h.Store.MarkPublished(ctx, first[0].ID, "relay-a"), outbox.ErrNotOwner, "the crashed relay's late mark")
 	require.NoError(t, h.Store.MarkPublishedBatch(ctx, "relay-b", []int64{again[0].ID, again[1].ID}))
 	require.Empty(t, claim(t, h, "relay-b", 10, time.Minute))
+}
+
+// testRepublish pins Republisher: a broker's first epoch requeues nothing;
+// later, every row of the broker published at or after since is pending
+// again with no retries used (other brokers' rows, older rows, abandoned
+// and pending ones untouched), and claims hand them out in commit order;
+// a stillLost that says the broker was marked meanwhile changes nothing.
+func testRepublish(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	rp, ok := h.Store.(outbox.Republisher)
+	require.True(t, ok, "every store can republish")
+	lost := func(context.Context) (bool, error) { return true, nil }
+	n, first, err := rp.Republish(ctx, "default", "e1", start, lost)
+	require.NoError(t, err)
+	require.True(t, first)
+	require.Zero(t, n)
+
+	add(t, h, keyed("old", "order-1", "A", 0))
+	publish := func(owner string) {
+		t.Helper()
+		rows := claim(t, h, owner, 10, time.Minute)
+		var ids []int64
+		for _, r := range rows {
+			ids = append(ids, r.ID)
+		}
+		require.NoError(t, h.Store.MarkPublishedBatch(ctx, owner, ids))
+	}
+	publish("relay")
+	c.Advance(time.Hour)
+	since := c.Now()
+	other := keyed("other", "order-2", "A", 0)
+	other.TargetBroker = "elsewhere"
+	add(t, h, keyed("a1", "order-3", "A", 0), keyed("a2", "order-4", "A", 0), other)
+	publish("relay")
+	require.Len(t, claimFor(t, h, "elsewhere", "relay", 10, time.Minute), 1)
+	add(t, h, keyed("a3", "order-5", "A", 0))
+
+	n, first, err = rp.Republish(ctx, "default", "e2", since, func(context.Context) (bool, error) { return false, nil })
+	require.NoError(t, err)
+	require.False(t, first)
+	require.Zero(t, n, "marked meanwhile: nothing to do")
+
+	n, first, err = rp.Republish(ctx, "default", "e3", since, lost)
+	require.NoError(t, err)
+	require.False(t, first)
+	require.Equal(t, 2, n, "a1 and a2; not the older row, nor another broker's")
+	got := claim(t, h, "relay", 10, time.Minute)
+	require.Equal(t, []string{"a1", "a2", "a3"}, messages(got), "republished ahead of the later row, in commit order")
+	for _, r := range got {
+		require.Zero(t, r.RetryCount)
+		require.Nil(t, r.PublishedAt)
+	}
 }
