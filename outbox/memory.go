@@ -215,6 +215,14 @@ func (m *Memory) Retry(ctx context.Context, id int64) error {
 		if r.Status != StatusFailed && r.Status != StatusAbandoned && r.Status != StatusHalted {
 			return fmt.Errorf("outbox row %d: retry a %s row: %w", id, r.Status, ErrStatus)
 		}
+		if r.Status == StatusAbandoned && r.PartitionKey != nil {
+			k := orderingKeyOf(r)
+			for _, later := range m.rows {
+				if later.ID > r.ID && later.Status == StatusPublished && orderingKeyOf(later) == k {
+					return fmt.Errorf("outbox row %d: row %d of key %s was published after it: %w", id, later.ID, k.key, ErrPassed)
+				}
+			}
+		}
 		r.Status = StatusPending
 		r.RetryCount = 0
 		r.NextRetryAt, r.LockedUntil, r.LockedBy = nil, nil, ""

@@ -176,7 +176,9 @@ type Store interface {
 	Abandon(ctx context.Context, id int64, reason string) error
 	// Retry requeues a failed, halted or abandoned row as pending with no
 	// retries used, keeping its last error for the record (the operator
-	// command).
+	// command). An abandoned row with a partition key is refused with
+	// ErrPassed once a later row of its key was published: retried, it
+	// would reach the key's consumers after messages they have handled.
 	Retry(ctx context.Context, id int64) error
 	// Cleanup deletes published rows published before publishedBefore and
 	// abandoned rows created before abandonedBefore, and returns how many
@@ -199,6 +201,10 @@ var (
 	ErrNotFound = errors.New("outbox row not found")
 	// ErrStatus means the row's status does not allow the operation.
 	ErrStatus = errors.New("outbox row status does not allow this")
+	// ErrPassed means Retry of an abandoned row with a partition key whose
+	// key has gone on past it: a later row of the key was published, so
+	// its consumers are beyond it and would take it as already handled.
+	ErrPassed = errors.New("later rows of the key were published past this row")
 	// ErrInvalid is wrapped by errors about malformed input.
 	ErrInvalid = errors.New("invalid outbox input")
 	// ErrTxDone means a transaction was used after Commit or Rollback. It

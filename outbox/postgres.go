@@ -512,6 +512,17 @@ func (p *Postgres) Abandon(ctx context.Context, id int64, reason string) error {
 
 // Retry implements Store.
 func (p *Postgres) Retry(ctx context.Context, id int64) error {
+	var passed int64
+	err := p.pool.QueryRow(ctx, `SELECT coalesce((SELECT l.id FROM outbox o JOIN outbox l ON l.target_broker = o.target_broker
+		AND l.category = o.category AND l.ordering_key = o.ordering_key AND l.priority = o.priority AND l.id > o.id
+		WHERE o.id = $1 AND o.status = 'abandoned' AND o.partition_key IS NOT NULL AND l.status = 'published'
+		ORDER BY l.id LIMIT 1), 0)`, id).Scan(&passed)
+	if err != nil {
+		return fmt.Errorf("outbox row %d: %w", id, err)
+	}
+	if passed > 0 {
+		return fmt.Errorf("outbox row %d: row %d of its key was published after it: %w", id, passed, ErrPassed)
+	}
 	return p.transition(ctx, id, "retry", `UPDATE outbox SET status = 'pending', retry_count = 0,
 		next_retry_at = NULL, locked_until = NULL, locked_by = NULL
 		WHERE id = $1 AND (status IN ('abandoned', 'halted') OR status = 'failed' AND locked_by IS NULL)`)

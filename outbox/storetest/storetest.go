@@ -998,6 +998,9 @@ func testFailingRowHoldsBackItsKey(t *testing.T, h Harness, c *clock) {
 			require.NoError(t, h.Store.Abandon(ctx, ids[h1], "skipped"))
 			require.Equal(t, []string{h2}, claimed("relay"), "the key goes on without the skipped row")
 			require.NoError(t, h.Store.MarkPublished(ctx, ids[h2], "relay"))
+			err := h.Store.Retry(ctx, ids[h1])
+			require.ErrorIs(t, err, outbox.ErrPassed, "its key went on past it: a retry would reach consumers beyond it")
+			require.Equal(t, outbox.StatusAbandoned, get(t, h, ids[h1]).Status)
 		}
 	}
 }
