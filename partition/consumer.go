@@ -96,7 +96,10 @@ type ConsumerOptions struct {
 
 	Metrics *Metrics
 	Logger  *slog.Logger
-	Now     func() time.Time
+	// Now and After are the clock (time.Now and time.After when nil): the
+	// pauses between passes, polls and retries all wait on After.
+	Now   func() time.Time
+	After func(time.Duration) <-chan time.Time
 }
 
 // Consumer is the partitioned consumer of one host instance: it discovers
@@ -166,6 +169,9 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.After == nil {
+		opts.After = time.After
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
@@ -283,7 +289,7 @@ func (c *Consumer) discover() {
 		case <-c.soft.Done():
 			c.shutdownWorkers()
 			return
-		case <-time.After(wait):
+		case <-c.opts.After(wait):
 		}
 	}
 }
@@ -550,7 +556,7 @@ func (c *Consumer) run(w *worker) {
 		select {
 		case <-w.ctx.Done():
 			return
-		case <-time.After(c.opts.Poll):
+		case <-c.opts.After(c.opts.Poll):
 		}
 	}
 }
@@ -788,11 +794,9 @@ func (c *Consumer) drain(w *worker, st *state, stream string) (int, error) {
 			"entry", ids[done], "message_id", failed.ID, "attempt", failures, "max_retries", c.opts.Retry.MaxRetries, "error", herr)
 		pause = c.opts.Retry.Pause(failures)
 	}
-	t := time.NewTimer(pause)
-	defer t.Stop()
 	select {
 	case <-w.ctx.Done():
-	case <-t.C:
+	case <-c.opts.After(pause):
 	}
 	return done + 1, nil // progress for the idle clock: not idle while retrying
 }

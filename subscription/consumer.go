@@ -108,8 +108,11 @@ type Options struct {
 	// Infra counts infrastructure failures (nil: uncounted).
 	Infra  *delivery.Metrics
 	Logger *slog.Logger
-	// Now is the clock of the gap timeout; nil means time.Now.
-	Now func() time.Time
+	// Now is the clock of the gap timeout; nil means time.Now. After is
+	// what every pause (polls, retries, heartbeats) waits on; nil means
+	// time.After.
+	Now   func() time.Time
+	After func(time.Duration) <-chan time.Time
 }
 
 // Consumer runs the event-store subscriptions this host holds the lease
@@ -165,6 +168,9 @@ func NewConsumer(opts Options) (*Consumer, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.After == nil {
+		opts.After = time.After
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -264,7 +270,7 @@ func (c *Consumer) supervise() {
 				<-w.done
 			}
 			return
-		case <-time.After(c.opts.Heartbeat):
+		case <-c.opts.After(c.opts.Heartbeat):
 		}
 	}
 }

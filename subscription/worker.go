@@ -139,7 +139,7 @@ func (w *worker) run(soft context.Context) {
 			select {
 			case <-soft.Done():
 			case <-wake:
-			case <-time.After(wait):
+			case <-c.opts.After(wait):
 			}
 			continue
 		}
@@ -431,12 +431,10 @@ func (w *worker) lag(ctx context.Context) {
 
 // sleep waits d unless soft ends first; it reports whether to go on.
 func (w *worker) sleep(soft context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
 	case <-soft.Done():
 		return false
-	case <-t.C:
+	case <-w.c.opts.After(d):
 		return true
 	}
 }
