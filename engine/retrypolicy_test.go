@@ -184,7 +184,7 @@ func runSubscriptionRetries(t *testing.T, pol delivery.Policy, p *pauses) (int, 
 	uow := unitofwork.New(mem, unitofwork.Options{Broker: "default"})
 	c, err := esub.NewConsumer(esub.Options{
 		Events: mem.Events, Positions: mem.Positions, Leases: &esub.MemoryLeases{}, Failures: failures, Handler: e.Partitions(),
-		Skip: func(ctx context.Context, f position.Fence) error { _, err := uow.CommitFenced(ctx, f); return err },
+		Skip:          func(ctx context.Context, f position.Fence) error { _, err := uow.CommitFenced(ctx, f); return err },
 		Subscriptions: func() []esub.Subscription { return []esub.Subscription{{Group: "behave", Category: "ops"}} },
 		Key:           func(string, json.RawMessage) string { return "" },
 		Classify:      Classify, Owner: "policy", Poll: 5 * time.Millisecond, Retry: pol, After: p.after,
