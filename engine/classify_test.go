@@ -3,12 +3,17 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/testwait"
 )
 
 // downEvents is an event store whose reads fail as a database that is
@@ -76,4 +81,48 @@ func TestPartitionRunThatTrapsChargesOnlyTheGuilty(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, done)
 	require.Equal(t, []string{"1", "3"}, seen(t, mem))
+}
+
+// flakyEvents fails its first n stream reads as a database that is down.
+type flakyEvents struct {
+	eventstore.Store
+	mu sync.Mutex
+	n  int
+}
+
+func (f *flakyEvents) ReadStream(ctx context.Context, stream string, from int64, limit int) ([]eventstore.Event, error) {
+	f.mu.Lock()
+	down := f.n > 0
+	f.n--
+	f.mu.Unlock()
+	if down {
+		return nil, errDown
+	}
+	return f.Store.ReadStream(ctx, stream, from, limit)
+}
+
+// A broker consumer group retries an infrastructure failure in place,
+// without a nack: with no retries allowed, a message whose handler's store
+// read fails three times on the database is still handled once the
+// database answers, and nothing is dead-lettered. (A nack counted it:
+// dead-lettered at its first failure.)
+func TestBrokerConsumerRetriesInfrastructureUncharged(t *testing.T) {
+	e, mem := partitionEngine(t)
+	e.opts.Events = &flakyEvents{Store: mem.Events, n: 3}
+	e.opts.DeliveryBatch = 1
+	src, err := broker.NewInline(broker.Options{MaxRetries: 0, BackoffMultiplier: 1, MessageTimeout: time.Minute, EnableDLQ: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = src.Close() })
+	m := opBatch(1, "read").Messages[0]
+	m.Stream, m.Category = "ops", "ops"
+	require.NoError(t, src.Publish(context.Background(), m))
+	require.NoError(t, e.Start(context.Background(), src))
+	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
+	testwait.For(t, "the message handled", func() (bool, string) {
+		got := seen(t, mem)
+		return len(got) == 1, fmt.Sprint(got)
+	})
+	dl, err := src.DLQ(context.Background(), "ops", "behave")
+	require.NoError(t, err)
+	require.Empty(t, dl)
 }
