@@ -121,8 +121,9 @@ type Consumer struct {
 	cancelWork context.CancelFunc
 	wg         sync.WaitGroup
 	warned     map[string]bool
-	// outage reports infrastructure failures once per outage.
-	outage *delivery.Outage
+	// outage reports the handler's infrastructure failures once per
+	// outage, leaseOutage those of discovery, leases and workers.
+	outage, leaseOutage *delivery.Outage
 }
 
 type unitID struct{ group, unit string }
@@ -180,7 +181,8 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 		opts.Classify = delivery.Classify
 	}
 	return &Consumer{opts: opts, log: opts.Logger, owned: map[unitID]*worker{}, warned: map[string]bool{},
-		outage: opts.Infra.Outage("partition consumer", opts.Logger, opts.Now)}, nil
+		outage:      opts.Infra.Outage("partition workers", opts.Logger, opts.Now),
+		leaseOutage: opts.Infra.Outage("partition leases", opts.Logger, opts.Now)}, nil
 }
 
 // DefaultBatchSize is the most messages handed to a handler in one call.
@@ -281,9 +283,10 @@ func (c *Consumer) discover() {
 		if err != nil {
 			failures++
 			wait = min(c.opts.Heartbeat<<min(failures-1, 5), 30*time.Second)
-			c.log.Warn("partition discovery failed", "error", err, "failures", failures)
+			c.leaseOutage.Fail(fmt.Errorf("discovery: %w", err), "failures", failures)
 		} else {
 			failures = 0
+			c.leaseOutage.OK()
 		}
 		select {
 		case <-c.soft.Done():
@@ -328,7 +331,7 @@ func (c *Consumer) pass() error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			c.log.Warn("partition lease renew failed", "group", w.lease.Group, "partition", w.lease.Unit, "error", err)
+			c.leaseOutage.Fail(fmt.Errorf("lease renew: %w", err), "group", w.lease.Group, "partition", w.lease.Unit)
 		}
 	}
 	var errs []error
@@ -575,7 +578,10 @@ func (c *Consumer) fail(w *worker, err error) {
 	w.mu.Lock()
 	w.lost = true // do not release: let the TTL pace the retry
 	w.mu.Unlock()
-	c.log.Error("partition worker failed", "group", w.lease.Group, "partition", w.lease.Unit, "error", err)
+	// A worker fails on its servers (Redis or PostgreSQL unreachable):
+	// one line per outage, not one per partition.
+	c.leaseOutage.Fail(fmt.Errorf("partition worker failed; its lease lapses and it is taken again: %w", err),
+		"group", w.lease.Group, "partition", w.lease.Unit)
 }
 
 // state is a worker's view of its unit after the claim.
