@@ -110,14 +110,7 @@ func TestBrokerConsumerRetriesInfrastructureUncharged(t *testing.T) {
 	e, mem := partitionEngine(t)
 	e.opts.Events = &flakyEvents{Store: mem.Events, n: 3}
 	e.opts.DeliveryBatch = 1
-	src, err := broker.NewInline(broker.Options{MaxRetries: 0, BackoffMultiplier: 1, MessageTimeout: time.Minute, EnableDLQ: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = src.Close() })
-	m := opBatch(1, "read").Messages[0]
-	m.Stream, m.Category = "ops", "ops"
-	require.NoError(t, src.Publish(context.Background(), m))
-	require.NoError(t, e.Start(context.Background(), src))
-	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
+	src := startInline(t, e, broker.Options{MaxRetries: 0, BackoffMultiplier: 1, MessageTimeout: time.Minute, EnableDLQ: true}, "read")
 	testwait.For(t, "the message handled", func() (bool, string) {
 		got := seen(t, mem)
 		return len(got) == 1, fmt.Sprint(got)
@@ -125,4 +118,20 @@ func TestBrokerConsumerRetriesInfrastructureUncharged(t *testing.T) {
 	dl, err := src.DLQ(context.Background(), "ops", "behave")
 	require.NoError(t, err)
 	require.Empty(t, dl)
+}
+
+// startInline starts e's consumers on a new inline broker with opts,
+// holding one Op message of stream "ops" per op.
+func startInline(t *testing.T, e *Engine, opts broker.Options, ops ...string) *broker.Inline {
+	t.Helper()
+	src, err := broker.NewInline(opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = src.Close() })
+	for _, m := range opBatch(1, ops...).Messages {
+		m.Stream, m.Category = "ops", "ops"
+		require.NoError(t, src.Publish(context.Background(), m))
+	}
+	require.NoError(t, e.Start(context.Background(), src))
+	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
+	return src
 }

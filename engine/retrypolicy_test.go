@@ -114,15 +114,8 @@ func runInlineRetries(t *testing.T, pol delivery.Policy, p *pauses) (int, string
 	e.opts.DeliveryBatch = 1
 	attempts := attemptsOf(e)
 	p.virtual, p.now = true, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	src, err := broker.NewInline(broker.Options{MaxRetries: pol.MaxRetries, RetryDelay: pol.Delay, BackoffMultiplier: 2,
-		MaxRetryDelay: pol.MaxDelay, MessageTimeout: time.Minute, EnableDLQ: true, Now: p.clock, After: p.after})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = src.Close() })
-	m := opBatch(1, "transient").Messages[0]
-	m.Stream, m.Category = "ops", "ops"
-	require.NoError(t, src.Publish(context.Background(), m))
-	require.NoError(t, e.Start(context.Background(), src))
-	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
+	src := startInline(t, e, broker.Options{MaxRetries: pol.MaxRetries, RetryDelay: pol.Delay, BackoffMultiplier: 2,
+		MaxRetryDelay: pol.MaxDelay, MessageTimeout: time.Minute, EnableDLQ: true, Now: p.clock, After: p.after}, "transient")
 	var dead string
 	testwait.For(t, "the message dead-lettered", func() (bool, string) {
 		dl, err := src.DLQ(context.Background(), "ops", "behave")
