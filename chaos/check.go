@@ -30,7 +30,9 @@ type Outcome struct {
 	DupProjection  int // extra occurrences of an order in order_ids
 	Reordered      int // orders that appear after an order accepted later
 	Phantom        int // orders answered 4xx whose event was stored or projected
-	Halted         int // halt records in Redis
+	Halted         int // partitions halted at any time: halt records at the end, or seen after a step
+	HaltedAtEnd    int // halt records in Redis at the end
+	haltKeys       []string
 	Abandoned      int // outbox rows with status abandoned
 	Outbox         map[string]int
 
@@ -205,7 +207,7 @@ func (r *runner) check(ctx context.Context, clients []clientSnapshot) (Outcome, 
 		}
 		if len(missing) > 0 {
 			o.LostProjection += len(missing)
-			detail("lost (projection): client_orders/%s misses %d of its %d accepted orders, from %s (accepted #%d) on; it holds %d",
+			detail("lost (projection): client_orders/%s misses %d of its %d accepted orders (the first: %s, accepted #%d); it holds %d",
 				c.ID, len(missing), len(c.Accepted), missing[0], accepted[missing[0]]+1, len(p.OrderIDs))
 		}
 		for id, answer := range c.Rejected {
@@ -225,7 +227,7 @@ func (r *runner) check(ctx context.Context, clients []clientSnapshot) (Outcome, 
 	if err != nil {
 		return o, err
 	}
-	o.Halted = len(halts)
+	o.HaltedAtEnd, o.Halted, o.haltKeys = len(halts), len(halts), halts
 	for _, k := range halts {
 		detail("halt record: %s", k)
 	}

@@ -68,9 +68,13 @@ func (r *Report) Print(w io.Writer) {
 	row("duplicated (projection)", o.DupProjection)
 	row("reordered (projection)", o.Reordered)
 	row("phantom (4xx but stored)", o.Phantom)
-	row("halted partitions", o.Halted)
+	row("halted partitions (any time)", o.Halted)
+	row("  still halted at the end", o.HaltedAtEnd)
 	row("abandoned outbox rows", o.Abandoned)
 	row("host exits not caused by the harness", o.Crashes)
+	if o.Crashes > 0 {
+		row("  (a host that cannot reach a server at start exits; counted here)", "")
+	}
 	if o.Complete {
 		row("last fault -> projections complete", o.CompleteAfter.Round(100*time.Millisecond))
 	} else {

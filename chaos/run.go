@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -109,6 +110,8 @@ type runner struct {
 	variant, variantVersion, baseVersion string
 	reloads                              int
 
+	halts map[string]int // halt records seen after a step -> that step
+
 	outMu sync.Mutex
 	rr    int
 }
@@ -180,6 +183,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		res := r.step(ctx, i, st)
 		rep.Steps = append(rep.Steps, res)
 		lastFault = time.Now()
+		r.sampleHalts(ctx, i+1)
 		if res.Err != nil {
 			rep.Errors = append(rep.Errors, fmt.Sprintf("step %d: %v", i+1, res.Err))
 			break
@@ -206,6 +210,13 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		rep.Print(o.Out)
 		return rep, nil
 	}
+	out.Halted = len(out.haltKeys)
+	for k, step := range r.halts {
+		if !slices.Contains(out.haltKeys, k) {
+			out.Halted++
+			out.Details = append(out.Details, fmt.Sprintf("halt record seen after step %d, gone at the end (Redis lost it): %s", step, k))
+		}
+	}
 	out.Complete = ok
 	out.CompleteAfter = at.Sub(lastFault)
 	rep.Outcome = out
@@ -216,6 +227,23 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		fmt.Fprintln(o.Out, r.cli(ctx, "outbox", "status"))
 	}
 	return rep, nil
+}
+
+// sampleHalts records the halt records present now: a later Redis
+// restarted empty would erase them, and the end's check miss them.
+func (r *runner) sampleHalts(ctx context.Context, step int) {
+	keys, err := r.haltKeys(ctx)
+	if err != nil {
+		return
+	}
+	if r.halts == nil {
+		r.halts = map[string]int{}
+	}
+	for _, k := range keys {
+		if _, ok := r.halts[k]; !ok {
+			r.halts[k] = step
+		}
+	}
 }
 
 func (r *runner) step(ctx context.Context, i int, st Step) StepResult {
