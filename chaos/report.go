@@ -64,6 +64,7 @@ func (r *Report) Print(w io.Writer) {
 	row("unresolved (never 2xx/4xx)", o.Unresolved)
 	row("lost (event store)", o.LostStore)
 	row("lost (projection)", o.LostProjection)
+	row("held by a halt (projection)", o.HeldByHalt)
 	row("duplicated (event store)", o.DupStore)
 	row("duplicated (projection)", o.DupProjection)
 	row("reordered (projection)", o.Reordered)
