@@ -98,6 +98,22 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 50000x executions)
 bench: ## Run the benchmarks, each beside its baseline, against real PostgreSQL and Redis it starts
 	scripts/test-services.sh $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 
+# make chaos: the fault-injection harness (chaos/, cmd/chaos) on the real
+# binary. SEED fixes the schedule (empty: one is drawn and printed); FAULTS
+# is the number of fault steps (empty: every kind alone once, then 3 mixed
+# steps); KINDS restricts the kinds (comma-separated); CHAOS_FLAGS passes
+# more flags (build/chaos -h lists them).
+SEED ?=
+FAULTS ?=
+KINDS ?=
+CHAOS_FLAGS ?=
+
+.PHONY: chaos
+chaos: build plugins ## Fault injection: 3 hosts on a private PostgreSQL and Redis, load, faults from SEED (FAULTS steps, KINDS), then the checks; exit 1 on a violation
+	$(GO) build -o build/chaos ./cmd/chaos
+	./build/chaos -bin build/protean-host -plugins $(PLUGINS_DIR) \
+		$(if $(SEED),-seed $(SEED)) $(if $(FAULTS),-faults $(FAULTS)) $(if $(KINDS),-kinds $(KINDS)) $(CHAOS_FLAGS)
+
 .PHONY: clean
 clean: ## Remove build outputs
 	rm -rf build
