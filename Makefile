@@ -64,14 +64,25 @@ validate: plugins build ## Validate the example plugins against the config
 export PROTEAN_TEST_WASM_CACHE ?= $(CURDIR)/build/test-wasm-cache
 
 # Every stage runs even when an earlier one failed, so one run reports every
-# failure; the target fails if any stage did.
+# failure; the target fails if any stage did, and says which. The plain and
+# the race pass share one start of the test services: the plain pass's
+# status goes to a file, the race pass runs whatever it was, and the
+# services script exits with the race pass's status. (If the services do
+# not start, neither pass ran and both are reported.)
 test: ## Lint, model-check, every test, then again under the race detector (real PostgreSQL and Redis it starts), then each fuzz target briefly
 	@failed=""; \
-	$(MAKE) --no-print-directory lint || failed="$$failed lint"; \
-	$(MAKE) --no-print-directory verify || failed="$$failed verify"; \
-	scripts/test-services.sh sh -c "$(GO) test -count=1 -timeout 20m ./... && $(GO) test -race -count=1 -timeout 30m ./..." || failed="$$failed tests"; \
-	$(MAKE) --no-print-directory fuzz FUZZTIME=$(if $(CI),20000x,$(FUZZTIME)) || failed="$$failed fuzz"; \
-	if [ -n "$$failed" ]; then echo "make test: failed:$$failed"; exit 1; fi; \
+	$(MAKE) --no-print-directory lint || failed="$$failed, lint"; \
+	$(MAKE) --no-print-directory verify || failed="$$failed, verify"; \
+	plain=$$(mktemp); \
+	scripts/test-services.sh sh -c 'go=$$1 plain=$$2; \
+		$$go test -count=1 -timeout 20m ./...; echo $$? >"$$plain"; \
+		$$go test -race -count=1 -timeout 30m ./...' sh "$(GO)" "$$plain"; \
+	race=$$?; \
+	[ "$$(cat "$$plain")" = 0 ] || failed="$$failed, tests"; \
+	[ "$$race" = 0 ] || failed="$$failed, race tests"; \
+	rm -f "$$plain"; \
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(if $(CI),20000x,$(FUZZTIME)) || failed="$$failed, fuzz"; \
+	if [ -n "$$failed" ]; then echo "make test: failed: $${failed#, }"; exit 1; fi; \
 	echo "make test: lint, verify, tests, race tests and fuzz all passed"
 
 .PHONY: lint

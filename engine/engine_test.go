@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,13 +65,26 @@ func (s *signalingRecords) Load(ctx context.Context, k record.Key) (record.Recor
 	return s.Store.Load(ctx, k)
 }
 
+// generous gives lim's unset guest deadlines (a call, the manifest read at
+// load, a compile) the suite's wait limit instead of the production
+// defaults (5 s, 2 s, 10 s per MiB): under -race on a busy 2-core machine
+// creating an instance or compiling a Go guest can take longer than those,
+// and, in these tests, a call also spans a load a test holds open. A test
+// of a deadline sets its own.
+func generous(lim host.Limits) host.Limits {
+	lim.Timeout = cmp.Or(lim.Timeout, testwait.Limit())
+	lim.ManifestTimeout = cmp.Or(lim.ManifestTimeout, testwait.Limit())
+	lim.CompileTimeout = cmp.Or(lim.CompileTimeout, testwait.Limit())
+	return lim
+}
+
 func newEngine(t *testing.T, limits ...host.Limits) (*Engine, *signalingRecords) {
 	t.Helper()
 	var lim host.Limits
 	if len(limits) > 0 {
 		lim = limits[0]
 	}
-	l, err := host.NewLoader(host.LoaderOptions{Limits: lim, CacheDir: wasmbuild.CacheDir(t)})
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(lim), CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/behave"))
@@ -252,7 +266,7 @@ func TestSwapRetiresTheOldSetAfterItsCalls(t *testing.T) {
 	require.Equal(t, "a", testwait.Recv(t, "the command in its handler", recs.loaded), "the command runs on the old set")
 
 	// A reload swaps in a new set while the command is in its handler.
-	l, err := host.NewLoader(host.LoaderOptions{CacheDir: wasmbuild.CacheDir(t)})
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{}), CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/behave"))

@@ -24,7 +24,7 @@ import (
 // *FailedError naming the event. Set to retry, it is waited for; resolved
 // or skipped, it counts as handled.
 func TestWaitHandledFailedEvent(t *testing.T) {
-	l, err := host.NewLoader(host.LoaderOptions{CacheDir: wasmbuild.CacheDir(t)})
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{}), CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	set, errs := host.LoadSet(context.Background(), l, wasmbuild.Examples(t), host.Broker{Name: "default", Provider: "inline"})

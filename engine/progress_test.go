@@ -24,7 +24,7 @@ import (
 // decides when the projector gets an event.
 func examplesEngine(t *testing.T, beforeStart ...func(*unitofwork.Memory)) (*Engine, *unitofwork.Memory, *broker.Inline) {
 	t.Helper()
-	l, err := host.NewLoader(host.LoaderOptions{CacheDir: wasmbuild.CacheDir(t)})
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{}), CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
 	set, errs := host.LoadSet(context.Background(), l, wasmbuild.Examples(t), host.Broker{Name: "default", Provider: "inline"})
 	require.Empty(t, errs)

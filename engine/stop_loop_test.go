@@ -21,7 +21,7 @@ import (
 // abandoning anything, and the engine ends.
 func TestStopEndsAPureGuestLoopAtItsDeadline(t *testing.T) {
 	// The module's own deadline is far off: only Stop can end the call.
-	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{Timeout: time.Hour}, Instances: 2, CacheDir: wasmbuild.CacheDir(t)})
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{Timeout: time.Hour}), Instances: 2, CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
 	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/behave"))
 	require.NoError(t, err)

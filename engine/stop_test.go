@@ -51,7 +51,7 @@ func (u *untilRecords) Load(ctx context.Context, k record.Key) (record.Record, e
 // uninterruptible module returns anyway, reporting the abandoned work; the
 // work, once it returns, commits nothing, and the engine then ends.
 func TestStopReturnsAtItsDeadlineWhileUninterruptibleGuestsSpin(t *testing.T) {
-	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{Uninterruptible: true, Timeout: time.Hour},
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{Uninterruptible: true, Timeout: time.Hour}),
 		Instances: 2, CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
 	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/behave"))
@@ -135,7 +135,7 @@ func TestStartAndSwapAfterStop(t *testing.T) {
 	t.Cleanup(func() { _ = src.Close() })
 	require.ErrorIs(t, e.Start(context.Background(), src), ErrStopped)
 
-	l, err := host.NewLoader(host.LoaderOptions{CacheDir: wasmbuild.CacheDir(t)})
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{}), CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/behave"))

@@ -24,7 +24,7 @@ func tenantEngine(t *testing.T, dispatch bool) (*Engine, *unitofwork.Memory) {
 	if dispatch {
 		grants.Dispatch = map[string]map[string][]string{"shop": {"intruder": {"CancelOrder"}}}
 	}
-	l, err := host.NewLoader(host.LoaderOptions{CacheDir: wasmbuild.CacheDir(t),
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{}), CacheDir: wasmbuild.CacheDir(t),
 		Tenancy: host.Tenancy{Of: func(m string) string { return tenants[m] }, Grants: grants}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })

@@ -50,7 +50,7 @@ func ops(ops ...string) []abi.Envelope {
 
 func behave(t *testing.T, lim host.Limits) *host.Module {
 	t.Helper()
-	l, err := host.NewLoader(host.LoaderOptions{Limits: lim, Instances: 2, CacheDir: wasmbuild.CacheDir(t)})
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(lim), Instances: 2, CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
 	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/behave"))
 	require.NoError(t, err)
@@ -198,7 +198,7 @@ func TestUninterruptibleModulesRunToCompletion(t *testing.T) {
 }
 
 func TestTrapsAreClassifiedByType(t *testing.T) {
-	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{Timeout: time.Minute, MemoryMB: 16}, Instances: 1, CacheDir: wasmbuild.CacheDir(t)})
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{Timeout: time.Minute, MemoryMB: 16}), Instances: 1, CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	tm, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/trap"))

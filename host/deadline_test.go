@@ -30,7 +30,7 @@ const stopBound = 3 * time.Second
 func TestDeadlineStopsPureGuestLoops(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	for _, n := range []int{1, 4} {
-		l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{Timeout: timeout}, Instances: n, CacheDir: wasmbuild.CacheDir(t)})
+		l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{Timeout: timeout}), Instances: n, CacheDir: wasmbuild.CacheDir(t)})
 		require.NoError(t, err)
 		m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/behave"))
 		require.NoError(t, err)
@@ -103,7 +103,7 @@ func TestDeadlineStopsStartFunctions(t *testing.T) {
 		{wasmbuild.Build(t, "./host/testdata/plugins/behave", "initLoop=yes"), host.Limits{ManifestTimeout: timeout}},
 	} {
 		path := tc.path
-		l, err := host.NewLoader(host.LoaderOptions{Limits: tc.lim, CacheDir: wasmbuild.CacheDir(t)})
+		l, err := host.NewLoader(host.LoaderOptions{Limits: generous(tc.lim), CacheDir: wasmbuild.CacheDir(t)})
 		require.NoError(t, err)
 		began := time.Now()
 		_, err = l.LoadFile(context.Background(), path)
@@ -119,7 +119,7 @@ func TestDeadlineStopsStartFunctions(t *testing.T) {
 // the example projector on a batch, and the behave module's ops.
 func TestInstrumentedModulesGiveTheOriginalsResults(t *testing.T) {
 	load := func(lim host.Limits, pkg string) *host.Module {
-		l, err := host.NewLoader(host.LoaderOptions{Limits: lim, CacheDir: wasmbuild.CacheDir(t)})
+		l, err := host.NewLoader(host.LoaderOptions{Limits: generous(lim), CacheDir: wasmbuild.CacheDir(t)})
 		require.NoError(t, err)
 		path := ""
 		if strings.HasSuffix(pkg, ".c") {
@@ -180,7 +180,7 @@ func (s *signalSession) ReadStream(context.Context, *abi.ReadStreamRequest) abi.
 // guests to end.)
 func TestSpinningGuestsDoNotBlockTheCollector(t *testing.T) {
 	n := runtime.GOMAXPROCS(0)
-	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{Timeout: time.Hour}, Instances: n, CacheDir: wasmbuild.CacheDir(t)})
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{Timeout: time.Hour}), Instances: n, CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
 	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/behave"))
 	require.NoError(t, err)

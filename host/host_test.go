@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -32,14 +33,26 @@ func TestMain(m *testing.M) {
 
 // sharedLoader returns the package's loader, on the shared compiled-code
 // cache, so each module compiles once per run.
+// generous gives lim's unset deadlines the suite's wait limit instead of
+// the production defaults (a call 5 s, the manifest read at load 2 s, a
+// compile 10 s per MiB). The manifest deadline covers instantiating the
+// module and a call's covers creating an instance (a fresh one after an
+// instance is discarded or recycled, or for each concurrent caller), which
+// under -race on a loaded 2-core machine can take seconds; and a call
+// waits for a free instance within its deadline. A test of a deadline
+// sets that one.
+func generous(lim host.Limits) host.Limits {
+	lim.Timeout = cmp.Or(lim.Timeout, testwait.Limit())
+	lim.ManifestTimeout = cmp.Or(lim.ManifestTimeout, testwait.Limit())
+	lim.CompileTimeout = cmp.Or(lim.CompileTimeout, testwait.Limit())
+	return lim
+}
+
 func sharedLoader(t testing.TB) *host.Loader {
 	t.Helper()
 	if loader == nil {
-		// The manifest deadline covers instantiating the module, which
-		// under -race on a loaded machine can take seconds: give it the
-		// suite's wait limit. The test of the deadline itself has its own
-		// loader.
-		l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{ManifestTimeout: testwait.Limit()}, CacheDir: wasmbuild.CacheDir(t)})
+		// The tests of the deadlines themselves have their own loaders.
+		l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{}), CacheDir: wasmbuild.CacheDir(t)})
 		if err != nil {
 			t.Fatal(err)
 		}

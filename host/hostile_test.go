@@ -186,7 +186,7 @@ func (s *blockingSession) ReadStream(context.Context, *abi.ReadStreamRequest) ab
 func TestWaitForInstanceIsBounded(t *testing.T) {
 	// One instance for this module (the tenant's max_instances), whatever
 	// the loader's default.
-	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{Timeout: 300 * time.Millisecond, ManifestTimeout: testwait.Limit(), Instances: 1},
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{Timeout: 300 * time.Millisecond, Instances: 1}),
 		Instances: 4, CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
@@ -213,7 +213,7 @@ func TestWaitForInstanceIsBounded(t *testing.T) {
 func TestGuestLogsReachTheHostLog(t *testing.T) {
 	var buf testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{LogBurst: 5, LogsPerSecond: 1, ManifestTimeout: testwait.Limit()},
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{LogBurst: 5, LogsPerSecond: 1}),
 		CacheDir: wasmbuild.CacheDir(t), Logger: log})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
@@ -235,7 +235,7 @@ func TestGuestLogsReachTheHostLog(t *testing.T) {
 // on a fresh one (what the first left in memory is gone). Below the mark
 // the instance is reused.
 func TestInstanceOverHighWaterIsRecycled(t *testing.T) {
-	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{RecycleAboveMB: 24, MemoryMB: 64, ManifestTimeout: testwait.Limit(), Instances: 1},
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{RecycleAboveMB: 24, MemoryMB: 64, Instances: 1}),
 		CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
@@ -275,7 +275,7 @@ func TestGuestHasNoFilesNetworkOrEnvironment(t *testing.T) {
 // protean_load and protean_read_stream, get an error answer (or none), the
 // guest keeps running, and the module serves again.
 func TestWildPointersToV1HostFunctions(t *testing.T) {
-	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{ManifestTimeout: testwait.Limit()}, CacheDir: wasmbuild.CacheDir(t)})
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{}), CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/wild"))
@@ -295,7 +295,7 @@ func TestWildPointersToV1HostFunctions(t *testing.T) {
 // output and then exits with code 0 succeeds (Extism reports no error),
 // but its instance is closed, not pooled: the next call runs on a fresh one.
 func TestInstanceThatExitedAfterItsOutputIsNotReused(t *testing.T) {
-	l, err := host.NewLoader(host.LoaderOptions{Limits: host.Limits{ManifestTimeout: testwait.Limit(), Instances: 1},
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{Instances: 1}),
 		CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })

@@ -20,7 +20,7 @@ import (
 // few dozen calls.
 func TestGoGuestKeepsItsInstance(t *testing.T) {
 	var logs testlog.Buffer
-	l, err := host.NewLoader(host.LoaderOptions{CacheDir: wasmbuild.CacheDir(t), Instances: 1,
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{}), CacheDir: wasmbuild.CacheDir(t), Instances: 1,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })

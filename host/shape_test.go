@@ -79,8 +79,9 @@ func TestCompileBombsRefusedBeforeCompiling(t *testing.T) {
 	}
 
 	// Within every limit (nesting cost 8192^2 + 3 x 2896^2 = 92.3M): loads
-	// (and is compiled).
-	l, err := host.NewLoader(host.LoaderOptions{})
+	// (and is compiled, under -race on a busy machine in more than the
+	// default compile_timeout_ms).
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{})})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	before := host.CompilesStarted(l)

@@ -264,13 +264,19 @@ func TestStalledOwnerIsFencedOutOfRedisAndThePositions(t *testing.T) {
 	ha.gate = func(ctx context.Context, _ partition.Batch) { stall(ctx) }
 	hb := newEffects(r.store)
 	r.pub.publish("order", "c-1", 4)
-	a := r.consumer("host-a", ha, 300*time.Millisecond)
+	// The TTL is not what the test waits on (deleting the key plays the
+	// expiry), so it is long enough that host-b, heartbeating at a fifth
+	// of it on a busy machine, keeps the partition: were its lease to
+	// lapse, host-a could take the unit back and hb would miss the last
+	// two messages.
+	const ttl = 2 * time.Second
+	a := r.consumer("host-a", ha, ttl)
 	start(t, a)
 	testwait.Recv(t, "host-a stalls inside its first batch", stalled)
 	// The whole instance freezes (a GC pause, a stopped VM): its lease
 	// lapses. Deleting the key plays the expiry without waiting for it.
 	require.NoError(t, r.rdb.Del(context.Background(), r.prefix+partition.LeaseKey("proj", "order:c-1")).Err())
-	b := r.consumer("host-b", hb, 300*time.Millisecond)
+	b := r.consumer("host-b", hb, ttl)
 	start(t, b)
 	r.waitApplied(hb)
 	release() // a resumes with its old generation

@@ -73,10 +73,14 @@ func testResumes(t *testing.T, h *harness) {
 func testOneOwner(t *testing.T, h *harness) {
 	subs := []subscription.Subscription{{Group: "proj", Category: "order"}}
 	r := newRecorder(h.uow) // both hosts commit through it: a duplicate would show
-	a := h.consumer(t, r, consumerOpts{subs: subs, owner: "host-a", ttl: time.Second})
+	// host-a must keep its lease while host-b starts (a stop releases it,
+	// so the takeover waits on no TTL): a TTL a busy machine's stall
+	// cannot outlast.
+	const ttl = 5 * time.Second
+	a := h.consumer(t, r, consumerOpts{subs: subs, owner: "host-a", ttl: ttl})
 	first := appendEvents(t, h.events, "order", []string{"a"}, 10)
 	r.waitApplied(t, "proj", first)
-	h.consumer(t, r, consumerOpts{subs: subs, owner: "host-b", ttl: time.Second})
+	h.consumer(t, r, consumerOpts{subs: subs, owner: "host-b", ttl: ttl})
 	owner, _, ok, err := h.leases.Holder(t.Context(), "proj", "order")
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -195,7 +199,10 @@ func retrySources(t *testing.T, h *harness) []string {
 
 func testLeaseLapse(t *testing.T, h *harness) {
 	ctx := t.Context()
-	ok, err := h.leases.Acquire(ctx, "g", "order", "a", 300*time.Millisecond)
+	// Long enough that the next two calls come within it on a busy
+	// machine (at 300 ms a stalled test could see b take a live lease);
+	// the lapse after them is waited for.
+	ok, err := h.leases.Acquire(ctx, "g", "order", "a", 2*time.Second)
 	require.NoError(t, err)
 	require.True(t, ok)
 	ok, err = h.leases.Acquire(ctx, "g", "order", "b", time.Minute)

@@ -15,6 +15,7 @@ import (
 	"github.com/proteanhq/protean-host/broker/brokertest"
 	"github.com/proteanhq/protean-host/broker/redisstream"
 	"github.com/proteanhq/protean-host/internal/testserver"
+	"github.com/proteanhq/protean-host/internal/testwait"
 )
 
 func TestMain(m *testing.M) { testserver.Main(m) }
@@ -168,12 +169,7 @@ func TestInstancesShareAGroup(t *testing.T) {
 		done <- d
 	}()
 	require.NoError(t, b.Nack(ctx, "order", "g", "m1"))
-	select {
-	case err := <-errs:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		require.FailNow(t, "wait not woken by another instance's nack")
-	}
+	require.NoError(t, testwait.Recv(t, "the wait woken by another instance's nack", errs))
 	d = <-done
 	require.Equal(t, "m1", d.ID)
 	require.Equal(t, 2, d.Attempt)
@@ -196,12 +192,7 @@ func TestWaitEndsOnCloseAndCancel(t *testing.T) {
 	require.NoError(t, b.Close())
 	var got []error
 	for range 2 {
-		select {
-		case err := <-errs:
-			got = append(got, err)
-		case <-time.After(10 * time.Second):
-			require.FailNow(t, "wait did not end")
-		}
+		got = append(got, testwait.Recv(t, "a wait to end on close or cancel", errs))
 	}
 	require.Condition(t, func() bool {
 		return (errors.Is(got[0], broker.ErrClosed) || errors.Is(got[0], context.Canceled)) &&

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -115,15 +116,24 @@ func TestRedisPartitionsAcrossThreeInstances(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, owned, clients, "every client's partition is owned by some instance")
 	// Each instance reports its partitions; an owner reports each owned
-	// partition's lag, 0 once it has handled everything.
-	for _, h := range hosts {
-		m := get(t, h, "/metrics").raw
-		require.Contains(t, m, "protean_partitions_halted")
-		for _, l := range h.partitions.Owned() {
-			require.Regexp(t, fmt.Sprintf(`protean_partition_lag\{group="%s",partition="%s"\} 0`, l.Group, l.Unit), m)
-			require.Contains(t, m, fmt.Sprintf(`protean_partitions_owned{group="%s"}`, l.Group))
-			require.Contains(t, m, fmt.Sprintf(`protean_partition_lease_acquisitions_total{group="%s"}`, l.Group))
-		}
+	// partition's lag, 0 once it has handled everything. The gauges move
+	// after the work they report (and a partition can change hands in
+	// between): wait for them.
+	for i, h := range hosts {
+		eventually(t, h, fmt.Sprintf("instance %d's partition metrics", i), func() (bool, string) {
+			m := get(t, h, "/metrics").raw
+			if !strings.Contains(m, "protean_partitions_halted") {
+				return false, "no protean_partitions_halted"
+			}
+			for _, l := range h.partitions.Owned() {
+				if !regexp.MustCompile(fmt.Sprintf(`protean_partition_lag\{group="%s",partition="%s"\} 0`, regexp.QuoteMeta(l.Group), regexp.QuoteMeta(l.Unit))).MatchString(m) ||
+					!strings.Contains(m, fmt.Sprintf(`protean_partitions_owned{group="%s"}`, l.Group)) ||
+					!strings.Contains(m, fmt.Sprintf(`protean_partition_lease_acquisitions_total{group="%s"}`, l.Group)) {
+					return false, fmt.Sprintf("owns %s/%s:\n%s", l.Group, l.Unit, metricLines(m, "protean_partition"))
+				}
+			}
+			return true, ""
+		})
 	}
 }
 

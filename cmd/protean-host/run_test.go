@@ -51,6 +51,15 @@ func startHostWith(t *testing.T, configName, dir string, change func(*config.Con
 	require.NoError(t, e.parse(e.flags("run"), []string{"--config", filepath.Join(wasmbuild.Root(), "configs", configName), "--plugins", dir}))
 	e.cfg.HTTP.Listen = "127.0.0.1:0"
 	e.cfg.Plugins.CacheDir = wasmbuild.CacheDir(t) // shared: compile once
+	// The shipped configs' guest deadlines (a call 5 s, the manifest read
+	// at load 2 s, a compile 10 s per MiB) are for a production host;
+	// under -race on a busy 2-core machine creating an instance or
+	// compiling a Go guest can take longer. No test here is about them
+	// (sandbox_test runs its own config in a child process).
+	wait := int(testwait.Limit().Milliseconds())
+	e.cfg.Plugins.Limits.TimeoutMS = wait
+	e.cfg.Plugins.Limits.ManifestTimeoutMS = wait
+	e.cfg.Plugins.Limits.CompileTimeoutMS = wait
 	if change != nil {
 		change(&e.cfg)
 	}
@@ -169,11 +178,18 @@ func quickstart(t *testing.T, dir string) {
 	require.Equal(t, 200, p.code)
 	require.Equal(t, "client_id", p.body["partition_keys"].(map[string]any)["order"])
 	require.Equal(t, 200, get(t, h, "/healthz").code)
-	m := get(t, h, "/metrics")
-	require.Equal(t, 200, m.code)
-	require.Contains(t, m.raw, `protean_http_requests_total{code="200",route="POST /v1/commands/{type}"} 2`)
-	require.Contains(t, m.raw, `protean_handler_calls_total{handler="orders",module="orders",outcome="ok"} 2`)
-	require.Contains(t, m.raw, `protean_outbox_rows{status="published"} 2`)
+	// The counters and the outbox gauge move after the answer is sent and
+	// the event projected (the relay marks a row published after the
+	// broker took it): wait for them.
+	eventually(t, h, "the metrics of two commands", func() (bool, string) {
+		m := get(t, h, "/metrics")
+		return m.code == 200 &&
+				strings.Contains(m.raw, `protean_http_requests_total{code="200",route="POST /v1/commands/{type}"} 2`) &&
+				strings.Contains(m.raw, `protean_handler_calls_total{handler="orders",module="orders",outcome="ok"} 2`) &&
+				strings.Contains(m.raw, `protean_outbox_rows{status="published"} 2`),
+			fmt.Sprintf("%d\n%s\n%s\n%s", m.code, metricLines(m.raw, "protean_http_requests_total"),
+				metricLines(m.raw, "protean_handler_calls_total"), metricLines(m.raw, "protean_outbox_rows"))
+	})
 }
 
 func TestEmbeddedRejectsBadInput(t *testing.T) {
