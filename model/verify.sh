@@ -77,7 +77,7 @@ run() {
 			fi
 		fi
 		printf '%-34s %-46s states %10s  %6ss  %s\n' "$name" "${defs:-(defaults)}" "${states:-?}" "${secs:-?}" "$verdict" >result
-		if [ "$expect" != pass ] && [ "${VERBOSE:-}" = 1 ] && [ -f protocol.pml.trail ]; then
+		if [ "$expect" != pass ] && [ "${VERBOSE:-}" = 1 ] && [ -f "$pml.trail" ]; then
 			# shellcheck disable=SC2086
 			spin -t $defs "$pml" 2>&1 | sed -n 's/^ *MSC: /    /p; s/^spin: text of failed assertion: /    violated: /p' >>result
 		fi
