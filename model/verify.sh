@@ -115,7 +115,7 @@ start relay.pml relay-unfenced-epoch-value pass "-DUNFENCED_PUBLISH -DEPOCH_VALU
 start relay.pml variant-d-old-abandon 'e==(pos+1)' "-DOLD_ABANDON"
 start relay.pml variant-d-old-abandon-at-the-ack 'applied[e]>0' "-DOLD_ABANDON -DNO_GAP_CHECK"
 start relay.pml variant-e-no-epoch 'e==(pos+1)' "-DNO_EPOCH"
-start relay.pml variant-f-recovery-keeps-claims 'applied[i]==1' "-DRECOVER_PUBLISHED_ONLY"
+start relay.pml variant-f-recovery-keeps-claims 'e==(pos+1)' "-DRECOVER_PUBLISHED_ONLY"
 start relay.pml variant-g-unfenced-marker-exists 'e==(pos+1)' "-DUNFENCED_PUBLISH"
 wait
 
