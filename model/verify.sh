@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Checks model/protocol.pml with spin: the protocol must verify with no
-# error, and each seeded variant must fail on the invariant it breaks.
+# Checks the models with spin: model/protocol.pml (the partition lease/fence
+# protocol) and model/relay.pml (the outbox relay and the consumer's
+# position check). Each must verify with no error, and each seeded variant
+# must fail on the invariant it breaks.
 # One line per run: name, bounds, states explored, result.
 # VERBOSE=1 prints each variant's shortest counterexample as a message trace.
+# Runs are bounded by CPU time (VERIFY_CPU seconds each, default 900) and
+# memory, never by wall clock: a busy machine makes the check slower, it
+# does not fail it.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-model=$here/protocol.pml
 
 if ! command -v spin >/dev/null 2>&1; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -22,17 +26,18 @@ command -v gcc >/dev/null 2>&1 || { echo "verify: gcc is not installed; run: sud
 work=$(mktemp -d "${TMPDIR:-/tmp}/protean-verify.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-# run NAME EXPECT "SPIN_DEFINES" ["GCC_FLAGS" ["PAN_FLAGS"]]
-# EXPECT is "pass", or the text of the assertion the variant must violate.
+# run MODEL NAME EXPECT "SPIN_DEFINES" ["GCC_FLAGS" ["PAN_FLAGS"]]
+# MODEL is a file in model/; EXPECT is "pass", or the text of the assertion
+# the variant must violate.
 run() {
-	local name=$1 expect=$2 defs=$3 cflags=${4:-} extra=${5:-}
+	local pml=$1 name=$2 expect=$3 defs=$4 cflags=${5:-} extra=${6:-}
 	local dir=$work/$name
 	mkdir -p "$dir"
-	cp "$model" "$dir/protocol.pml"
+	cp "$here/$pml" "$dir/$pml"
 	(
 		cd "$dir"
 		# shellcheck disable=SC2086
-		spin -a $defs protocol.pml >spin.log 2>&1 || { echo "FAIL $name: spin -a: $(tail -1 spin.log)"; exit 1; }
+		spin -a $defs "$pml" >spin.log 2>&1 || { echo "FAIL $name: spin -a: $(tail -1 spin.log)"; exit 1; }
 		case $cflags in *MEMLIM*) ;; *) cflags="$cflags -DMEMLIM=3072" ;; esac
 		# -DREACH: -i's shortest counterexample is exact only with it.
 		[ "$expect" = pass ] || cflags="$cflags -DREACH"
@@ -42,20 +47,22 @@ run() {
 		# variant fails, look for its shortest counterexample.
 		local panflags="-m10000 $extra"
 		[ "$expect" = pass ] || panflags="$panflags -i"
+		# Bounded by CPU seconds (SIGXCPU), not wall clock: on a loaded
+		# machine a run takes longer but explores the same states.
 		# shellcheck disable=SC2086
-		timeout "${VERIFY_TIMEOUT:-120}" ./pan $panflags >pan.log 2>&1 || true
+		( ulimit -t "${VERIFY_CPU:-900}"; exec ./pan $panflags ) >pan.log 2>&1 || true
 		local states errors secs verdict
 		states=$(awk '/states, stored/ {sub(/,$/, "", $1); print $1; exit}' pan.log)
 		errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' pan.log | tail -1)
 		secs=$(sed -n 's/^pan: elapsed time \([0-9.e+]*\).*/\1/p' pan.log | tail -1)
 		if [ -z "$errors" ]; then
-			verdict="FAIL (no result: timeout or crash; $(tail -1 pan.log))"
+			verdict="FAIL (no result: CPU limit of ${VERIFY_CPU:-900} s or crash; $(tail -1 pan.log))"
 		elif grep -q -e 'max search depth too small' -e 'reached -DMEMLIM bound' -e 'out of memory' pan.log; then
 			verdict="FAIL (search incomplete: $(grep -m1 -e 'max search depth' -e MEMLIM -e 'out of memory' pan.log))"
 		elif [ "$expect" = pass ]; then
 			# A statement no path reaches would make the check vacuous
 			# (a guard that can never be true): fail on any but the end of
-			# Clock's endless loop.
+			# a process's endless loop.
 			unreached=$(awk '/^unreached in / {on=1; next} on && /^\t[^(]/ && !/"-end-"/ {sub(/,$/, "", $1); print $1; exit}' pan.log)
 			if [ -n "$unreached" ]; then verdict="FAIL (statement never reached: $unreached)";
 			elif [ "$errors" = 0 ]; then verdict="pass (errors: 0)"; else
@@ -69,10 +76,10 @@ run() {
 				verdict="FAIL (errors: $errors, but not on ($expect): $(grep -m1 -e 'violated' -e 'invalid end state' pan.log || true))"
 			fi
 		fi
-		printf '%-30s %-40s states %10s  %6ss  %s\n' "$name" "${defs:-(protocol)}" "${states:-?}" "${secs:-?}" "$verdict" >result
-		if [ "$expect" != pass ] && [ "${VERBOSE:-}" = 1 ] && [ -f protocol.pml.trail ]; then
+		printf '%-34s %-46s states %10s  %6ss  %s\n' "$name" "${defs:-(defaults)}" "${states:-?}" "${secs:-?}" "$verdict" >result
+		if [ "$expect" != pass ] && [ "${VERBOSE:-}" = 1 ] && [ -f "$pml.trail" ]; then
 			# shellcheck disable=SC2086
-			spin -t $defs protocol.pml 2>&1 | sed -n 's/^ *MSC: /    /p; s/^spin: text of failed assertion: /    violated: /p' >>result
+			spin -t $defs "$pml" 2>&1 | sed -n 's/^ *MSC: /    /p; s/^spin: text of failed assertion: /    violated: /p' >>result
 		fi
 		case $verdict in pass*) touch ok ;; esac
 	)
@@ -85,19 +92,31 @@ names=()
 start() {
 	# Two at a time: the machines have 2 cores.
 	while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n || true; done
-	names+=("$1")
+	names+=("$2")
 	run "$@" &
 }
-start protocol-3owners-2faults pass "-DOWNERS=3 -DMAXFAULTS=2" "-DCOLLAPSE"
+start protocol.pml protocol-3owners-2faults pass "-DOWNERS=3 -DMAXFAULTS=2" "-DCOLLAPSE"
 # VERIFY_DEEP=1: one more bound, beyond the time budget of make verify and
 # beyond exhaustive search in 8 GB (over 135 M states), so bitstate: a pass
 # there is strong evidence, not proof.
-[ "${VERIFY_DEEP:-}" = 1 ] && VERIFY_TIMEOUT=3600 start protocol-3owners-3faults-bitstate pass "-DOWNERS=3 -DMAXFAULTS=3" "-DBITSTATE" "-w33"
-start protocol-2owners-3faults pass "-DOWNERS=2 -DMAXFAULTS=3"
-start protocol-claim-first pass "-DOWNERS=2 -DMAXFAULTS=3 -DCLAIM_FIRST"
-start variant-a-unfenced-reclaim 'applied[i]>0' "-DUNFENCED_RECLAIM"
-start variant-b-no-generation-check 'applied[r[i]]==0' "-DNO_GEN_CHECK"
-start variant-c-no-position-check 'applied[r[i]]==0' "-DNO_POS_CHECK"
+[ "${VERIFY_DEEP:-}" = 1 ] && VERIFY_CPU=7200 start protocol.pml protocol-3owners-3faults-bitstate pass "-DOWNERS=3 -DMAXFAULTS=3" "-DBITSTATE" "-w33"
+start protocol.pml protocol-2owners-3faults pass "-DOWNERS=2 -DMAXFAULTS=3"
+start protocol.pml protocol-claim-first pass "-DOWNERS=2 -DMAXFAULTS=3 -DCLAIM_FIRST"
+start protocol.pml variant-a-unfenced-reclaim 'applied[i]>0' "-DUNFENCED_RECLAIM"
+start protocol.pml variant-b-no-generation-check 'applied[r[i]]==0' "-DNO_GEN_CHECK"
+start protocol.pml variant-c-no-position-check 'applied[r[i]]==0' "-DNO_POS_CHECK"
+# The relay model: 3 rows of one key, 2 relays, 1 crash or stall, 1 own
+# failure (abandon), 1 Redis restart (relay.pml's defaults).
+start relay.pml relay-fenced pass "" "-DCOLLAPSE"
+start relay.pml relay-unfenced-no-restart pass "-DUNFENCED_PUBLISH -DMAXRESTARTS=0" "-DCOLLAPSE"
+start relay.pml relay-unfenced-epoch-value pass "-DUNFENCED_PUBLISH -DEPOCH_VALUE" "-DCOLLAPSE"
+[ "${VERIFY_DEEP:-}" = 1 ] && start relay.pml relay-fenced-writer pass "-DWRITER" "-DCOLLAPSE"
+[ "${VERIFY_DEEP:-}" = 1 ] && start relay.pml relay-unfenced-epoch-writer pass "-DUNFENCED_PUBLISH -DEPOCH_VALUE -DWRITER" "-DCOLLAPSE"
+start relay.pml variant-d-old-abandon 'e==(pos+1)' "-DOLD_ABANDON"
+start relay.pml variant-d-old-abandon-at-the-ack 'applied[e]>0' "-DOLD_ABANDON -DNO_GAP_CHECK"
+start relay.pml variant-e-no-epoch 'e==(pos+1)' "-DNO_EPOCH"
+start relay.pml variant-f-recovery-keeps-claims 'e==(pos+1)' "-DRECOVER_PUBLISHED_ONLY"
+start relay.pml variant-g-unfenced-marker-exists 'e==(pos+1)' "-DUNFENCED_PUBLISH"
 wait
 
 status=0
