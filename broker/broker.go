@@ -244,6 +244,11 @@ type Epocher interface {
 	// Epoch returns the marker, "" if there is none.
 	Epoch(ctx context.Context) (string, error)
 	SetEpoch(ctx context.Context, epoch string) error
+	// PublishIn publishes only while the marker holds epoch (else
+	// ErrEpochLost): a publisher that read the epoch before it claimed
+	// what it publishes never writes it into a broker that lost its data
+	// since, even after the marker was set anew.
+	PublishIn(ctx context.Context, epoch string, msgs ...Message) error
 }
 
 // Options are the delivery settings of a broker. Start from DefaultOptions.

@@ -362,9 +362,16 @@ func (e *Engine) call(ctx context.Context, l *loaded, route host.Route, envs []a
 	if err != nil {
 		var ce *host.CallError
 		kind := abi.ErrorPermanent
-		if errors.As(err, &ce) && (errors.Is(err, host.ErrCanceled) || errors.Is(err, host.ErrNoInstance)) {
+		switch {
+		case errors.As(err, &ce) && (errors.Is(err, host.ErrCanceled) || errors.Is(err, host.ErrNoInstance)):
 			// Not the message's doing: a stop, or every instance busy.
 			kind, err = abi.ErrorTransient, delivery.MarkInfrastructure(err)
+		case sess.storeFailed != nil:
+			// The call failed (ran out of time, say) after a host
+			// function's store call failed on the database: a database
+			// that stalls holds the guest in the host function until its
+			// deadline. The database's failure, not the message's.
+			kind, err = abi.ErrorTransient, delivery.MarkInfrastructure(fmt.Errorf("%w (after a store call failed: %v)", err, sess.storeFailed))
 		}
 		herr := &HandlerError{File: route.Module.File, Handler: route.Handler.Name, Type: envs[0].Type, Kind: kind, Err: err}
 		e.handled(route, envs[:1], []result{{err: herr}})

@@ -408,16 +408,20 @@ func (m *Memory) Republish(ctx context.Context, broker, epoch string, since time
 	}
 	_, marked := m.epochs[broker]
 	m.epochs[broker] = epoch
-	if !marked {
-		return 0, true, nil
-	}
 	since = dbtime.Of(since)
 	n := 0
 	for _, r := range m.rows {
-		if r.TargetBroker == broker && r.Status == StatusPublished && !r.PublishedAt.Before(since) {
+		switch {
+		case r.TargetBroker != broker:
+		case marked && r.Status == StatusPublished && !r.PublishedAt.Before(since):
 			r.Status, r.PublishedAt, r.RetryCount, r.NextRetryAt = StatusPending, nil, 0, nil
 			n++
+		case r.Status == StatusProcessing: // every claim is revoked
+			r.Status, r.LockedBy, r.LockedUntil = StatusPending, "", nil
+			if r.NextRetryAt != nil {
+				r.Status = StatusFailed
+			}
 		}
 	}
-	return n, false, nil
+	return n, !marked, nil
 }

@@ -680,6 +680,14 @@ func (p *Postgres) Republish(ctx context.Context, broker, epoch string, since ti
 		}
 		n = int(tag.RowsAffected())
 	}
+	// Revoke every claim: a relay that published a row into the lost Redis
+	// and has not marked it yet must not mark it now (it is in no stream),
+	// nor publish the rest of its run ahead of the rows made pending here.
+	if _, err := tx.Exec(ctx, `UPDATE outbox SET locked_by = NULL, locked_until = NULL,
+		status = CASE WHEN status = 'processing' THEN 'pending' ELSE status END
+		WHERE target_broker = $1 AND status IN ('pending', 'failed', 'processing') AND locked_by IS NOT NULL`, broker); err != nil {
+		return 0, false, fmt.Errorf("outbox: republish: revoke claims: %w", err)
+	}
 	if _, err := tx.Exec(ctx, `INSERT INTO broker_epochs (broker, epoch, marked_at) VALUES ($1, $2, $3)
 		ON CONFLICT (broker) DO UPDATE SET epoch = excluded.epoch, marked_at = excluded.marked_at`,
 		broker, epoch, p.clock.Now()); err != nil {

@@ -31,7 +31,9 @@ type RelayStore interface {
 // lost its data (broker.ErrEpochLost) may have lost.
 type Republisher interface {
 	// Republish makes every row of broker published at or after since
-	// pending again, in their order, and records epoch as the broker's,
+	// pending again, in their order, revokes every claim of the broker's
+	// rows (their holders can mark nothing more), and records epoch as the
+	// broker's,
 	// unless stillLost, called under the store's lock, reports that the
 	// broker has a marker again (another relay got there first). For a
 	// broker with no epoch recorded yet (its first start) it requeues
@@ -94,6 +96,8 @@ type Relay struct {
 	stop, cancel context.CancelFunc
 	done         chan struct{}
 	running      bool
+	// epoch is the broker's epoch as last read (see currentEpoch).
+	epoch string
 }
 
 // NewRelay returns a Relay over store.
@@ -268,6 +272,13 @@ func (r *Relay) Cleanup(ctx context.Context) (int, error) {
 // are marked in one step. A row is published only while the claim holds
 // it with time to spare (see lapsed). It returns how many rows it claimed.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+	// The epoch is read before the claim: a publish under it is refused
+	// once the broker lost its data, even after another relay marked it
+	// anew (its rows made pending again must go out first).
+	epoch, err := r.currentEpoch(ctx)
+	if err != nil {
+		return 0, delivery.MarkInfrastructure(fmt.Errorf("epoch: %w", err))
+	}
 	rows, err := r.store.Claim(ctx, r.opts.Broker, r.opts.Owner, r.opts.BatchSize, r.opts.LockFor)
 	if err != nil {
 		return 0, delivery.MarkInfrastructure(fmt.Errorf("claim: %w", err))
@@ -291,7 +302,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 			}
 			break
 		}
-		ok, err := r.relay(ctx, row, partitioning)
+		ok, err := r.relay(ctx, row, partitioning, epoch)
 		switch {
 		case ok:
 			published = append(published, row.ID)
@@ -314,6 +325,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		errs = append(errs, delivery.MarkInfrastructure(fmt.Errorf("release: %w", err)))
 	}
 	if down != nil && errors.Is(down, broker.ErrEpochLost) {
+		r.setEpoch("")
 		if err := r.republish(ctx); err != nil {
 			errs = append(errs, delivery.MarkInfrastructure(fmt.Errorf("%w (republishing: %v)", down, err)))
 		}
@@ -342,17 +354,24 @@ func (r *Relay) republish(ctx context.Context) error {
 	if r.opts.PublishedRetention > 0 {
 		since = r.opts.Now().Add(-r.opts.PublishedRetention)
 	}
-	epoch := owner.New()
+	epoch, marked := owner.New(), ""
 	n, first, err := store.Republish(ctx, r.opts.Broker, epoch, since, func(ctx context.Context) (bool, error) {
 		cur, err := ep.Epoch(ctx)
+		marked = cur
 		return cur == "", err
 	})
 	if err != nil {
 		return err
 	}
+	if marked != "" {
+		// Another relay republished and marked the broker first.
+		r.setEpoch(marked)
+		return nil
+	}
 	if err := ep.SetEpoch(ctx, epoch); err != nil {
 		return err
 	}
+	r.setEpoch(epoch)
 	if first {
 		r.opts.Logger.Info("outbox relay: broker marked with its first epoch", "broker", r.opts.Broker, "epoch", epoch)
 	} else {
@@ -360,6 +379,43 @@ func (r *Relay) republish(ctx context.Context) error {
 			"broker", r.opts.Broker, "rows", n, "since", since, "epoch", epoch)
 	}
 	return nil
+}
+
+// currentEpoch is the broker's epoch as this relay last read it, read
+// (and, if the broker has none, made: republish) when it has none; "" for
+// a publisher without epochs.
+func (r *Relay) currentEpoch(ctx context.Context) (string, error) {
+	ep, ok := r.opts.Publisher.(broker.Epocher)
+	if !ok {
+		return "", nil
+	}
+	if e := r.getEpoch(); e != "" {
+		return e, nil
+	}
+	e, err := ep.Epoch(ctx)
+	if err != nil {
+		return "", err
+	}
+	if e == "" {
+		if err := r.republish(ctx); err != nil {
+			return "", err
+		}
+		return r.getEpoch(), nil
+	}
+	r.setEpoch(e)
+	return e, nil
+}
+
+func (r *Relay) getEpoch() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.epoch
+}
+
+func (r *Relay) setEpoch(e string) {
+	r.mu.Lock()
+	r.epoch = e
+	r.mu.Unlock()
 }
 
 // lapsed reports whether row's claim is too close to its end to publish
@@ -380,7 +436,7 @@ func (r *Relay) lapsed(row Row) bool {
 // abandoned (or, if even that failed, stays locked until its lock
 // expires). A failure of the broker is returned marked as infrastructure,
 // and nothing is marked: the caller releases the row.
-func (r *Relay) relay(ctx context.Context, row Row, partitioning bool) (bool, error) {
+func (r *Relay) relay(ctx context.Context, row Row, partitioning bool, epoch string) (bool, error) {
 	// The publish-time backstop: a row that reached here with a key the
 	// rules reject is abandoned at once, never retried: no stream can
 	// take it, so it cannot wedge its key.
@@ -404,7 +460,12 @@ func (r *Relay) relay(ctx context.Context, row Row, partitioning bool) (bool, er
 		// payload is intact) but say its positions are unknown.
 		r.opts.Logger.Warn("outbox row metadata unreadable: positions left zero", "id", row.ID, "message_id", row.MessageID, "error", err)
 	}
-	err := r.opts.Publisher.Publish(ctx, msg)
+	var err error
+	if ep, ok := r.opts.Publisher.(broker.Epocher); ok && epoch != "" {
+		err = ep.PublishIn(ctx, epoch, msg)
+	} else {
+		err = r.opts.Publisher.Publish(ctx, msg)
+	}
 	if err == nil {
 		return true, nil
 	}

@@ -234,4 +234,11 @@ func TestRelayRepublishesWhenRedisLostItsData(t *testing.T) {
 	require.NoError(t, rdb.Del(ctx, prefix+redisstream.EpochKey).Err())
 	require.ErrorIs(t, b.Publish(ctx, broker.Message{ID: "x", Stream: "order"}), broker.ErrEpochLost)
 	require.NoError(t, plain.Publish(ctx, broker.Message{ID: "x", Stream: "order"}), "the check is the option's")
+
+	// A relay that read the epoch before another relay marked the broker
+	// anew publishes nothing under its old epoch (spin's variant g: its
+	// run would go out ahead of the rows made pending again).
+	require.NoError(t, b.SetEpoch(ctx, "new"))
+	require.ErrorIs(t, b.PublishIn(ctx, again, broker.Message{ID: "y", Stream: "order"}), broker.ErrEpochLost)
+	require.NoError(t, b.PublishIn(ctx, "new", broker.Message{ID: "y", Stream: "order"}))
 }

@@ -194,13 +194,24 @@ func Category(msg broker.Message) string {
 // the index never misses a stream that has entries. It returns the entry
 // ids, "" for a dropped duplicate.
 func (b *Broker) Publish(ctx context.Context, msgs ...broker.Message) error {
-	_, err := b.PublishIDs(ctx, msgs...)
+	_, err := b.publish(ctx, "", msgs)
+	return err
+}
+
+// PublishIn is Publish that, with Options.Epoch, publishes only while the
+// epoch marker holds epoch (broker.Epocher).
+func (b *Broker) PublishIn(ctx context.Context, epoch string, msgs ...broker.Message) error {
+	_, err := b.publish(ctx, epoch, msgs)
 	return err
 }
 
 // PublishIDs is Publish that returns the Redis entry ids, "" for each
 // dropped duplicate.
 func (b *Broker) PublishIDs(ctx context.Context, msgs ...broker.Message) ([]string, error) {
+	return b.publish(ctx, "", msgs)
+}
+
+func (b *Broker) publish(ctx context.Context, epoch string, msgs []broker.Message) ([]string, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
@@ -228,6 +239,7 @@ func (b *Broker) PublishIDs(ctx context.Context, msgs ...broker.Message) ([]stri
 	}
 	if b.opts.Epoch {
 		keys = append(keys, b.opts.Prefix+EpochKey)
+		args = append(args, epoch)
 	}
 	res, err := publishScript.Run(ctx, b.rdb, keys, args...).StringSlice()
 	if err != nil {

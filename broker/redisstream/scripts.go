@@ -16,16 +16,24 @@ import "github.com/redis/go-redis/v9"
 // publishScript appends every message of a Publish call. KEYS come in
 // threes per message: stream, id index, partition index (the stream key
 // again when the message has no partition key; it is not touched then);
-// with Options.Epoch, the epoch marker follows them, and a Redis without
-// it (restarted empty, or a replica promoted without it) refuses the whole
+// with Options.Epoch, the epoch marker follows them and the last ARGV is
+// the epoch the caller read before it claimed what it publishes (or ""):
+// a Redis without the marker (restarted empty, or a replica promoted
+// without it), or with another epoch than the caller's, refuses the whole
 // call with NOEPOCH before writing anything. ARGV per message: message id,
 // partition key or "", field count, fields. It returns the entry ids, ""
 // for a message dropped as a duplicate.
 var publishScript = redis.NewScript(`#!lua
 local want = {'stream', 'hash', 'set'}
 local n = math.floor(#KEYS / 3)
-if #KEYS % 3 == 1 and redis.call('EXISTS', KEYS[#KEYS]) == 0 then
-  return redis.error_reply('NOEPOCH the epoch marker ' .. KEYS[#KEYS] .. ' is missing: this Redis lost its data')
+if #KEYS % 3 == 1 then
+  local mark, want = redis.call('GET', KEYS[#KEYS]), ARGV[#ARGV]
+  if not mark then
+    return redis.error_reply('NOEPOCH the epoch marker ' .. KEYS[#KEYS] .. ' is missing: this Redis lost its data')
+  end
+  if want ~= '' and mark ~= want then
+    return redis.error_reply('NOEPOCH the epoch is ' .. mark .. ', not ' .. want .. ': this Redis lost its data since')
+  end
 end
 local a = 1
 local msgs = {}

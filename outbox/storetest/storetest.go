@@ -1117,10 +1117,14 @@ func testRepublish(t *testing.T, h Harness, c *clock) {
 	require.False(t, first)
 	require.Zero(t, n, "marked meanwhile: nothing to do")
 
+	held := claim(t, h, "stale", 10, time.Minute)
+	require.Equal(t, []string{"a3"}, messages(held), "a claim in flight when the broker lost its data")
 	n, first, err = rp.Republish(ctx, "default", "e3", since, lost)
 	require.NoError(t, err)
 	require.False(t, first)
 	require.Equal(t, 2, n, "a1 and a2; not the older row, nor another broker's")
+	require.ErrorIs(t, h.Store.MarkPublishedBatch(ctx, "stale", []int64{held[0].ID}), outbox.ErrNotOwner,
+		"its claim is revoked: a row it published into the lost broker is not marked published")
 	got := claim(t, h, "relay", 10, time.Minute)
 	require.Equal(t, []string{"a1", "a2", "a3"}, messages(got), "republished ahead of the later row, in commit order")
 	for _, r := range got {
