@@ -366,6 +366,10 @@ func (e *Engine) call(ctx context.Context, l *loaded, route host.Route, envs []a
 		case errors.As(err, &ce) && (errors.Is(err, host.ErrCanceled) || errors.Is(err, host.ErrNoInstance)):
 			// Not the message's doing: a stop, or every instance busy.
 			kind, err = abi.ErrorTransient, delivery.MarkInfrastructure(err)
+		case errors.Is(err, host.ErrTimeout) && sess.storeWait >= route.Module.Limits.Timeout/2:
+			// Out of time mostly waiting on the stores: a stalled
+			// database, not a runaway guest.
+			kind, err = abi.ErrorTransient, delivery.MarkInfrastructure(fmt.Errorf("%w (%s of it waiting on the stores)", err, sess.storeWait.Round(time.Millisecond)))
 		case sess.storeFailed != nil:
 			// The call failed (ran out of time, say) after a host
 			// function's store call failed on the database: a database

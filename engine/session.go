@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/delivery"
@@ -36,6 +37,10 @@ type session struct {
 	// message the module then fails failed on infrastructure, whatever
 	// the guest made of it.
 	storeFailed error
+	// storeWait is the time the guest spent waiting on the stores in host
+	// functions: a call that runs out of time mostly waiting on a slow
+	// database ran out of the database's time, not its own.
+	storeWait time.Duration
 }
 
 // Invalid implements host.InvalidObserver.
@@ -51,7 +56,9 @@ func (s *session) Load(ctx context.Context, req *abi.LoadRequest) abi.LoadRespon
 		s.refused = err
 		return abi.LoadResponse{Error: err.Error(), ErrorKind: abi.HostScope}
 	}
+	start := time.Now()
 	r, err := s.e.opts.Records.Load(ctx, record.Key{Kind: string(req.Kind), Type: req.Type, ID: req.ID})
+	s.storeWait += time.Since(start)
 	if err != nil {
 		return abi.LoadResponse{Error: err.Error(), ErrorKind: s.storeErrorKind(err)}
 	}
@@ -67,7 +74,9 @@ func (s *session) ReadStream(ctx context.Context, req *abi.ReadStreamRequest) ab
 	if limit <= 0 || limit > maxReadLimit {
 		limit = maxReadLimit
 	}
+	start := time.Now()
 	evs, err := s.e.opts.Events.ReadStream(ctx, req.Stream, req.From, limit)
+	s.storeWait += time.Since(start)
 	if err != nil {
 		return abi.ReadStreamResponse{Error: err.Error(), ErrorKind: s.storeErrorKind(err)}
 	}
