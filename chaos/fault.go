@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"syscall"
+
+	"github.com/proteanhq/protean-host/internal/faultproxy"
 )
 
 // do injects one fault and undoes it (restarts, resumes) before it
@@ -75,9 +77,9 @@ func (r *runner) do(ctx context.Context, f Fault) error {
 		}
 		return nil
 	case StallPGUp, StallPGDown, StallRedisUp, StallRedisDown:
-		dir := Upstream
+		dir := faultproxy.Upstream
 		if f.Kind == StallPGDown || f.Kind == StallRedisDown {
-			dir = Downstream
+			dir = faultproxy.Downstream
 		}
 		ps := r.proxies(f)
 		for _, p := range ps {
@@ -93,7 +95,7 @@ func (r *runner) do(ctx context.Context, f Fault) error {
 }
 
 // proxies are the proxies a cut or stall acts on.
-func (r *runner) proxies(f Fault) []*Proxy {
+func (r *runner) proxies(f Fault) []*faultproxy.Proxy {
 	all := r.pgProxies
 	if f.Kind.target() == "redis" {
 		all = r.redisProxies
@@ -101,7 +103,7 @@ func (r *runner) proxies(f Fault) []*Proxy {
 	if f.Hosts == nil {
 		return all
 	}
-	var out []*Proxy
+	var out []*faultproxy.Proxy
 	for _, i := range f.Hosts {
 		out = append(out, all[i])
 	}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proteanhq/protean-host/internal/faultproxy"
 	"github.com/proteanhq/protean-host/internal/testserver"
 )
 
@@ -103,8 +104,8 @@ type runner struct {
 	start        time.Time
 	pg           *Postgres
 	redis        *Redis
-	pgProxies    []*Proxy
-	redisProxies []*Proxy
+	pgProxies    []*faultproxy.Proxy
+	redisProxies []*faultproxy.Proxy
 	hosts        []*Host
 
 	variant, variantVersion, baseVersion string
@@ -331,12 +332,12 @@ func (r *runner) setup(ctx context.Context, dir string) error {
 	r.notef("PostgreSQL on %s, Redis on %s (appendonly yes, appendfsync always)", r.pg.Addr(), r.redis.Addr())
 	cache := filepath.Join(dir, "wasm-cache")
 	for i := 0; i < o.Hosts; i++ {
-		pp, err := NewProxy(r.pg.Addr())
+		pp, err := faultproxy.New(r.pg.Addr())
 		if err != nil {
 			return err
 		}
 		r.pgProxies = append(r.pgProxies, pp)
-		rp, err := NewProxy(r.redis.Addr())
+		rp, err := faultproxy.New(r.redis.Addr())
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package chaos
+package faultproxy
 
 import (
 	"net"
@@ -41,6 +41,7 @@ type Proxy struct {
 	cut     bool
 	gates   [2]chan struct{} // per Direction: non-nil while stalled, closed on resume
 	closed  bool
+	refused int
 	handoff sync.WaitGroup
 }
 
@@ -63,8 +64,8 @@ func (l *link) close() {
 	})
 }
 
-// NewProxy listens on a free loopback port and forwards to target.
-func NewProxy(target string) (*Proxy, error) {
+// New listens on a free loopback port and forwards to target.
+func New(target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -73,6 +74,14 @@ func NewProxy(target string) (*Proxy, error) {
 	p.handoff.Add(1)
 	go p.accept()
 	return p, nil
+}
+
+// Refused is how many connections the proxy refused (closed at once)
+// while cut or closed.
+func (p *Proxy) Refused() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refused
 }
 
 // Addr is the proxy's listening address (host:port).
@@ -90,6 +99,9 @@ func (p *Proxy) accept() {
 		}
 		p.mu.Lock()
 		refuse := p.cut || p.closed
+		if refuse {
+			p.refused++
+		}
 		p.mu.Unlock()
 		if refuse {
 			if t, ok := c.(*net.TCPConn); ok {
@@ -113,6 +125,7 @@ func (p *Proxy) serve(client net.Conn) {
 	l := &link{client: client, server: server}
 	p.mu.Lock()
 	if p.cut || p.closed {
+		p.refused++
 		p.mu.Unlock()
 		l.close()
 		return

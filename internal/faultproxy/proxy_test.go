@@ -1,4 +1,4 @@
-package chaos
+package faultproxy
 
 import (
 	"errors"
@@ -95,7 +95,7 @@ func expectClosed(t *testing.T, c net.Conn) {
 func TestProxyStallsOneDirectionAndResumesInOrder(t *testing.T) {
 	t.Parallel()
 	addr, accepted := backend(t)
-	p, err := NewProxy(addr)
+	p, err := New(addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
 	c := dial(t, p.Addr())
@@ -132,7 +132,7 @@ func TestProxyStallsOneDirectionAndResumesInOrder(t *testing.T) {
 func TestProxyCutResetsAndRefusesUntilResume(t *testing.T) {
 	t.Parallel()
 	addr, accepted := backend(t)
-	p, err := NewProxy(addr)
+	p, err := New(addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
 	c := dial(t, p.Addr())
@@ -168,7 +168,7 @@ func TestProxyCutResetsAndRefusesUntilResume(t *testing.T) {
 func TestProxyCutDuringStallDropsHeldBytesAndCloseIsIdempotent(t *testing.T) {
 	t.Parallel()
 	addr, accepted := backend(t)
-	p, err := NewProxy(addr)
+	p, err := New(addr)
 	require.NoError(t, err)
 	c := dial(t, p.Addr())
 	s := recvConn(t, accepted)
