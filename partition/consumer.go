@@ -281,8 +281,11 @@ func (c *Consumer) discover() {
 		err := c.pass()
 		wait := c.opts.Heartbeat
 		if err != nil {
+			// Try again soon, never slower than the heartbeat: the leases
+			// held here are renewed by this loop, and must be renewed as
+			// soon as the servers are back.
 			failures++
-			wait = min(c.opts.Heartbeat<<min(failures-1, 5), 30*time.Second)
+			wait = min(c.opts.Retry.InfraPause(failures), c.opts.Heartbeat)
 			c.leaseOutage.Fail(fmt.Errorf("discovery: %w", err), "failures", failures)
 		} else {
 			failures = 0
@@ -518,10 +521,15 @@ func (c *Consumer) run(w *worker) {
 			cancel()
 		}
 	}()
-	st, err := c.start(w)
-	if err != nil {
-		c.fail(w, err)
-		return
+	failures := 0
+	var st *state
+	for st == nil {
+		var err error
+		if st, err = c.start(w); err != nil {
+			if failures++; !c.retry(w, err, failures) {
+				return
+			}
+		}
 	}
 	idleSince := c.opts.Now()
 	for {
@@ -534,8 +542,17 @@ func (c *Consumer) run(w *worker) {
 				release = false // the halt released the lease
 				return
 			}
-			c.fail(w, err)
-			return
+			if failures++; !c.retry(w, err, failures) {
+				return
+			}
+			// Read own pending entries again: a run committed and not
+			// acked is there, and is acked as applied.
+			clear(st.drained)
+			continue
+		}
+		if failures > 0 {
+			failures = 0
+			c.leaseOutage.OK()
 		}
 		if n > 0 {
 			idleSince = c.opts.Now()
@@ -547,8 +564,10 @@ func (c *Consumer) run(w *worker) {
 		if c.opts.Now().Sub(idleSince) >= c.opts.ReapIdle {
 			reaped, err := c.reap(w)
 			if err != nil {
-				c.fail(w, err)
-				return
+				if failures++; !c.retry(w, err, failures) {
+					return
+				}
+				continue
 			}
 			if reaped {
 				c.log.Info("partition reaped", "group", w.lease.Group, "partition", w.lease.Unit)
@@ -564,24 +583,30 @@ func (c *Consumer) run(w *worker) {
 	}
 }
 
-// fail ends a worker on an error: a lost lease or fence is logged as such;
-// anything else is logged and the lease is left to lapse, so the unit is
-// retried (by whoever acquires it next) no sooner than the TTL.
-func (c *Consumer) fail(w *worker, err error) {
-	if w.ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		return
+// retry decides what a worker does after its servers failed it (the
+// failures-th time in a row): a lost lease or fence stops it without a
+// release; a stop ends it; anything else (Redis or PostgreSQL unreachable,
+// restarting, stalled) is retried in place after the infrastructure pause,
+// keeping the lease, so the unit goes on as soon as the servers are back
+// instead of a lease TTL later. Every step the worker retries is fenced by
+// its lease token in Redis and its generation in the positions table, and
+// the heartbeat stops it once the lease is lost.
+func (c *Consumer) retry(w *worker, err error, failures int) bool {
+	if w.ctx.Err() != nil {
+		return false
 	}
 	if errors.Is(err, ErrLeaseLost) || errors.Is(err, position.ErrFenced) {
 		c.lose(w, err)
-		return
+		return false
 	}
-	w.mu.Lock()
-	w.lost = true // do not release: let the TTL pace the retry
-	w.mu.Unlock()
-	// A worker fails on its servers (Redis or PostgreSQL unreachable):
-	// one line per outage, not one per partition.
-	c.leaseOutage.Fail(fmt.Errorf("partition worker failed; its lease lapses and it is taken again: %w", err),
-		"group", w.lease.Group, "partition", w.lease.Unit)
+	// One line per outage, not one per partition.
+	c.leaseOutage.Fail(fmt.Errorf("partition worker: %w", err), "group", w.lease.Group, "partition", w.lease.Unit, "failures", failures)
+	select {
+	case <-w.ctx.Done():
+		return false
+	case <-c.opts.After(c.opts.Retry.InfraPause(failures)):
+		return true
+	}
 }
 
 // state is a worker's view of its unit after the claim.

@@ -15,6 +15,7 @@ import (
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/redisstream"
 	"github.com/proteanhq/protean-host/delivery"
+	"github.com/proteanhq/protean-host/internal/faultproxy"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
@@ -474,4 +475,42 @@ func TestInfrastructureFailuresNeverHalt(t *testing.T) {
 	h.mu.Lock()
 	require.Equal(t, 6, h.calls["m-2"], "retried past max_retries (1), uncounted")
 	h.mu.Unlock()
+}
+
+// A worker whose Redis goes away keeps its lease and goes on where it was
+// as soon as Redis is back: with a lease TTL of an hour, the messages
+// published after the cut are handled only if the worker retried in place
+// (the old worker ended on the failure and left its lease to lapse, so
+// its unit waited out the TTL), and at the generation it started with.
+func TestWorkerRetriesServerFailuresInPlace(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	proxy, err := faultproxy.New(r.rdb.Options().Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	opt := *r.rdb.Options()
+	opt.Addr = proxy.Addr()
+	opt.MaxRetries = -1
+	cut := redis.NewClient(&opt)
+	t.Cleanup(func() { _ = cut.Close() })
+	h := newEffects(r.store)
+	c := r.consumer("host-a", h, time.Hour, func(o *partition.ConsumerOptions) {
+		o.Leases = partition.NewLeases(cut, r.prefix)
+		o.Heartbeat = 20 * time.Millisecond
+	})
+	r.pub.publish("order", "k", 3)
+	start(t, c)
+	r.waitApplied(h)
+
+	proxy.Cut()
+	r.pub.publish("order", "k", 3) // behind the cut: the worker's reads fail
+	testwait.For(t, "the worker failing on the cut", func() (bool, string) {
+		return proxy.Refused() >= 10, fmt.Sprintf("%d connections refused", proxy.Refused())
+	})
+	proxy.Resume()
+	r.waitApplied(h)
+	r.requireExactlyOnceInOrder(h)
+	gen, err := r.rdb.Get(context.Background(), r.prefix+partition.GenerationKey("proj", partition.PartitionUnit("order", "k"))).Int64()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, gen, "the lease was kept: no new generation")
 }
