@@ -98,6 +98,13 @@ type Relay struct {
 	running      bool
 	// epoch is the broker's epoch as last read (see currentEpoch).
 	epoch string
+	// unmarked and unreleased are rows of an earlier pass this relay
+	// still holds because it could not record their outcome (the
+	// database failed it): published and not marked, given back and not
+	// released. The next pass records them first (settle), so their keys
+	// go on as soon as the database is back rather than once the locks
+	// lapse.
+	unmarked, unreleased []int64
 }
 
 // NewRelay returns a Relay over store.
@@ -275,6 +282,9 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	// The epoch is read before the claim: a publish under it is refused
 	// once the broker lost its data, even after another relay marked it
 	// anew (its rows made pending again must go out first).
+	if err := r.settle(ctx); err != nil {
+		return 0, delivery.MarkInfrastructure(err)
+	}
 	epoch, err := r.currentEpoch(ctx)
 	if err != nil {
 		return 0, delivery.MarkInfrastructure(fmt.Errorf("epoch: %w", err))
@@ -317,11 +327,14 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		}
 	}
 	if err := r.store.MarkPublishedBatch(ctx, r.opts.Owner, published); err != nil {
-		// Published but not marked: the locks expire and the rows go
-		// again. Consumers see duplicates, never a loss.
+		// Published but not marked: the next pass marks them (settle);
+		// should another relay take them first (the locks lapsed), they
+		// go again, and consumers see a duplicate, never a loss.
+		r.hold(&r.unmarked, published, err)
 		errs = append(errs, delivery.MarkInfrastructure(fmt.Errorf("mark published: %w", err)))
 	}
 	if err := r.store.Release(ctx, r.opts.Owner, released); err != nil {
+		r.hold(&r.unreleased, released, err)
 		errs = append(errs, delivery.MarkInfrastructure(fmt.Errorf("release: %w", err)))
 	}
 	if down != nil && errors.Is(down, broker.ErrEpochLost) {
@@ -334,6 +347,46 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		errs = append(errs, down)
 	}
 	return len(rows), errors.Join(errs...)
+}
+
+// hold keeps ids (in *list) for the next pass to record, unless the
+// failure says they are no longer this relay's.
+func (r *Relay) hold(list *[]int64, ids []int64, err error) {
+	if errors.Is(err, ErrNotOwner) {
+		return // some were taken over: the rest lapse with their locks
+	}
+	r.mu.Lock()
+	*list = append(*list, ids...)
+	r.mu.Unlock()
+}
+
+// settle records what an earlier pass could not: rows published and not
+// marked are marked published, rows given back and not released are
+// released. Rows another relay took over meanwhile (ErrNotOwner) are
+// dropped from the lists; any other failure keeps them and fails the pass.
+func (r *Relay) settle(ctx context.Context) error {
+	r.mu.Lock()
+	unmarked, unreleased := r.unmarked, r.unreleased
+	r.unmarked, r.unreleased = nil, nil
+	r.mu.Unlock()
+	if len(unmarked) > 0 {
+		if err := r.store.MarkPublishedBatch(ctx, r.opts.Owner, unmarked); err != nil {
+			r.hold(&r.unmarked, unmarked, err)
+			if !errors.Is(err, ErrNotOwner) {
+				r.hold(&r.unreleased, unreleased, nil)
+				return fmt.Errorf("mark published (an earlier pass's rows): %w", err)
+			}
+		}
+	}
+	if len(unreleased) > 0 {
+		if err := r.store.Release(ctx, r.opts.Owner, unreleased); err != nil {
+			r.hold(&r.unreleased, unreleased, err)
+			if !errors.Is(err, ErrNotOwner) {
+				return fmt.Errorf("release (an earlier pass's rows): %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 // republish answers a broker that lost its data (its epoch marker is

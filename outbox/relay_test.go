@@ -465,3 +465,63 @@ func (b *stallAfter) Publish(ctx context.Context, msgs ...broker.Message) error 
 	b.stall()
 	return err
 }
+
+// markFails fails the first MarkPublishedBatch, as a database that went
+// away between a publish and its mark does.
+type markFails struct {
+	relayStore
+	mu     sync.Mutex
+	failed bool
+}
+
+func (s *markFails) MarkPublishedBatch(ctx context.Context, owner string, ids []int64) error {
+	s.mu.Lock()
+	first := !s.failed
+	s.failed = true
+	s.mu.Unlock()
+	if first {
+		return errors.New("write tcp 127.0.0.1:5432: connection reset by peer")
+	}
+	return s.relayStore.MarkPublishedBatch(ctx, owner, ids)
+}
+
+// A pass whose mark failed on the database holds rows it published: the
+// next pass marks them before it claims, so their key goes on at once. The
+// claim's lock is an hour here, so without that the key's next row (and
+// the published rows, marked only once the lock lapsed and they went
+// again) would wait the hour.
+func TestRelaySettlesWhatItCouldNotMark(t *testing.T) {
+	stores(t, testRelaySettlesWhatItCouldNotMark)
+}
+
+func testRelaySettlesWhatItCouldNotMark(t *testing.T, newStore func(clock func() time.Time) relayStore) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	store := &markFails{relayStore: newStore(clock)}
+	add := func(i int) {
+		r := row(fmt.Sprintf("00000000-0000-4000-8000-%012d", i), fmt.Sprintf("order-%d", i), key("A"), 0)
+		require.NoError(t, store.Add(ctx, []outbox.Row{r}))
+	}
+	add(1)
+	b := &fakeBroker{caps: broker.StreamPartitioning}
+	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, Now: clock, LockFor: time.Hour})
+	n, err := r.RunOnce(ctx)
+	require.Equal(t, 1, n)
+	require.True(t, delivery.IsInfrastructure(err), "%v", err)
+	add(2)
+	now = now.Add(time.Second)
+	n, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the key's next row is claimed at once")
+	for id := int64(1); id <= 2; id++ {
+		got, err := store.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, outbox.StatusPublished, got.Status, "row %d", id)
+	}
+	var ids []string
+	for _, m := range b.got {
+		ids = append(ids, m.EventStream)
+	}
+	require.Equal(t, []string{"order-1", "order-2"}, ids, "each published once, in order")
+}
