@@ -41,12 +41,14 @@ func (r *runner) do(ctx context.Context, f Fault) error {
 		return nil
 	case HotReload:
 		return r.reload(ctx)
-	case RedisKill:
+	case RedisKill, RedisDown:
 		if err := r.redis.Kill(); err != nil {
 			return err
 		}
 		hold(ctx, f.Hold)
 		return r.redis.Start(ctx)
+	case PGDown:
+		return r.pg.Down(ctx, f.Hold)
 	case RedisShutdown:
 		if err := r.redis.ShutdownNoSave(ctx); err != nil {
 			return err

@@ -31,6 +31,7 @@ type Postgres struct {
 	log    string
 	port   int
 	cred   *syscall.Credential
+	opts   string // the server's options (pg_ctl -o)
 }
 
 // StartPostgres initialises a cluster in a new directory under parent and
@@ -65,7 +66,9 @@ func StartPostgres(ctx context.Context, parent string) (*Postgres, error) {
 	opts := strings.Join([]string{"-p", strconv.Itoa(port), "-k", dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=200", "-c", "shared_buffers=64MB"}, " ")
-	// pg_ctl remembers the options in postmaster.opts; restart reuses them.
+	// pg_ctl remembers the options in postmaster.opts; restart reuses
+	// them, a start after a stop is given them again (Down).
+	p.opts = opts
 	if out, err := p.pgctl(ctx, "-l", p.log, "-o", opts, "start"); err != nil {
 		return nil, fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, p.Tail())
 	}
@@ -88,6 +91,20 @@ func URL(addr string) string {
 func (p *Postgres) Restart(ctx context.Context, mode string) error {
 	if out, err := p.pgctl(ctx, "-m", mode, "restart"); err != nil {
 		return fmt.Errorf("pg_ctl restart -m %s: %w\n%s\n%s", mode, err, out, p.Tail())
+	}
+	return p.waitReady(ctx)
+}
+
+// Down stops the server (pg_ctl stop -m fast: clients are disconnected,
+// transactions rolled back) for d, then starts it and waits until it
+// accepts connections again.
+func (p *Postgres) Down(ctx context.Context, d time.Duration) error {
+	if out, err := p.pgctl(ctx, "-m", "fast", "stop"); err != nil {
+		return fmt.Errorf("pg_ctl stop -m fast: %w\n%s\n%s", err, out, p.Tail())
+	}
+	hold(ctx, d)
+	if out, err := p.pgctl(ctx, "-l", p.log, "-o", p.opts, "start"); err != nil {
+		return fmt.Errorf("pg_ctl start: %w\n%s\n%s", err, out, p.Tail())
 	}
 	return p.waitReady(ctx)
 }

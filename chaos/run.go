@@ -36,6 +36,9 @@ type Options struct {
 	// 120 s) and, separately, how long clients may take to have their
 	// order in hand answered.
 	Settle time.Duration
+	// RedisOutage and PGOutage are how long redis-down and pg-down keep
+	// the server down (default 60 s and 30 s).
+	RedisOutage, PGOutage time.Duration
 
 	Bin     string // the protean-host binary (make build)
 	Plugins string // the example modules (make plugins)
@@ -70,6 +73,12 @@ func (o *Options) defaults() {
 	}
 	if o.Settle <= 0 {
 		o.Settle = 120 * time.Second
+	}
+	if o.RedisOutage <= 0 {
+		o.RedisOutage = 60 * time.Second
+	}
+	if o.PGOutage <= 0 {
+		o.PGOutage = 30 * time.Second
 	}
 	if o.Out == nil {
 		o.Out = os.Stdout
@@ -163,6 +172,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		return rep, err
 	}
 	plan := Plan(o.Seed, o.Steps, o.Hosts, o.LeaseTTL, o.Kinds)
+	outages(plan, o.RedisOutage, o.PGOutage)
 	addrs := make([]string, len(r.hosts))
 	for i, h := range r.hosts {
 		addrs[i] = h.Addr

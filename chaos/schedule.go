@@ -28,18 +28,23 @@ const (
 	StallPGDown    Kind = "stall-pg-down"         // bytes PostgreSQL -> host held for 1-10 s
 	StallRedisUp   Kind = "stall-redis-up"        // bytes host -> Redis held for 1-10 s
 	StallRedisDown Kind = "stall-redis-down"      // bytes Redis -> host held for 1-10 s
+	RedisDown      Kind = "redis-down"            // kill -9 of Redis, restarted after -outage-redis (60 s; AOF kept)
+	PGDown         Kind = "pg-down"               // pg_ctl stop -m fast, started after -outage-pg (30 s)
 )
 
 // Kinds lists every fault, in the order the report prints them.
 var Kinds = []Kind{HostKill, HostStop, RollingRestart, HotReload, RedisKill, RedisShutdown, RedisEmpty,
-	PGFast, PGImmediate, CutPG, CutRedis, StallPGUp, StallPGDown, StallRedisUp, StallRedisDown}
+	PGFast, PGImmediate, CutPG, CutRedis, StallPGUp, StallPGDown, StallRedisUp, StallRedisDown, RedisDown, PGDown}
+
+// long says whether a kind is a long outage: it runs alone, never mixed.
+func (k Kind) long() bool { return k == RedisDown || k == PGDown }
 
 // target is what a fault acts on; two faults of one step never share one.
 func (k Kind) target() string {
 	switch k {
 	case HostKill, HostStop, RollingRestart, HotReload:
 		return "hosts"
-	case RedisKill, RedisShutdown, RedisEmpty, CutRedis, StallRedisUp, StallRedisDown:
+	case RedisKill, RedisShutdown, RedisEmpty, CutRedis, StallRedisUp, StallRedisDown, RedisDown:
 		return "redis"
 	}
 	return "postgres"
@@ -92,8 +97,9 @@ type Step struct {
 
 // Plan derives the schedule from seed: steps steps, each kind of kinds
 // alone once first (in an order the seed shuffles), then mixes of two
-// kinds on different targets. With fewer steps than kinds, the first
-// steps of the shuffle.
+// kinds on different targets (never a long outage). With fewer steps than
+// kinds, the first steps of the shuffle. A long outage's hold is the
+// run's (Options.RedisOutage, PGOutage), set by outages.
 func Plan(seed uint64, steps, hosts int, ttl time.Duration, kinds []Kind) []Step {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	order := append([]Kind(nil), kinds...)
@@ -104,10 +110,19 @@ func Plan(seed uint64, steps, hosts int, ttl time.Duration, kinds []Kind) []Step
 		if i < len(order) {
 			st.Faults = []Fault{fault(rng, order[i], hosts, ttl)}
 		} else {
-			a := order[rng.IntN(len(order))]
+			var short []Kind
+			for _, k := range order {
+				if !k.long() {
+					short = append(short, k)
+				}
+			}
+			if len(short) == 0 {
+				short = order
+			}
+			a := short[rng.IntN(len(short))]
 			st.Faults = []Fault{fault(rng, a, hosts, ttl)}
 			var others []Kind
-			for _, k := range order {
+			for _, k := range short {
 				if k.target() != a.target() {
 					others = append(others, k)
 				}
@@ -129,6 +144,8 @@ func fault(rng *rand.Rand, k Kind, hosts int, ttl time.Duration) Fault {
 		f.Hold = ttl + between(500*time.Millisecond, 3*time.Second)
 	case HostKill, RedisKill, RedisShutdown, RedisEmpty:
 		f.Hold = between(200*time.Millisecond, 3*time.Second)
+	case RedisDown, PGDown:
+		// Held for the run's outage (outages), not drawn.
 	case CutPG, CutRedis, StallPGUp, StallPGDown, StallRedisUp, StallRedisDown:
 		f.Hold = between(time.Second, 10*time.Second)
 		if rng.IntN(2) == 0 {
@@ -136,4 +153,19 @@ func fault(rng *rand.Rand, k Kind, hosts int, ttl time.Duration) Fault {
 		}
 	}
 	return f
+}
+
+// outages sets the hold of every long outage of plan: redis for
+// redis-down, pg for pg-down.
+func outages(plan []Step, redis, pg time.Duration) {
+	for i := range plan {
+		for j := range plan[i].Faults {
+			switch plan[i].Faults[j].Kind {
+			case RedisDown:
+				plan[i].Faults[j].Hold = redis
+			case PGDown:
+				plan[i].Faults[j].Hold = pg
+			}
+		}
+	}
 }

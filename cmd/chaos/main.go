@@ -31,6 +31,8 @@ func run() int {
 	pace := flag.Duration("pace", 20*time.Millisecond, "pause of each client between two orders")
 	ttl := flag.Duration("lease-ttl", 3*time.Second, "the hosts' lease_ttl_ms")
 	settle := flag.Duration("settle", 120*time.Second, "bound of the convergence wait after the last fault")
+	redisOutage := flag.Duration("outage-redis", 60*time.Second, "how long redis-down keeps Redis down")
+	pgOutage := flag.Duration("outage-pg", 30*time.Second, "how long pg-down keeps PostgreSQL down")
 	bin := flag.String("bin", "build/protean-host", "the protean-host binary (make build)")
 	plugins := flag.String("plugins", "build/plugins", "the example modules (make plugins)")
 	root := flag.String("root", ".", "the repository root (configs/production.toml, plugins/examples)")
@@ -47,7 +49,7 @@ func run() int {
 	defer stop()
 	fmt.Printf("chaos: seed %d (run again with SEED=%d)\n", *seed, *seed)
 	rep, err := chaos.Run(ctx, chaos.Options{Seed: *seed, Steps: *steps, Kinds: ks, Hosts: *hosts, Clients: *clients, Pace: *pace,
-		LeaseTTL: *ttl, Settle: *settle, Bin: *bin, Plugins: *plugins, Root: *root, Keep: *keep})
+		LeaseTTL: *ttl, Settle: *settle, RedisOutage: *redisOutage, PGOutage: *pgOutage, Bin: *bin, Plugins: *plugins, Root: *root, Keep: *keep})
 	switch {
 	case errors.Is(err, context.Canceled):
 		fmt.Fprintln(os.Stderr, "chaos: interrupted; every process it started is stopped")
