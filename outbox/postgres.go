@@ -355,7 +355,8 @@ var claimSQL = `WITH candidates AS (
 		AND NOT EXISTS (SELECT 1 FROM outbox e
 			WHERE e.target_broker = $1 AND e.category = c.category AND e.ordering_key = c.ordering_key
 				AND e.priority = c.priority AND e.id < c.id AND e.status IN ('pending', 'failed', 'processing', 'halted')
-				AND (e.status = 'halted' OR NOT ` + fmt.Sprintf(eligibleSQL, "e") + `))
+				AND (e.status = 'halted' OR NOT ` + fmt.Sprintf(eligibleSQL, "e") + `)
+			OFFSET 0)
 	ORDER BY c.priority DESC, c.id
 	LIMIT %d
 	FOR UPDATE OF c SKIP LOCKED
