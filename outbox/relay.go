@@ -298,32 +298,73 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	var errs []error
 	var down error // the broker's failure: the rest of the claim goes back untried
 	failedKeys := map[orderingKey]bool{}
-	for i, row := range rows {
+	// Every row becomes a message first (a row with a key the rules
+	// reject is abandoned and holds its key back for this pass), then the
+	// claim goes to the broker in one call, in claim order: all or
+	// nothing. Only if the broker refuses one of them (broker.ErrInvalid)
+	// does the pass publish them one by one, to charge the refused row
+	// and hold back its key's later rows.
+	var batch []Row
+	var msgs []broker.Message
+	for _, row := range rows {
 		k := orderingKeyOf(&row)
-		if down != nil || failedKeys[k] {
+		if failedKeys[k] {
 			released = append(released, row.ID)
 			continue
 		}
-		if r.lapsed(row) {
-			// Too late to publish under this claim: another relay may
-			// take these rows now. Give back what is still ours.
-			for _, rest := range rows[i:] {
-				released = append(released, rest.ID)
-			}
-			break
-		}
-		ok, err := r.relay(ctx, row, partitioning, epoch)
-		switch {
-		case ok:
-			published = append(published, row.ID)
-		case delivery.IsInfrastructure(err):
-			down = err
-			released = append(released, row.ID)
-		default:
+		msg, ok, err := r.message(ctx, row, partitioning)
+		if !ok {
 			if err != nil {
 				errs = append(errs, err)
 			}
 			failedKeys[k] = true
+			continue
+		}
+		batch, msgs = append(batch, row), append(msgs, msg)
+	}
+	ids := func(rows []Row) []int64 {
+		out := make([]int64, len(rows))
+		for i, row := range rows {
+			out[i] = row.ID
+		}
+		return out
+	}
+	switch {
+	case len(batch) == 0:
+	case r.lapsed(batch[0]):
+		// Too late to publish under this claim: another relay may take
+		// these rows now. Give back what is still ours.
+		released = append(released, ids(batch)...)
+	default:
+		err := r.send(ctx, epoch, msgs...)
+		switch {
+		case err == nil:
+			published = append(published, ids(batch)...)
+		case !errors.Is(err, broker.ErrInvalid):
+			// The broker's failure, not the rows': never counted.
+			down = delivery.MarkInfrastructure(fmt.Errorf("publish %d rows: %w", len(batch), err))
+			released = append(released, ids(batch)...)
+		default:
+			for i, row := range batch {
+				k := orderingKeyOf(&row)
+				if down != nil || failedKeys[k] || r.lapsed(row) {
+					released = append(released, row.ID)
+					continue
+				}
+				ok, err := r.publishOne(ctx, row, msgs[i], epoch)
+				switch {
+				case ok:
+					published = append(published, row.ID)
+				case delivery.IsInfrastructure(err):
+					down = err
+					released = append(released, row.ID)
+				default:
+					if err != nil {
+						errs = append(errs, err)
+					}
+					failedKeys[k] = true
+				}
+			}
 		}
 	}
 	if err := r.store.MarkPublishedBatch(ctx, r.opts.Owner, published); err != nil {
@@ -484,12 +525,9 @@ func (r *Relay) lapsed(row Row) bool {
 	return !r.opts.Now().Add(r.opts.LockFor / 4).Before(*row.LockedUntil)
 }
 
-// relay publishes one row. It reports whether the row was published; a
-// row that failed on its own account has been marked failed, halted or
-// abandoned (or, if even that failed, stays locked until its lock
-// expires). A failure of the broker is returned marked as infrastructure,
-// and nothing is marked: the caller releases the row.
-func (r *Relay) relay(ctx context.Context, row Row, partitioning bool, epoch string) (bool, error) {
+// message is row as the broker takes it. It reports false for a row it
+// abandoned: one with a partition key the rules reject.
+func (r *Relay) message(ctx context.Context, row Row, partitioning bool) (broker.Message, bool, error) {
 	// The publish-time backstop: a row that reached here with a key the
 	// rules reject is abandoned at once, never retried: no stream can
 	// take it, so it cannot wedge its key.
@@ -497,9 +535,9 @@ func (r *Relay) relay(ctx context.Context, row Row, partitioning bool, epoch str
 		if reason := partition.KeyReason(*row.PartitionKey, r.opts.BackfillSuffix); reason != "" {
 			r.opts.Logger.Warn("outbox row abandoned: invalid partition key", "id", row.ID, "reason", reason)
 			if err := r.store.Abandon(ctx, row.ID, "Invalid partition key: "+reason); err != nil {
-				return false, fmt.Errorf("row %d: abandon: %w", row.ID, err)
+				return broker.Message{}, false, fmt.Errorf("row %d: abandon: %w", row.ID, err)
 			}
-			return false, nil
+			return broker.Message{}, false, nil
 		}
 	}
 	msg := broker.Message{ID: row.MessageID, Stream: r.stream(row, partitioning), Type: row.Type, Data: row.Data,
@@ -513,12 +551,25 @@ func (r *Relay) relay(ctx context.Context, row Row, partitioning bool, epoch str
 		// payload is intact) but say its positions are unknown.
 		r.opts.Logger.Warn("outbox row metadata unreadable: positions left zero", "id", row.ID, "message_id", row.MessageID, "error", err)
 	}
-	var err error
+	return msg, true, nil
+}
+
+// send publishes msgs in one call, in order, all or nothing, under epoch
+// when the publisher has epochs.
+func (r *Relay) send(ctx context.Context, epoch string, msgs ...broker.Message) error {
 	if ep, ok := r.opts.Publisher.(broker.Epocher); ok && epoch != "" {
-		err = ep.PublishIn(ctx, epoch, msg)
-	} else {
-		err = r.opts.Publisher.Publish(ctx, msg)
+		return ep.PublishIn(ctx, epoch, msgs...)
 	}
+	return r.opts.Publisher.Publish(ctx, msgs...)
+}
+
+// publishOne publishes one row's message. It reports whether the row was
+// published; a row the broker refused (broker.ErrInvalid) has been marked
+// failed or halted (or, if even that failed, stays locked until its lock
+// expires). A failure of the broker is returned marked as infrastructure,
+// and nothing is marked: the caller releases the row.
+func (r *Relay) publishOne(ctx context.Context, row Row, msg broker.Message, epoch string) (bool, error) {
+	err := r.send(ctx, epoch, msg)
 	if err == nil {
 		return true, nil
 	}

@@ -424,46 +424,108 @@ func testRelayHaltedRowHoldsBackItsKey(t *testing.T, newStore func(clock func() 
 }
 
 // A relay whose pass has run too close to the end of its claim (a stalled
-// process) publishes nothing more under it: the rest goes back, for a
-// relay with a live claim. (A stalled relay published a row after a
-// successor had published the key's later rows.)
+// process) publishes nothing under it: the rows go back, for a relay with a
+// live claim. (A stalled relay published a row after a successor had
+// published the key's later rows.)
 func TestRelayDoesNotPublishPastItsClaim(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	store := outbox.NewMemory(clock)
-	require.NoError(t, store.Add(ctx, []outbox.Row{
-		row("00000000-0000-4000-8000-000000000001", "order-1", key("A"), 0),
-		row("00000000-0000-4000-8000-000000000002", "order-2", key("A"), 0),
-	}))
-	b := &stallAfter{fakeBroker: fakeBroker{caps: broker.StreamPartitioning}, stall: func() {
+	store := &stallAfterClaim{Memory: outbox.NewMemory(clock), stall: func() {
 		mu.Lock()
 		now = now.Add(12 * time.Second) // of a 15 s lock: under a quarter left
 		mu.Unlock()
 	}}
+	require.NoError(t, store.Add(ctx, []outbox.Row{
+		row("00000000-0000-4000-8000-000000000001", "order-1", key("A"), 0),
+		row("00000000-0000-4000-8000-000000000002", "order-2", key("A"), 0),
+	}))
+	b := &fakeBroker{caps: broker.StreamPartitioning}
 	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, LockFor: 15 * time.Second, Now: clock})
 	_, err := r.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []string{"order:A"}, b.streams(), "the second row is not published under a lapsing claim")
-	got, err := store.Get(ctx, 2)
-	require.NoError(t, err)
-	require.Equal(t, outbox.StatusPending, got.Status, "released for the next claim")
+	require.Empty(t, b.streams(), "nothing is published under a lapsing claim")
+	for id := int64(1); id <= 2; id++ {
+		got, err := store.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, outbox.StatusPending, got.Status, "row %d released for the next claim", id)
+	}
+	store.stall = func() {}
 	_, err = r.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"order:A", "order:A"}, b.streams())
 }
 
-// stallAfter runs stall after each publish.
-type stallAfter struct {
-	fakeBroker
+// stallAfterClaim runs stall after each claim: the relay's process stalls
+// between its claim and its publish.
+type stallAfterClaim struct {
+	*outbox.Memory
 	stall func()
 }
 
-func (b *stallAfter) Publish(ctx context.Context, msgs ...broker.Message) error {
-	err := b.fakeBroker.Publish(ctx, msgs...)
-	b.stall()
-	return err
+func (s *stallAfterClaim) Claim(ctx context.Context, broker, owner string, limit int, lockFor time.Duration) ([]outbox.Row, error) {
+	rows, err := s.Memory.Claim(ctx, broker, owner, limit, lockFor)
+	s.stall()
+	return rows, err
+}
+
+// A claim goes to the broker in one call; when the broker refuses one of
+// its messages, the pass publishes them one by one: the refused row is
+// charged and holds back its key, the other keys' rows go out.
+func TestRelayPublishesAClaimInOneCall(t *testing.T) {
+	ctx := context.Background()
+	store := outbox.NewMemory(nil)
+	var rows []outbox.Row
+	for i, k := range []string{"A", "B", "A", "B"} {
+		rows = append(rows, row(fmt.Sprintf("00000000-0000-4000-8000-%012d", i+1), fmt.Sprintf("order-%d", i+1), key(k), 0))
+	}
+	require.NoError(t, store.Add(ctx, rows))
+	b := &countCalls{fakeBroker: fakeBroker{caps: broker.StreamPartitioning}}
+	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b})
+	n, err := r.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 4, n)
+	require.Equal(t, 1, b.calls, "one publish for the claim")
+
+	for i, k := range []string{"A", "B", "A", "B"} {
+		rows[i] = row(fmt.Sprintf("00000000-0000-4000-8000-%012d", i+11), fmt.Sprintf("order-%d", i+11), key(k), 0)
+	}
+	require.NoError(t, store.Add(ctx, rows))
+	b.refuse = "00000000-0000-4000-8000-000000000011" // A's first
+	b.calls, b.got = 0, nil
+	_, err = r.RunOnce(ctx)
+	require.NoError(t, err)
+	var got []string
+	for _, m := range b.got {
+		got = append(got, m.EventStream)
+	}
+	require.Equal(t, []string{"order-12", "order-14"}, got, "B's rows go out; A is held back behind its refused row")
+	failed, err := store.Get(ctx, 5)
+	require.NoError(t, err)
+	require.Equal(t, outbox.StatusFailed, failed.Status)
+	require.Equal(t, 1, failed.RetryCount)
+	later, err := store.Get(ctx, 7)
+	require.NoError(t, err)
+	require.Equal(t, outbox.StatusPending, later.Status, "A's later row released untried")
+}
+
+// countCalls counts publish calls and refuses (broker.ErrInvalid) any call
+// holding the message id refuse.
+type countCalls struct {
+	fakeBroker
+	calls  int
+	refuse string
+}
+
+func (b *countCalls) Publish(ctx context.Context, msgs ...broker.Message) error {
+	b.calls++
+	for _, m := range msgs {
+		if m.ID == b.refuse {
+			return fmt.Errorf("message %s: %w", m.ID, broker.ErrInvalid)
+		}
+	}
+	return b.fakeBroker.Publish(ctx, msgs...)
 }
 
 // markFails fails the first MarkPublishedBatch, as a database that went
