@@ -30,9 +30,17 @@
 // which the store reports as processing, so that the claim is a HOT update
 // that adds no index entries (the table is filled to half for the room).
 //
+// A pass sends its whole claim to the broker in one call, in claim order
+// (the Redis publish script is all or nothing), and falls back to one row
+// at a time only when the broker refuses one of them as invalid, to charge
+// that row alone. A broker that is down or restarting fails the pass as
+// infrastructure: its rows are released untried and uncounted.
+//
 // Delivery is at least once: a relay that crashes after publishing but
 // before marking leaves the row processing until its lock expires, and the
-// row is then claimed and published again.
+// row is then claimed and published again. A relay that is alive but whose
+// mark or release failed on the database keeps those rows and records
+// them first on its next pass, so their keys do not wait for the lock.
 //
 // On PostgreSQL a unit of work adds its rows without a statement of their
 // own: [Postgres.Rider] makes them part of the statement that appends

@@ -39,7 +39,11 @@
 // failover does not reset them), or at once for a non-retryable error, the
 // unit halts: a durable halt record is written and the lease released in
 // one step, and no instance acquires the unit until an operator resumes,
-// skips or dead-letters the head ([Admin]). Idle workers trim what every
+// skips or dead-letters the head ([Admin]). A worker whose servers fail it
+// (Redis or PostgreSQL unreachable, restarting or stalled) keeps its lease
+// and retries in place on the infrastructure pause of package delivery,
+// never counting the failure; every step it retries is fenced, and the
+// heartbeat stops it if the lease is lost meanwhile. Idle workers trim what every
 // group acked and, after reap_idle_ms, reap the partition. Stop releases
 // every lease, so successors take over at once.
 //
