@@ -234,20 +234,31 @@ var (
 	// not have it); it takes no publish until the marker is set again
 	// (Epocher).
 	ErrEpochLost = errors.New("broker lost its data")
+	// ErrRestarted: the broker restarted (or failed over) since its epoch
+	// marker was set, and kept the marker: what it acknowledged last
+	// before that may be lost (an fsync policy other than always, a
+	// replica behind its primary). It takes no publish under that epoch
+	// until the marker is set again (Epocher).
+	ErrRestarted = errors.New("broker restarted since its epoch was set")
 )
 
 // Epocher is implemented by a Publisher that can tell when it has lost its
-// data: Publish fails with ErrEpochLost while its epoch marker is missing.
-// The outbox relay then publishes again what the broker may have lost and
-// sets a new marker.
+// data: Publish fails with ErrEpochLost while its epoch marker is missing,
+// and with ErrRestarted after a restart that kept the marker. The outbox
+// relay then publishes again what the broker may have lost (everything
+// within the published retention; after a restart, what went out shortly
+// before the last publish) and sets a new marker.
 type Epocher interface {
-	// Epoch returns the marker, "" if there is none.
-	Epoch(ctx context.Context) (string, error)
+	// Epoch returns the marker's epoch, "" if there is none, and whether
+	// the broker restarted since it was set.
+	Epoch(ctx context.Context) (epoch string, restarted bool, err error)
+	// SetEpoch sets the marker to epoch, on the broker as it runs now.
 	SetEpoch(ctx context.Context, epoch string) error
-	// PublishIn publishes only while the marker holds epoch (else
-	// ErrEpochLost): a publisher that read the epoch before it claimed
-	// what it publishes never writes it into a broker that lost its data
-	// since, even after the marker was set anew.
+	// PublishIn publishes only while the marker holds epoch, set since
+	// the broker's last restart (else ErrEpochLost, or ErrRestarted): a
+	// publisher that read the epoch before it claimed what it publishes
+	// never writes it into a broker that lost its data since, even after
+	// the marker was set anew, nor past writes a restart may have lost.
 	PublishIn(ctx context.Context, epoch string, msgs ...Message) error
 }
 

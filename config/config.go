@@ -91,6 +91,11 @@ type Outbox struct {
 	LockTimeoutMS           int     `toml:"lock_timeout_ms"`           // a claim expires after this; a crashed relay's rows heal
 	PublishedRetentionHours int     `toml:"published_retention_hours"` // 0 keeps published rows forever
 	AbandonedRetentionHours int     `toml:"abandoned_retention_hours"` // 0 keeps abandoned rows forever
+	// RestartRepublishSeconds is how far before the broker's last publish
+	// the rows go again when a Redis restarted (or failed over) keeping
+	// its epoch marker: what it may have acknowledged and not kept. 0 only
+	// marks it anew (appendfsync always and no failover lose nothing).
+	RestartRepublishSeconds int `toml:"restart_republish_seconds"`
 }
 
 // TickInterval is tick_interval_ms as a duration.
@@ -107,6 +112,11 @@ func (o Outbox) LockTimeout() time.Duration { return ms(o.LockTimeoutMS) }
 
 // PublishedRetention is published_retention_hours as a duration; 0 means keep.
 func (o Outbox) PublishedRetention() time.Duration { return hours(o.PublishedRetentionHours) }
+
+// RestartWindow is restart_republish_seconds as a duration.
+func (o Outbox) RestartWindow() time.Duration {
+	return time.Duration(o.RestartRepublishSeconds) * time.Second
+}
 
 // AbandonedRetention is abandoned_retention_hours as a duration; 0 means keep.
 func (o Outbox) AbandonedRetention() time.Duration { return hours(o.AbandonedRetentionHours) }
@@ -398,6 +408,7 @@ func Default() Config {
 			LockTimeoutMS:           toMS(relay.LockFor),
 			PublishedRetentionHours: toHours(relay.PublishedRetention),
 			AbandonedRetentionHours: toHours(relay.AbandonedRetention),
+			RestartRepublishSeconds: int(relay.RestartWindow / time.Second),
 		},
 		Server: Server{
 			Partitioning: Partitioning{

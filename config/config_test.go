@@ -50,7 +50,7 @@ func TestDefault(t *testing.T) {
 	require.Equal(t, config.Outbox{
 		Broker: "default", MessagesPerTick: 50, TickIntervalMS: 10, MaxRetries: 3,
 		BaseRetryDelayMS: 1000, MaxRetryDelayMS: 60000, BackoffJitter: 0.1, LockTimeoutMS: 15000,
-		PublishedRetentionHours: 168, AbandonedRetentionHours: 720,
+		PublishedRetentionHours: 168, AbandonedRetentionHours: 720, RestartRepublishSeconds: 60,
 	}, c.Outbox)
 
 	p := c.Server.Partitioning
@@ -397,6 +397,13 @@ func TestValidate(t *testing.T) {
 		}},
 		{"retention overflow", func(c *config.Config) { c.Outbox.PublishedRetentionHours = math.MaxInt },
 			[]string{fmt.Sprintf("outbox.published_retention_hours must be <= 2562047 (got %d)", math.MaxInt)}},
+		{"restart_republish_seconds zero", func(c *config.Config) { c.Outbox.RestartRepublishSeconds = 0 }, nil},
+		{"restart_republish_seconds negative", func(c *config.Config) { c.Outbox.RestartRepublishSeconds = -1 },
+			[]string{"outbox.restart_republish_seconds must be >= 0, 0 republishes nothing after a restart (got -1)"}},
+		{"restart_republish_seconds past the retention", func(c *config.Config) {
+			c.Outbox.PublishedRetentionHours = 1
+			c.Outbox.RestartRepublishSeconds = 3601
+		}, []string{"outbox.restart_republish_seconds must be within outbox.published_retention_hours (got 3601 s > 1 h): older rows are gone"}},
 		// server.partitioning
 		{"lease_ttl_ms zero", func(c *config.Config) { c.Server.Partitioning.LeaseTTLMS = 0 },
 			[]string{"server.partitioning.lease_ttl_ms must be > 0 (got 0)"}},

@@ -176,6 +176,15 @@ func (v *validator) outbox(c Config) {
 	v.ms("outbox.lock_timeout_ms", o.LockTimeoutMS, false)
 	v.hours("outbox.published_retention_hours", o.PublishedRetentionHours)
 	v.hours("outbox.abandoned_retention_hours", o.AbandonedRetentionHours)
+	switch rs := o.RestartRepublishSeconds; {
+	case rs < 0:
+		v.add("outbox.restart_republish_seconds", "must be >= 0, 0 republishes nothing after a restart (got %d)", rs)
+	case rs > 86400:
+		v.add("outbox.restart_republish_seconds", "must be <= 86400 (got %d)", rs)
+	case o.PublishedRetentionHours > 0 && int64(o.PublishedRetentionHours) <= maxHours && int64(rs) > int64(o.PublishedRetentionHours)*3600:
+		v.add("outbox.restart_republish_seconds", "must be within outbox.published_retention_hours (got %d s > %d h): older rows are gone",
+			rs, o.PublishedRetentionHours)
+	}
 }
 
 func (v *validator) partitioning(p Partitioning) {

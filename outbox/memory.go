@@ -393,6 +393,19 @@ func deref(s *string) string {
 	return *s
 }
 
+// LastPublished implements Republisher.
+func (m *Memory) LastPublished(_ context.Context, broker string) (time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var last time.Time
+	for _, r := range m.rows {
+		if r.TargetBroker == broker && r.Status == StatusPublished && r.PublishedAt != nil && r.PublishedAt.After(last) {
+			last = *r.PublishedAt
+		}
+	}
+	return last, nil
+}
+
 // Republish implements Republisher.
 func (m *Memory) Republish(ctx context.Context, broker, epoch string, since time.Time,
 	stillLost func(context.Context) (bool, error)) (int, bool, error) {

@@ -82,6 +82,7 @@ func DefaultRelayOptions() RelayOptions {
 		PublishedRetention: 7 * 24 * time.Hour,  // a week
 		AbandonedRetention: 30 * 24 * time.Hour, // 30 days
 		CleanupEvery:       time.Minute,
+		RestartWindow:      time.Minute,
 	}
 }
 

@@ -650,6 +650,19 @@ func jsonArg(b []byte) any {
 	return string(b)
 }
 
+// LastPublished implements Republisher.
+func (p *Postgres) LastPublished(ctx context.Context, broker string) (time.Time, error) {
+	var last *time.Time
+	if err := p.pool.QueryRow(ctx, `SELECT max(published_at) FROM outbox WHERE target_broker = $1 AND status = 'published'`,
+		broker).Scan(&last); err != nil {
+		return time.Time{}, fmt.Errorf("outbox: last published: %w", err)
+	}
+	if last == nil {
+		return time.Time{}, nil
+	}
+	return last.UTC(), nil
+}
+
 // Republish implements Republisher: one transaction under an advisory lock
 // per broker, so relays that meet the lost marker at once republish once.
 func (p *Postgres) Republish(ctx context.Context, broker, epoch string, since time.Time,

@@ -40,6 +40,9 @@ type Republisher interface {
 	// nothing and reports first. It returns how many rows it requeued.
 	Republish(ctx context.Context, broker, epoch string, since time.Time,
 		stillLost func(context.Context) (bool, error)) (n int, first bool, err error)
+	// LastPublished is when the broker's latest published row still kept
+	// was marked published, zero if none.
+	LastPublished(ctx context.Context, broker string) (time.Time, error)
 }
 
 // RelayOptions configure a Relay. Zero fields take the values of
@@ -71,6 +74,13 @@ type RelayOptions struct {
 	// older ones every CleanupEvery (default one minute).
 	PublishedRetention, AbandonedRetention time.Duration
 	CleanupEvery                           time.Duration
+	// RestartWindow is how far before the broker's last publish the rows
+	// go again after the broker restarted keeping its marker
+	// (broker.ErrRestarted): what a Redis that fsyncs every second, or a
+	// replica promoted behind its primary, may have lost. 0 republishes
+	// nothing then (the broker loses no acknowledged write: appendfsync
+	// always, no failover) and only marks it anew.
+	RestartWindow time.Duration
 	// Infra counts infrastructure failures (nil: uncounted).
 	Infra  *delivery.Metrics
 	Logger *slog.Logger
@@ -378,9 +388,9 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		r.hold(&r.unreleased, released, err)
 		errs = append(errs, delivery.MarkInfrastructure(fmt.Errorf("release: %w", err)))
 	}
-	if down != nil && errors.Is(down, broker.ErrEpochLost) {
+	if down != nil && (errors.Is(down, broker.ErrEpochLost) || errors.Is(down, broker.ErrRestarted)) {
 		r.setEpoch("")
-		if err := r.republish(ctx); err != nil {
+		if err := r.republish(ctx, errors.Is(down, broker.ErrRestarted)); err != nil {
 			errs = append(errs, delivery.MarkInfrastructure(fmt.Errorf("%w (republishing: %v)", down, err)))
 		}
 		// Republished and marked: the next pass publishes.
@@ -438,37 +448,69 @@ func (r *Relay) settle(ctx context.Context) error {
 // partition worker acks it unhandled); what the broker lost reaches them
 // in order. Rows published before the retention are gone from the outbox
 // and cannot be published again: Redis must persist (README).
-func (r *Relay) republish(ctx context.Context) error {
+//
+// With restarted, the broker kept its marker but restarted since it was
+// set (or failed over): what it acknowledged last may be gone (an fsync
+// policy other than always, a replica behind its primary), so the rows
+// published within RestartWindow before the broker's last publish go
+// again the same way (the broker drops those it still holds, by message
+// id), before the new marker.
+func (r *Relay) republish(ctx context.Context, restarted bool) error {
 	ep, ok := r.opts.Publisher.(broker.Epocher)
 	store, ok2 := r.store.(Republisher)
 	if !ok || !ok2 {
 		return errors.New("the broker or the store cannot republish")
 	}
 	var since time.Time // zero: every published row still kept
-	if r.opts.PublishedRetention > 0 {
+	if restarted {
+		last, err := store.LastPublished(ctx, r.opts.Broker)
+		if err != nil {
+			return err
+		}
+		since = r.opts.Now()
+		if !last.IsZero() {
+			since = last.Add(-r.opts.RestartWindow)
+		}
+	} else if r.opts.PublishedRetention > 0 {
 		since = r.opts.Now().Add(-r.opts.PublishedRetention)
 	}
-	epoch, marked := owner.New(), ""
+	epoch, marked, moved := owner.New(), "", false
 	n, first, err := store.Republish(ctx, r.opts.Broker, epoch, since, func(ctx context.Context) (bool, error) {
-		cur, err := ep.Epoch(ctx)
-		marked = cur
-		return cur == "", err
+		cur, again, err := ep.Epoch(ctx)
+		if err != nil {
+			return false, err
+		}
+		switch {
+		case cur != "" && !again:
+			marked = cur // another relay republished and marked it first
+			return false, nil
+		case restarted && cur == "":
+			moved = true // it lost its marker meanwhile: a later pass republishes it all
+			return false, nil
+		}
+		return true, nil
 	})
 	if err != nil {
 		return err
 	}
 	if marked != "" {
-		// Another relay republished and marked the broker first.
 		r.setEpoch(marked)
 		return nil
+	}
+	if moved {
+		return fmt.Errorf("broker %s lost its epoch marker while republishing after its restart", r.opts.Broker)
 	}
 	if err := ep.SetEpoch(ctx, epoch); err != nil {
 		return err
 	}
 	r.setEpoch(epoch)
-	if first {
+	switch {
+	case first:
 		r.opts.Logger.Info("outbox relay: broker marked with its first epoch", "broker", r.opts.Broker, "epoch", epoch)
-	} else {
+	case restarted:
+		r.opts.Logger.Warn("outbox relay: the broker restarted; rows published shortly before its last publish are published again",
+			"broker", r.opts.Broker, "rows", n, "since", since, "restart_window", r.opts.RestartWindow, "epoch", epoch)
+	default:
 		r.opts.Logger.Warn("outbox relay: the broker lost its data; rows published within the retention are published again",
 			"broker", r.opts.Broker, "rows", n, "since", since, "epoch", epoch)
 	}
@@ -476,8 +518,8 @@ func (r *Relay) republish(ctx context.Context) error {
 }
 
 // currentEpoch is the broker's epoch as this relay last read it, read
-// (and, if the broker has none, made: republish) when it has none; "" for
-// a publisher without epochs.
+// (and, if the broker has none or restarted since it was set, made:
+// republish) when it has none; "" for a publisher without epochs.
 func (r *Relay) currentEpoch(ctx context.Context) (string, error) {
 	ep, ok := r.opts.Publisher.(broker.Epocher)
 	if !ok {
@@ -486,12 +528,12 @@ func (r *Relay) currentEpoch(ctx context.Context) (string, error) {
 	if e := r.getEpoch(); e != "" {
 		return e, nil
 	}
-	e, err := ep.Epoch(ctx)
+	e, restarted, err := ep.Epoch(ctx)
 	if err != nil {
 		return "", err
 	}
-	if e == "" {
-		if err := r.republish(ctx); err != nil {
+	if e == "" || restarted {
+		if err := r.republish(ctx, e != ""); err != nil {
 			return "", err
 		}
 		return r.getEpoch(), nil

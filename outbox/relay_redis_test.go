@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/outbox"
+	"github.com/proteanhq/protean-host/partition"
 )
 
 // TestRelaysKeepPerKeyOrderOnRedis runs three relays (three host
@@ -170,52 +172,15 @@ func TestRelayRepublishesWhenRedisLostItsData(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := outbox.NewPostgres(testserver.PostgresPool(t), nil)
-	url, prefix := testserver.Redis(t)
-	ro, err := redis.ParseURL(url)
-	require.NoError(t, err)
-	rdb := redis.NewClient(ro)
-	t.Cleanup(func() { _ = rdb.Close() })
-	b, err := redisstream.New(rdb, redisstream.Options{Options: broker.DefaultOptions(), Prefix: prefix, Epoch: true})
-	require.NoError(t, err)
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, PublishedRetention: time.Hour})
-	add := func(from, to int) {
-		t.Helper()
-		var rows []outbox.Row
-		for i := from; i <= to; i++ {
-			rows = append(rows, row(fmt.Sprintf("00000000-0000-4000-8000-%012d", i), fmt.Sprintf("order-%d", i), key("A"), 0))
-		}
-		require.NoError(t, store.Add(ctx, rows))
-	}
-	stream := func() []string {
-		t.Helper()
-		xs, err := rdb.XRange(ctx, prefix+"order:A", "-", "+").Result()
-		require.NoError(t, err)
-		var out []string
-		for _, x := range xs {
-			m, err := redisstream.Decode(x.ID, x.Values)
-			require.NoError(t, err)
-			out = append(out, m.EventStream)
-		}
-		return out
-	}
-	drain := func() {
-		t.Helper()
-		for range 10 {
-			n, err := r.RunOnce(ctx)
-			require.NoError(t, err)
-			if n == 0 {
-				return
-			}
-		}
-		t.Fatal("the relay did not drain")
-	}
-
+	k := newKeyA(t, store, outbox.RelayOptions{PublishedRetention: time.Hour})
+	add, stream, drain, b, rdb, prefix := k.add, k.stream, k.drain, k.b, k.rdb, k.prefix
 	add(1, 3)
 	drain()
 	require.Equal(t, []string{"order-1", "order-2", "order-3"}, stream(), "the first start marks the broker and publishes once")
-	epoch, err := b.Epoch(ctx)
+	epoch, restarted, err := b.Epoch(ctx)
 	require.NoError(t, err)
 	require.NotEmpty(t, epoch)
+	require.False(t, restarted)
 
 	// Redis loses everything; a row is committed meanwhile.
 	keys, err := rdb.Keys(ctx, prefix+"*").Result()
@@ -224,7 +189,7 @@ func TestRelayRepublishesWhenRedisLostItsData(t *testing.T) {
 	add(4, 4)
 	drain()
 	require.Equal(t, []string{"order-1", "order-2", "order-3", "order-4"}, stream(), "republished in commit order, then the new row")
-	again, err := b.Epoch(ctx)
+	again, _, err := b.Epoch(ctx)
 	require.NoError(t, err)
 	require.NotEqual(t, epoch, again, "a new epoch")
 
@@ -241,4 +206,126 @@ func TestRelayRepublishesWhenRedisLostItsData(t *testing.T) {
 	require.NoError(t, b.SetEpoch(ctx, "new"))
 	require.ErrorIs(t, b.PublishIn(ctx, again, broker.Message{ID: "y", Stream: "order"}), broker.ErrEpochLost)
 	require.NoError(t, b.PublishIn(ctx, "new", broker.Message{ID: "y", Stream: "order"}))
+}
+
+// A Redis that restarted keeping its epoch marker (AOF loaded) but lost
+// what it acknowledged last (appendfsync everysec and a crash, or a
+// replica promoted behind its primary) loses nothing accepted: the
+// marker's run_id is not the server's any more, so publishes fail with
+// ErrRestarted until the relay has made the rows published within
+// RestartWindow before the last publish pending again and marked the
+// broker anew; the rows Redis still holds are dropped as duplicates, the
+// lost ones go out again, in commit order, ahead of newer rows. (Before,
+// the marker matched, the relay published on, and the lost tail was gone
+// for good, its key's later rows moving the consumers past it.)
+func TestRelayRepublishesTheLastWritesAfterARestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Now().UTC()
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	store := outbox.NewPostgres(testserver.PostgresPool(t), clock)
+	k := newKeyA(t, store, outbox.RelayOptions{Now: clock, PublishedRetention: 24 * time.Hour, RestartWindow: time.Minute})
+	add, stream, drain, b, rdb, prefix := k.add, k.stream, k.drain, k.b, k.rdb, k.prefix
+	add(1, 3)
+	drain()
+	mu.Lock()
+	now = now.Add(time.Hour) // rows 1-3 are an hour old: outside the window
+	mu.Unlock()
+	add(4, 6)
+	drain()
+	require.Equal(t, []string{"order-1", "order-2", "order-3", "order-4", "order-5", "order-6"}, stream())
+
+	// The restart: Redis loses its last two writes (rows 5 and 6, entries
+	// and ids) and comes back under another run_id, with the marker (the
+	// marker's run_id is rewritten here: the server's cannot be).
+	xs, err := rdb.XRange(ctx, prefix+"order:A", "-", "+").Result()
+	require.NoError(t, err)
+	for _, x := range xs[4:] {
+		m, err := redisstream.Decode(x.ID, x.Values)
+		require.NoError(t, err)
+		require.NoError(t, rdb.XDel(ctx, prefix+"order:A", x.ID).Err())
+		require.NoError(t, rdb.HDel(ctx, prefix+partition.IDIndexKey("order:A"), m.ID).Err())
+	}
+	mark, err := rdb.Get(ctx, prefix+redisstream.EpochKey).Result()
+	require.NoError(t, err)
+	epoch, _, _ := strings.Cut(mark, "@")
+	require.NoError(t, rdb.Set(ctx, prefix+redisstream.EpochKey, epoch+"@0123456789abcdef", 0).Err())
+	_, restarted, err := b.Epoch(ctx)
+	require.NoError(t, err)
+	require.True(t, restarted)
+	require.ErrorIs(t, b.PublishIn(ctx, epoch, broker.Message{ID: "y", Stream: "order"}), broker.ErrRestarted)
+
+	add(7, 7)
+	drain()
+	require.Equal(t, []string{"order-1", "order-2", "order-3", "order-4", "order-5", "order-6", "order-7"}, stream(),
+		"the lost rows again, in commit order, then the new one; rows Redis kept are not doubled")
+	again, restarted, err := b.Epoch(ctx)
+	require.NoError(t, err)
+	require.False(t, restarted)
+	require.NotEqual(t, epoch, again, "marked anew")
+	for id := int64(1); id <= 7; id++ {
+		got, err := store.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, outbox.StatusPublished, got.Status, "row %d", id)
+	}
+}
+
+// keyA is a relay over store publishing to a real Redis with the epoch
+// check, and helpers for key A's rows: add commits rows from..to, stream
+// lists the EventStreams in A's partition stream, drain runs passes until
+// one claims nothing.
+type keyA struct {
+	t      *testing.T
+	store  *outbox.Postgres
+	rdb    *redis.Client
+	prefix string
+	b      *redisstream.Broker
+	r      *outbox.Relay
+}
+
+func newKeyA(t *testing.T, store *outbox.Postgres, opts outbox.RelayOptions) *keyA {
+	url, prefix := testserver.Redis(t)
+	ro, err := redis.ParseURL(url)
+	require.NoError(t, err)
+	rdb := redis.NewClient(ro)
+	t.Cleanup(func() { _ = rdb.Close() })
+	b, err := redisstream.New(rdb, redisstream.Options{Options: broker.DefaultOptions(), Prefix: prefix, Epoch: true})
+	require.NoError(t, err)
+	opts.Broker, opts.Owner, opts.Publisher = "default", "r1", b
+	return &keyA{t: t, store: store, rdb: rdb, prefix: prefix, b: b, r: outbox.NewRelay(store, opts)}
+}
+
+func (k *keyA) add(from, to int) {
+	k.t.Helper()
+	var rows []outbox.Row
+	for i := from; i <= to; i++ {
+		rows = append(rows, row(fmt.Sprintf("00000000-0000-4000-8000-%012d", i), fmt.Sprintf("order-%d", i), key("A"), 0))
+	}
+	require.NoError(k.t, k.store.Add(context.Background(), rows))
+}
+
+func (k *keyA) stream() []string {
+	k.t.Helper()
+	xs, err := k.rdb.XRange(context.Background(), k.prefix+"order:A", "-", "+").Result()
+	require.NoError(k.t, err)
+	var out []string
+	for _, x := range xs {
+		m, err := redisstream.Decode(x.ID, x.Values)
+		require.NoError(k.t, err)
+		out = append(out, m.EventStream)
+	}
+	return out
+}
+
+func (k *keyA) drain() {
+	k.t.Helper()
+	for range 10 {
+		n, err := k.r.RunOnce(context.Background())
+		require.NoError(k.t, err)
+		if n == 0 {
+			return
+		}
+	}
+	k.t.Fatal("the relay did not drain")
 }

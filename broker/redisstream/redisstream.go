@@ -243,8 +243,11 @@ func (b *Broker) publish(ctx context.Context, epoch string, msgs []broker.Messag
 	}
 	res, err := publishScript.Run(ctx, b.rdb, keys, args...).StringSlice()
 	if err != nil {
-		if strings.HasPrefix(err.Error(), "NOEPOCH") {
+		switch {
+		case strings.HasPrefix(err.Error(), "NOEPOCH"):
 			err = fmt.Errorf("%w: %v", broker.ErrEpochLost, err)
+		case strings.HasPrefix(err.Error(), "RESTARTED"):
+			err = fmt.Errorf("%w: %v", broker.ErrRestarted, err)
 		}
 		return nil, fmt.Errorf("redisstream: publish %d messages (first %s to %s): %w", len(msgs), msgs[0].ID, msgs[0].Stream, err)
 	}
@@ -257,21 +260,33 @@ func (b *Broker) publish(ctx context.Context, epoch string, msgs []broker.Messag
 // lost what it held.
 const EpochKey = "protean:epoch"
 
-// Epoch returns the epoch marker, "" if this Redis has none.
-func (b *Broker) Epoch(ctx context.Context) (string, error) {
-	v, err := b.rdb.Get(ctx, b.opts.Prefix+EpochKey).Result()
-	if errors.Is(err, redis.Nil) {
-		return "", nil
-	}
+// Epoch returns the epoch of the marker, "" if this Redis has none, and
+// whether the server restarted since the marker was set (its run_id is
+// not the marker's; a marker of an older host, without a run_id, counts
+// as set before a restart).
+func (b *Broker) Epoch(ctx context.Context) (string, bool, error) {
+	res, err := epochScript.Run(ctx, b.rdb, []string{b.opts.Prefix + EpochKey}).StringSlice()
 	if err != nil {
-		return "", fmt.Errorf("redisstream: epoch: %w", err)
+		return "", false, fmt.Errorf("redisstream: epoch: %w", err)
 	}
-	return v, nil
+	if len(res) != 2 {
+		return "", false, fmt.Errorf("redisstream: epoch: unexpected reply %q", res)
+	}
+	mark, run := res[0], res[1]
+	if mark == "" {
+		return "", false, nil
+	}
+	epoch, at, found := strings.Cut(mark, "@")
+	return epoch, !found || at != run, nil
 }
 
-// SetEpoch sets the epoch marker.
+// SetEpoch sets the epoch marker to epoch, under the server's current
+// run_id.
 func (b *Broker) SetEpoch(ctx context.Context, epoch string) error {
-	if err := b.rdb.Set(ctx, b.opts.Prefix+EpochKey, epoch, 0).Err(); err != nil {
+	if strings.Contains(epoch, "@") {
+		return fmt.Errorf("redisstream: set epoch %q: %w: no '@' in an epoch", epoch, broker.ErrInvalid)
+	}
+	if err := setEpochScript.Run(ctx, b.rdb, []string{b.opts.Prefix + EpochKey}, epoch).Err(); err != nil {
 		return fmt.Errorf("redisstream: set epoch: %w", err)
 	}
 	return nil

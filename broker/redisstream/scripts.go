@@ -20,7 +20,10 @@ import "github.com/redis/go-redis/v9"
 // the epoch the caller read before it claimed what it publishes (or ""):
 // a Redis without the marker (restarted empty, or a replica promoted
 // without it), or with another epoch than the caller's, refuses the whole
-// call with NOEPOCH before writing anything. ARGV per message: message id,
+// call with NOEPOCH before writing anything. The marker is
+// "{epoch}@{run_id}", the server's run_id when it was set: a server that
+// restarted since (a new run_id) refuses with RESTARTED, since its last
+// acknowledged writes may be gone (appendfsync everysec, a failover). ARGV per message: message id,
 // partition key or "", field count, fields. It returns the entry ids, ""
 // for a message dropped as a duplicate.
 var publishScript = redis.NewScript(`#!lua
@@ -31,8 +34,14 @@ if #KEYS % 3 == 1 then
   if not mark then
     return redis.error_reply('NOEPOCH the epoch marker ' .. KEYS[#KEYS] .. ' is missing: this Redis lost its data')
   end
-  if want ~= '' and mark ~= want then
-    return redis.error_reply('NOEPOCH the epoch is ' .. mark .. ', not ' .. want .. ': this Redis lost its data since')
+  if want ~= '' then
+    local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+    if mark ~= want .. '@' .. run then
+      if mark == want or string.sub(mark, 1, #want + 1) == want .. '@' then
+        return redis.error_reply('RESTARTED this Redis restarted since epoch ' .. want .. ' was set: what it acknowledged last may be lost')
+      end
+      return redis.error_reply('NOEPOCH the epoch is ' .. mark .. ', not ' .. want .. ': this Redis lost its data since')
+    end
   end
 end
 local a = 1
@@ -461,4 +470,17 @@ for _, c in ipairs(cs) do
   end
 end
 return out
+`)
+
+// epochScript reads the epoch marker beside the server's run_id: KEYS
+// marker. It returns {marker or "", run_id}.
+var epochScript = redis.NewScript(`#!lua
+local mark = redis.call('GET', KEYS[1]) or ''
+return {mark, string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')}
+`)
+
+// setEpochScript sets the marker to "{ARGV[1]}@{run_id}": KEYS marker.
+var setEpochScript = redis.NewScript(`#!lua
+redis.call('SET', KEYS[1], ARGV[1] .. '@' .. string.match(redis.call('INFO', 'server'), 'run_id:(%w+)'))
+return 1
 `)

@@ -257,7 +257,8 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		BaseDelay: cfg.Outbox.BaseRetryDelay(), MaxDelay: cfg.Outbox.MaxRetryDelay(), Jitter: cfg.Outbox.BackoffJitter,
 		BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix, LanesEnabled: cfg.Server.PriorityLanes.Enabled,
 		LaneThreshold: cfg.Server.PriorityLanes.Threshold, Logger: e.log,
-		PublishedRetention: cfg.Outbox.PublishedRetention(), AbandonedRetention: cfg.Outbox.AbandonedRetention(), Infra: infra,
+		PublishedRetention: cfg.Outbox.PublishedRetention(), AbandonedRetention: cfg.Outbox.AbandonedRetention(),
+		RestartWindow: cfg.Outbox.RestartWindow(), Infra: infra,
 	})
 	reg.MustRegister(newOutboxCollector(st.outbox, e.log))
 	var eng *engine.Engine
