@@ -390,7 +390,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	}
 	if down != nil && (errors.Is(down, broker.ErrEpochLost) || errors.Is(down, broker.ErrRestarted)) {
 		r.setEpoch("")
-		if err := r.republish(ctx, errors.Is(down, broker.ErrRestarted)); err != nil {
+		if err := r.republish(ctx); err != nil {
 			errs = append(errs, delivery.MarkInfrastructure(fmt.Errorf("%w (republishing: %v)", down, err)))
 		}
 		// Republished and marked: the next pass publishes.
@@ -449,18 +449,31 @@ func (r *Relay) settle(ctx context.Context) error {
 // in order. Rows published before the retention are gone from the outbox
 // and cannot be published again: Redis must persist (README).
 //
-// With restarted, the broker kept its marker but restarted since it was
-// set (or failed over): what it acknowledged last may be gone (an fsync
+// When the broker kept its marker but restarted since it was set (or
+// failed over): what it acknowledged last may be gone (an fsync
 // policy other than always, a replica behind its primary), so the rows
 // published within RestartWindow before the broker's last publish go
 // again the same way (the broker drops those it still holds, by message
 // id), before the new marker.
-func (r *Relay) republish(ctx context.Context, restarted bool) error {
+func (r *Relay) republish(ctx context.Context) error {
 	ep, ok := r.opts.Publisher.(broker.Epocher)
 	store, ok2 := r.store.(Republisher)
 	if !ok || !ok2 {
 		return errors.New("the broker or the store cannot republish")
 	}
+	// What the broker holds now decides what it needs: a NOEPOCH may be
+	// only this relay's stale epoch (another relay marked it since), or a
+	// marker set before a restart, which needs the restart's window, not
+	// the whole retention.
+	cur, again, err := ep.Epoch(ctx)
+	if err != nil {
+		return err
+	}
+	if cur != "" && !again {
+		r.setEpoch(cur)
+		return nil
+	}
+	restarted := cur != ""
 	var since time.Time // zero: every published row still kept
 	if restarted {
 		last, err := store.LastPublished(ctx, r.opts.Broker)
@@ -474,6 +487,9 @@ func (r *Relay) republish(ctx context.Context, restarted bool) error {
 	} else if r.opts.PublishedRetention > 0 {
 		since = r.opts.Now().Add(-r.opts.PublishedRetention)
 	}
+	// Two relays that meet the loss at once may both republish (the first
+	// marks the broker after its commit): the second requeues what the
+	// first has sent again since, which the broker drops by message id.
 	epoch, marked, moved := owner.New(), "", false
 	n, first, err := store.Republish(ctx, r.opts.Broker, epoch, since, func(ctx context.Context) (bool, error) {
 		cur, again, err := ep.Epoch(ctx)
@@ -533,7 +549,7 @@ func (r *Relay) currentEpoch(ctx context.Context) (string, error) {
 		return "", err
 	}
 	if e == "" || restarted {
-		if err := r.republish(ctx, e != ""); err != nil {
+		if err := r.republish(ctx); err != nil {
 			return "", err
 		}
 		return r.getEpoch(), nil

@@ -18,30 +18,42 @@ func rate(b *testing.B, n int, start time.Time) {
 }
 
 // BenchmarkPublish: the broker's Publish (one Lua script per call: XADD,
-// id index, partition index) beside raw XADDs, one per round trip and
-// pipelined, on the same server in the same run.
+// id index, partition index), without and with the epoch check, beside raw
+// XADDs, one per round trip and pipelined, on the same server in the same
+// run.
 func BenchmarkPublish(b *testing.B) {
 	ctx := context.Background()
 	for _, batch := range []int{1, 50} {
-		b.Run(fmt.Sprintf("broker/batch=%d", batch), func(b *testing.B) {
-			c, prefix := client(b)
-			br, err := redisstream.New(c, redisstream.Options{Options: broker.DefaultOptions(), Prefix: prefix})
-			require.NoError(b, err)
-			msgs := make([]broker.Message, batch)
-			b.ResetTimer()
-			start := time.Now()
-			for i := 0; i < b.N; i += batch {
-				for j := range msgs {
-					m := msg("order:c-1", fmt.Sprintf("m%d", i+j))
-					m.PartitionKey, m.Category = "c-1", "order"
-					msgs[j] = m
-				}
-				if err := br.Publish(ctx, msgs...); err != nil {
-					b.Fatal(err)
-				}
+		// broker+epoch is the host's publish: the epoch marker and the
+		// server's run_id checked in the script (PublishIn).
+		for _, epoch := range []bool{false, true} {
+			name := "broker"
+			if epoch {
+				name = "broker+epoch"
 			}
-			rate(b, b.N, start)
-		})
+			b.Run(fmt.Sprintf("%s/batch=%d", name, batch), func(b *testing.B) {
+				c, prefix := client(b)
+				br, err := redisstream.New(c, redisstream.Options{Options: broker.DefaultOptions(), Prefix: prefix, Epoch: epoch})
+				require.NoError(b, err)
+				if epoch {
+					require.NoError(b, br.SetEpoch(ctx, "bench"))
+				}
+				msgs := make([]broker.Message, batch)
+				b.ResetTimer()
+				start := time.Now()
+				for i := 0; i < b.N; i += batch {
+					for j := range msgs {
+						m := msg("order:c-1", fmt.Sprintf("m%d", i+j))
+						m.PartitionKey, m.Category = "c-1", "order"
+						msgs[j] = m
+					}
+					if err := br.PublishIn(ctx, "bench", msgs...); err != nil {
+						b.Fatal(err)
+					}
+				}
+				rate(b, b.N, start)
+			})
+		}
 		b.Run(fmt.Sprintf("raw-xadd/batch=%d", batch), func(b *testing.B) {
 			c, prefix := client(b)
 			b.ResetTimer()
