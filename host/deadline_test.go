@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -53,8 +54,19 @@ func TestDeadlineStopsPureGuestLoops(t *testing.T) {
 			require.Less(t, o.took, timeout+stopBound, "%d spinning: a guest ran %s past its %s deadline", n, o.took-timeout, timeout)
 			t.Logf("%d spinning: stopped %s after the deadline", n, o.took-timeout)
 		}
-		res, err := m.Handle(context.Background(), "behave", ops("ok"), &memSession{})
-		require.NoError(t, err, "the next call after stopped instances")
+		// The next call gets a fresh instance. On a loaded machine that
+		// call (its instantiation included) can itself outrun the short
+		// deadline: a timeout is tried again, any other error fails.
+		var res []abi.Result
+		testwait.For(t, "the next call after stopped instances to succeed", func() (bool, string) {
+			var err error
+			res, err = m.Handle(context.Background(), "behave", ops("ok"), &memSession{})
+			if errors.Is(err, host.ErrTimeout) {
+				return false, err.Error()
+			}
+			require.NoError(t, err, "the next call after stopped instances")
+			return true, ""
+		})
 		require.Len(t, res, 1)
 		require.NoError(t, m.Close(context.Background()))
 		require.NoError(t, l.Close(context.Background()))
