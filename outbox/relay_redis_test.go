@@ -352,7 +352,7 @@ func TestRelayWithAStaleEpochRepublishesOnlyTheRestartWindow(t *testing.T) {
 	k.add(4, 4)
 	k.drain()
 
-	require.NoError(t, k.b.SetEpoch(ctx, "other")) // another relay marked it anew
+	require.NoError(t, k.b.SetEpoch(ctx, "other"))                                                       // another relay marked it anew
 	require.NoError(t, k.rdb.Set(ctx, k.prefix+redisstream.EpochKey, "other@0123456789abcdef", 0).Err()) // then it restarted
 	k.add(5, 5)
 	k.drain()
