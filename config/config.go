@@ -114,9 +114,7 @@ func (o Outbox) LockTimeout() time.Duration { return ms(o.LockTimeoutMS) }
 func (o Outbox) PublishedRetention() time.Duration { return hours(o.PublishedRetentionHours) }
 
 // RestartWindow is restart_republish_seconds as a duration.
-func (o Outbox) RestartWindow() time.Duration {
-	return time.Duration(o.RestartRepublishSeconds) * time.Second
-}
+func (o Outbox) RestartWindow() time.Duration { return seconds(float64(o.RestartRepublishSeconds)) }
 
 // AbandonedRetention is abandoned_retention_hours as a duration; 0 means keep.
 func (o Outbox) AbandonedRetention() time.Duration { return hours(o.AbandonedRetentionHours) }

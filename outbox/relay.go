@@ -289,12 +289,12 @@ func (r *Relay) Cleanup(ctx context.Context) (int, error) {
 // are marked in one step. A row is published only while the claim holds
 // it with time to spare (see lapsed). It returns how many rows it claimed.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
-	// The epoch is read before the claim: a publish under it is refused
-	// once the broker lost its data, even after another relay marked it
-	// anew (its rows made pending again must go out first).
 	if err := r.settle(ctx); err != nil {
 		return 0, delivery.MarkInfrastructure(err)
 	}
+	// The epoch is read before the claim: a publish under it is refused
+	// once the broker lost its data, even after another relay marked it
+	// anew (its rows made pending again must go out first).
 	epoch, err := r.currentEpoch(ctx)
 	if err != nil {
 		return 0, delivery.MarkInfrastructure(fmt.Errorf("epoch: %w", err))

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/broker/brokertest"
 	"github.com/proteanhq/protean-host/broker/redisstream"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
@@ -221,24 +222,17 @@ func TestRelayRepublishesWhenRedisLostItsData(t *testing.T) {
 func TestRelayRepublishesTheLastWritesAfterARestart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	now := time.Now().UTC()
-	var mu sync.Mutex
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	store := outbox.NewPostgres(testserver.PostgresPool(t), clock)
-	k := newKeyA(t, store, outbox.RelayOptions{Now: clock, PublishedRetention: 24 * time.Hour, RestartWindow: time.Minute})
-	add, stream, drain, b, rdb, prefix := k.add, k.stream, k.drain, k.b, k.rdb, k.prefix
+	k, clock := newRestartRig(t)
+	add, stream, drain, b, rdb, prefix, store := k.add, k.stream, k.drain, k.b, k.rdb, k.prefix, k.store
 	add(1, 3)
 	drain()
-	mu.Lock()
-	now = now.Add(time.Hour) // rows 1-3 are an hour old: outside the window
-	mu.Unlock()
+	clock.Advance(time.Hour) // rows 1-3 are an hour old: outside the window
 	add(4, 6)
 	drain()
 	require.Equal(t, []string{"order-1", "order-2", "order-3", "order-4", "order-5", "order-6"}, stream())
 
 	// The restart: Redis loses its last two writes (rows 5 and 6, entries
-	// and ids) and comes back under another run_id, with the marker (the
-	// marker's run_id is rewritten here: the server's cannot be).
+	// and ids) and comes back under another run_id, with the marker.
 	xs, err := rdb.XRange(ctx, prefix+"order:A", "-", "+").Result()
 	require.NoError(t, err)
 	for _, x := range xs[4:] {
@@ -247,10 +241,7 @@ func TestRelayRepublishesTheLastWritesAfterARestart(t *testing.T) {
 		require.NoError(t, rdb.XDel(ctx, prefix+"order:A", x.ID).Err())
 		require.NoError(t, rdb.HDel(ctx, prefix+partition.IDIndexKey("order:A"), m.ID).Err())
 	}
-	mark, err := rdb.Get(ctx, prefix+redisstream.EpochKey).Result()
-	require.NoError(t, err)
-	epoch, _, _ := strings.Cut(mark, "@")
-	require.NoError(t, rdb.Set(ctx, prefix+redisstream.EpochKey, epoch+"@0123456789abcdef", 0).Err())
+	epoch := k.restarted()
 	_, restarted, err := b.Epoch(ctx)
 	require.NoError(t, err)
 	require.True(t, restarted)
@@ -296,6 +287,28 @@ func newKeyA(t *testing.T, store *outbox.Postgres, opts outbox.RelayOptions) *ke
 	return &keyA{t: t, store: store, rdb: rdb, prefix: prefix, b: b, r: outbox.NewRelay(store, opts)}
 }
 
+// newRestartRig is a keyA whose store and relay read clock, which moves
+// only when the test advances it, with a restart window of a minute
+// inside a day's retention.
+func newRestartRig(t *testing.T) (*keyA, *brokertest.Clock) {
+	clock := brokertest.NewClock(time.Now().UTC())
+	store := outbox.NewPostgres(testserver.PostgresPool(t), clock.Now)
+	return newKeyA(t, store, outbox.RelayOptions{Now: clock.Now, PublishedRetention: 24 * time.Hour, RestartWindow: time.Minute}), clock
+}
+
+// restarted makes Redis look restarted with its marker kept: the marker's
+// run_id is rewritten (the server's cannot be). It returns the marker's
+// epoch.
+func (k *keyA) restarted() string {
+	k.t.Helper()
+	ctx := context.Background()
+	mark, err := k.rdb.Get(ctx, k.prefix+redisstream.EpochKey).Result()
+	require.NoError(k.t, err)
+	epoch, _, _ := strings.Cut(mark, "@")
+	require.NoError(k.t, k.rdb.Set(ctx, k.prefix+redisstream.EpochKey, epoch+"@0123456789abcdef", 0).Err())
+	return epoch
+}
+
 func (k *keyA) add(from, to int) {
 	k.t.Helper()
 	var rows []outbox.Row
@@ -337,23 +350,18 @@ func (k *keyA) drain() {
 func TestRelayWithAStaleEpochRepublishesOnlyTheRestartWindow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	now := time.Now().UTC()
-	var mu sync.Mutex
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	store := outbox.NewPostgres(testserver.PostgresPool(t), clock)
-	k := newKeyA(t, store, outbox.RelayOptions{Now: clock, PublishedRetention: 24 * time.Hour, RestartWindow: time.Minute})
+	k, clock := newRestartRig(t)
+	store := k.store
 	k.add(1, 3)
 	k.drain()
 	old, err := store.Get(ctx, 1)
 	require.NoError(t, err)
-	mu.Lock()
-	now = now.Add(time.Hour)
-	mu.Unlock()
+	clock.Advance(time.Hour)
 	k.add(4, 4)
 	k.drain()
 
-	require.NoError(t, k.b.SetEpoch(ctx, "other"))                                                       // another relay marked it anew
-	require.NoError(t, k.rdb.Set(ctx, k.prefix+redisstream.EpochKey, "other@0123456789abcdef", 0).Err()) // then it restarted
+	require.NoError(t, k.b.SetEpoch(ctx, "other")) // another relay marked it anew
+	k.restarted()                                  // then it restarted
 	k.add(5, 5)
 	k.drain()
 	require.Equal(t, []string{"order-1", "order-2", "order-3", "order-4", "order-5"}, k.stream())

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/broker/brokertest"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
@@ -429,20 +430,16 @@ func testRelayHaltedRowHoldsBackItsKey(t *testing.T, newStore func(clock func() 
 // published the key's later rows.)
 func TestRelayDoesNotPublishPastItsClaim(t *testing.T) {
 	ctx := context.Background()
-	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
-	var mu sync.Mutex
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	store := &stallAfterClaim{Memory: outbox.NewMemory(clock), stall: func() {
-		mu.Lock()
-		now = now.Add(12 * time.Second) // of a 15 s lock: under a quarter left
-		mu.Unlock()
+	clock := brokertest.NewClock(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
+	store := &stallAfterClaim{Memory: outbox.NewMemory(clock.Now), stall: func() {
+		clock.Advance(12 * time.Second) // of a 15 s lock: under a quarter left
 	}}
 	require.NoError(t, store.Add(ctx, []outbox.Row{
 		row("00000000-0000-4000-8000-000000000001", "order-1", key("A"), 0),
 		row("00000000-0000-4000-8000-000000000002", "order-2", key("A"), 0),
 	}))
 	b := &fakeBroker{caps: broker.StreamPartitioning}
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, LockFor: 15 * time.Second, Now: clock})
+	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, LockFor: 15 * time.Second, Now: clock.Now})
 	_, err := r.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Empty(t, b.streams(), "nothing is published under a lapsing claim")
