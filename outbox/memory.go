@@ -9,6 +9,7 @@ import (
 
 	"github.com/proteanhq/protean-host/internal/dbtime"
 	"github.com/proteanhq/protean-host/internal/memtx"
+	"github.com/proteanhq/protean-host/position"
 )
 
 // Memory is an in-process Store. It is safe for concurrent use.
@@ -28,6 +29,9 @@ type Memory struct {
 
 	republishMu sync.Mutex        // Republish's lock, held across stillLost
 	epochs      map[string]string // broker -> epoch, under mu
+	// positions is where Republish reads what the consumers applied
+	// (nil: it keeps nothing).
+	positions position.Store
 }
 
 type dedupKey struct{ messageID, broker string }
@@ -39,6 +43,11 @@ var _ Store = (*Memory)(nil)
 func NewMemory(now func() time.Time) *Memory {
 	return &Memory{clock: dbtime.NewClock(now), keys: make(map[dedupKey]struct{})}
 }
+
+// ReadPositions makes Republish leave the rows that p says every
+// consumer group of Keep applied, as the PostgreSQL store does with the
+// table of consumer positions in its database. Call it before use.
+func (m *Memory) ReadPositions(p position.Store) { m.positions = p }
 
 // Begin opens a transaction. It blocks until no other transaction on m is
 // open, and holds m's write lock until Commit or Rollback.
@@ -407,7 +416,7 @@ func (m *Memory) LastPublished(_ context.Context, broker string) (time.Time, err
 }
 
 // Republish implements Republisher.
-func (m *Memory) Republish(ctx context.Context, broker, epoch string, since time.Time,
+func (m *Memory) Republish(ctx context.Context, broker, epoch string, since time.Time, keep Keep,
 	stillLost func(context.Context) (bool, error)) (int, bool, error) {
 	m.republishMu.Lock()
 	defer m.republishMu.Unlock()
@@ -420,13 +429,19 @@ func (m *Memory) Republish(ctx context.Context, broker, epoch string, since time
 		m.epochs = map[string]string{}
 	}
 	_, marked := m.epochs[broker]
-	m.epochs[broker] = epoch
 	since = dbtime.Of(since)
 	n := 0
 	for _, r := range m.rows {
 		switch {
 		case r.TargetBroker != broker:
 		case marked && r.Status == StatusPublished && !r.PublishedAt.Before(since):
+			applied, err := keep.applied(ctx, m.positions, r)
+			if err != nil {
+				return 0, false, err
+			}
+			if applied {
+				continue
+			}
 			r.Status, r.PublishedAt, r.RetryCount, r.NextRetryAt = StatusPending, nil, 0, nil
 			n++
 		case r.Status == StatusProcessing: // every claim is revoked
@@ -436,5 +451,6 @@ func (m *Memory) Republish(ctx context.Context, broker, epoch string, since time
 			}
 		}
 	}
+	m.epochs[broker] = epoch
 	return n, !marked, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/outbox/storetest"
+	"github.com/proteanhq/protean-host/position"
 )
 
 // memoryTx adapts *outbox.MemoryTx to storetest.Tx.
@@ -19,9 +20,10 @@ func (tx memoryTx) Rollback(context.Context) error { tx.MemoryTx.Rollback(); ret
 func TestMemoryConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, now func() time.Time) storetest.Harness {
-		m := outbox.NewMemory(now)
+		m, positions := outbox.NewMemory(now), position.NewMemory(now)
+		m.ReadPositions(positions)
 		return storetest.Harness{
-			Store: m,
+			Store: m, Positions: positions,
 			Begin: func(context.Context) (storetest.Tx, error) { return memoryTx{m.Begin()}, nil },
 		}
 	})

@@ -663,9 +663,29 @@ func (p *Postgres) LastPublished(ctx context.Context, broker string) (time.Time,
 	return last.UTC(), nil
 }
 
+// republishSQL makes the broker's rows published since $2 pending again,
+// except those Keep.applied keeps: a row with a partition key whose
+// category has appliers ($3, $4, $5: category, group, unit prefix) all of
+// whose consumer positions of its unit, on its stream (Lanes.Stream: $6,
+// $7, $8), are at or past its global position.
+const republishSQL = `UPDATE outbox o SET status = 'pending', published_at = NULL, retry_count = 0,
+		next_retry_at = NULL, locked_by = NULL, locked_until = NULL
+	WHERE o.target_broker = $1 AND o.status = 'published' AND o.published_at >= $2
+	AND NOT (o.partition_key IS NOT NULL AND o.category = ANY($3::text[])
+		AND (o.metadata->>'global_position') ~ '^[0-9]+$'
+		AND NOT EXISTS (
+			SELECT 1 FROM unnest($3::text[], $4::text[], $5::text[]) AS a(category, grp, prefix)
+			WHERE a.category = o.category AND NOT EXISTS (
+				SELECT 1 FROM consumer_positions cp
+				WHERE cp.consumer_group = a.grp AND cp.unit = a.prefix || ':' || o.partition_key
+				AND (cp.positions->>(CASE WHEN $6::bool AND o.priority < $7::int
+					THEN o.category || ':' || o.partition_key || ':' || $8::text
+					ELSE o.category || ':' || o.partition_key END))::bigint
+					>= (o.metadata->>'global_position')::bigint)))`
+
 // Republish implements Republisher: one transaction under an advisory lock
 // per broker, so relays that meet the lost marker at once republish once.
-func (p *Postgres) Republish(ctx context.Context, broker, epoch string, since time.Time,
+func (p *Postgres) Republish(ctx context.Context, broker, epoch string, since time.Time, keep Keep,
 	stillLost func(context.Context) (bool, error)) (int, bool, error) {
 	tx, err := p.pool.Begin(ctx)
 	if err != nil {
@@ -686,9 +706,9 @@ func (p *Postgres) Republish(ctx context.Context, broker, epoch string, since ti
 	}
 	n := 0
 	if !first {
-		tag, err := tx.Exec(ctx, `UPDATE outbox SET status = 'pending', published_at = NULL, retry_count = 0,
-			next_retry_at = NULL, locked_by = NULL, locked_until = NULL
-			WHERE target_broker = $1 AND status = 'published' AND published_at >= $2`, broker, dbtime.Of(since))
+		categories, groups, prefixes := keep.columns()
+		tag, err := tx.Exec(ctx, republishSQL, broker, dbtime.Of(since), categories, groups, prefixes,
+			keep.Lanes.Enabled, keep.Lanes.Threshold, keep.Lanes.Suffix)
 		if err != nil {
 			return 0, false, fmt.Errorf("outbox: republish: %w", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/outbox/storetest"
+	"github.com/proteanhq/protean-host/position"
 )
 
 func TestMain(m *testing.M) { testserver.Main(m) }
@@ -26,7 +27,7 @@ func TestPostgresConformance(t *testing.T) {
 		pool := testserver.PostgresPool(t)
 		s := outbox.NewPostgres(pool, now)
 		return storetest.Harness{
-			Store: s,
+			Store: s, Positions: position.NewPostgres(pool, now),
 			Begin: testserver.BeginWith(pool, func(tx pgx.Tx, end testserver.PgxTx) storetest.Tx {
 				return postgresTx{PostgresTx: s.Tx(tx), PgxTx: end}
 			}),

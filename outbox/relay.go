@@ -31,14 +31,15 @@ type RelayStore interface {
 // lost its data (broker.ErrEpochLost) may have lost.
 type Republisher interface {
 	// Republish makes every row of broker published at or after since
-	// pending again, in their order, revokes every claim of the broker's
+	// pending again, in their order, except those keep says every consumer
+	// group applied already, revokes every claim of the broker's
 	// rows (their holders can mark nothing more), and records epoch as the
 	// broker's,
 	// unless stillLost, called under the store's lock, reports that the
 	// broker has a marker again (another relay got there first). For a
 	// broker with no epoch recorded yet (its first start) it requeues
 	// nothing and reports first. It returns how many rows it requeued.
-	Republish(ctx context.Context, broker, epoch string, since time.Time,
+	Republish(ctx context.Context, broker, epoch string, since time.Time, keep Keep,
 		stillLost func(context.Context) (bool, error)) (n int, first bool, err error)
 	// LastPublished is when the broker's latest published row still kept
 	// was marked published, zero if none.
@@ -81,6 +82,10 @@ type RelayOptions struct {
 	// nothing then (the broker loses no acknowledged write: appendfsync
 	// always, no failover) and only marks it anew.
 	RestartWindow time.Duration
+	// Partitions are the partition consumer groups (nil: none), read when
+	// the broker needs a republish: rows every one of them has applied by
+	// the table of consumer positions are not sent again.
+	Partitions func() []partition.Subscription
 	// Infra counts infrastructure failures (nil: uncounted).
 	Infra  *delivery.Metrics
 	Logger *slog.Logger
@@ -491,7 +496,7 @@ func (r *Relay) republish(ctx context.Context) error {
 	// marks the broker after its commit): the second requeues what the
 	// first has sent again since, which the broker drops by message id.
 	epoch, marked, moved := owner.New(), "", false
-	n, first, err := store.Republish(ctx, r.opts.Broker, epoch, since, func(ctx context.Context) (bool, error) {
+	n, first, err := store.Republish(ctx, r.opts.Broker, epoch, since, r.keep(), func(ctx context.Context) (bool, error) {
 		cur, again, err := ep.Epoch(ctx)
 		if err != nil {
 			return false, err
@@ -651,10 +656,20 @@ func (r *Relay) stream(row Row, partitioning bool) string {
 	if !partitioning || row.PartitionKey == nil {
 		return row.Category
 	}
-	if r.opts.LanesEnabled && row.Priority < r.opts.LaneThreshold {
-		return partition.LaneStreamName(row.Category, *row.PartitionKey, r.opts.BackfillSuffix)
+	return r.lanes().Stream(row)
+}
+
+func (r *Relay) lanes() Lanes {
+	return Lanes{Enabled: r.opts.LanesEnabled, Threshold: r.opts.LaneThreshold, Suffix: r.opts.BackfillSuffix}
+}
+
+// keep is what a republish may leave published: nothing unless the broker
+// partitions (the partition workers' positions say what they applied).
+func (r *Relay) keep() Keep {
+	if r.opts.Partitions == nil || !r.opts.Publisher.Capabilities().Has(broker.StreamPartitioning) {
+		return Keep{}
 	}
-	return partition.StreamName(row.Category, *row.PartitionKey)
+	return KeepFor(r.opts.Partitions(), r.lanes())
 }
 
 // fillPositions copies the event's positions and time from the row's

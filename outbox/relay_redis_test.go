@@ -19,6 +19,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/position"
 )
 
 // TestRelaysKeepPerKeyOrderOnRedis runs three relays (three host
@@ -209,6 +210,34 @@ func TestRelayRepublishesWhenRedisLostItsData(t *testing.T) {
 	require.NoError(t, b.PublishIn(ctx, "new", broker.Message{ID: "y", Stream: "order"}))
 }
 
+// After Redis lost its data, the rows every partition consumer group has
+// applied (its position of the row's unit on the row's stream is at or
+// past the row) are not sent again: only what some group still needs is,
+// so an empty Redis costs the rows not yet applied, not the whole
+// retention. (Before, all three rows went again.)
+func TestRelayRepublishesOnlyWhatAConsumerHasNotApplied(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testserver.PostgresPool(t)
+	store := outbox.NewPostgres(pool, nil)
+	subs := []partition.Subscription{{Group: "g1", Categories: []string{"order"}}, {Group: "g2", Categories: []string{"order"}}}
+	k := newKeyA(t, store, outbox.RelayOptions{PublishedRetention: time.Hour,
+		Partitions: func() []partition.Subscription { return subs }})
+	k.add(1, 3)
+	k.drain()
+	require.Equal(t, []string{"order-1", "order-2", "order-3"}, k.stream())
+	positions := position.NewPostgres(pool, nil)
+	require.NoError(t, positions.Set(ctx, "g1", "order:A", "order:A", 3))
+	require.NoError(t, positions.Set(ctx, "g2", "order:A", "order:A", 1), "g2 is behind: rows 2 and 3 are not applied")
+
+	keys, err := k.rdb.Keys(ctx, k.prefix+"*").Result()
+	require.NoError(t, err)
+	require.NoError(t, k.rdb.Del(ctx, keys...).Err())
+	k.add(4, 4)
+	k.drain()
+	require.Equal(t, []string{"order-2", "order-3", "order-4"}, k.stream(), "row 1, which both groups applied, is kept")
+}
+
 // A Redis that restarted keeping its epoch marker (AOF loaded) but lost
 // what it acknowledged last (appendfsync everysec and a crash, or a
 // replica promoted behind its primary) loses nothing accepted: the
@@ -313,7 +342,9 @@ func (k *keyA) add(from, to int) {
 	k.t.Helper()
 	var rows []outbox.Row
 	for i := from; i <= to; i++ {
-		rows = append(rows, row(fmt.Sprintf("00000000-0000-4000-8000-%012d", i), fmt.Sprintf("order-%d", i), key("A"), 0))
+		r := row(fmt.Sprintf("00000000-0000-4000-8000-%012d", i), fmt.Sprintf("order-%d", i), key("A"), 0)
+		r.Metadata = json.RawMessage(fmt.Sprintf(`{"position": 0, "global_position": %d, "time": "2026-11-30T00:00:00Z"}`, i))
+		rows = append(rows, r)
 	}
 	require.NoError(k.t, k.store.Add(context.Background(), rows))
 }

@@ -45,8 +45,10 @@ type Memory struct {
 
 // NewMemory returns a Memory backend with fresh stores.
 func NewMemory() *Memory {
-	return &Memory{Events: eventstore.NewMemory(nil), Records: record.NewMemory(), Outbox: outbox.NewMemory(nil),
+	m := &Memory{Events: eventstore.NewMemory(nil), Records: record.NewMemory(), Outbox: outbox.NewMemory(nil),
 		Positions: position.NewMemory(nil)}
+	m.Outbox.ReadPositions(m.Positions) // a republish keeps what the consumers applied
+	return m
 }
 
 // Begin takes the stores' write locks, always in the same order (records,

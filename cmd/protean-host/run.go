@@ -251,6 +251,12 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		pub = discardPublisher{br.pub}
 	}
 	e.log.Info("delivery", "subscription_type", cfg.SubscriptionType(), "broker", cfg.OutboxBroker().Provider)
+	var eng *engine.Engine
+	partitioned := br.redis != nil && !fromStore
+	var applying func() []partition.Subscription // what a republish may keep
+	if partitioned {
+		applying = func() []partition.Subscription { return eng.PartitionSubscriptions() }
+	}
 	h.relay = outbox.NewRelay(st.outbox, outbox.RelayOptions{
 		Broker: cfg.Outbox.Broker, Owner: owner, Publisher: pub,
 		BatchSize: cfg.Outbox.MessagesPerTick, Tick: cfg.Outbox.TickInterval(), LockFor: cfg.Outbox.LockTimeout(),
@@ -258,10 +264,9 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix, LanesEnabled: cfg.Server.PriorityLanes.Enabled,
 		LaneThreshold: cfg.Server.PriorityLanes.Threshold, Logger: e.log,
 		PublishedRetention: cfg.Outbox.PublishedRetention(), AbandonedRetention: cfg.Outbox.AbandonedRetention(),
-		RestartWindow: cfg.Outbox.RestartWindow(), Infra: infra,
+		RestartWindow: cfg.Outbox.RestartWindow(), Partitions: applying, Infra: infra,
 	})
 	reg.MustRegister(newOutboxCollector(st.outbox, e.log))
-	var eng *engine.Engine
 	uow := unitofwork.New(st.backend, unitofwork.Options{
 		Keys:           keysFunc(func(c string) (string, bool) { return eng.PartitionField(c) }),
 		BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix,
@@ -273,7 +278,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		},
 	})
 	eng = engine.New(set, engine.Options{Events: st.events, Records: st.records, UnitOfWork: uow, Logger: e.log,
-		Metrics: engine.NewMetrics(reg), Partitioned: br.redis != nil && !fromStore, EventStore: fromStore, Positions: st.positions, Failures: st.failures,
+		Metrics: engine.NewMetrics(reg), Partitioned: partitioned, EventStore: fromStore, Positions: st.positions, Failures: st.failures,
 		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps, Infra: infra})
 	h.eng = eng
 	if fromStore {
@@ -281,7 +286,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 			return nil, err
 		}
 	}
-	if br.redis != nil && !fromStore {
+	if partitioned {
 		p := cfg.Server.Partitioning
 		lanes := cfg.Server.PriorityLanes
 		h.partitions, err = partition.NewConsumer(partition.ConsumerOptions{

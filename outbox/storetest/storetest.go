@@ -23,6 +23,8 @@ import (
 
 	"github.com/proteanhq/protean-host/internal/suite"
 	"github.com/proteanhq/protean-host/outbox"
+	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/position"
 )
 
 // Tx is a transaction that adds rows, as the suite drives it. The memory
@@ -35,7 +37,13 @@ type Tx interface {
 }
 
 // Harness is one store under test.
-type Harness = suite.Harness[outbox.Store, Tx]
+type Harness struct {
+	Store outbox.Store
+	Begin func(ctx context.Context) (Tx, error)
+	// Positions is the table of consumer positions the store's Republish
+	// reads (the same database, or the memory store it was given).
+	Positions position.Store
+}
 
 // Run runs the suite. newHarness is called once per subtest, possibly from
 // parallel subtests, with the clock the store must use.
@@ -68,6 +76,7 @@ func Run(t *testing.T, newHarness func(t *testing.T, now func() time.Time) Harne
 		"CrashBeforeMarkIsRedelivered":            testCrashBeforeMark,
 		"BatchMarksNeedTheLock":                   testBatchMarksNeedTheLock,
 		"RepublishAfterTheBrokerLostItsData":      testRepublish,
+		"RepublishKeepsWhatEveryConsumerApplied":  testRepublishKeeps,
 	}, func(t *testing.T, fn func(*testing.T, Harness, *clock)) {
 		c := suite.NewClock()
 		fn(t, newHarness(t, c.Now), c)
@@ -1087,7 +1096,7 @@ func testRepublish(t *testing.T, h Harness, c *clock) {
 	rp, ok := h.Store.(outbox.Republisher)
 	require.True(t, ok, "every store can republish")
 	lost := func(context.Context) (bool, error) { return true, nil }
-	n, first, err := rp.Republish(ctx, "default", "e1", start, lost)
+	n, first, err := rp.Republish(ctx, "default", "e1", start, outbox.Keep{}, lost)
 	require.NoError(t, err)
 	require.True(t, first)
 	require.Zero(t, n)
@@ -1112,14 +1121,14 @@ func testRepublish(t *testing.T, h Harness, c *clock) {
 	require.Len(t, claimFor(t, h, "elsewhere", "relay", 10, time.Minute), 1)
 	add(t, h, keyed("a3", "order-5", "A", 0))
 
-	n, first, err = rp.Republish(ctx, "default", "e2", since, func(context.Context) (bool, error) { return false, nil })
+	n, first, err = rp.Republish(ctx, "default", "e2", since, outbox.Keep{}, func(context.Context) (bool, error) { return false, nil })
 	require.NoError(t, err)
 	require.False(t, first)
 	require.Zero(t, n, "marked meanwhile: nothing to do")
 
 	held := claim(t, h, "stale", 10, time.Minute)
 	require.Equal(t, []string{"a3"}, messages(held), "a claim in flight when the broker lost its data")
-	n, first, err = rp.Republish(ctx, "default", "e3", since, lost)
+	n, first, err = rp.Republish(ctx, "default", "e3", since, outbox.Keep{}, lost)
 	require.NoError(t, err)
 	require.False(t, first)
 	require.Equal(t, 2, n, "a1 and a2; not the older row, nor another broker's")
@@ -1131,4 +1140,68 @@ func testRepublish(t *testing.T, h Harness, c *clock) {
 		require.Zero(t, r.RetryCount)
 		require.Nil(t, r.PublishedAt)
 	}
+}
+
+// testRepublishKeeps: a republish leaves published the partitioned rows
+// every consumer group of their category applied, by the positions of
+// their unit on their stream (a lane row by the lane's), and sends the rest
+// again: a row one group is behind on, a row of a unit a group never
+// claimed, a row of a category no group applies, a row with no key.
+func testRepublishKeeps(t *testing.T, h Harness, _ *clock) {
+	ctx := t.Context()
+	rp := h.Store.(outbox.Republisher)
+	lost := func(context.Context) (bool, error) { return true, nil }
+	_, first, err := rp.Republish(ctx, "default", "e1", start, outbox.Keep{}, lost)
+	require.NoError(t, err)
+	require.True(t, first)
+
+	at := func(r outbox.Row, gp int) outbox.Row {
+		r.Metadata = json.RawMessage(fmt.Sprintf(`{"global_position": %d}`, gp))
+		return r
+	}
+	invoice := keyed("invoice-a", "invoice-1", "A", 0)
+	add(t, h,
+		at(keyed("a-applied", "order-1", "A", 0), 10),
+		at(keyed("a-behind", "order-2", "A", 0), 11),
+		at(keyed("b-lane-applied", "order-3", "B", -1), 12),
+		at(keyed("b-primary-unread", "order-4", "B", 0), 13),
+		at(invoice, 14),
+		at(row("no-key", 0), 15),
+		at(keyed("c-unclaimed", "order-5", "C", 0), 16),
+	)
+	rows := claim(t, h, "relay", 10, time.Minute)
+	require.Len(t, rows, 7)
+	var ids []int64
+	for _, r := range rows {
+		ids = append(ids, r.ID)
+	}
+	require.NoError(t, h.Store.MarkPublishedBatch(ctx, "relay", ids))
+
+	set := func(group, unit, stream string, pos int64) {
+		t.Helper()
+		require.NoError(t, h.Positions.Set(ctx, group, unit, stream, pos))
+	}
+	// Two handlers of order and a process manager correlated over it.
+	set("g1", "order:A", "order:A", 10)
+	set("g2", "order:A", "order:A", 12)
+	set("pm", "pm:A", "order:A", 10)
+	for _, g := range []string{"g1", "g2"} {
+		set(g, "order:B", "order:B:backfill", 12)
+		set(g, "order:B", "order:B", 100)
+	}
+	set("pm", "pm:B", "order:B:backfill", 20)
+	set("g1", "order:C", "order:C", 16)
+	set("pm", "pm:C", "order:C", 16)
+	keep := outbox.KeepFor([]partition.Subscription{
+		{Group: "g1", Categories: []string{"order"}},
+		{Group: "g2", Categories: []string{"order"}},
+		{Group: "pm", Categories: []string{"order"}, Correlated: true},
+	}, outbox.Lanes{Enabled: true, Threshold: 0, Suffix: "backfill"})
+
+	n, _, err := rp.Republish(ctx, "default", "e2", start, keep, lost)
+	require.NoError(t, err)
+	require.Equal(t, 5, n)
+	got := claim(t, h, "relay", 10, time.Minute)
+	require.ElementsMatch(t, []string{"a-behind", "b-primary-unread", "invoice-a", "no-key", "c-unclaimed"}, messages(got),
+		"kept: a-applied (every group at or past it) and b-lane-applied (by the lane's positions)")
 }

@@ -1,0 +1,105 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/position"
+)
+
+// Lanes is how a partitioned row is routed on a partitioning broker: to its
+// partition stream {category}:{key}, or, when Enabled and its priority is
+// below Threshold, to the backfill lane {category}:{key}:{Suffix}. The
+// relay publishes by it and a republish reads the positions by it.
+type Lanes struct {
+	Enabled   bool
+	Threshold int
+	Suffix    string
+}
+
+// Stream is the stream a row with a partition key goes to.
+func (l Lanes) Stream(row Row) string {
+	if l.Enabled && row.Priority < l.Threshold {
+		return partition.LaneStreamName(row.Category, *row.PartitionKey, l.Suffix)
+	}
+	return partition.StreamName(row.Category, *row.PartitionKey)
+}
+
+// Applier is one partition consumer group applying the rows of Category:
+// the row of key k is applied once the group's consumer position of unit
+// UnitPrefix + ":" + k on the row's stream is at or past the row's global
+// position.
+type Applier struct {
+	Group, Category, UnitPrefix string
+}
+
+// Keep names the rows a republish may leave published: the partitioned
+// rows of a category that has appliers and that every one of them has
+// applied, by the table of consumer positions. The rest go again. A zero
+// Keep keeps nothing (every row within the window goes again).
+type Keep struct {
+	Appliers []Applier
+	Lanes    Lanes
+}
+
+// KeepFor is the Keep of the partition consumer groups subs: a handler on
+// a category applies it as the units {category}:{key}, a correlated process
+// manager as {group}:{key}.
+func KeepFor(subs []partition.Subscription, lanes Lanes) Keep {
+	k := Keep{Lanes: lanes}
+	for _, s := range subs {
+		for _, c := range s.Categories {
+			prefix := c
+			if s.Correlated {
+				prefix = s.Group
+			}
+			k.Appliers = append(k.Appliers, Applier{Group: s.Group, Category: c, UnitPrefix: prefix})
+		}
+	}
+	return k
+}
+
+// columns are the Keep as the arrays the PostgreSQL republish takes.
+func (k Keep) columns() (categories, groups, prefixes []string) {
+	// Never nil: a NULL array would make the condition NULL and keep
+	// every row.
+	categories, groups, prefixes = []string{}, []string{}, []string{}
+	for _, a := range k.Appliers {
+		categories = append(categories, a.Category)
+		groups = append(groups, a.Group)
+		prefixes = append(prefixes, a.UnitPrefix)
+	}
+	return categories, groups, prefixes
+}
+
+// applied reports whether every applier of row's category has applied it
+// by positions (false if the category has none, or the row no key or no
+// global position). The memory store's rule; the PostgreSQL store's
+// republish is the same rule in SQL.
+func (k Keep) applied(ctx context.Context, positions position.Store, row *Row) (bool, error) {
+	if positions == nil || row.PartitionKey == nil {
+		return false, nil
+	}
+	var md struct {
+		GlobalPosition int64 `json:"global_position"`
+	}
+	if json.Unmarshal(row.Metadata, &md) != nil || md.GlobalPosition <= 0 {
+		return false, nil
+	}
+	stream, found := k.Lanes.Stream(*row), false
+	for _, a := range k.Appliers {
+		if a.Category != row.Category {
+			continue
+		}
+		found = true
+		p, ok, err := positions.Get(ctx, a.Group, a.UnitPrefix+":"+*row.PartitionKey)
+		if err != nil {
+			return false, err
+		}
+		if !ok || p.Positions[stream] < md.GlobalPosition {
+			return false, nil
+		}
+	}
+	return found, nil
+}
