@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -97,9 +98,9 @@ func (m *Memory) Claim(ctx context.Context, broker, owner string, limit int, loc
 		picked = append(picked, r)
 	}
 	// m.rows is in ID order, so a stable sort keeps ID order within a
-	// priority.
+	// priority; the limit takes the first rows of that order.
 	sort.SliceStable(picked, func(i, j int) bool { return picked[i].Priority > picked[j].Priority })
-	picked = picked[:min(len(picked), limit)]
+	picked = prefixes(m.rows, broker, picked[:min(len(picked), limit)])
 	until := now.Add(lockFor)
 	out := make([]Row, len(picked))
 	for i, r := range picked {
@@ -109,7 +110,30 @@ func (m *Memory) Claim(ctx context.Context, broker, owner string, limit int, loc
 		r.LockedUntil = &u
 		out[i] = copyRow(*r)
 	}
+	claimOrder(out)
 	return out, nil
+}
+
+// prefixes keeps of picked the rows whose every earlier active row of
+// their key is picked too: the limit may have cut a key's earlier row of a
+// lower priority, and its later rows must wait for it.
+func prefixes(rows []*Row, broker string, picked []*Row) []*Row {
+	in := make(map[*Row]bool, len(picked))
+	for _, r := range picked {
+		in[r] = true
+	}
+	cut := map[orderingKey]bool{}
+	for _, r := range rows { // ascending ID
+		if r.TargetBroker != broker || !active(r) {
+			continue
+		}
+		if k := orderingKeyOf(r); !in[r] {
+			cut[k] = true
+		} else if cut[k] {
+			in[r] = false
+		}
+	}
+	return slices.DeleteFunc(picked, func(r *Row) bool { return !in[r] })
 }
 
 // MarkPublished implements Store.

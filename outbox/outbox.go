@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 	"time"
 	"unicode/utf8"
 
@@ -328,18 +329,52 @@ func givenUp(r *Row) Status {
 
 // orderingKey is what orders rows end to end: rows with one orderingKey
 // reach their broker in ID order. The stores claim by it and the relay
-// groups a claim's runs by it (one definition for both).
+// groups a claim's runs by it (one definition for both). It is the
+// broker, the category and the partition key, whatever the priority: a
+// partition worker takes a message at or below its position as applied,
+// so a key's rows must reach each of its streams in commit order, and a
+// key's rows of two priorities may share a stream. A row without a key is
+// ordered by its stream and priority.
 type orderingKey struct {
 	broker, category, key string
 	priority              int
 }
 
 func orderingKeyOf(r *Row) orderingKey {
-	k := r.Stream
 	if r.PartitionKey != nil {
-		k = *r.PartitionKey
+		return orderingKey{broker: r.TargetBroker, category: r.Category, key: *r.PartitionKey}
 	}
-	return orderingKey{broker: r.TargetBroker, category: r.Category, key: k, priority: r.Priority}
+	return orderingKey{broker: r.TargetBroker, category: r.Category, key: r.Stream, priority: r.Priority}
+}
+
+// claimOrder orders a claim: by priority (higher first), then ID, except
+// that the rows of one ordering key keep ID order among the places their
+// key holds, so that publishing in claim order keeps each key's order.
+func claimOrder(rows []Row) {
+	sort.SliceStable(rows, func(i, j int) bool {
+		if rows[i].Priority != rows[j].Priority {
+			return rows[i].Priority > rows[j].Priority
+		}
+		return rows[i].ID < rows[j].ID
+	})
+	places := map[orderingKey][]int{}
+	for i := range rows {
+		k := orderingKeyOf(&rows[i])
+		places[k] = append(places[k], i)
+	}
+	for _, at := range places {
+		if len(at) < 2 {
+			continue
+		}
+		keyRows := make([]Row, len(at))
+		for j, i := range at {
+			keyRows[j] = rows[i]
+		}
+		sort.Slice(keyRows, func(a, b int) bool { return keyRows[a].ID < keyRows[b].ID })
+		for j, i := range at {
+			rows[i] = keyRows[j]
+		}
+	}
 }
 
 // eligible reports whether r may be claimed at now, its ordering key aside.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -348,13 +347,13 @@ const eligibleSQL = `(%[1]s.retry_count < %[1]s.max_retries
 //
 // claimSQL is a format string for its limit (claimQuery).
 var claimSQL = `WITH candidates AS (
-	SELECT c.id, c.category, c.ordering_key, c.priority
+	SELECT c.id, c.category, c.ordering_key, c.priority, c.partition_key IS NOT NULL AS keyed
 	FROM outbox c
 	WHERE c.target_broker = $1 AND c.status IN ('pending', 'failed', 'processing')
 		AND ` + fmt.Sprintf(eligibleSQL, "c") + `
 		AND NOT EXISTS (SELECT 1 FROM outbox e
 			WHERE e.target_broker = $1 AND e.category = c.category AND e.ordering_key = c.ordering_key
-				AND e.priority = c.priority AND e.id < c.id AND e.status IN ('pending', 'failed', 'processing', 'halted')
+				AND (c.partition_key IS NOT NULL OR e.priority = c.priority) AND e.id < c.id AND e.status IN ('pending', 'failed', 'processing', 'halted')
 				AND (e.status = 'halted' OR NOT ` + fmt.Sprintf(eligibleSQL, "e") + `)
 			OFFSET 0)
 	ORDER BY c.priority DESC, c.id
@@ -364,7 +363,7 @@ var claimSQL = `WITH candidates AS (
 UPDATE outbox o SET locked_by = $3, locked_until = $4, last_processed_at = $2
 WHERE o.id = ANY(ARRAY(SELECT k.id FROM candidates k WHERE NOT EXISTS (SELECT 1 FROM outbox e
 	WHERE e.target_broker = $1 AND e.category = k.category AND e.ordering_key = k.ordering_key
-		AND e.priority = k.priority AND e.id < k.id AND e.status IN ('pending', 'failed', 'processing', 'halted')
+		AND (k.keyed OR e.priority = k.priority) AND e.id < k.id AND e.status IN ('pending', 'failed', 'processing', 'halted')
 		AND e.id NOT IN (SELECT id FROM candidates)
 	OFFSET 0)))
 RETURNING ` + `o.id, o.message_id, o.stream_name, o.category, o.type, o.data, o.metadata, o.partition_key, o.priority,
@@ -393,12 +392,7 @@ func (p *Postgres) Claim(ctx context.Context, broker, owner string, limit int, l
 	if err != nil {
 		return nil, fmt.Errorf("outbox: claim: %w", err)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Priority != out[j].Priority {
-			return out[i].Priority > out[j].Priority
-		}
-		return out[i].ID < out[j].ID
-	})
+	claimOrder(out)
 	return out, nil
 }
 
@@ -515,7 +509,7 @@ func (p *Postgres) Abandon(ctx context.Context, id int64, reason string) error {
 func (p *Postgres) Retry(ctx context.Context, id int64) error {
 	var passed int64
 	err := p.pool.QueryRow(ctx, `SELECT coalesce((SELECT l.id FROM outbox o JOIN outbox l ON l.target_broker = o.target_broker
-		AND l.category = o.category AND l.ordering_key = o.ordering_key AND l.priority = o.priority AND l.id > o.id
+		AND l.category = o.category AND l.ordering_key = o.ordering_key AND l.id > o.id
 		WHERE o.id = $1 AND o.status = 'abandoned' AND o.partition_key IS NOT NULL AND l.status = 'published'
 		ORDER BY l.id LIMIT 1), 0)`, id).Scan(&passed)
 	if err != nil {

@@ -77,6 +77,7 @@ func Run(t *testing.T, newHarness func(t *testing.T, now func() time.Time) Harne
 		"BatchMarksNeedTheLock":                   testBatchMarksNeedTheLock,
 		"RepublishAfterTheBrokerLostItsData":      testRepublish,
 		"RepublishKeepsWhatEveryConsumerApplied":  testRepublishKeeps,
+		"KeyOrderHoldsAcrossPriorities":           testKeyOrderAcrossPriorities,
 	}, func(t *testing.T, fn func(*testing.T, Harness, *clock)) {
 		c := suite.NewClock()
 		fn(t, newHarness(t, c.Now), c)
@@ -1039,9 +1040,9 @@ func testBatchMarksNeedTheLock(t *testing.T, h Harness, c *clock) {
 	require.Equal(t, []string{"m2"}, messages(claim(t, h, "relay-a", 10, time.Minute)), "a released row is claimable at once")
 }
 
-// testOrderingKeyParts pins the ordering key: broker, category, partition
-// key (else stream) and priority. Rows that differ in any part flow
-// independently.
+// testOrderingKeyParts pins the ordering key: broker, category and
+// partition key, or for a row without a key its stream and priority. Rows
+// that differ in any part flow independently.
 func testOrderingKeyParts(t *testing.T, h Harness, c *clock) {
 	// Two rows are held, so their keys are blocked: key A (broker
 	// default, category order, priority 0) and stream order-9 (no key).
@@ -1052,14 +1053,15 @@ func testOrderingKeyParts(t *testing.T, h Harness, c *clock) {
 	ext.TargetBroker = "external"
 	add(t, h,
 		keyed("held", "order-2", "A", 0),       // same key, another stream: waits
-		keyed("lane", "order-3", "A", 5),       // another priority
+		keyed("lane", "order-3", "A", 5),       // same key, another priority: waits
 		keyed("category", "payment-1", "A", 0), // another category
 		ext,                                    // another broker
 		keyed("s2", "order-9", "", 0),          // no key: its stream orders it, waits
 		keyed("s3", "order-8", "", 0),
+		keyed("s4", "order-9", "", 5), // no key, another priority
 		keyed("k", "order-9", "K", 0), // a key overrides the stream
 	)
-	require.Equal(t, []string{"lane", "category", "s3", "k"}, messages(claim(t, h, "relay", 100, time.Minute)))
+	require.Equal(t, []string{"s4", "category", "s3", "k"}, messages(claim(t, h, "relay", 100, time.Minute)))
 	require.Equal(t, []string{"ext"}, messages(claimFor(t, h, "external", "relay", 100, time.Minute)))
 }
 
@@ -1204,4 +1206,18 @@ func testRepublishKeeps(t *testing.T, h Harness, _ *clock) {
 	got := claim(t, h, "relay", 10, time.Minute)
 	require.ElementsMatch(t, []string{"a-behind", "b-primary-unread", "invoice-a", "no-key", "c-unclaimed"}, messages(got),
 		"kept: a-applied (every group at or past it) and b-lane-applied (by the lane's positions)")
+}
+
+// testKeyOrderAcrossPriorities: the rows of one partition key reach the
+// broker in commit order whatever their priorities (they may share a
+// partition stream, whose consumers take a message at or below their
+// position as applied): a later row of a higher priority is not claimed
+// while the limit leaves out its key's earlier row, and in a claim holding
+// both the earlier comes first. Before, the later row went out first and
+// its partition worker then acked the earlier one unapplied.
+func testKeyOrderAcrossPriorities(t *testing.T, h Harness, _ *clock) {
+	add(t, h, keyed("a1", "order-1", "A", 0), keyed("a2", "order-2", "A", 5), keyed("b1", "order-3", "B", 5))
+	require.Equal(t, []string{"b1"}, messages(claim(t, h, "relay", 2, time.Minute)),
+		"a2 is within the limit, a1 is not: a2 waits for it")
+	require.Equal(t, []string{"a1", "a2"}, messages(claim(t, h, "other", 10, time.Minute)), "commit order, not priority order")
 }
