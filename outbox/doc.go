@@ -15,8 +15,12 @@
 // claimers never get the same row.
 //
 // Rows reach the broker in commit order per key. A row's ordering key is
-// (target broker, category, partition key, or the stream when it has none,
-// priority), and IDs grow with commit order within a category. A claim
+// (target broker, category, partition key) whatever its priority (a key's
+// rows may share a partition stream, whose workers take a message at or
+// below their position as applied), or (target broker, category, stream,
+// priority) for a row without a key; IDs grow with commit order within a
+// category. A claim returns each key's rows in ID order among the places
+// the priorities give it. A claim
 // hands out each key's ready run: its active rows (pending, processing, or
 // failed and waiting for a retry) in ID order up to the first one that is
 // not eligible. So no two claims hold rows of one key, however many relays
@@ -35,6 +39,12 @@
 // at a time only when the broker refuses one of them as invalid, to charge
 // that row alone. A broker that is down or restarting fails the pass as
 // infrastructure: its rows are released untried and uncounted.
+//
+// A broker that lost its data, or restarted and may have lost its last
+// writes, takes no publish until the relay has made the rows it may have
+// lost pending again ([Republisher]), except the partitioned rows that
+// every partition consumer group has applied by the table of consumer
+// positions ([Keep]).
 //
 // Delivery is at least once: a relay that crashes after publishing but
 // before marking leaves the row processing until its lock expires, and the
