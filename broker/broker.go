@@ -41,6 +41,12 @@ type Message struct {
 	Time time.Time
 	// PartitionKey is the message's sequential_by key; empty for none.
 	PartitionKey string
+	// Prev is the global position of the message before this one on its
+	// partition stream, as the outbox knows it (0: none or unknown). A
+	// partition worker that has applied less than Prev on the stream is
+	// missing a message: the stream lost it, and the worker halts the key
+	// rather than apply this one past it.
+	Prev int64
 }
 
 func (m Message) clone() Message {

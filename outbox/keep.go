@@ -20,10 +20,25 @@ type Lanes struct {
 
 // Stream is the stream a row with a partition key goes to.
 func (l Lanes) Stream(row Row) string {
-	if l.Enabled && row.Priority < l.Threshold {
+	if l.lane(row) {
 		return partition.LaneStreamName(row.Category, *row.PartitionKey, l.Suffix)
 	}
 	return partition.StreamName(row.Category, *row.PartitionKey)
+}
+
+// lane reports whether row goes to the backfill lane.
+func (l Lanes) lane(row Row) bool { return l.Enabled && row.Priority < l.Threshold }
+
+// globalPosition is the event's global position the unit of work wrote in
+// the row's metadata (0 if there is none).
+func globalPosition(row *Row) int64 {
+	var md struct {
+		GlobalPosition int64 `json:"global_position"`
+	}
+	if json.Unmarshal(row.Metadata, &md) != nil {
+		return 0
+	}
+	return md.GlobalPosition
 }
 
 // Applier is one partition consumer group applying the rows of Category:
@@ -81,10 +96,8 @@ func (k Keep) applied(ctx context.Context, positions position.Store, row *Row) (
 	if positions == nil || row.PartitionKey == nil {
 		return false, nil
 	}
-	var md struct {
-		GlobalPosition int64 `json:"global_position"`
-	}
-	if json.Unmarshal(row.Metadata, &md) != nil || md.GlobalPosition <= 0 {
+	gp := globalPosition(row)
+	if gp <= 0 {
 		return false, nil
 	}
 	stream, found := k.Lanes.Stream(*row), false
@@ -97,7 +110,7 @@ func (k Keep) applied(ctx context.Context, positions position.Store, row *Row) (
 		if err != nil {
 			return false, err
 		}
-		if !ok || p.Positions[stream] < md.GlobalPosition {
+		if !ok || p.Positions[stream] < gp {
 			return false, nil
 		}
 	}

@@ -45,6 +45,33 @@ func NewMemory(now func() time.Time) *Memory {
 	return &Memory{clock: dbtime.NewClock(now), keys: make(map[dedupKey]struct{})}
 }
 
+// Previous implements Chainer.
+func (m *Memory) Previous(ctx context.Context, broker string, rows []Row, lanes Lanes) ([]int64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]int64, len(rows))
+	for i := range rows {
+		r := &rows[i]
+		if r.PartitionKey == nil {
+			continue
+		}
+		k, lane := orderingKeyOf(r), lanes.lane(*r)
+		for j := len(m.rows) - 1; j >= 0; j-- { // newest first
+			p := m.rows[j]
+			if p.ID < r.ID && p.TargetBroker == broker && p.Status == StatusPublished && orderingKeyOf(p) == k && lanes.lane(*p) == lane {
+				if gp := globalPosition(p); gp > 0 {
+					out[i] = gp
+					break
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
 // ReadPositions makes Republish leave the rows that p says every
 // consumer group of Keep applied, as the PostgreSQL store does with the
 // table of consumer positions in its database. Call it before use.

@@ -657,6 +657,37 @@ func (p *Postgres) LastPublished(ctx context.Context, broker string) (time.Time,
 	return last.UTC(), nil
 }
 
+// previousSQL is Previous for the rows ($2 ids, $3 categories, $4 keys, $5
+// lane flags, in order; a NULL key answers NULL): the newest published row
+// of the key before each, on the same stream ($6 lanes on, $7 threshold),
+// found on outbox_published_key.
+const previousSQL = `SELECT coalesce((SELECT (p.metadata->>'global_position')::bigint FROM outbox p
+		WHERE p.target_broker = $1 AND p.category = r.category AND p.ordering_key = r.key
+			AND p.status = 'published' AND p.id < r.id
+			AND (NOT $6::bool OR (p.priority < $7::int) = r.lane)
+			AND (p.metadata->>'global_position') ~ '^[0-9]+$'
+		ORDER BY p.id DESC LIMIT 1), 0)
+	FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bool[]) WITH ORDINALITY AS r(id, category, key, lane, ord)
+	ORDER BY r.ord`
+
+// Previous implements Chainer: one statement for the whole claim.
+func (p *Postgres) Previous(ctx context.Context, broker string, rows []Row, lanes Lanes) ([]int64, error) {
+	ids, cats, lane := make([]int64, len(rows)), make([]string, len(rows)), make([]bool, len(rows))
+	keys := make([]*string, len(rows))
+	for i, r := range rows {
+		ids[i], cats[i], keys[i], lane[i] = r.ID, r.Category, r.PartitionKey, lanes.lane(r)
+	}
+	res, err := p.pool.Query(ctx, previousSQL, broker, ids, cats, keys, lane, lanes.Enabled, lanes.Threshold)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: previous: %w", err)
+	}
+	out, err := pgx.CollectRows(res, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("outbox: previous: %w", err)
+	}
+	return out, nil
+}
+
 // republishSQL makes the broker's rows published since $2 pending again,
 // except those Keep.applied keeps: a row with a partition key whose
 // category has appliers ($3, $4, $5: category, group, unit prefix) all of

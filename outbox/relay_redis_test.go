@@ -210,6 +210,28 @@ func TestRelayRepublishesWhenRedisLostItsData(t *testing.T) {
 	require.NoError(t, b.PublishIn(ctx, "new", broker.Message{ID: "y", Stream: "order"}))
 }
 
+// Each message on a partition stream carries the global position of the
+// message before it on that stream (prev), within a claim and across
+// claims (from the published rows), so a partition worker can tell a
+// message its stream lost.
+func TestRelayChainsEachPartitionStream(t *testing.T) {
+	t.Parallel()
+	k := newKeyA(t, outbox.NewPostgres(testserver.PostgresPool(t), nil), outbox.RelayOptions{})
+	k.add(1, 3)
+	k.drain()
+	k.add(4, 5)
+	k.drain()
+	xs, err := k.rdb.XRange(context.Background(), k.prefix+"order:A", "-", "+").Result()
+	require.NoError(t, err)
+	var chain [][2]int64
+	for _, x := range xs {
+		m, err := redisstream.Decode(x.ID, x.Values)
+		require.NoError(t, err)
+		chain = append(chain, [2]int64{m.GlobalPosition, m.Prev})
+	}
+	require.Equal(t, [][2]int64{{1, 0}, {2, 1}, {3, 2}, {4, 3}, {5, 4}}, chain)
+}
+
 // After Redis lost its data, the rows every partition consumer group has
 // applied (its position of the row's unit on the row's stream is at or
 // past the row) are not sent again: only what some group still needs is,

@@ -24,6 +24,7 @@ const (
 	FieldGlobalPosition = "global_position"
 	FieldTime           = "time" // RFC 3339 with nanoseconds, UTC
 	FieldPartitionKey   = "partition_key"
+	FieldPrev           = "prev" // broker.Message.Prev
 )
 
 // ErrMalformed: a stream entry cannot be decoded into a message. The entry
@@ -75,6 +76,9 @@ func Encode(msg broker.Message) []any {
 		f = append(f, FieldTime, msg.Time.UTC().Format(time.RFC3339Nano))
 	}
 	add(FieldPartitionKey, msg.PartitionKey)
+	if msg.Prev != 0 {
+		f = append(f, FieldPrev, strconv.FormatInt(msg.Prev, 10))
+	}
 	return f
 }
 
@@ -133,7 +137,7 @@ func Decode(id string, values map[string]any) (broker.Message, error) {
 	for _, p := range []struct {
 		name string
 		dst  *int64
-	}{{FieldPosition, &m.Position}, {FieldGlobalPosition, &m.GlobalPosition}} {
+	}{{FieldPosition, &m.Position}, {FieldGlobalPosition, &m.GlobalPosition}, {FieldPrev, &m.Prev}} {
 		s, ok, err := str(p.name)
 		if err != nil {
 			return broker.Message{}, err

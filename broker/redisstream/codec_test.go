@@ -28,7 +28,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		"full": {
 			ID: "e-1", Type: "OrderPlaced", Data: json.RawMessage(`{"a":1}`), Metadata: json.RawMessage(`{"b":"x"}`),
 			EventStream: "order-o-1", Category: "order", Position: 3, GlobalPosition: -1 << 62,
-			Time: time.Date(2026, 2, 3, 4, 5, 6, 7, time.UTC), PartitionKey: "c-1",
+			Time: time.Date(2026, 2, 3, 4, 5, 6, 7, time.UTC), PartitionKey: "c-1", Prev: 41,
 		},
 		"only id":     {ID: "e-2"},
 		"json null":   {ID: "e-3", Data: json.RawMessage(`null`)},
@@ -57,6 +57,7 @@ func TestDecodeErrors(t *testing.T) {
 		"bad metadata":   {map[string]any{"id": "a", "metadata": "nope"}, "metadata"},
 		"bad position":   {map[string]any{"id": "a", "position": "3.5"}, "position"},
 		"bad global":     {map[string]any{"id": "a", "global_position": "x"}, "global_position"},
+		"bad prev":       {map[string]any{"id": "a", "prev": "x"}, "prev"},
 		"bad time":       {map[string]any{"id": "a", "time": "yesterday"}, "time"},
 		"type not str":   {map[string]any{"id": "a", "type": []int{1}}, "type"},
 		"bytes are fine": {map[string]any{"id": []byte("a"), "data": []byte(`1`)}, ""},

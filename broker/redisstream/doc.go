@@ -94,7 +94,9 @@
 //
 // A message is one stream entry with the fields id, type, data, metadata,
 // event_stream, category, position, global_position, time (RFC 3339,
-// nanoseconds, UTC) and partition_key; empty fields are left out. The
+// nanoseconds, UTC), partition_key and prev (the global position of the
+// message before it on its partition stream, which the partition workers
+// check for a gap); empty fields are left out. The
 // stream name is the key, not a field. [Decode] fails with a
 // [*DecodeError] (ErrMalformed) on anything it cannot read: a malformed
 // entry is a poison message, never a panic. Next returns that error and

@@ -78,6 +78,7 @@ func Run(t *testing.T, newHarness func(t *testing.T, now func() time.Time) Harne
 		"RepublishAfterTheBrokerLostItsData":      testRepublish,
 		"RepublishKeepsWhatEveryConsumerApplied":  testRepublishKeeps,
 		"KeyOrderHoldsAcrossPriorities":           testKeyOrderAcrossPriorities,
+		"PreviousOnTheSameStream":                 testPrevious,
 	}, func(t *testing.T, fn func(*testing.T, Harness, *clock)) {
 		c := suite.NewClock()
 		fn(t, newHarness(t, c.Now), c)
@@ -1220,4 +1221,54 @@ func testKeyOrderAcrossPriorities(t *testing.T, h Harness, _ *clock) {
 	require.Equal(t, []string{"b1"}, messages(claim(t, h, "relay", 2, time.Minute)),
 		"a2 is within the limit, a1 is not: a2 waits for it")
 	require.Equal(t, []string{"a1", "a2"}, messages(claim(t, h, "other", 10, time.Minute)), "commit order, not priority order")
+}
+
+// testPrevious: for each row with a key, the global position of the newest
+// published row of its key before it that goes to the same stream (the
+// lane's rows chain apart from the primary stream's when the lanes are on);
+// rows not published (pending, abandoned), other keys and other brokers do
+// not count; a row without a key, or the first of its key, answers 0.
+func testPrevious(t *testing.T, h Harness, _ *clock) {
+	ctx := t.Context()
+	ch, ok := h.Store.(outbox.Chainer)
+	require.True(t, ok, "every store can chain")
+	at := func(r outbox.Row, gp int) outbox.Row {
+		r.Metadata = json.RawMessage(fmt.Sprintf(`{"global_position": %d}`, gp))
+		return r
+	}
+	other := at(keyed("other-broker", "order-0", "A", 0), 9)
+	other.TargetBroker = "elsewhere"
+	add(t, h, other,
+		at(keyed("a1", "order-1", "A", 0), 10),
+		at(keyed("a2-lane", "order-2", "A", -1), 11),
+		at(keyed("a3", "order-3", "A", 0), 12),
+		at(keyed("b1", "order-4", "B", 0), 13))
+	rows := claim(t, h, "relay", 10, time.Minute)
+	require.Len(t, rows, 4)
+	var ids []int64
+	for _, r := range rows {
+		ids = append(ids, r.ID)
+	}
+	require.NoError(t, h.Store.MarkPublishedBatch(ctx, "relay", ids))
+	require.Len(t, claimFor(t, h, "elsewhere", "relay", 10, time.Minute), 1, "published nowhere: not the default broker's")
+	add(t, h, at(keyed("a-abandoned", "order-5", "A", 0), 14))
+	abandoned := claimOne(t, h, "relay")
+	require.NoError(t, h.Store.Abandon(ctx, abandoned.ID, "skipped"))
+	add(t, h,
+		at(keyed("a4", "order-6", "A", 0), 15),
+		at(keyed("a5-lane", "order-7", "A", -1), 16),
+		at(row("no-key", 0), 17),
+		at(keyed("c1", "order-8", "C", 0), 18))
+	pending := claim(t, h, "relay", 10, time.Minute)
+	require.Equal(t, []string{"a4", "no-key", "c1", "a5-lane"}, messages(pending))
+
+	prev, err := ch.Previous(ctx, "default", pending, outbox.Lanes{Enabled: true, Threshold: 0, Suffix: "backfill"})
+	require.NoError(t, err)
+	require.Equal(t, []int64{12, 0, 0, 11}, prev, "a4 after a3 (the abandoned row is not on the stream), a5 after the lane's a2")
+	prev, err = ch.Previous(ctx, "default", pending, outbox.Lanes{})
+	require.NoError(t, err)
+	require.Equal(t, []int64{12, 0, 0, 12}, prev, "without lanes one stream: a5 after a3")
+	prev, err = ch.Previous(ctx, "default", nil, outbox.Lanes{})
+	require.NoError(t, err)
+	require.Empty(t, prev)
 }
