@@ -149,3 +149,78 @@ func rawDrain(b *testing.B, pool *pgxpool.Pool, n int) {
 		done += int(tag.RowsAffected())
 	}
 }
+
+type partitioningNoop struct{ noopBroker }
+
+func (partitioningNoop) Capabilities() broker.Capability { return broker.StreamPartitioning }
+
+// unchained hides the store's Chainer, as the relay before the per-key
+// check was: no prev per message.
+type unchained struct{ outbox.RelayStore }
+
+// BenchmarkRelayPostgresPartitioned is the cost of the per-key check on
+// the relay: 5,000 rows over 64 partition keys to a partitioning broker
+// that does nothing, with each message's prev read from the published rows
+// (one statement per pass, on outbox_published_key) against the relay
+// before the check (no Chainer, and the index dropped, as before migration
+// 0011), beside the raw drain, in the same run.
+func BenchmarkRelayPostgresPartitioned(b *testing.B) {
+	pool := benchPool(b)
+	s := outbox.NewPostgres(pool, nil)
+	ctx := context.Background()
+	const n, keys = 5000, 64
+	refill := func(b *testing.B) {
+		b.StopTimer()
+		if _, err := pool.Exec(ctx, `TRUNCATE outbox`); err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < n; {
+			var rows []outbox.Row
+			for j := 0; j < 500 && i < n; j, i = j+1, i+1 {
+				key := fmt.Sprintf("c-%d", i%keys)
+				rows = append(rows, outbox.Row{MessageID: eventstore.NewID(), Stream: fmt.Sprintf("order-%d", i), Type: "OrderPlaced",
+					Data: json.RawMessage(`{"order_id":"o","client_id":"c","total":1}`), TargetBroker: "default", PartitionKey: &key,
+					Metadata: json.RawMessage(fmt.Sprintf(`{"position": 0, "global_position": %d}`, i+1))})
+			}
+			if err := s.Add(ctx, rows); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := pool.Exec(ctx, `VACUUM ANALYZE outbox`); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	index := func(b *testing.B, on bool) {
+		sql := `DROP INDEX IF EXISTS outbox_published_key`
+		if on {
+			sql = `CREATE INDEX IF NOT EXISTS outbox_published_key ON outbox (target_broker, category, ordering_key, id) WHERE status = 'published'`
+		}
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, v := range []struct {
+		name  string
+		store outbox.RelayStore
+		index bool
+	}{{"checked", s, true}, {"unchecked", unchained{s}, false}} {
+		b.Run(v.name, func(b *testing.B) {
+			index(b, v.index)
+			defer index(b, true)
+			r := outbox.NewRelay(v.store, outbox.RelayOptions{Broker: "default", Owner: "bench", Publisher: partitioningNoop{}, BatchSize: 50})
+			for b.Loop() {
+				refill(b)
+				drain(b, r, n)
+			}
+			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rows/s")
+		})
+	}
+	b.Run("raw", func(b *testing.B) {
+		for b.Loop() {
+			refill(b)
+			rawDrain(b, pool, n)
+		}
+		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rows/s")
+	})
+}

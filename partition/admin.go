@@ -380,6 +380,7 @@ func (a *Admin) halt(ctx context.Context, group, unit string) (*Halt, error) {
 	h := &Halt{Group: group, Unit: unit, Stream: m["stream"], Entry: m["entry"], MessageID: m["message_id"], Reason: m["reason"]}
 	h.Attempts, _ = strconv.Atoi(m["attempts"])
 	h.Generation, _ = strconv.ParseInt(m["generation"], 10, 64)
+	h.Gap, _ = strconv.ParseInt(m["gap"], 10, 64)
 	h.HaltedAt, _ = time.Parse(time.RFC3339Nano, m["halted_at"])
 	return h, nil
 }
@@ -568,14 +569,27 @@ type Outcome struct {
 }
 
 // actionPrelude checks, inside the script, that the halt record is still
-// the one the caller read. KEYS halt, stream, attempts, audit[, dlq];
-// ARGV stream, entry, group, unit, action, at, by, reason[, dlq stream,
-// failed_at pair].
+// the one the caller read. KEYS halt, stream, attempts, audit, accepted[,
+// dlq]; ARGV stream, entry, group, unit, action, at, by, reason[, dlq
+// stream, failed_at pair]. accept(gp) raises the stream's accepted
+// position (AcceptedKey) to gp; headPosition is the head entry's global
+// position (nil if the entry or the field is gone).
 const actionPrelude = `
-local h = redis.call('HMGET', KEYS[1], 'stream', 'entry', 'message_id', 'reason', 'attempts')
+local h = redis.call('HMGET', KEYS[1], 'stream', 'entry', 'message_id', 'reason', 'attempts', 'gap')
 if not h[1] then return redis.error_reply('NOTHALTED') end
 if h[1] ~= ARGV[1] or h[2] ~= ARGV[2] then return redis.error_reply('CHANGED') end
-local mid, reason, attempts = h[3] or '', h[4] or '', h[5] or '0'
+local mid, reason, attempts, gap = h[3] or '', h[4] or '', h[5] or '0', tonumber(h[6] or '0') or 0
+local function accept(gp)
+  gp = tonumber(gp)
+  if not gp or gp <= 0 then return end
+  if gp > (tonumber(redis.call('HGET', KEYS[5], ARGV[1]) or '0') or 0) then redis.call('HSET', KEYS[5], ARGV[1], gp) end
+end
+local function headPosition()
+  local e = redis.call('XRANGE', KEYS[2], ARGV[2], ARGV[2])[1]
+  if not e or not e[2] then return nil end
+  for i = 1, #e[2], 2 do if e[2][i] == 'global_position' then return e[2][i+1] end end
+  return nil
+end
 local function finish(acked, extra, did)
   redis.call('HDEL', KEYS[3], ARGV[1] .. '/' .. ARGV[2])
   redis.call('DEL', KEYS[1])
@@ -586,14 +600,20 @@ local function finish(acked, extra, did)
 end
 `
 
-// skipScript acks the head and clears the halt and its attempts, audited.
+// skipScript acks the head and clears the halt and its attempts, audited;
+// the head's position is accepted, so the next message, whose prev it is,
+// is not taken for one after a gap.
 var skipScript = redis.NewScript(actionPrelude + `
+accept(gap)
+accept(headPosition())
 return finish(redis.call('XACK', KEYS[2], ARGV[3], ARGV[2]), {})
 `)
 
 // resumeScript clears the halt and the head's attempts, audited; the head
-// stays pending and is retried afresh by the next owner.
+// stays pending and is retried afresh by the next owner. A gap halt's gap
+// is accepted: the head goes on past the messages its stream lacks.
 var resumeScript = redis.NewScript(actionPrelude + `
+accept(gap)
 return finish(0, {})
 `)
 
@@ -607,20 +627,25 @@ local args = {}
 for _, v in ipairs(e[2]) do args[#args + 1] = v end
 for _, v in ipairs({'dl_group', ARGV[3], 'dl_reason', reason, 'dl_attempts', attempts, 'dl_failed_at', ARGV[10],
   'dl_entry', ARGV[2], 'dl_stream', ARGV[1], 'dl_unit', ARGV[4]}) do args[#args + 1] = v end
-local did = redis.call('XADD', KEYS[5], '*', unpack(args))
+local did = redis.call('XADD', KEYS[6], '*', unpack(args))
+accept(gap)
+accept(headPosition())
 return finish(redis.call('XACK', KEYS[2], ARGV[3], ARGV[2]), {'dlq_stream', ARGV[9], 'dlq_entry', did}, did)
 `)
 
 // Skip acknowledges the halted head entry for the group, clears the halt
 // and the entry's attempts, and appends an audit record, in one script.
-// Positions are not touched: the next message has a higher global position.
+// Positions are not touched (the next message has a higher global
+// position); the head's position is accepted (AcceptedKey), so the next
+// message, whose prev it is, is not halted as one after a gap.
 func (a *Admin) Skip(ctx context.Context, group, unit string, op Operator) (Outcome, error) {
 	return a.act(ctx, "skip", skipScript, group, unit, op)
 }
 
 // Resume clears the halt and the head's attempts, audited: the next owner
 // retries the head with max_retries fresh attempts, and halts again if it
-// still fails.
+// still fails. A halt on a gap (ErrGap) is resumed past the messages its
+// stream lacks: the gap is accepted (AcceptedKey) and the head applied.
 func (a *Admin) Resume(ctx context.Context, group, unit string, op Operator) (Outcome, error) {
 	return a.act(ctx, "resume", resumeScript, group, unit, op)
 }
@@ -642,7 +667,8 @@ func (a *Admin) act(ctx context.Context, action string, s *redis.Script, group, 
 	if h == nil {
 		return Outcome{}, a.notHalted(ctx, group, unit)
 	}
-	keys := []string{a.key(HaltKey(group, unit)), a.key(h.Stream), a.key(AttemptsKey(group, unit)), a.key(AuditStream)}
+	keys := []string{a.key(HaltKey(group, unit)), a.key(h.Stream), a.key(AttemptsKey(group, unit)), a.key(AuditStream),
+		a.key(AcceptedKey(group, unit))}
 	args := []any{h.Stream, h.Entry, group, unit, action, a.now().UTC().Format(time.RFC3339Nano), op.By, op.Reason}
 	out := Outcome{Action: action, Halt: *h}
 	if action == "dlq" {

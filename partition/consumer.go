@@ -671,6 +671,14 @@ func (c *Consumer) streams(sources []string) []string {
 
 var errHalted = errors.New("partition halted")
 
+// ErrGap: a partition stream lacks messages that were published to it. A
+// message's prev (the global position of the message before it on its
+// stream) is past what the worker has applied there, and past what an
+// operator accepted: the stream lost what lies between (a Redis that lost
+// acknowledged writes). The worker halts the unit at that message rather
+// than apply it past them; `partitions resume` goes on without them.
+var ErrGap = errors.New("partition stream lost messages")
+
 // drainAll handles at most one batch per source: the primary stream, or
 // its backfill lane when the primary had nothing. For a correlated unit
 // this round-robins across its categories.
@@ -727,6 +735,13 @@ func (c *Consumer) drain(w *worker, st *state, stream string) (int, error) {
 	var msgs []broker.Message
 	var ids []string
 	var poison error
+	var gap int64       // the poison is a gap ending at this position
+	var poisonID string // the poison's message id, when it decoded
+	// reached is the last global position the run applies before the
+	// entry at hand: a message whose prev is past it (and past what an
+	// operator accepted) follows messages the stream lost. 0: unknown
+	// (nothing applied on the stream yet), no check.
+	reached := st.positions[stream]
 	for _, e := range entries {
 		if e.Values == nil {
 			skip = append(skip, e.ID)
@@ -744,8 +759,26 @@ func (c *Consumer) drain(w *worker, st *state, stream string) (int, error) {
 			c.opts.Metrics.handled(w.lease.Group, "duplicate", 1)
 			continue
 		}
+		if m.Prev > 0 && reached > 0 && m.Prev > reached {
+			accepted, err := c.opts.Leases.Accepted(c.work, w.lease, stream)
+			if err != nil {
+				return 0, err
+			}
+			if m.Prev > accepted {
+				poison, gap = fmt.Errorf("entry %s of %s, message %s at global position %d: the stream lacks the messages after %d up to %d "+
+					"(published, then lost: did Redis lose acknowledged writes?); partitions resume goes on without them: %w",
+					e.ID, stream, m.ID, m.GlobalPosition, max(reached, accepted), m.Prev, ErrGap), m.Prev
+				poisonID = m.ID
+				ids = append(ids, e.ID)
+				c.opts.Metrics.handled(w.lease.Group, "gap", 1)
+				break
+			}
+		}
 		msgs = append(msgs, m)
 		ids = append(ids, e.ID)
+		if m.GlobalPosition > 0 {
+			reached = m.GlobalPosition
+		}
 	}
 	if len(skip) > 0 {
 		if _, err := c.opts.Leases.Ack(c.work, w.lease, stream, skip...); err != nil {
@@ -774,7 +807,7 @@ func (c *Consumer) drain(w *worker, st *state, stream string) (int, error) {
 		}
 	}
 	if herr == nil && poison != nil && done == len(msgs) {
-		return done + len(skip), c.halt(w, stream, ids[len(msgs)], "", poison, 1)
+		return done + len(skip), c.halt(w, stream, ids[len(msgs)], poisonID, poison, 1, gap)
 	}
 	if herr == nil {
 		delete(st.retryHead, stream)
@@ -819,7 +852,7 @@ func (c *Consumer) drain(w *worker, st *state, stream string) (int, error) {
 			return done, err
 		}
 		if c.opts.Retry.GiveUp(class, failures) {
-			return done, c.halt(w, stream, ids[done], failed.ID, herr, failures)
+			return done, c.halt(w, stream, ids[done], failed.ID, herr, failures, 0)
 		}
 		c.log.Warn("partition message failed; retrying", "group", w.lease.Group, "partition", w.lease.Unit, "stream", stream,
 			"entry", ids[done], "message_id", failed.ID, "attempt", failures, "max_retries", c.opts.Retry.MaxRetries, "error", herr)
@@ -832,9 +865,9 @@ func (c *Consumer) drain(w *worker, st *state, stream string) (int, error) {
 	return done + 1, nil // progress for the idle clock: not idle while retrying
 }
 
-func (c *Consumer) halt(w *worker, stream, entry, messageID string, cause error, attempts int) error {
+func (c *Consumer) halt(w *worker, stream, entry, messageID string, cause error, attempts int, gap int64) error {
 	h := Halt{Group: w.lease.Group, Unit: w.lease.Unit, Stream: stream, Entry: entry, MessageID: messageID,
-		Reason: cause.Error(), Attempts: attempts, HaltedAt: c.opts.Now()}
+		Reason: cause.Error(), Attempts: attempts, HaltedAt: c.opts.Now(), Gap: gap}
 	if err := c.opts.Leases.Halt(c.work, w.lease, h); err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -113,6 +114,7 @@ type publisher struct {
 	mu     sync.Mutex
 	gp     int64
 	sent   map[string][]int64 // unit -> positions
+	last   map[string]int64   // stream -> global position of its last message (each message's prev)
 }
 
 func (p *publisher) publish(category, key string, n int) {
@@ -121,9 +123,15 @@ func (p *publisher) publish(category, key string, n int) {
 		p.mu.Lock()
 		p.gp++
 		gp := p.gp
+		if p.last == nil {
+			p.last = map[string]int64{}
+		}
+		stream := partition.StreamName(category, key)
+		prev := p.last[stream]
+		p.last[stream] = gp
 		p.mu.Unlock()
 		msg := broker.Message{ID: fmt.Sprintf("m-%d", gp), Type: "Happened", Category: category, EventStream: category + "-" + key,
-			Data: []byte(`{"k":"` + key + `"}`), GlobalPosition: gp, PartitionKey: key}
+			Data: []byte(`{"k":"` + key + `"}`), GlobalPosition: gp, PartitionKey: key, Prev: prev}
 		ctx := context.Background()
 		_, err := p.rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.prefix + partition.StreamName(category, key), Values: redisstream.Encode(msg)}).Result()
 		require.NoError(p.t, err)
@@ -133,6 +141,20 @@ func (p *publisher) publish(category, key string, n int) {
 		p.sent[unit] = append(p.sent[unit], gp)
 		p.mu.Unlock()
 	}
+}
+
+// lose is a message the relay published and the stream then lost (a
+// Redis that dropped an acknowledged write): its position is taken and the
+// next message's prev names it, but the stream never holds it.
+func (p *publisher) lose(category, key string) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.gp++
+	if p.last == nil {
+		p.last = map[string]int64{}
+	}
+	p.last[partition.StreamName(category, key)] = p.gp
+	return p.gp
 }
 
 type rig struct {
@@ -513,4 +535,65 @@ func TestWorkerRetriesServerFailuresInPlace(t *testing.T) {
 	gen, err := r.rdb.Get(context.Background(), r.prefix+partition.GenerationKey("proj", partition.PartitionUnit("order", "k"))).Int64()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, gen, "the lease was kept: no new generation")
+}
+
+// A message whose prev is past what the worker applied on its stream
+// follows messages the stream lost: the worker halts the key there, with
+// a reason naming what is missing, rather than apply it past them (before,
+// it applied it and the position moved past the lost message for good).
+// An operator's resume accepts the gap and the key goes on; a skipped
+// poison head is accepted too, so the message after it is no gap.
+func TestGapHaltsTheKeyUntilAnOperatorResumes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newRig(t)
+	h := newEffects(r.store)
+	h.fail = func(m broker.Message, _ int) error {
+		if m.ID == "m-6" {
+			return errors.New("poison")
+		}
+		return nil
+	}
+	admin, err := partition.NewAdmin(partition.AdminOptions{Redis: r.rdb, Prefix: r.prefix, Positions: r.store, Decode: redisstream.Decode})
+	require.NoError(t, err)
+	r.pub.publish("order", "k", 2)
+	// Discovery every 50 ms: a resumed unit is acquired at the next pass.
+	start(t, r.consumer("host-a", h, time.Hour, func(o *partition.ConsumerOptions) { o.Heartbeat = 50 * time.Millisecond }))
+	applied := func(want ...int64) {
+		t.Helper()
+		testwait.For(t, fmt.Sprintf("order:k applied %v", want), func() (bool, string) {
+			got, _ := h.snapshot()
+			return slices.Equal(got["order:k"], want), fmt.Sprint(got["order:k"])
+		})
+	}
+	halted := func() map[string]string {
+		t.Helper()
+		var halt map[string]string
+		testwait.For(t, "order:k halts", func() (bool, string) {
+			halt, err = r.rdb.HGetAll(ctx, r.prefix+partition.HaltKey("proj", "order:k")).Result()
+			return err == nil && len(halt) > 0, fmt.Sprint(halt, err)
+		})
+		return halt
+	}
+
+	applied(1, 2)
+	require.Equal(t, int64(3), r.pub.lose("order", "k"))
+	r.pub.publish("order", "k", 2) // m-4 (prev 3), m-5
+	halt := halted()
+	require.Contains(t, halt["reason"], "lacks the messages after 2 up to 3")
+	require.Equal(t, "m-4", halt["message_id"])
+	require.Equal(t, "3", halt["gap"])
+	applied(1, 2)
+
+	_, err = admin.Resume(ctx, "proj", "order:k", partition.Operator{By: "test", Reason: "message 3 is gone"})
+	require.NoError(t, err)
+	applied(1, 2, 4, 5)
+
+	r.pub.publish("order", "k", 2) // m-6 (poison), m-7 (prev 6)
+	halt = halted()
+	require.Contains(t, halt["reason"], "poison")
+	require.Contains(t, []string{"", "0"}, halt["gap"], "a poison halt is no gap")
+	_, err = admin.Skip(ctx, "proj", "order:k", partition.Operator{By: "test", Reason: "poison"})
+	require.NoError(t, err)
+	applied(1, 2, 4, 5, 7)
 }

@@ -28,6 +28,15 @@
 // stalled owner's late commit is rejected, and a message redelivered after
 // a crash between commit and ack is recognised and acked unhandled.
 //
+// Each message also carries prev, the global position of the message
+// before it on its stream (the outbox relay sets it). A worker that has
+// applied less than prev on the stream, and was not told by an operator to
+// go on past it ([AcceptedKey]: a skipped head, a resumed gap), is missing
+// a message the stream lost: it halts the unit there ([ErrGap]) instead of
+// applying the message past it, which would move the position beyond the
+// lost one for good. A message without prev (0) is not checked, nor the
+// first message a worker sees on a stream it has applied nothing on.
+//
 // # The consumer
 //
 // [Consumer] renews held leases and discovers units from the category

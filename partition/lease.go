@@ -348,6 +348,10 @@ type Halt struct {
 	HaltedAt    time.Time
 	// Generation is the lease generation that halted the unit.
 	Generation int64
+	// Gap is set when the unit halted because its stream lacks messages
+	// before the head: the head's prev, the global position the missing
+	// messages end at. Resume lets the unit go on past them.
+	Gap int64
 }
 
 // haltScript: KEYS lease, halt; ARGV token, field/value pairs.
@@ -368,7 +372,7 @@ func (s *Leases) Halt(ctx context.Context, l Lease, h Halt) error {
 	}
 	_, err := haltScript.Run(ctx, s.rdb, []string{s.key(LeaseKey(l.Group, l.Unit)), s.key(HaltKey(l.Group, l.Unit))},
 		l.Token(), "stream", h.Stream, "entry", h.Entry, "message_id", h.MessageID, "reason", reason,
-		"attempts", h.Attempts, "halted_at", h.HaltedAt.UTC().Format(time.RFC3339Nano), "generation", l.Generation).Result()
+		"attempts", h.Attempts, "halted_at", h.HaltedAt.UTC().Format(time.RFC3339Nano), "generation", l.Generation, "gap", h.Gap).Result()
 	if err != nil {
 		return s.fenced(l, "halt", 1, err)
 	}
@@ -430,6 +434,19 @@ func (s *Leases) Reap(ctx context.Context, l Lease, category, key string, stream
 		return false, s.fenced(l, "reap", 1, err)
 	}
 	return n == 1, nil
+}
+
+// Accepted is the global position up to which an operator let the unit go
+// on without what stream lacks (AcceptedKey), 0 if none.
+func (s *Leases) Accepted(ctx context.Context, l Lease, stream string) (int64, error) {
+	n, err := s.rdb.HGet(ctx, s.key(AcceptedKey(l.Group, l.Unit)), stream).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("partition %s %s: accepted of %s: %w", l.Group, l.Unit, stream, err)
+	}
+	return n, nil
 }
 
 // Members lists the live keys of category's partition index.

@@ -68,6 +68,13 @@ func HaltKey(group, unit string) string { return group + ":" + unit + ":__halt__
 // a retry count survives failover.
 func AttemptsKey(group, unit string) string { return group + ":" + unit + ":__attempts__" }
 
+// AcceptedKey records, per source stream, the global position up to which
+// an operator has let the unit go on without messages its stream does not
+// hold: a head skipped or dead-lettered (its position), or a gap resumed
+// (the position the gap ends at). A worker that meets a message whose
+// prev is past its position checks it before it halts on a gap.
+func AcceptedKey(group, unit string) string { return group + ":" + unit + ":__accepted__" }
+
 // DLQStreamName is the partition's dead-letter stream "{category}:{key}:dlq",
 // where the operator's `partitions dlq` moves a halted head.
 func DLQStreamName(category, key string) string { return LaneStreamName(category, key, DLQToken) }
