@@ -33,7 +33,7 @@ func TestClaimPlanWalksIndexes(t *testing.T) {
 	conn, err := pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
-	_, err = conn.Exec(ctx, `PREPARE claim(text, timestamptz, text, timestamptz) AS `+claimQuery(50))
+	_, err = conn.Exec(ctx, `PREPARE claim(text, timestamptz, text, timestamptz) AS `+claimQuery(50, false))
 	require.NoError(t, err)
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		_, err = conn.Exec(ctx, `SET plan_cache_mode = `+mode)

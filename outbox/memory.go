@@ -45,14 +45,14 @@ func NewMemory(now func() time.Time) *Memory {
 	return &Memory{clock: dbtime.NewClock(now), keys: make(map[dedupKey]struct{})}
 }
 
-// Previous implements Chainer.
-func (m *Memory) Previous(ctx context.Context, broker string, rows []Row, lanes Lanes) ([]int64, error) {
-	if err := ctx.Err(); err != nil {
+// ClaimChained implements Chainer.
+func (m *Memory) ClaimChained(ctx context.Context, broker, owner string, limit int, lockFor time.Duration, lanes Lanes) ([]Row, error) {
+	rows, err := m.Claim(ctx, broker, owner, limit, lockFor)
+	if err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]int64, len(rows))
 	for i := range rows {
 		r := &rows[i]
 		if r.PartitionKey == nil {
@@ -63,13 +63,13 @@ func (m *Memory) Previous(ctx context.Context, broker string, rows []Row, lanes 
 			p := m.rows[j]
 			if p.ID < r.ID && p.TargetBroker == broker && p.Status == StatusPublished && orderingKeyOf(p) == k && lanes.lane(*p) == lane {
 				if gp := globalPosition(p); gp > 0 {
-					out[i] = gp
+					r.Prev = gp
 					break
 				}
 			}
 		}
 	}
-	return out, nil
+	return rows, nil
 }
 
 // ReadPositions makes Republish leave the rows that p says every

@@ -118,6 +118,10 @@ type Row struct {
 	LastError   string
 	CreatedAt   time.Time
 	PublishedAt *time.Time
+	// Prev is set by ClaimChained only (Chainer), for a row with a
+	// partition key: the global position of the newest published row of
+	// its key before it that goes to the same stream, 0 if none is kept.
+	Prev int64
 }
 
 // Stats summarises the outbox for operators and metrics.

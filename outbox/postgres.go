@@ -368,33 +368,80 @@ WHERE o.id = ANY(ARRAY(SELECT k.id FROM candidates k WHERE NOT EXISTS (SELECT 1 
 	OFFSET 0)))
 RETURNING ` + `o.id, o.message_id, o.stream_name, o.category, o.type, o.data, o.metadata, o.partition_key, o.priority,
 	o.target_broker, 'processing', o.retry_count, o.max_retries, o.next_retry_at, o.locked_until, coalesce(o.locked_by, ''),
-	coalesce(o.last_error->>'message', ''), o.created_at, o.published_at`
+	coalesce(o.last_error->>'message', ''), o.created_at, o.published_at%s`
+
+// prevColumn is ClaimChained's extra column, Row.Prev: for a row with a
+// key, the newest published row of the key before it on the same stream
+// ($5 lanes on, $6 threshold), found on outbox_published_key.
+const prevColumn = `, CASE WHEN o.partition_key IS NULL THEN 0 ELSE coalesce((SELECT (p.metadata->>'global_position')::bigint
+		FROM outbox p
+		WHERE p.target_broker = o.target_broker AND p.category = o.category AND p.ordering_key = o.ordering_key
+			AND p.status = 'published' AND p.id < o.id
+			AND (NOT $5::bool OR (p.priority < $6::int) = (o.priority < $6::int))
+			AND (p.metadata->>'global_position') ~ '^[0-9]+$'
+		ORDER BY p.id DESC LIMIT 1), 0) END`
 
 // claimQuery is claimSQL with its limit. The limit is in the text, not a
 // parameter, so that the server's plan cache settles on the generic plan
 // after five runs: with LIMIT $n the generic plan's estimate (a tenth of
 // the active rows) looked dearer than a custom one, and every claim was
 // planned afresh, which cost as much as a third of the statement.
-func claimQuery(limit int) string { return fmt.Sprintf(claimSQL, limit) }
+func claimQuery(limit int, chained bool) string {
+	extra := ""
+	if chained {
+		extra = prevColumn
+	}
+	return fmt.Sprintf(claimSQL, limit, extra)
+}
 
 // Claim implements Store.
 func (p *Postgres) Claim(ctx context.Context, broker, owner string, limit int, lockFor time.Duration) ([]Row, error) {
+	return p.claim(ctx, broker, owner, limit, lockFor, nil)
+}
+
+// ClaimChained implements Chainer: the claim's one statement returns each
+// row's Prev too.
+func (p *Postgres) ClaimChained(ctx context.Context, broker, owner string, limit int, lockFor time.Duration, lanes Lanes) ([]Row, error) {
+	return p.claim(ctx, broker, owner, limit, lockFor, &lanes)
+}
+
+func (p *Postgres) claim(ctx context.Context, broker, owner string, limit int, lockFor time.Duration, lanes *Lanes) ([]Row, error) {
 	limit, lockFor, err := claimArgs(ctx, broker, owner, limit, lockFor)
 	if err != nil {
 		return nil, err
 	}
 	now := p.clock()
-	rows, err := p.pool.Query(ctx, claimQuery(limit), broker, now, owner, now.Add(lockFor))
+	args := []any{broker, now, owner, now.Add(lockFor)}
+	if lanes != nil {
+		args = append(args, lanes.Enabled, lanes.Threshold)
+	}
+	rows, err := p.pool.Query(ctx, claimQuery(limit, lanes != nil), args...)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: claim: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) { return scanRow(r) })
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) {
+		if lanes == nil {
+			return scanRow(r)
+		}
+		var prev int64
+		row, err := scanRow(extraColumn{r, &prev})
+		row.Prev = prev
+		return row, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: claim: %w", err)
 	}
 	claimOrder(out)
 	return out, nil
 }
+
+// extraColumn scans a row whose last column is one more than scanRow reads.
+type extraColumn struct {
+	pgx.Row
+	extra any
+}
+
+func (r extraColumn) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.extra)...) }
 
 // MarkPublished implements Store.
 func (p *Postgres) MarkPublished(ctx context.Context, id int64, owner string) error {
@@ -655,37 +702,6 @@ func (p *Postgres) LastPublished(ctx context.Context, broker string) (time.Time,
 		return time.Time{}, nil
 	}
 	return last.UTC(), nil
-}
-
-// previousSQL is Previous for the rows ($2 ids, $3 categories, $4 keys, $5
-// lane flags, in order; a NULL key answers NULL): the newest published row
-// of the key before each, on the same stream ($6 lanes on, $7 threshold),
-// found on outbox_published_key.
-const previousSQL = `SELECT coalesce((SELECT (p.metadata->>'global_position')::bigint FROM outbox p
-		WHERE p.target_broker = $1 AND p.category = r.category AND p.ordering_key = r.key
-			AND p.status = 'published' AND p.id < r.id
-			AND (NOT $6::bool OR (p.priority < $7::int) = r.lane)
-			AND (p.metadata->>'global_position') ~ '^[0-9]+$'
-		ORDER BY p.id DESC LIMIT 1), 0)
-	FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bool[]) WITH ORDINALITY AS r(id, category, key, lane, ord)
-	ORDER BY r.ord`
-
-// Previous implements Chainer: one statement for the whole claim.
-func (p *Postgres) Previous(ctx context.Context, broker string, rows []Row, lanes Lanes) ([]int64, error) {
-	ids, cats, lane := make([]int64, len(rows)), make([]string, len(rows)), make([]bool, len(rows))
-	keys := make([]*string, len(rows))
-	for i, r := range rows {
-		ids[i], cats[i], keys[i], lane[i] = r.ID, r.Category, r.PartitionKey, lanes.lane(r)
-	}
-	res, err := p.pool.Query(ctx, previousSQL, broker, ids, cats, keys, lane, lanes.Enabled, lanes.Threshold)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: previous: %w", err)
-	}
-	out, err := pgx.CollectRows(res, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("outbox: previous: %w", err)
-	}
-	return out, nil
 }
 
 // republishSQL makes the broker's rows published since $2 pending again,

@@ -27,16 +27,16 @@ type RelayStore interface {
 	Cleanup(ctx context.Context, publishedBefore, abandonedBefore time.Time) (int, error)
 }
 
-// Chainer is a RelayStore that can tell, for a claim's rows, the global
-// position of the row before each on its partition stream, which the relay
-// sends with each message (broker.Message.Prev) so that a partition worker
-// detects a message its stream lost.
+// Chainer is a RelayStore whose claim can also tell, for each row, the
+// global position of the row before it on its partition stream, which the
+// relay sends with each message (broker.Message.Prev) so that a partition
+// worker detects a message its stream lost.
 type Chainer interface {
-	// Previous returns, for each row with a partition key, the global
-	// position of the newest published row of its broker, category and key
-	// with a lower ID that goes to the same stream by lanes (0 if none is
-	// kept, and for rows without a key), in the order of rows.
-	Previous(ctx context.Context, broker string, rows []Row, lanes Lanes) ([]int64, error)
+	// ClaimChained is Claim, with each row's Prev: for a row with a
+	// partition key, the global position of the newest published row of
+	// its broker, category and key with a lower ID that goes to the same
+	// stream by lanes (0 if none is kept, and for rows without a key).
+	ClaimChained(ctx context.Context, broker, owner string, limit int, lockFor time.Duration, lanes Lanes) ([]Row, error)
 }
 
 // Republisher is a RelayStore that can publish again what a broker that
@@ -316,11 +316,11 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, delivery.MarkInfrastructure(fmt.Errorf("epoch: %w", err))
 	}
-	rows, err := r.store.Claim(ctx, r.opts.Broker, r.opts.Owner, r.opts.BatchSize, r.opts.LockFor)
+	partitioning := r.opts.Publisher.Capabilities().Has(broker.StreamPartitioning)
+	rows, err := r.claim(ctx, partitioning)
 	if err != nil {
 		return 0, delivery.MarkInfrastructure(fmt.Errorf("claim: %w", err))
 	}
-	partitioning := r.opts.Publisher.Capabilities().Has(broker.StreamPartitioning)
 	var published, released []int64
 	var errs []error
 	var down error // the broker's failure: the rest of the claim goes back untried
@@ -356,11 +356,8 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		}
 		return out
 	}
-	if partitioning && len(batch) > 0 {
-		if err := r.chain(ctx, batch, msgs); err != nil {
-			down = delivery.MarkInfrastructure(fmt.Errorf("previous rows of %d rows: %w", len(batch), err))
-			released, batch = append(released, ids(batch)...), nil
-		}
+	if partitioning {
+		chain(batch, msgs)
 	}
 	switch {
 	case len(batch) == 0:
@@ -423,51 +420,31 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	return len(rows), errors.Join(errs...)
 }
 
+// claim claims the next rows; on a partitioning broker, with each row's
+// Prev when the store can tell (Chainer).
+func (r *Relay) claim(ctx context.Context, partitioning bool) ([]Row, error) {
+	if c, ok := r.store.(Chainer); ok && partitioning {
+		return c.ClaimChained(ctx, r.opts.Broker, r.opts.Owner, r.opts.BatchSize, r.opts.LockFor, r.lanes())
+	}
+	return r.store.Claim(ctx, r.opts.Broker, r.opts.Owner, r.opts.BatchSize, r.opts.LockFor)
+}
+
 // chain sets each partitioned message's Prev, the global position of the
 // message before it on its stream: the claim's previous message on that
-// stream if it has one, else the newest published row of its key the store
-// keeps for that stream (Chainer; none if the store cannot tell).
-func (r *Relay) chain(ctx context.Context, batch []Row, msgs []broker.Message) error {
-	c, ok := r.store.(Chainer)
-	if !ok {
-		return nil
-	}
+// stream if it has one, else the row's Prev (the newest published row of
+// its key on that stream, as the claim read it).
+func chain(batch []Row, msgs []broker.Message) {
 	last := map[string]int64{} // stream -> global position of its latest message in the claim
-	var firsts []Row           // the first row of each stream, whose Prev the store knows
-	var at []int
 	for i := range batch {
 		if batch[i].PartitionKey == nil {
 			continue
 		}
-		if _, seen := last[msgs[i].Stream]; !seen {
-			firsts, at = append(firsts, batch[i]), append(at, i)
-		}
-		last[msgs[i].Stream] = 0
-	}
-	if len(firsts) == 0 {
-		return nil
-	}
-	prev, err := c.Previous(ctx, r.opts.Broker, firsts, r.lanes())
-	if err != nil {
-		return err
-	}
-	if len(prev) != len(firsts) {
-		return fmt.Errorf("previous: %d answers for %d rows", len(prev), len(firsts))
-	}
-	for j, i := range at {
-		msgs[i].Prev = prev[j]
-	}
-	clear(last)
-	for i := range batch {
-		if batch[i].PartitionKey == nil {
-			continue
-		}
+		msgs[i].Prev = batch[i].Prev
 		if p, seen := last[msgs[i].Stream]; seen {
 			msgs[i].Prev = p
 		}
 		last[msgs[i].Stream] = msgs[i].GlobalPosition
 	}
-	return nil
 }
 
 // hold keeps ids (in *list) for the next pass to record, unless the

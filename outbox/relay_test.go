@@ -467,6 +467,12 @@ func (s *stallAfterClaim) Claim(ctx context.Context, broker, owner string, limit
 	return rows, err
 }
 
+func (s *stallAfterClaim) ClaimChained(ctx context.Context, broker, owner string, limit int, lockFor time.Duration, lanes outbox.Lanes) ([]outbox.Row, error) {
+	rows, err := s.Memory.ClaimChained(ctx, broker, owner, limit, lockFor, lanes)
+	s.stall()
+	return rows, err
+}
+
 // A claim goes to the broker in one call; when the broker refuses one of
 // its messages, the pass publishes them one by one: the refused row is
 // charged and holds back its key, the other keys' rows go out.

@@ -78,7 +78,7 @@ func Run(t *testing.T, newHarness func(t *testing.T, now func() time.Time) Harne
 		"RepublishAfterTheBrokerLostItsData":      testRepublish,
 		"RepublishKeepsWhatEveryConsumerApplied":  testRepublishKeeps,
 		"KeyOrderHoldsAcrossPriorities":           testKeyOrderAcrossPriorities,
-		"PreviousOnTheSameStream":                 testPrevious,
+		"ClaimChainedGivesEachRowItsPrev":         testClaimChained,
 	}, func(t *testing.T, fn func(*testing.T, Harness, *clock)) {
 		c := suite.NewClock()
 		fn(t, newHarness(t, c.Now), c)
@@ -1223,12 +1223,12 @@ func testKeyOrderAcrossPriorities(t *testing.T, h Harness, _ *clock) {
 	require.Equal(t, []string{"a1", "a2"}, messages(claim(t, h, "other", 10, time.Minute)), "commit order, not priority order")
 }
 
-// testPrevious: for each row with a key, the global position of the newest
+// testClaimChained: ClaimChained gives each row with a key the global position of the newest
 // published row of its key before it that goes to the same stream (the
 // lane's rows chain apart from the primary stream's when the lanes are on);
 // rows not published (pending, abandoned), other keys and other brokers do
 // not count; a row without a key, or the first of its key, answers 0.
-func testPrevious(t *testing.T, h Harness, _ *clock) {
+func testClaimChained(t *testing.T, h Harness, _ *clock) {
 	ctx := t.Context()
 	ch, ok := h.Store.(outbox.Chainer)
 	require.True(t, ok, "every store can chain")
@@ -1259,16 +1259,23 @@ func testPrevious(t *testing.T, h Harness, _ *clock) {
 		at(keyed("a5-lane", "order-7", "A", -1), 16),
 		at(row("no-key", 0), 17),
 		at(keyed("c1", "order-8", "C", 0), 18))
-	pending := claim(t, h, "relay", 10, time.Minute)
-	require.Equal(t, []string{"a4", "no-key", "c1", "a5-lane"}, messages(pending))
-
-	prev, err := ch.Previous(ctx, "default", pending, outbox.Lanes{Enabled: true, Threshold: 0, Suffix: "backfill"})
-	require.NoError(t, err)
-	require.Equal(t, []int64{12, 0, 0, 11}, prev, "a4 after a3 (the abandoned row is not on the stream), a5 after the lane's a2")
-	prev, err = ch.Previous(ctx, "default", pending, outbox.Lanes{})
-	require.NoError(t, err)
-	require.Equal(t, []int64{12, 0, 0, 12}, prev, "without lanes one stream: a5 after a3")
-	prev, err = ch.Previous(ctx, "default", nil, outbox.Lanes{})
-	require.NoError(t, err)
-	require.Empty(t, prev)
+	chained := func(lanes outbox.Lanes) []int64 {
+		t.Helper()
+		got, err := ch.ClaimChained(ctx, "default", "relay", 10, time.Minute, lanes)
+		require.NoError(t, err)
+		require.Equal(t, []string{"a4", "no-key", "c1", "a5-lane"}, messages(got), "a claim as Claim's")
+		prev := make([]int64, len(got))
+		ids := make([]int64, len(got))
+		for i, r := range got {
+			prev[i], ids[i] = r.Prev, r.ID
+		}
+		require.NoError(t, h.Store.Release(ctx, "relay", ids))
+		return prev
+	}
+	require.Equal(t, []int64{12, 0, 0, 11}, chained(outbox.Lanes{Enabled: true, Threshold: 0, Suffix: "backfill"}),
+		"a4 after a3 (the abandoned row is not on the stream), a5 after the lane's a2")
+	require.Equal(t, []int64{12, 0, 0, 12}, chained(outbox.Lanes{}), "without lanes one stream: a5 after a3")
+	for _, r := range claim(t, h, "relay", 10, time.Minute) {
+		require.Zero(t, r.Prev, "Claim leaves Prev alone")
+	}
 }

@@ -1,5 +1,5 @@
 -- The published rows of each ordering key, newest first (package outbox,
--- Previous): the relay gives each partitioned message the global position
+-- ClaimChained): the relay gives each partitioned message the global position
 -- of the row before it on its partition stream, read from here, and a
 -- partition worker that has applied less than that on the stream knows the
 -- stream lost a message (docs/guarantees.md). Creating it locks the outbox
