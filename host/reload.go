@@ -65,12 +65,8 @@ type Reloader struct {
 		last *ReloadStatus
 	}
 
-	run struct {
-		sync.Mutex
-		// stop ends the watch (soft); cancel a reload in progress (hard).
-		stop, cancel context.CancelFunc
-		done         chan struct{}
-	}
+	// run is the watch's start and two-phase stop.
+	run lifecycle.Runner
 }
 
 // ReloaderOptions configure a Reloader.
@@ -114,7 +110,7 @@ func NewReloader(o ReloaderOptions) *Reloader {
 		o.Now = time.Now
 	}
 	r := &Reloader{loader: o.Loader, dir: o.Dir, broker: o.Broker, apply: o.Apply, log: o.Logger, quiet: o.Quiet,
-		observe: o.Observe, now: o.Now, running: o.Running}
+		observe: o.Observe, now: o.Now, running: o.Running, run: lifecycle.Runner{Name: "plugin reloader", Log: o.Logger}}
 	if o.Running != nil {
 		r.current = fingerprint(o.Running)
 	}
@@ -293,13 +289,9 @@ func (c ModuleChange) name() string {
 }
 
 // Start watches the directory until Stop. ctx's values are kept, its
-// cancellation is not. Starting twice is an error.
+// cancellation is not. A reloader starts once: a second Start, or a Start
+// after Stop, is an error (lifecycle.Runner).
 func (r *Reloader) Start(ctx context.Context) error {
-	r.run.Lock()
-	defer r.run.Unlock()
-	if r.run.cancel != nil {
-		return errors.New("plugin reloader: already started")
-	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return err
@@ -308,11 +300,10 @@ func (r *Reloader) Start(ctx context.Context) error {
 		_ = w.Close()
 		return err
 	}
-	base := context.WithoutCancel(ctx)
-	soft, stop := context.WithCancel(base)
-	work, cancel := context.WithCancel(base)
-	r.run.stop, r.run.cancel, r.run.done = stop, cancel, make(chan struct{})
-	go r.watch(soft, work, w, r.run.done)
+	if err := r.run.Start(ctx, func(soft, work context.Context) { r.watch(soft, work, w) }); err != nil {
+		_ = w.Close()
+		return err
+	}
 	return nil
 }
 
@@ -325,28 +316,11 @@ const StopGrace = lifecycle.Grace
 // first: the reload is canceled (loading stops; nothing is applied) and
 // Stop waits at most StopGrace more, then returns ctx's error. Stop before
 // Start, and a second Stop, are no-ops.
-func (r *Reloader) Stop(ctx context.Context) error {
-	r.run.Lock()
-	stop, cancel, done := r.run.stop, r.run.cancel, r.run.done
-	r.run.stop, r.run.cancel = nil, nil
-	r.run.Unlock()
-	if cancel == nil {
-		return nil
-	}
-	stop()
-	defer cancel()
-	err := lifecycle.Wait(ctx, done, cancel)
-	if errors.Is(err, lifecycle.ErrAbandoned) {
-		r.log.Warn("plugin reloader stop: the reload in progress did not return after cancel", "dir", r.dir, "grace", StopGrace)
-		return ctx.Err()
-	}
-	return err
-}
+func (r *Reloader) Stop(ctx context.Context) error { return r.run.Stop(ctx) }
 
 // watch reloads on changes until soft ends; reloads run on work, which only
 // a hard stop cancels.
-func (r *Reloader) watch(soft, work context.Context, w *fsnotify.Watcher, done chan struct{}) {
-	defer close(done)
+func (r *Reloader) watch(soft, work context.Context, w *fsnotify.Watcher) {
 	defer w.Close()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()

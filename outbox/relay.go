@@ -118,11 +118,10 @@ type Relay struct {
 	// outage reports passes that fail on infrastructure once per outage.
 	outage *delivery.Outage
 
+	// run is the background loop's start and two-phase stop.
+	run lifecycle.Runner
+
 	mu sync.Mutex
-	// stop ends the soft phase (no new pass); cancel the pass in progress.
-	stop, cancel context.CancelFunc
-	done         chan struct{}
-	running      bool
 	// epoch is the broker's epoch as last read (see currentEpoch).
 	epoch string
 	// unmarked and unreleased are rows of an earlier pass this relay
@@ -168,7 +167,8 @@ func NewRelay(store RelayStore, opts RelayOptions) *Relay {
 		opts.Rand = rand.Float64
 	}
 	return &Relay{store: store, opts: opts, wake: make(chan struct{}, 1),
-		outage: opts.Infra.Outage("outbox relay", opts.Logger, opts.Now)}
+		outage: opts.Infra.Outage("outbox relay", opts.Logger, opts.Now),
+		run:    lifecycle.Runner{Name: "outbox relay " + opts.Broker, Log: opts.Logger}}
 }
 
 // Notify wakes the relay for a pass now (the unit of work calls it after a
@@ -181,20 +181,9 @@ func (r *Relay) Notify() {
 }
 
 // Start runs passes in the background until Stop. ctx's values are kept,
-// its cancellation is not. Starting a running relay is an error.
-func (r *Relay) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.running {
-		return errors.New("outbox relay: already started")
-	}
-	base := context.WithoutCancel(ctx)
-	soft, stop := context.WithCancel(base)
-	work, cancel := context.WithCancel(base)
-	r.stop, r.cancel, r.done, r.running = stop, cancel, make(chan struct{}), true
-	go r.loop(soft, work, r.done)
-	return nil
-}
+// its cancellation is not. A relay starts once: a second Start, or a Start
+// after Stop, is an error (lifecycle.Runner).
+func (r *Relay) Start(ctx context.Context) error { return r.run.Start(ctx, r.loop) }
 
 // StopGrace is how long Stop waits, once its deadline has canceled the
 // pass in progress, for that pass to return.
@@ -207,29 +196,11 @@ const StopGrace = lifecycle.Grace
 // then are published again: at least once) and Stop waits at most
 // StopGrace more for the loop to return, then returns ctx's error. Stop
 // before Start, and a second Stop, are no-ops.
-func (r *Relay) Stop(ctx context.Context) error {
-	r.mu.Lock()
-	if !r.running {
-		r.mu.Unlock()
-		return nil
-	}
-	stop, cancel, done := r.stop, r.cancel, r.done
-	r.running = false
-	r.mu.Unlock()
-	stop()
-	defer cancel()
-	err := lifecycle.Wait(ctx, done, cancel)
-	if errors.Is(err, lifecycle.ErrAbandoned) {
-		r.opts.Logger.Warn("outbox relay stop: the pass in progress did not return after cancel", "broker", r.opts.Broker, "grace", StopGrace)
-		return ctx.Err()
-	}
-	return err
-}
+func (r *Relay) Stop(ctx context.Context) error { return r.run.Stop(ctx) }
 
 // loop runs passes until soft ends; each pass runs on work, which only a
 // hard stop cancels.
-func (r *Relay) loop(soft, work context.Context, done chan struct{}) {
-	defer close(done)
+func (r *Relay) loop(soft, work context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	var cleaned time.Time

@@ -15,6 +15,7 @@ import (
 	"github.com/proteanhq/protean-host/broker/brokertest"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testserver"
+	"github.com/proteanhq/protean-host/internal/lifecycle"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/outbox"
 )
@@ -186,10 +187,12 @@ func TestRelayStartStop(t *testing.T) {
 	ctx := context.Background()
 	store := outbox.NewMemory(nil)
 	b := &fakeBroker{}
+	unstarted := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r0", Publisher: b})
+	require.NoError(t, unstarted.Stop(ctx), "stop before start")
+	require.ErrorIs(t, unstarted.Start(ctx), lifecycle.ErrStopped, "a relay starts once, as every component does")
 	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, Tick: time.Hour})
-	require.NoError(t, r.Stop(ctx), "stop before start")
 	require.NoError(t, r.Start(ctx))
-	require.Error(t, r.Start(ctx), "double start")
+	require.ErrorIs(t, r.Start(ctx), lifecycle.ErrStarted, "double start")
 	for i := 1; i <= 20; i++ {
 		require.NoError(t, store.Add(ctx, []outbox.Row{row(fmt.Sprintf("00000000-0000-4000-8000-%012d", i), fmt.Sprintf("order-%d", i), nil, 0)}))
 		r.Notify() // a commit wakes the relay well before its hour-long tick
@@ -200,6 +203,7 @@ func TestRelayStartStop(t *testing.T) {
 	})
 	require.NoError(t, r.Stop(ctx))
 	require.NoError(t, r.Stop(ctx), "double stop")
+	require.ErrorIs(t, r.Start(ctx), lifecycle.ErrStopped, "start after stop")
 }
 
 // A failing row holds back the rest of its key's run, in the same pass and

@@ -110,17 +110,17 @@ type Consumer struct {
 	opts ConsumerOptions
 	log  *slog.Logger
 
-	mu      sync.Mutex
-	owned   map[unitID]*worker
-	started bool
-	stopped bool
+	mu    sync.Mutex
+	owned map[unitID]*worker
 
-	soft       context.Context // canceled when Stop begins: finish the batch in hand
-	stopNow    context.CancelFunc
-	work       context.Context // canceled at the hard stop: abandon work in hand
-	cancelWork context.CancelFunc
-	wg         sync.WaitGroup
-	warned     map[string]bool
+	// life starts discovery and stops it in two phases; soft and work are
+	// its contexts, set when discovery starts and read only by discovery
+	// and the workers it starts.
+	life   lifecycle.Runner
+	soft   context.Context // canceled when Stop begins: finish the batch in hand
+	work   context.Context // canceled at the hard stop: abandon work in hand
+	wg     sync.WaitGroup
+	warned map[string]bool
 	// outage reports the handler's infrastructure failures once per
 	// outage, leaseOutage those of discovery, leases and workers.
 	outage, leaseOutage *delivery.Outage
@@ -182,33 +182,22 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	}
 	return &Consumer{opts: opts, log: opts.Logger, owned: map[unitID]*worker{}, warned: map[string]bool{},
 		outage:      opts.Infra.Outage("partition workers", opts.Logger, opts.Now),
-		leaseOutage: opts.Infra.Outage("partition leases", opts.Logger, opts.Now)}, nil
+		leaseOutage: opts.Infra.Outage("partition leases", opts.Logger, opts.Now),
+		life:        lifecycle.Runner{Name: "partition consumer", Log: opts.Logger}}, nil
 }
 
 // DefaultBatchSize is the most messages handed to a handler in one call.
 const DefaultBatchSize = 64
 
 // Start begins discovery and work. The consumer's goroutines live until
-// Stop; ctx's values are kept, its cancellation is not.
+// Stop; ctx's values are kept, its cancellation is not. A consumer starts
+// once (lifecycle.Runner).
 func (c *Consumer) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.started {
-		return errors.New("partition: consumer already started")
-	}
-	if c.stopped {
-		return errors.New("partition: consumer stopped")
-	}
-	c.started = true
-	base := context.WithoutCancel(ctx)
-	c.soft, c.stopNow = context.WithCancel(base)
-	c.work, c.cancelWork = context.WithCancel(base)
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
+	return c.life.Start(ctx, func(soft, work context.Context) {
+		c.soft, c.work = soft, work
 		c.discover()
-	}()
-	return nil
+		c.wg.Wait()
+	})
 }
 
 // StopGrace is how long Stop waits, once its deadline has canceled the
@@ -221,30 +210,7 @@ const StopGrace = lifecycle.Grace
 // to the next owner) and Stop returns ctx's error once every goroutine has
 // returned, or StopGrace after the cancel if one has not (a guest call
 // that cannot be canceled).
-func (c *Consumer) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	if !c.started || c.stopped {
-		c.stopped = true
-		c.mu.Unlock()
-		return nil
-	}
-	c.stopped = true
-	c.mu.Unlock()
-	c.stopNow()
-	done := make(chan struct{})
-	go func() { c.wg.Wait(); close(done) }()
-	// A worker in a guest call that cannot be canceled (an uninterruptible
-	// module) is not waited for past StopGrace: its batch commits nothing
-	// (its context is canceled) and its messages stay pending for the next
-	// owner.
-	err := lifecycle.Wait(ctx, done, c.cancelWork)
-	c.cancelWork()
-	if errors.Is(err, lifecycle.ErrAbandoned) {
-		c.log.Warn("partition consumer stop: workers still running after cancel; not waiting for them", "grace", StopGrace)
-		return ctx.Err()
-	}
-	return err
-}
+func (c *Consumer) Stop(ctx context.Context) error { return c.life.Stop(ctx) }
 
 // workers lists the running workers.
 func (c *Consumer) workers() []*worker {

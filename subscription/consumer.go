@@ -125,16 +125,15 @@ type Consumer struct {
 	wake   chan struct{}
 
 	mu      sync.Mutex
-	started bool
 	workers map[unitKey]*worker
+	// life starts the supervisor and stops it in two phases. Its contexts:
 	// stop ends the supervisor and the workers' waits (soft); work is the
 	// context of every read, call and commit, canceled at Stop's hard
-	// phase.
-	stop, work             context.Context
-	cancelStop, cancelWork context.CancelFunc
-	wg                     sync.WaitGroup
-	done                   chan struct{}
-	stopOnce               sync.Once
+	// phase. Both are set when the supervisor starts and read only by it
+	// and the workers it starts.
+	life       lifecycle.Runner
+	stop, work context.Context
+	wg         sync.WaitGroup
 	// outage reports infrastructure failures once per outage.
 	outage *delivery.Outage
 }
@@ -181,11 +180,9 @@ func NewConsumer(opts Options) (*Consumer, error) {
 	if opts.Key == nil {
 		opts.Key = func(string, json.RawMessage) string { return "" }
 	}
-	c := &Consumer{opts: opts, log: opts.Logger, wake: make(chan struct{}), workers: map[unitKey]*worker{}, done: make(chan struct{}),
-		outage: opts.Infra.Outage("event-store subscription", opts.Logger, opts.Now)}
-	c.stop, c.cancelStop = context.WithCancel(context.Background())
-	c.work, c.cancelWork = context.WithCancel(context.Background())
-	return c, nil
+	return &Consumer{opts: opts, log: opts.Logger, wake: make(chan struct{}), workers: map[unitKey]*worker{},
+		outage: opts.Infra.Outage("event-store subscription", opts.Logger, opts.Now),
+		life:   lifecycle.Runner{Name: "event-store subscription consumer", Log: opts.Logger}}, nil
 }
 
 // Notify wakes the caught-up workers: a commit in this process may have
@@ -209,23 +206,11 @@ func (c *Consumer) woken() <-chan struct{} {
 // was lost, and starts a worker for each subscription whose lease it
 // acquires. ctx's values are kept, its cancellation is not.
 func (c *Consumer) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.started {
-		return errors.New("subscription: consumer already started")
-	}
-	select {
-	case <-c.stop.Done():
-		return errors.New("subscription: consumer stopped")
-	default:
-	}
-	c.started = true
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
+	return c.life.Start(ctx, func(soft, work context.Context) {
+		c.stop, c.work = soft, work
 		c.supervise()
-	}()
-	return nil
+		c.wg.Wait()
+	})
 }
 
 // Stop stops the consumer in two phases. Soft: no worker takes a new
@@ -235,28 +220,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 // back and the messages are read again by the next owner), and Stop
 // returns ctx's error within lifecycle.Grace (lifecycle.ErrAbandoned if
 // work still runs then). Stop before Start and a second Stop are no-ops.
-func (c *Consumer) Stop(ctx context.Context) error {
-	first := false
-	c.stopOnce.Do(func() { first = true })
-	if !first {
-		return nil
-	}
-	c.cancelStop()
-	c.mu.Lock()
-	started := c.started
-	c.mu.Unlock()
-	if !started {
-		c.cancelWork()
-		close(c.done)
-		return nil
-	}
-	go func() {
-		c.wg.Wait()
-		c.cancelWork()
-		close(c.done)
-	}()
-	return lifecycle.Wait(ctx, c.done, c.cancelWork)
-}
+func (c *Consumer) Stop(ctx context.Context) error { return c.life.Stop(ctx) }
 
 func (c *Consumer) supervise() {
 	for {

@@ -1,8 +1,12 @@
-// Package lifecycle is the hard phase of a two-phase stop, shared by every
-// long-running component (engine, outbox relay, plugin reloader, partition
-// consumer): each first stops taking new work and waits for the work in
-// hand (soft), and at its Stop context's deadline cancels that work on a
-// context it owns and waits a short grace for it to return (hard).
+// Package lifecycle is the start and the two-phase stop shared by every
+// long-running component: each first stops taking new work and waits for
+// the work in hand (soft), and at its Stop context's deadline cancels that
+// work on a context it owns and waits a short grace for it to return
+// (hard). [Runner] is the whole of it for the components that are one loop
+// (the outbox relay, the partition consumer, the event-store subscription
+// consumer, the plugin reloader); the engine, whose consumers come and go
+// with reloads and whose stop also drains commands and closes module sets,
+// uses [Wait], the hard phase alone.
 package lifecycle
 
 import (
