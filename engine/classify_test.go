@@ -13,6 +13,7 @@ import (
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/internal/testwait"
 )
 
@@ -134,4 +135,42 @@ func startInline(t *testing.T, e *Engine, opts broker.Options, ops ...string) *b
 	require.NoError(t, e.Start(context.Background(), src))
 	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
 	return src
+}
+
+// A call that failed as a whole is the message's own failure unless the
+// host's time ran it out: a stop, every instance busy, a timeout with at
+// least half the deadline spent waiting on the stores or for an instance
+// (before, the wait for an instance counted as the guest's: in make chaos
+// a PostgreSQL stall held every instance, the next call got one late, ran
+// out of time and halted its partition at the first attempt), or a store
+// call that failed first.
+func TestCallFailureTellsTheHostsTimeFromTheGuests(t *testing.T) {
+	const limit = 4 * time.Second
+	call := func(cause error, waited time.Duration) error {
+		return &host.CallError{File: "m.wasm", Handler: "h", Err: cause, Waited: waited}
+	}
+	timeout := fmt.Errorf("%w (limit %s)", host.ErrTimeout, limit)
+	for name, tc := range map[string]struct {
+		err         error
+		storeWait   time.Duration
+		storeFailed error
+		want        delivery.Class
+	}{
+		"a trap":                                   {err: call(host.ErrTrap, 0), want: delivery.Permanent},
+		"a runaway guest":                          {err: call(timeout, 10*time.Millisecond), want: delivery.Permanent},
+		"under half waiting":                       {err: call(timeout, time.Second), storeWait: 900 * time.Millisecond, want: delivery.Permanent},
+		"half waiting on the stores":               {err: call(timeout, 0), storeWait: 2 * time.Second, want: delivery.Infrastructure},
+		"half waiting for an instance":             {err: call(timeout, 2*time.Second), want: delivery.Infrastructure},
+		"waiting for an instance and on the store": {err: call(timeout, time.Second), storeWait: time.Second, want: delivery.Infrastructure},
+		"every instance busy":                      {err: call(host.ErrNoInstance, limit), want: delivery.Infrastructure},
+		"a stop":                                   {err: call(host.ErrCanceled, 0), want: delivery.Infrastructure},
+		"after a store call failed":                {err: call(timeout, 0), storeFailed: errDown, want: delivery.Infrastructure},
+	} {
+		t.Run(name, func(t *testing.T) {
+			kind, err := callFailure(tc.err, tc.storeWait, tc.storeFailed, limit)
+			herr := &HandlerError{File: "m.wasm", Handler: "h", Type: "T", Kind: kind, Err: err}
+			require.Equal(t, tc.want, Classify(herr))
+			require.ErrorIs(t, herr, tc.err.(*host.CallError).Err, "the cause survives")
+		})
+	}
 }

@@ -338,6 +338,35 @@ func (e *Engine) followUp(ctx context.Context, cmds []abi.NewCommand, cause abi.
 	return out
 }
 
+// callFailure classifies a call that failed as a whole (a *host.CallError):
+// the message's own failure (permanent: a trap, a timeout, bad output), or
+// the host's, marked infrastructure and transient: a stop, every instance
+// busy, a call out of time mostly waiting (on the stores, storeWait, or for
+// an instance, CallError.Waited) against its deadline timeout, or one that
+// failed after a host function's store call failed (storeFailed).
+func callFailure(err error, storeWait time.Duration, storeFailed error, timeout time.Duration) (abi.ErrorKind, error) {
+	var ce *host.CallError
+	switch {
+	case errors.As(err, &ce) && (errors.Is(err, host.ErrCanceled) || errors.Is(err, host.ErrNoInstance)):
+		// Not the message's doing: a stop, or every instance busy.
+		return abi.ErrorTransient, delivery.MarkInfrastructure(err)
+	case errors.Is(err, host.ErrTimeout) && ce != nil && storeWait+ce.Waited >= timeout/2:
+		// Out of time mostly waiting on the stores or for an instance
+		// (every instance held by calls stalled on the stores, or one slow
+		// to create on a loaded machine): the host's time, not a runaway
+		// guest's.
+		return abi.ErrorTransient, delivery.MarkInfrastructure(fmt.Errorf("%w (%s of it waiting on the stores, %s for an instance)",
+			err, storeWait.Round(time.Millisecond), ce.Waited.Round(time.Millisecond)))
+	case storeFailed != nil:
+		// The call failed (ran out of time, say) after a host function's
+		// store call failed on the database: a database that stalls holds
+		// the guest in the host function until its deadline. The
+		// database's failure, not the message's.
+		return abi.ErrorTransient, delivery.MarkInfrastructure(fmt.Errorf("%w (after a store call failed: %v)", err, storeFailed))
+	}
+	return abi.ErrorPermanent, err
+}
+
 // handleOne runs one message through a route and returns its result, or
 // the handler's error.
 func (e *Engine) handleOne(ctx context.Context, l *loaded, route host.Route, env abi.Envelope) (abi.Result, error) {
@@ -360,23 +389,7 @@ func (e *Engine) call(ctx context.Context, l *loaded, route host.Route, envs []a
 	end()
 	e.opts.Metrics.call(route, e.now().Sub(start), len(envs), err)
 	if err != nil {
-		var ce *host.CallError
-		kind := abi.ErrorPermanent
-		switch {
-		case errors.As(err, &ce) && (errors.Is(err, host.ErrCanceled) || errors.Is(err, host.ErrNoInstance)):
-			// Not the message's doing: a stop, or every instance busy.
-			kind, err = abi.ErrorTransient, delivery.MarkInfrastructure(err)
-		case errors.Is(err, host.ErrTimeout) && sess.storeWait >= route.Module.Limits.Timeout/2:
-			// Out of time mostly waiting on the stores: a stalled
-			// database, not a runaway guest.
-			kind, err = abi.ErrorTransient, delivery.MarkInfrastructure(fmt.Errorf("%w (%s of it waiting on the stores)", err, sess.storeWait.Round(time.Millisecond)))
-		case sess.storeFailed != nil:
-			// The call failed (ran out of time, say) after a host
-			// function's store call failed on the database: a database
-			// that stalls holds the guest in the host function until its
-			// deadline. The database's failure, not the message's.
-			kind, err = abi.ErrorTransient, delivery.MarkInfrastructure(fmt.Errorf("%w (after a store call failed: %v)", err, sess.storeFailed))
-		}
+		kind, err := callFailure(err, sess.storeWait, sess.storeFailed, route.Module.Limits.Timeout)
 		herr := &HandlerError{File: route.Module.File, Handler: route.Handler.Name, Type: envs[0].Type, Kind: kind, Err: err}
 		e.handled(route, envs[:1], []result{{err: herr}})
 		return nil, herr

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
+	"time"
 
 	"github.com/tetratelabs/wazero/sys"
 
@@ -20,6 +21,10 @@ type CallError struct {
 	File    string
 	Handler string
 	Err     error
+	// Waited is how much of the call's deadline went by before the guest
+	// ran: waiting for a free instance and creating one. A call that ran
+	// out of time mostly waiting ran out of the host's time, not its own.
+	Waited time.Duration
 }
 
 func (e *CallError) Error() string {
@@ -124,8 +129,9 @@ func newPool(size int) *pool {
 // It returns one result per handled message (possibly fewer, ending with an
 // error), or a *CallError.
 func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope, s Session) ([]abi.Result, error) {
+	var waited time.Duration
 	fail := func(err error) ([]abi.Result, error) {
-		return nil, &CallError{File: m.File, Handler: handler, Err: err}
+		return nil, &CallError{File: m.File, Handler: handler, Err: err, Waited: waited}
 	}
 	var (
 		in  []byte
@@ -140,9 +146,11 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 	}
 	// The deadline covers the whole call: waiting for a free instance,
 	// creating one, and running the guest.
+	start := time.Now()
 	callCtx, cancel := context.WithTimeout(sessCtx, m.Limits.Timeout)
 	defer cancel()
 	inst, err := m.acquire(callCtx, ctx)
+	waited = time.Since(start)
 	if err != nil {
 		return fail(err)
 	}

@@ -182,7 +182,8 @@ func (s *blockingSession) ReadStream(context.Context, *abi.ReadStreamRequest) ab
 }
 
 // TestWaitForInstanceIsBounded: with every instance busy, a call waits at
-// most its deadline, then fails with ErrNoInstance naming the limit.
+// most its deadline, then fails with ErrNoInstance naming the limit and
+// saying how long it waited (CallError.Waited).
 func TestWaitForInstanceIsBounded(t *testing.T) {
 	// One instance for this module (the tenant's max_instances), whatever
 	// the loader's default.
@@ -204,6 +205,9 @@ func TestWaitForInstanceIsBounded(t *testing.T) {
 	require.ErrorIs(t, err, host.ErrNoInstance)
 	require.ErrorContains(t, err, "plugin "+m.File)
 	require.ErrorContains(t, err, "all 1 instances busy (limit 300ms)")
+	var ce *host.CallError
+	require.ErrorAs(t, err, &ce)
+	require.GreaterOrEqual(t, ce.Waited, 300*time.Millisecond, "the whole deadline went by waiting for an instance")
 	close(s.release)
 	testwait.Recv(t, "the first call to end", first)
 }
