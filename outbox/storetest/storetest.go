@@ -144,6 +144,31 @@ func get(t *testing.T, h Harness, id int64) outbox.Row {
 	return r
 }
 
+// idsOf lists the rows' IDs.
+func idsOf(rows []outbox.Row) []int64 {
+	out := make([]int64, len(rows))
+	for i, r := range rows {
+		out[i] = r.ID
+	}
+	return out
+}
+
+// publish claims up to 10 rows for owner and marks them published, as a
+// relay's pass does; it returns them.
+func publish(t *testing.T, h Harness, owner string) []outbox.Row {
+	t.Helper()
+	rows := claim(t, h, owner, 10, time.Minute)
+	require.NoError(t, h.Store.MarkPublishedBatch(t.Context(), owner, idsOf(rows)))
+	return rows
+}
+
+// atGlobal is r with the event's global position in its metadata, as the
+// unit of work writes it.
+func atGlobal(r outbox.Row, gp int) outbox.Row {
+	r.Metadata = json.RawMessage(fmt.Sprintf(`{"global_position": %d}`, gp))
+	return r
+}
+
 func messages(rows []outbox.Row) []string {
 	out := make([]string, len(rows))
 	for i, r := range rows {
@@ -1105,22 +1130,13 @@ func testRepublish(t *testing.T, h Harness, c *clock) {
 	require.Zero(t, n)
 
 	add(t, h, keyed("old", "order-1", "A", 0))
-	publish := func(owner string) {
-		t.Helper()
-		rows := claim(t, h, owner, 10, time.Minute)
-		var ids []int64
-		for _, r := range rows {
-			ids = append(ids, r.ID)
-		}
-		require.NoError(t, h.Store.MarkPublishedBatch(ctx, owner, ids))
-	}
-	publish("relay")
+	publish(t, h, "relay")
 	c.Advance(time.Hour)
 	since := c.Now()
 	other := keyed("other", "order-2", "A", 0)
 	other.TargetBroker = "elsewhere"
 	add(t, h, keyed("a1", "order-3", "A", 0), keyed("a2", "order-4", "A", 0), other)
-	publish("relay")
+	publish(t, h, "relay")
 	require.Len(t, claimFor(t, h, "elsewhere", "relay", 10, time.Minute), 1)
 	add(t, h, keyed("a3", "order-5", "A", 0))
 
@@ -1158,27 +1174,17 @@ func testRepublishKeeps(t *testing.T, h Harness, _ *clock) {
 	require.NoError(t, err)
 	require.True(t, first)
 
-	at := func(r outbox.Row, gp int) outbox.Row {
-		r.Metadata = json.RawMessage(fmt.Sprintf(`{"global_position": %d}`, gp))
-		return r
-	}
 	invoice := keyed("invoice-a", "invoice-1", "A", 0)
 	add(t, h,
-		at(keyed("a-applied", "order-1", "A", 0), 10),
-		at(keyed("a-behind", "order-2", "A", 0), 11),
-		at(keyed("b-lane-applied", "order-3", "B", -1), 12),
-		at(keyed("b-primary-unread", "order-4", "B", 0), 13),
-		at(invoice, 14),
-		at(row("no-key", 0), 15),
-		at(keyed("c-unclaimed", "order-5", "C", 0), 16),
+		atGlobal(keyed("a-applied", "order-1", "A", 0), 10),
+		atGlobal(keyed("a-behind", "order-2", "A", 0), 11),
+		atGlobal(keyed("b-lane-applied", "order-3", "B", -1), 12),
+		atGlobal(keyed("b-primary-unread", "order-4", "B", 0), 13),
+		atGlobal(invoice, 14),
+		atGlobal(row("no-key", 0), 15),
+		atGlobal(keyed("c-unclaimed", "order-5", "C", 0), 16),
 	)
-	rows := claim(t, h, "relay", 10, time.Minute)
-	require.Len(t, rows, 7)
-	var ids []int64
-	for _, r := range rows {
-		ids = append(ids, r.ID)
-	}
-	require.NoError(t, h.Store.MarkPublishedBatch(ctx, "relay", ids))
+	require.Len(t, publish(t, h, "relay"), 7)
 
 	set := func(group, unit, stream string, pos int64) {
 		t.Helper()
@@ -1232,44 +1238,33 @@ func testClaimChained(t *testing.T, h Harness, _ *clock) {
 	ctx := t.Context()
 	ch, ok := h.Store.(outbox.Chainer)
 	require.True(t, ok, "every store can chain")
-	at := func(r outbox.Row, gp int) outbox.Row {
-		r.Metadata = json.RawMessage(fmt.Sprintf(`{"global_position": %d}`, gp))
-		return r
-	}
-	other := at(keyed("other-broker", "order-0", "A", 0), 9)
+	other := atGlobal(keyed("other-broker", "order-0", "A", 0), 9)
 	other.TargetBroker = "elsewhere"
 	add(t, h, other,
-		at(keyed("a1", "order-1", "A", 0), 10),
-		at(keyed("a2-lane", "order-2", "A", -1), 11),
-		at(keyed("a3", "order-3", "A", 0), 12),
-		at(keyed("b1", "order-4", "B", 0), 13))
-	rows := claim(t, h, "relay", 10, time.Minute)
-	require.Len(t, rows, 4)
-	var ids []int64
-	for _, r := range rows {
-		ids = append(ids, r.ID)
-	}
-	require.NoError(t, h.Store.MarkPublishedBatch(ctx, "relay", ids))
+		atGlobal(keyed("a1", "order-1", "A", 0), 10),
+		atGlobal(keyed("a2-lane", "order-2", "A", -1), 11),
+		atGlobal(keyed("a3", "order-3", "A", 0), 12),
+		atGlobal(keyed("b1", "order-4", "B", 0), 13))
+	require.Len(t, publish(t, h, "relay"), 4)
 	require.Len(t, claimFor(t, h, "elsewhere", "relay", 10, time.Minute), 1, "published nowhere: not the default broker's")
-	add(t, h, at(keyed("a-abandoned", "order-5", "A", 0), 14))
+	add(t, h, atGlobal(keyed("a-abandoned", "order-5", "A", 0), 14))
 	abandoned := claimOne(t, h, "relay")
 	require.NoError(t, h.Store.Abandon(ctx, abandoned.ID, "skipped"))
 	add(t, h,
-		at(keyed("a4", "order-6", "A", 0), 15),
-		at(keyed("a5-lane", "order-7", "A", -1), 16),
-		at(row("no-key", 0), 17),
-		at(keyed("c1", "order-8", "C", 0), 18))
+		atGlobal(keyed("a4", "order-6", "A", 0), 15),
+		atGlobal(keyed("a5-lane", "order-7", "A", -1), 16),
+		atGlobal(row("no-key", 0), 17),
+		atGlobal(keyed("c1", "order-8", "C", 0), 18))
 	chained := func(lanes outbox.Lanes) []int64 {
 		t.Helper()
 		got, err := ch.ClaimChained(ctx, "default", "relay", 10, time.Minute, lanes)
 		require.NoError(t, err)
 		require.Equal(t, []string{"a4", "no-key", "c1", "a5-lane"}, messages(got), "a claim as Claim's")
 		prev := make([]int64, len(got))
-		ids := make([]int64, len(got))
 		for i, r := range got {
-			prev[i], ids[i] = r.Prev, r.ID
+			prev[i] = r.Prev
 		}
-		require.NoError(t, h.Store.Release(ctx, "relay", ids))
+		require.NoError(t, h.Store.Release(ctx, "relay", idsOf(got)))
 		return prev
 	}
 	require.Equal(t, []int64{12, 0, 0, 11}, chained(outbox.Lanes{Enabled: true, Threshold: 0, Suffix: "backfill"}),
