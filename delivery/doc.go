@@ -1,8 +1,15 @@
-// Package delivery is what every path that hands messages to handlers
-// shares: the broker consumer groups (inline and Redis), the Redis
-// partition workers and the event-store subscriptions. They differ in
-// where messages come from and how a unit is owned; once a message has
-// failed, they decide what to do with the same three things:
+// Package delivery is the one delivery algorithm of every path that hands
+// messages to handlers: the broker consumer groups (inline and Redis), the
+// Redis partition workers and the event-store subscriptions. They differ
+// in where messages come from and how a unit is owned, and are sources
+// feeding [Core.Deliver]: a run of one unit's messages goes to the
+// handler in one guest call that commits, with group commit, each
+// message's effects with the unit's fenced position; what committed is
+// settled; a failure is classified once and settled by one policy
+// (retried in place, handed back to a source that redelivers, given up by
+// halting the unit, recording the message or dead-lettering it). A path
+// says what those steps mean for it through a [Unit]. What the core
+// decides with:
 //
 //   - [Class]: whose failure it is. An [Infrastructure] failure (a server
 //     unreachable, restarting, loading or shutting down, a lost
@@ -27,8 +34,8 @@
 //
 // A failure that a whole guest call suffers (a trap, a timeout, running
 // out of memory) on a run of several messages cannot be pinned on any one
-// of them: the engine re-runs the run one message at a time, so only the
-// guilty message is charged.
+// of them: the handler marks it ([MarkWhole]) and the core runs the rest
+// of the run one message per call, so only the guilty message is charged.
 //
 // Errors keep their kind on the way: [MarkInfrastructure] wraps an error
 // so that [Classify] reports it as infrastructure whatever wraps it

@@ -15,6 +15,7 @@ import (
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/internal/testwait"
+	"github.com/proteanhq/protean-host/partition"
 )
 
 // downEvents is an event store whose reads fail as a database that is
@@ -54,9 +55,10 @@ func TestGuestFailureAfterAStoreOutageIsInfrastructure(t *testing.T) {
 }
 
 // A call that fails as a whole (a trap) on a run of several messages is
-// not charged to the run's first message: the handler runs the first
-// alone, which commits, and only the message that traps alone fails, as
-// the inline path does (TestInlineRunThatTrapsIsRedeliveredOneByOne).
+// not charged to the run's first message: the handler reports the whole
+// failure, committing nothing, and the delivery core runs the messages one
+// at a time, so only the message that traps alone is given up, as the
+// inline path does (TestInlineRunThatTrapsIsRedeliveredOneByOne).
 func TestPartitionRunThatTrapsChargesOnlyTheGuilty(t *testing.T) {
 	e, mem := partitionEngine(t)
 	ctx := context.Background()
@@ -66,22 +68,39 @@ func TestPartitionRunThatTrapsChargesOnlyTheGuilty(t *testing.T) {
 	b := opBatch(row.Generation, "read", "stack", "read")
 
 	done, err := h.Handle(ctx, b)
-	require.NoError(t, err, "the innocent first message is not blamed")
-	require.Equal(t, 1, done)
-	require.Equal(t, []string{"1"}, seen(t, mem))
-
-	rest := b
-	rest.Messages = b.Messages[1:]
-	done, err = h.Handle(ctx, rest)
 	require.Equal(t, 0, done)
-	require.Error(t, err)
-	require.Equal(t, delivery.Permanent, Classify(err), "the trap alone is the message's own failure")
+	require.True(t, delivery.IsWhole(err), "the call failed as a whole: %v", err)
+	require.Empty(t, seen(t, mem), "nothing committed")
 
-	rest.Messages = b.Messages[2:]
-	done, err = h.Handle(ctx, rest)
+	u := &batchUnit{h: h, b: b}
+	core := &delivery.Core{Policy: delivery.Policy{MaxRetries: 0}, Classify: Classify}
+	settled, err := core.Deliver(ctx, ctx, u, len(b.Messages))
 	require.NoError(t, err)
-	require.Equal(t, 1, done)
+	require.Equal(t, 3, settled)
+	require.Equal(t, []int{1}, u.gaveUp, "only the trapping message is given up")
 	require.Equal(t, []string{"1", "3"}, seen(t, mem))
+}
+
+// batchUnit hands a fixed batch to a partition handler as the delivery
+// core's unit, recording what it gives up; the run goes on past it.
+type batchUnit struct {
+	h      partition.Handler
+	b      partition.Batch
+	gaveUp []int
+}
+
+func (u *batchUnit) Handle(ctx context.Context, from, to int) (int, error) {
+	b := u.b
+	b.Messages = b.Messages[from:to]
+	return u.h.Handle(ctx, b)
+}
+func (u *batchUnit) Handled(context.Context, int, int) error  { return nil }
+func (u *batchUnit) Resync(context.Context, int) (int, error) { return 0, nil }
+func (u *batchUnit) Charge(context.Context, int) (int, error) { return 1, nil }
+func (u *batchUnit) Attrs(int) []any                          { return nil }
+func (u *batchUnit) GiveUp(_ context.Context, i, _ int, _ error) (bool, error) {
+	u.gaveUp = append(u.gaveUp, i)
+	return true, nil
 }
 
 // flakyEvents fails its first n stream reads as a database that is down.

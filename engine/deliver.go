@@ -9,10 +9,8 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/broker"
-	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/internal/lifecycle"
-	"github.com/proteanhq/protean-host/unitofwork"
 )
 
 // Source is where the engine's consumers read: a consumer side of a broker
@@ -245,11 +243,7 @@ func (e *Engine) consume(waitCtx, workCtx context.Context, src Source, s subscri
 			continue
 		}
 		pause = waitRetryMin
-		if run := e.extend(waitCtx, src, s, d); len(run) > 1 {
-			e.deliverRun(workCtx, src, s, run)
-		} else {
-			e.deliver(workCtx, src, s, d)
-		}
+		e.deliverRun(waitCtx, workCtx, src, s, e.extend(waitCtx, src, s, d))
 	}
 }
 
@@ -259,73 +253,9 @@ const (
 	waitRetryMax = 5 * time.Second
 )
 
-// deliver handles one delivery and settles it: ack on success (or when the
-// handler does not handle the type), nack on failure, so the broker retries
-// with backoff and dead-letters after its retries. It reports whether the
-// message was acked.
-func (e *Engine) deliver(ctx context.Context, src Source, s subscription, d broker.Delivery) bool {
-	l, err := e.acquire()
-	if err != nil {
-		e.settle(ctx, src, s, d, "nack", err)
-		return false
-	}
-	defer l.users.leave()
-	route, ok := l.route(s.handler, d.Type)
-	if !ok {
-		e.handledEvent(ctx, s.handler, s.stream, d.GlobalPosition)
-		e.settle(ctx, src, s, d, "skip", nil)
-		return true
-	}
-	env := e.messageEnvelope(d.Message)
-	// An infrastructure failure is retried here, without end and without
-	// a nack (a nack counts towards the dead letter), until the message
-	// commits, fails on its own, or the engine stops.
-	for infra := 1; ; infra++ {
-		if err = e.attempt(ctx, l, route, env); err == nil || Classify(err) != delivery.Infrastructure {
-			break
-		}
-		e.outage.Fail(err, "handler", s.handler, "stream", s.stream, "message_id", d.ID)
-		select {
-		case <-ctx.Done():
-		case <-e.stopped:
-		case <-e.after(delivery.Policy{}.InfraPause(infra)):
-			continue
-		}
-		if bt, ok := src.(broker.Batcher); ok {
-			e.release(ctx, bt, s, []broker.Delivery{d}) // untried: not charged
-			return false
-		}
-		break
-	}
-	if err != nil {
-		e.log.Warn("delivery failed", "handler", s.handler, "stream", s.stream, "type", d.Type,
-			"message_id", d.ID, "attempt", d.Attempt, "error", err)
-		e.settle(ctx, src, s, d, "nack", err)
-		return false
-	}
-	e.outage.OK()
-	e.handledEvent(ctx, s.handler, s.stream, d.GlobalPosition)
-	e.settle(ctx, src, s, d, "ack", nil)
-	return true
-}
-
-// attempt handles one message and commits its effects, then dispatches
-// the commands they ask for.
-func (e *Engine) attempt(ctx context.Context, l *loaded, route host.Route, env abi.Envelope) error {
-	res, err := e.handleOne(ctx, l, route, env)
-	if err != nil {
-		return err
-	}
-	committed, err := e.opts.UnitOfWork.Commit(ctx, unitofwork.Change{Effects: res.Effects,
-		Metadata: causedBy(env, route.Module)})
-	e.opts.Metrics.commit(route, err)
-	if err == nil {
-		e.followUp(ctx, committed.Commands, env)
-	}
-	return err
-}
-
-func (e *Engine) settle(ctx context.Context, src Source, s subscription, d broker.Delivery, outcome string, cause error) {
+// settle acks d (cause nil) or nacks it, whatever ctx, and counts the
+// outcome; it returns the broker's error, logged.
+func (e *Engine) settle(ctx context.Context, src Source, s subscription, d broker.Delivery, outcome string, cause error) error {
 	var err error
 	// Settle even if ctx was canceled mid-message: the broker's state must
 	// follow what happened.
@@ -339,6 +269,7 @@ func (e *Engine) settle(ctx context.Context, src Source, s subscription, d broke
 		e.log.Error("delivery: settle failed", "handler", s.handler, "outcome", outcome, "message_id", d.ID, "error", err)
 	}
 	e.opts.Metrics.delivery(s.handler, outcome)
+	return err
 }
 
 // route finds the handler named handler among typ's subscribers.

@@ -2,12 +2,12 @@ package engine
 
 import (
 	"context"
+	"errors"
 
-	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/host"
-	"github.com/proteanhq/protean-host/unitofwork"
+	"github.com/proteanhq/protean-host/partition"
 )
 
 // DefaultDeliveryBatch is the most messages a broker consumer hands its
@@ -49,112 +49,105 @@ func (e *Engine) extend(ctx context.Context, src Source, s subscription, first b
 	return run
 }
 
-// deliverRun handles a run of messages of one subscription in one guest
-// call and settles each as deliver would one by one: the results of the
-// messages before the first failure commit with group commit
-// (unitofwork.CommitRun, each message atomically, in order) and are
-// acked; the failing message is nacked (the broker retries it alone, with
-// its backoff, and dead-letters it after its retries); the messages after
-// it are released untried, so they follow it in order. Messages of types
-// the handler does not handle are acked without a call.
-func (e *Engine) deliverRun(ctx context.Context, src Source, s subscription, run []broker.Delivery) {
-	bt := src.(broker.Batcher) // extend made a run only from a Batcher
-	l, err := e.acquire()
-	if err != nil {
-		e.settle(ctx, src, s, run[0], "nack", err)
-		e.release(ctx, bt, s, run[1:])
-		return
+// deliverRun hands a run of one subscription's deliveries to the
+// delivery core (delivery.Core.Deliver), the algorithm every path shares:
+// one guest call (handleRun), the messages before the first failure
+// committed with group commit and acked, an infrastructure failure
+// retried in place without end and uncharged, a message's own failure
+// nacked, so the broker redelivers it alone after the policy's pause and
+// dead-letters it after its retries. What the run did not settle (the
+// messages after a failure, or all of them when the engine stops) is
+// released untried, so it follows in order. Messages of types the
+// handler does not handle are acked without a call.
+func (e *Engine) deliverRun(soft, work context.Context, src Source, s subscription, run []broker.Delivery) {
+	n, err := e.core.Deliver(soft, work, &brokerRun{e: e, src: src, s: s, run: run}, len(run))
+	if err != nil && !errors.Is(err, delivery.ErrInterrupted) {
+		e.log.Error("delivery: settle failed", "handler", s.handler, "stream", s.stream, "error", err)
 	}
-	whole := e.handleRun(ctx, l, src, bt, s, run)
-	l.users.leave()
-	if whole {
-		// The call failed as a whole (a trap, a timeout): which message
-		// caused it is unknown, so deliver the run one by one, stopping
-		// at the first failure, so only it is charged a retry.
-		for i, d := range run {
-			if !e.deliver(ctx, src, s, d) {
-				e.release(ctx, bt, s, run[i+1:])
-				return
-			}
-		}
+	if n < len(run) {
+		e.giveBack(work, src, s, run[n:])
 	}
 }
 
-// handleRun is deliverRun with the set acquired. It reports a call of
-// several messages that failed as a whole without settling anything.
-func (e *Engine) handleRun(ctx context.Context, l *loaded, src Source, bt broker.Batcher, s subscription, run []broker.Delivery) (whole bool) {
-	var route host.Route
-	var envs []abi.Envelope
-	var idx []int // index in run of each envelope
-	handled := make([]bool, len(run))
-	for i, d := range run {
-		r, ok := l.route(s.handler, d.Type)
-		if !ok {
-			continue
-		}
-		route, handled[i] = r, true
-		envs = append(envs, e.messageEnvelope(d.Message))
-		idx = append(idx, i)
+// brokerRun is a broker consumer group's run as the delivery core's unit.
+type brokerRun struct {
+	e   *Engine
+	src Source
+	s   subscription
+	run []broker.Delivery
+}
+
+func (r *brokerRun) Handle(ctx context.Context, from, to int) (int, error) {
+	msgs := make([]broker.Message, to-from)
+	for i, d := range r.run[from:to] {
+		msgs[i] = d.Message
 	}
-	fail, failErr := len(run), error(nil)
-	var results []result
-	if len(envs) > 0 {
-		var err error
-		results, err = e.call(ctx, l, route, envs)
-		if err != nil && len(envs) > 1 && ctx.Err() == nil {
+	return r.e.handleRun(ctx, partition.Batch{Group: r.s.handler, Source: r.s.stream, Messages: msgs})
+}
+
+// Handled acks what committed; a message the handler does not handle
+// counts as skipped.
+func (r *brokerRun) Handled(ctx context.Context, from, to int) error {
+	set := r.e.Set()
+	for _, d := range r.run[from:to] {
+		outcome := "ack"
+		if !handles(set, r.s.handler, d.Type) {
+			outcome = "skip"
+		}
+		// A failed ack is logged: the broker redelivers the message, at
+		// least once is what a consumer group promises.
+		_ = r.e.settle(ctx, r.src, r.s, d, outcome, nil)
+	}
+	return nil
+}
+
+func (r *brokerRun) Resync(context.Context, int) (int, error) {
+	return 0, errors.New("a broker consumer group has no position to resync")
+}
+
+// Charge is the broker's count: the delivery's attempt.
+func (r *brokerRun) Charge(_ context.Context, i int) (int, error) { return r.run[i].Attempt, nil }
+
+// GiveUp nacks: past its retries, the broker dead-letters the message.
+func (r *brokerRun) GiveUp(ctx context.Context, i, _ int, cause error) (bool, error) {
+	return false, r.Redeliver(ctx, i, cause)
+}
+
+// Redeliver nacks: the broker redelivers the message alone after the
+// policy's pause.
+func (r *brokerRun) Redeliver(ctx context.Context, i int, cause error) error {
+	d := r.run[i]
+	r.e.log.Warn("delivery failed", "handler", r.s.handler, "stream", r.s.stream, "type", d.Type,
+		"message_id", d.ID, "attempt", d.Attempt, "run", len(r.run), "error", cause)
+	_ = r.e.settle(ctx, r.src, r.s, d, "nack", cause) // logged
+	return nil
+}
+
+func (r *brokerRun) Attrs(i int) []any {
+	return []any{"handler", r.s.handler, "stream", r.s.stream, "message_id", r.run[i].ID}
+}
+
+// handles reports whether set's handler handles typ.
+func handles(set *host.Set, handler, typ string) bool {
+	for _, rt := range set.Subscribers(typ) {
+		if rt.Handler.Name == handler {
 			return true
-		}
-		if err != nil {
-			fail, failErr = idx[0], err
-		}
-	}
-	steps := make([]unitofwork.Step, 0, len(results))
-	for j, r := range results {
-		if r.err != nil {
-			fail, failErr = idx[j], r.err
-			break
-		}
-		steps = append(steps, unitofwork.Step{Changes: []unitofwork.Change{{Effects: r.Effects,
-			Metadata: causedBy(envs[j], route.Module)}}})
-	}
-	if len(steps) > 0 {
-		committed, err := e.opts.UnitOfWork.CommitRun(ctx, steps)
-		for range committed {
-			e.opts.Metrics.commit(route, nil)
-		}
-		if err != nil {
-			e.opts.Metrics.commit(route, err)
-			fail, failErr = idx[min(len(committed), len(steps)-1)], err
-		}
-		for j, c := range committed {
-			e.followUp(ctx, c.Commands, envs[j])
-		}
-	}
-	for i, d := range run {
-		switch {
-		case i < fail:
-			e.handledEvent(ctx, s.handler, s.stream, d.GlobalPosition)
-			outcome := "ack"
-			if !handled[i] {
-				outcome = "skip"
-			}
-			e.settle(ctx, src, s, d, outcome, nil)
-		case i == fail && Classify(failErr) == delivery.Infrastructure:
-			// Not the message's: deliver retries it without end and
-			// uncharged; the rest follow it.
-			e.deliver(ctx, src, s, d)
-			e.release(ctx, bt, s, run[i+1:])
-			return false
-		case i == fail:
-			e.log.Warn("delivery failed", "handler", s.handler, "stream", s.stream, "type", d.Type,
-				"message_id", d.ID, "attempt", d.Attempt, "run", len(run), "error", failErr)
-			e.settle(ctx, src, s, d, "nack", failErr)
-		default:
-			e.release(ctx, bt, s, run[i:])
-			return false
 		}
 	}
 	return false
+}
+
+// giveBack returns deliveries the run did not settle to the broker
+// untried (released, with their attempt kept), or nacks them when the
+// broker cannot release.
+func (e *Engine) giveBack(ctx context.Context, src Source, s subscription, ds []broker.Delivery) {
+	if bt, ok := src.(broker.Batcher); ok {
+		e.release(ctx, bt, s, ds)
+		return
+	}
+	for _, d := range ds {
+		_ = e.settle(ctx, src, s, d, "nack", errors.New("not tried"))
+	}
 }
 
 // release gives the messages back to the broker untried.

@@ -5,21 +5,25 @@
 // unit of work; commands the effects ask for are dispatched after the
 // commit. Start runs the delivery side: one consumer per (handler,
 // category) pair reading the broker stream of that category as the
-// handler's consumer group, in order, acking on commit and nacking on
-// failure (the broker retries with backoff and dead-letters after its
-// retries). With a broker.Batcher (the inline broker, the Redis broker's
-// ordinary groups), a consumer hands
-// the run of messages already ready (up to Options.DeliveryBatch, no
-// waiting for more) to the guest in one call and commits it with group
-// commit; a failure at message k acks the messages before k, nacks k
-// (retried alone) and releases the rest untried, so each message keeps
-// the retry, DLQ and order it would have one by one (deliverrun.go). With Options.Partitioned, partitioned
-// categories are left to the partition workers; with Options.EventStore,
-// every category is left to the event-store subscriptions (package
-// subscription; EventStoreSubscriptions lists them), so each handler has
-// one delivery path. Both hand batches to Partitions(), which commits each
-// message's effects with its fenced position; Classify tells them which
-// errors are the message's own.
+// handler's consumer group, in order. Every delivery path, these broker
+// consumers, the Redis partition workers and the event-store
+// subscriptions, settles its runs by the one algorithm of
+// delivery.Core.Deliver over the one guest call and group commit of
+// handleRun (handlerun.go): a run of ready messages (up to
+// Options.DeliveryBatch here, from a broker.Batcher) goes to the guest in
+// one call, the messages before a failure commit and are acked, a call
+// that failed as a whole is split into one call per message, an
+// infrastructure failure is retried in place uncharged, and a message's
+// own failure is nacked (the broker redelivers it alone after the
+// policy's pause and dead-letters it after its retries) while the rest
+// are released untried, so each message keeps the retry, DLQ and order it
+// would have one by one (deliverrun.go). With Options.Partitioned,
+// partitioned categories are left to the partition workers; with
+// Options.EventStore, every category is left to the event-store
+// subscriptions (package subscription; EventStoreSubscriptions lists
+// them), so each handler has one delivery path. Both hand batches to
+// Partitions(), which commits each message's effects with its fenced
+// position; Classify tells the core which errors are the message's own.
 //
 // WaitHandled serves read-your-writes (GET /v1/projections/…?min_position=N):
 // it waits until a projector or process manager has handled every event of

@@ -115,6 +115,10 @@ type Engine struct {
 	// outage reports the broker consumers' infrastructure failures once
 	// per outage.
 	outage *delivery.Outage
+	// core is the delivery algorithm the broker consumers hand their runs
+	// to (the partition workers and subscriptions have their own, over
+	// the same handleRun).
+	core *delivery.Core
 }
 
 // loaded is one module set and what is derived from it, swapped whole.
@@ -169,6 +173,10 @@ func New(set *host.Set, opts Options) *Engine {
 	}
 	e := &Engine{opts: opts, log: opts.Logger, now: opts.Now, commands: newGate(), progress: newProgress(),
 		stopped: make(chan struct{}), done: make(chan struct{}), outage: opts.Infra.Outage("delivery", opts.Logger, opts.Now)}
+	// The broker owns the retry of a message's own failure (its nack
+	// schedules the redelivery by the config's policy); the core's policy
+	// paces only the infrastructure retries, here without jitter.
+	e.core = &delivery.Core{Classify: Classify, Outage: e.outage, After: e.after, What: "delivery", Log: opts.Logger}
 	e.work, e.cancelWork = context.WithCancel(context.Background())
 	e.Swap(set)
 	return e

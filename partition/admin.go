@@ -143,6 +143,10 @@ type HeadEntry struct {
 	Pending    bool
 	Consumer   string
 	Deliveries int64
+	// Failures counts the entry's failed attempts of its own (kept in
+	// Redis across owners; a worker retries a failing message in place,
+	// so this, not Deliveries, is what the retry policy counts).
+	Failures int64
 	// Halted marks the entry the unit halted on.
 	Halted         bool
 	MessageID      string
@@ -241,7 +245,7 @@ func (a *Admin) Inspect(ctx context.Context, sub Subscription, unit string) (Det
 	}
 	d := Detail{Status: st}
 	for _, stream := range a.withLanes(u.sources) {
-		es, err := a.head(ctx, sub.Group, stream, st.Halt)
+		es, err := a.head(ctx, sub.Group, unit, stream, st.Halt)
 		if err != nil {
 			return Detail{}, fmt.Errorf("partition %s %s: %w", sub.Group, unit, err)
 		}
@@ -422,7 +426,7 @@ func streamCounts(ctx context.Context, rdb redis.UniversalClient, k, group strin
 
 // head lists the group's pending entries of stream, then the next ones not
 // yet delivered, up to the inspect limit each.
-func (a *Admin) head(ctx context.Context, group, stream string, h *Halt) ([]HeadEntry, error) {
+func (a *Admin) head(ctx context.Context, group, unit, stream string, h *Halt) ([]HeadEntry, error) {
 	k := a.key(stream)
 	n, err := a.rdb.Exists(ctx, k).Result()
 	if err != nil || n == 0 {
@@ -449,6 +453,11 @@ func (a *Admin) head(ctx context.Context, group, stream string, h *Halt) ([]Head
 		}
 		for _, p := range pend {
 			e := HeadEntry{Stream: stream, ID: p.ID, Pending: true, Consumer: p.Consumer, Deliveries: p.RetryCount}
+			f, err := a.rdb.HGet(ctx, a.key(AttemptsKey(group, unit)), stream+"/"+p.ID).Int64()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return nil, fmt.Errorf("stream %s: entry %s: attempts: %w", stream, p.ID, err)
+			}
+			e.Failures = f
 			msgs, err := a.rdb.XRange(ctx, k, p.ID, p.ID).Result()
 			if err != nil {
 				return nil, fmt.Errorf("stream %s: entry %s: %w", stream, p.ID, err)

@@ -192,7 +192,8 @@ func TestAdminInspectShowsPendingHeadFirst(t *testing.T) {
 		"m-7 pending=false halted=false gp=7",
 	}, ids)
 	require.Equal(t, d.Halt.Entry, d.Entries[0].ID)
-	require.Equal(t, int64(3), d.Entries[0].Deliveries, "three attempts")
+	require.Equal(t, int64(3), d.Entries[0].Failures, "three failed attempts")
+	require.Equal(t, int64(0), d.Entries[1].Failures)
 }
 
 func TestAdminSkipAcksTheHeadAndFlowResumes(t *testing.T) {

@@ -124,6 +124,8 @@ type Consumer struct {
 	// outage reports the handler's infrastructure failures once per
 	// outage, leaseOutage those of discovery, leases and workers.
 	outage, leaseOutage *delivery.Outage
+	// core is the delivery algorithm the workers hand their runs to.
+	core *delivery.Core
 }
 
 type unitID struct{ group, unit string }
@@ -180,8 +182,11 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	if opts.Classify == nil {
 		opts.Classify = delivery.Classify
 	}
+	outage := opts.Infra.Outage("partition workers", opts.Logger, opts.Now)
 	return &Consumer{opts: opts, log: opts.Logger, owned: map[unitID]*worker{}, warned: map[string]bool{},
-		outage:      opts.Infra.Outage("partition workers", opts.Logger, opts.Now),
+		outage: outage,
+		core: &delivery.Core{Policy: opts.Retry, Classify: opts.Classify, Outage: outage, After: opts.After,
+			What: "partition", Log: opts.Logger},
 		leaseOutage: opts.Infra.Outage("partition leases", opts.Logger, opts.Now),
 		life:        lifecycle.Runner{Name: "partition consumer", Log: opts.Logger}}, nil
 }
@@ -579,17 +584,11 @@ func (c *Consumer) retry(w *worker, err error, failures int) bool {
 type state struct {
 	generation int64
 	positions  map[string]int64
-	// retryHead makes the next read of a source hand only its head to the
-	// handler: after a failure at message k, k is retried alone.
-	retryHead map[string]bool
 	// drained marks a source whose pending entries list this owner has
 	// emptied, so reads go straight to new entries.
 	drained map[string]bool
 	// untrimmed counts the entries acked per stream since its last trim.
 	untrimmed map[string]int
-	// infra counts the consecutive infrastructure failures of the
-	// handler, for their pause.
-	infra int
 }
 
 // trimEvery is how many acked entries of a stream a worker lets pile up
@@ -604,7 +603,7 @@ func (c *Consumer) start(w *worker) (*state, error) {
 	if err != nil {
 		return nil, fmt.Errorf("claim positions: %w", err)
 	}
-	st := &state{generation: row.Generation, positions: row.Positions, retryHead: map[string]bool{}, drained: map[string]bool{}, untrimmed: map[string]int{}}
+	st := &state{generation: row.Generation, positions: row.Positions, drained: map[string]bool{}, untrimmed: map[string]int{}}
 	if st.positions == nil {
 		st.positions = map[string]int64{}
 	}
@@ -667,14 +666,13 @@ func (c *Consumer) drainAll(w *worker, st *state) (int, error) {
 }
 
 // drain reads one run of stream (own pending entries first, then new
-// ones), acks what was applied already, hands the rest to the handler, and
-// acks what it committed. On a failure it counts the attempt and halts the
-// unit once the attempts are used up.
+// ones), acks what was applied already, halts at a poison entry or a gap,
+// and hands the rest to the delivery core (delivery.Core.Deliver), which
+// acks what committed, retries a failing message alone by the policy, its
+// attempts counted on the entry in Redis, and halts the unit once they are
+// used up.
 func (c *Consumer) drain(w *worker, st *state, stream string) (int, error) {
 	count := c.opts.BatchSize
-	if st.retryHead[stream] {
-		count = 1
-	}
 	var entries []Entry
 	var err error
 	if !st.drained[stream] {
@@ -753,82 +751,98 @@ func (c *Consumer) drain(w *worker, st *state, stream string) (int, error) {
 		c.acked(w, st, stream, len(skip), false)
 	}
 	done := 0
-	var herr error
 	if len(msgs) > 0 {
-		start := c.opts.Now()
-		done, herr = c.opts.Handler.Handle(c.work, Batch{Group: w.lease.Group, Unit: w.lease.Unit, Source: stream, Generation: st.generation, Messages: msgs})
-		c.opts.Metrics.batch(w.lease.Group, c.opts.Now().Sub(start))
+		r := &run{c: c, w: w, st: st, stream: stream, msgs: msgs, ids: ids}
+		var err error
+		done, err = c.core.Deliver(w.ctx, c.work, r, len(msgs))
 		if done < len(msgs) {
 			st.drained[stream] = false // the rest of the run stays pending
 		}
-		if done > 0 {
-			if gp := lastPosition(msgs[:done]); gp > 0 {
-				st.positions[stream] = gp
-			}
-			if _, err := c.opts.Leases.Ack(c.work, w.lease, stream, ids[:done]...); err != nil {
-				return done, err
-			}
-			c.acked(w, st, stream, done, false)
-			c.opts.Metrics.handled(w.lease.Group, "ok", done)
+		switch {
+		case errors.Is(err, delivery.ErrInterrupted):
+			return done + len(skip), nil // the run loop sees the stop
+		case err != nil:
+			return done + len(skip), err
+		case done < len(msgs):
+			return done + len(skip), nil
 		}
 	}
-	if herr == nil && poison != nil && done == len(msgs) {
+	if poison != nil {
 		return done + len(skip), c.halt(w, stream, ids[len(msgs)], poisonID, poison, 1, gap)
 	}
-	if herr == nil {
-		delete(st.retryHead, stream)
-		if done > 0 {
-			st.infra = 0
-			c.outage.OK()
-		}
-		return done + len(skip), nil
+	return done + len(skip), nil
+}
+
+// run is a partition stream's batch as the delivery core's unit: ids[i]
+// is the stream entry of msgs[i].
+type run struct {
+	c      *Consumer
+	w      *worker
+	st     *state
+	stream string
+	msgs   []broker.Message
+	ids    []string
+}
+
+func (r *run) batch(from, to int) Batch {
+	return Batch{Group: r.w.lease.Group, Unit: r.w.lease.Unit, Source: r.stream, Generation: r.st.generation, Messages: r.msgs[from:to]}
+}
+
+func (r *run) Handle(ctx context.Context, from, to int) (int, error) {
+	start := r.c.opts.Now()
+	done, err := r.c.opts.Handler.Handle(ctx, r.batch(from, to))
+	r.c.opts.Metrics.batch(r.w.lease.Group, r.c.opts.Now().Sub(start))
+	return done, err
+}
+
+// Handled acks what committed (or what the positions already cover).
+func (r *run) Handled(ctx context.Context, from, to int) error {
+	if gp := lastPosition(r.msgs[from:to]); gp > r.st.positions[r.stream] {
+		r.st.positions[r.stream] = gp
 	}
-	if errors.Is(herr, position.ErrFenced) {
-		return done, herr
+	if _, err := r.c.opts.Leases.Ack(ctx, r.w.lease, r.stream, r.ids[from:to]...); err != nil {
+		return err
 	}
-	if errors.Is(herr, position.ErrApplied) {
-		// Our view of the positions was behind the table's: reload it.
-		row, ok, err := c.opts.Positions.Get(c.work, w.lease.Group, w.lease.Unit)
-		if err != nil {
-			return done, err
-		}
-		if !ok || row.Generation != st.generation {
-			return done, fmt.Errorf("positions row moved: %w", position.ErrFenced)
-		}
-		st.positions = row.Positions
-		return done + 1, nil
+	r.c.acked(r.w, r.st, r.stream, to-from, false)
+	r.c.opts.Metrics.handled(r.w.lease.Group, "ok", to-from)
+	return nil
+}
+
+// Resync reads the positions again after the handler found a message
+// applied: our view was behind the table's.
+func (r *run) Resync(ctx context.Context, i int) (int, error) {
+	row, ok, err := r.c.opts.Positions.Get(ctx, r.w.lease.Group, r.w.lease.Unit)
+	if err != nil {
+		return 0, err
 	}
-	if c.work.Err() != nil {
-		return done, c.work.Err() // canceled at a hard stop: the message stays pending
+	if !ok || row.Generation != r.st.generation {
+		return 0, fmt.Errorf("positions row moved: %w", position.ErrFenced)
 	}
-	st.retryHead[stream] = true
-	failed := msgs[done]
-	class := c.opts.Classify(herr)
-	var pause time.Duration
-	if class == delivery.Infrastructure {
-		// Not the message's: retried without end, never counted.
-		st.infra++
-		c.opts.Metrics.handled(w.lease.Group, "infrastructure", 1)
-		c.outage.Fail(herr, "group", w.lease.Group, "partition", w.lease.Unit, "stream", stream, "entry", ids[done])
-		pause = c.opts.Retry.InfraPause(st.infra)
-	} else {
-		c.opts.Metrics.handled(w.lease.Group, "failed", 1)
-		failures, err := c.opts.Leases.Attempt(c.work, w.lease, stream, ids[done])
-		if err != nil {
-			return done, err
-		}
-		if c.opts.Retry.GiveUp(class, failures) {
-			return done, c.halt(w, stream, ids[done], failed.ID, herr, failures, 0)
-		}
-		c.log.Warn("partition message failed; retrying", "group", w.lease.Group, "partition", w.lease.Unit, "stream", stream,
-			"entry", ids[done], "message_id", failed.ID, "attempt", failures, "max_retries", c.opts.Retry.MaxRetries, "error", herr)
-		pause = c.opts.Retry.Pause(failures)
+	r.st.positions = row.Positions
+	if r.st.positions == nil {
+		r.st.positions = map[string]int64{}
 	}
-	select {
-	case <-w.ctx.Done():
-	case <-c.opts.After(pause):
+	k := 0
+	for i+k < len(r.msgs) && r.msgs[i+k].GlobalPosition > 0 && r.msgs[i+k].GlobalPosition <= r.st.positions[r.stream] {
+		k++
 	}
-	return done + 1, nil // progress for the idle clock: not idle while retrying
+	return k, nil
+}
+
+// Charge counts the failure on the stream entry in Redis, so that a new
+// owner goes on counting where this one stopped.
+func (r *run) Charge(ctx context.Context, i int) (int, error) {
+	r.c.opts.Metrics.handled(r.w.lease.Group, "failed", 1)
+	return r.c.opts.Leases.Attempt(ctx, r.w.lease, r.stream, r.ids[i])
+}
+
+// GiveUp halts the unit at the message: its later messages wait behind it.
+func (r *run) GiveUp(_ context.Context, i, failures int, cause error) (bool, error) {
+	return false, r.c.halt(r.w, r.stream, r.ids[i], r.msgs[i].ID, cause, failures, 0)
+}
+
+func (r *run) Attrs(i int) []any {
+	return []any{"group", r.w.lease.Group, "partition", r.w.lease.Unit, "stream", r.stream, "entry", r.ids[i], "message_id", r.msgs[i].ID}
 }
 
 func (c *Consumer) halt(w *worker, stream, entry, messageID string, cause error, attempts int, gap int64) error {

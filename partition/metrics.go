@@ -31,7 +31,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		losses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_partition_lease_losses_total",
 			Help: "Partition leases this instance lost before releasing them (expired, or fenced by a newer owner)."}, []string{"group"}),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_partition_messages_total",
-			Help: "Partitioned messages by outcome: ok (effects committed), duplicate (applied before, acked without handling), failed (an attempt failed)."}, []string{"group", "outcome"}),
+			Help: "Partitioned messages by outcome: ok (effects committed), duplicate (applied before, acked without handling), failed (an attempt failed on the message's own), gap (a message that follows lost ones)."}, []string{"group", "outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "protean_partition_batch_seconds",
 			Help: "Time to handle and commit one batch of a partition.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"group"}),
 	}

@@ -136,6 +136,8 @@ type Consumer struct {
 	wg         sync.WaitGroup
 	// outage reports infrastructure failures once per outage.
 	outage *delivery.Outage
+	// core is the delivery algorithm the workers hand their runs to.
+	core *delivery.Core
 }
 
 // NewConsumer checks opts and returns a Consumer; Start runs it.
@@ -180,9 +182,12 @@ func NewConsumer(opts Options) (*Consumer, error) {
 	if opts.Key == nil {
 		opts.Key = func(string, json.RawMessage) string { return "" }
 	}
+	outage := opts.Infra.Outage("event-store subscription", opts.Logger, opts.Now)
 	return &Consumer{opts: opts, log: opts.Logger, wake: make(chan struct{}), workers: map[unitKey]*worker{},
-		outage: opts.Infra.Outage("event-store subscription", opts.Logger, opts.Now),
-		life:   lifecycle.Runner{Name: "event-store subscription consumer", Log: opts.Logger}}, nil
+		outage: outage,
+		core: &delivery.Core{Policy: opts.Retry, Classify: opts.Classify, Outage: outage, After: opts.After,
+			What: "subscription", Log: opts.Logger},
+		life: lifecycle.Runner{Name: "event-store subscription consumer", Log: opts.Logger}}, nil
 }
 
 // Notify wakes the caught-up workers: a commit in this process may have

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
@@ -265,75 +266,74 @@ func (w *worker) isHalted(ev eventstore.Event) bool {
 	return k != "" && w.halted[k]
 }
 
-// runBatch handles evs, retrying a failing message with backoff and
-// recording it past its retries. It returns how many events it consumed:
-// all, or up to a recorded failure (its key is halted now, so the caller
-// sorts the rest again).
-func (w *worker) runBatch(soft context.Context, l *lane, all []eventstore.Event) (int, error) {
-	c := w.c
-	attempts, infra := 0, 0
-	evs := all
-	for len(evs) > 0 {
-		batch := evs
-		if attempts > 0 || infra > 0 {
-			batch = evs[:1] // after a failure, the head alone
-		}
-		done, err := c.opts.Handler.Handle(c.work, w.batch(l.src, batch))
-		if done > 0 {
-			w.advanced(l, batch[done-1].GlobalPosition)
-			c.opts.Metrics.message(w.sub, "ok", done)
-			evs = evs[done:]
-			attempts, infra = 0, 0
-			c.outage.OK()
-		}
-		if err == nil {
-			continue
-		}
-		switch {
-		case position.Fenced(err):
-			w.lose()
-			return 0, errLost
-		case c.work.Err() != nil:
-			return 0, errLost
-		case position.Applied(err):
-			if err := w.reload(l); err != nil {
-				return 0, err
-			}
-			for len(evs) > 0 && evs[0].GlobalPosition <= *l.pos {
-				evs = evs[1:]
-			}
-			continue
-		}
-		head := evs[0]
-		if l.unit {
-			w.lagEvery(c.work) // stuck on this message: the backlog grows behind it
-		}
-		class := c.opts.Classify(err)
-		if !class.Message() {
-			infra++
-			c.outage.Fail(err, "group", w.sub.Group, "unit", w.sub.Unit(), "global_position", head.GlobalPosition)
-			if !w.sleep(soft, c.opts.Retry.InfraPause(infra)) {
-				return 0, errLost
-			}
-			continue
-		}
-		attempts++
-		c.opts.Metrics.message(w.sub, "retried", 1)
-		if !c.opts.Retry.GiveUp(class, attempts) {
-			c.log.Warn("subscription: message failed; retrying", "group", w.sub.Group, "unit", w.sub.Unit(),
-				"global_position", head.GlobalPosition, "message_id", head.ID, "attempt", attempts,
-				"max_retries", c.opts.Retry.MaxRetries, "error", err)
-			if !w.sleep(soft, c.opts.Retry.Pause(attempts)) {
-				return 0, errLost
-			}
-			continue
-		}
-		if err := w.park(l, head, StatusFailed, attempts, err.Error()); err != nil {
-			return 0, err
-		}
-		return len(all) - len(evs) + 1, nil
+// runBatch hands evs to the delivery core (delivery.Core.Deliver): the
+// one algorithm of every path retries a failing message with the policy's
+// backoff and records it (park) past its retries. It returns how many
+// events it consumed: all, or up to a recorded failure (its key is halted
+// now, so the caller sorts the rest again).
+func (w *worker) runBatch(soft context.Context, l *lane, evs []eventstore.Event) (int, error) {
+	n, err := w.c.core.Deliver(soft, w.c.work, &run{w: w, l: l, evs: evs}, len(evs))
+	switch {
+	case errors.Is(err, delivery.ErrLost):
+		w.lose()
+		return 0, errLost
+	case errors.Is(err, delivery.ErrInterrupted):
+		return 0, errLost
 	}
-	return len(all), nil
+	return n, err
+}
+
+// run is a batch of one lane as the delivery core's unit.
+type run struct {
+	w   *worker
+	l   *lane
+	evs []eventstore.Event
+	// at and attempts count the failures of the message at index at: an
+	// event-store subscription keeps them in memory (a new owner starts
+	// again from the first attempt).
+	at, attempts int
+}
+
+func (r *run) Handle(ctx context.Context, from, to int) (int, error) {
+	done, err := r.w.c.opts.Handler.Handle(ctx, r.w.batch(r.l.src, r.evs[from:to]))
+	if err != nil && r.l.unit {
+		r.w.lagEvery(ctx) // stuck on this message: the backlog grows behind it
+	}
+	return done, err
+}
+
+func (r *run) Handled(_ context.Context, from, to int) error {
+	r.w.advanced(r.l, max(*r.l.pos, r.evs[to-1].GlobalPosition))
+	r.w.c.opts.Metrics.message(r.w.sub, "ok", to-from)
+	return nil
+}
+
+func (r *run) Resync(ctx context.Context, i int) (int, error) {
+	if err := r.w.reload(r.l); err != nil {
+		return 0, err
+	}
+	k := 0
+	for i+k < len(r.evs) && r.evs[i+k].GlobalPosition <= *r.l.pos {
+		k++
+	}
+	return k, nil
+}
+
+func (r *run) Charge(_ context.Context, i int) (int, error) {
+	if i != r.at {
+		r.at, r.attempts = i, 0
+	}
+	r.attempts++
+	r.w.c.opts.Metrics.message(r.w.sub, "retried", 1)
+	return r.attempts, nil
+}
+
+func (r *run) GiveUp(_ context.Context, i, failures int, cause error) (bool, error) {
+	return false, r.w.park(r.l, r.evs[i], StatusFailed, failures, cause.Error())
+}
+
+func (r *run) Attrs(i int) []any {
+	return []any{"group", r.w.sub.Group, "unit", r.w.sub.Unit(), "global_position", r.evs[i].GlobalPosition, "message_id", r.evs[i].ID}
 }
 
 // park records ev as failed (or held behind its key) and moves the

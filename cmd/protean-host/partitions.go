@@ -331,7 +331,7 @@ func partitionsInspect(ctx context.Context, e *env, adm *partition.Admin, subs [
 			continue
 		}
 		w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(w, "STREAM\tENTRY\tSTATE\tDELIVERIES\tMESSAGE\tTYPE\tGLOBAL\tDATA")
+		fmt.Fprintln(w, "STREAM\tENTRY\tSTATE\tDELIVERIES\tFAILURES\tMESSAGE\tTYPE\tGLOBAL\tDATA")
 		for _, en := range d.Entries {
 			state := "new"
 			switch {
@@ -344,7 +344,7 @@ func partitionsInspect(ctx context.Context, e *env, adm *partition.Admin, subs [
 			if en.Problem != "" {
 				data = "(" + en.Problem + ")"
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\n", en.Stream, en.ID, state, en.Deliveries, dash(en.MessageID), dash(en.Type), en.GlobalPosition, data)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%s\n", en.Stream, en.ID, state, en.Deliveries, en.Failures, dash(en.MessageID), dash(en.Type), en.GlobalPosition, data)
 		}
 		w.Flush()
 	}
