@@ -73,13 +73,16 @@ const (
 	ReasonMaxRetries = "max_retries"
 	// ReasonTimeout: in flight for longer than Options.MessageTimeout.
 	ReasonTimeout = "timeout"
+	// ReasonRejected: rejected by its consumer (Rejecter): its failure is
+	// permanent, a retry cannot help.
+	ReasonRejected = "rejected"
 )
 
 // DeadLetter is a message in a consumer group's dead-letter queue.
 type DeadLetter struct {
 	Message
 	Group string
-	// Reason is ReasonMaxRetries or ReasonTimeout.
+	// Reason is ReasonMaxRetries, ReasonTimeout or ReasonRejected.
 	Reason string
 	// Attempts is how many times the message had been delivered.
 	Attempts int
@@ -172,6 +175,16 @@ type Broker interface {
 	// Close ends the broker; blocked calls return ErrClosed. Closing twice
 	// is not an error.
 	Close() error
+}
+
+// Rejecter is a Consumer that can give up on a delivered message at once,
+// whatever retries it has left: the consumer knows a retry cannot help
+// (the message's failure is permanent), so the message is dead-lettered
+// with ReasonRejected (or discarded without a DLQ) as a Nack past its last
+// retry would be. Rejecting a message that is not in flight but not acked
+// returns nil; an acked one ErrAcked, one never delivered ErrNotDelivered.
+type Rejecter interface {
+	Reject(ctx context.Context, stream, group, id string) error
 }
 
 // Waiter is implemented by brokers with the BlockingRead capability.

@@ -43,7 +43,8 @@
 //     messages go out in publish order among themselves.
 //   - Dead letters. The nack after MaxRetries retries (the 1+MaxRetries-th
 //     delivery) moves the message to the group's dead-letter queue with
-//     reason "max_retries"; a message in flight for longer than
+//     reason "max_retries"; a consumer that knows a retry cannot help
+//     rejects it there at once (Rejecter, reason "rejected"); a message in flight for longer than
 //     MessageTimeout moves there with reason "timeout" the next time the
 //     group's stream is touched (Next, Wait, Ack, Nack, Replay, DLQ or
 //     Stats), so an Ack that comes too late fails with ErrNotInFlight.

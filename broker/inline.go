@@ -302,7 +302,18 @@ func (b *Inline) Ack(ctx context.Context, stream, group, id string) error {
 // acked returns nil; nacking an acked one ErrAcked, one never delivered
 // ErrNotDelivered.
 func (b *Inline) Nack(ctx context.Context, stream, group, id string) error {
-	return b.settle(ctx, "nack", stream, group, id, ErrNotDelivered, func(s *streamLog, g *cursor, seq int, now time.Time) error {
+	return b.nack(ctx, "nack", stream, group, id, false)
+}
+
+// Reject dead-letters a delivered message at once with ReasonRejected (or
+// discards it without a DLQ); see [Rejecter].
+func (b *Inline) Reject(ctx context.Context, stream, group, id string) error {
+	return b.nack(ctx, "reject", stream, group, id, true)
+}
+
+// nack is Nack, or with reject Reject.
+func (b *Inline) nack(ctx context.Context, op, stream, group, id string, reject bool) error {
+	return b.settle(ctx, op, stream, group, id, ErrNotDelivered, func(s *streamLog, g *cursor, seq int, now time.Time) error {
 		f, ok := g.inflight[seq]
 		if !ok {
 			if g.unsettled(seq) != "" {
@@ -312,6 +323,10 @@ func (b *Inline) Nack(ctx context.Context, stream, group, id string) error {
 		}
 		delete(g.inflight, seq)
 		retries := f.attempt
+		if reject {
+			b.killLocked(s, stream, group, g, seq, ReasonRejected, f.attempt, now)
+			return nil
+		}
 		if retries > b.opts.MaxRetries {
 			b.killLocked(s, stream, group, g, seq, ReasonMaxRetries, f.attempt, now)
 			return nil

@@ -108,9 +108,23 @@ func (r *brokerRun) Resync(context.Context, int) (int, error) {
 // Charge is the broker's count: the delivery's attempt.
 func (r *brokerRun) Charge(_ context.Context, i int) (int, error) { return r.run[i].Attempt, nil }
 
-// GiveUp nacks: past its retries, the broker dead-letters the message.
+// GiveUp rejects a message whose failure is permanent (the broker
+// dead-letters it at once, broker.Rejecter); otherwise it nacks, and past
+// its retries the broker dead-letters it.
 func (r *brokerRun) GiveUp(ctx context.Context, i, _ int, cause error) (bool, error) {
-	return false, r.Redeliver(ctx, i, cause)
+	rj, ok := r.src.(broker.Rejecter)
+	if !ok || Classify(cause) != delivery.Permanent {
+		return false, r.Redeliver(ctx, i, cause)
+	}
+	d := r.run[i]
+	r.e.log.Warn("delivery failed permanently; dead-lettered", "handler", r.s.handler, "stream", r.s.stream, "type", d.Type,
+		"message_id", d.ID, "attempt", d.Attempt, "error", cause)
+	err := rj.Reject(context.WithoutCancel(ctx), r.s.stream, r.s.handler, d.ID)
+	if err != nil {
+		r.e.log.Error("delivery: reject failed", "handler", r.s.handler, "message_id", d.ID, "error", err)
+	}
+	r.e.opts.Metrics.delivery(r.s.handler, "reject")
+	return false, nil
 }
 
 // Redeliver nacks: the broker redelivers the message alone after the

@@ -66,6 +66,12 @@ type Options struct {
 	// Infra counts the broker consumers' infrastructure failures (nil:
 	// uncounted).
 	Infra *delivery.Metrics
+	// Retry is the retry policy the broker consumers' broker applies
+	// (the config's): a message failing on its own is nacked and
+	// redelivered by the broker while it has retries left, and a
+	// permanent failure is rejected at once (broker.Rejecter). Its
+	// jitter also spreads the infrastructure retries.
+	Retry delivery.Policy
 }
 
 // Positions reads the consumer-positions table (position.Store has it).
@@ -173,10 +179,9 @@ func New(set *host.Set, opts Options) *Engine {
 	}
 	e := &Engine{opts: opts, log: opts.Logger, now: opts.Now, commands: newGate(), progress: newProgress(),
 		stopped: make(chan struct{}), done: make(chan struct{}), outage: opts.Infra.Outage("delivery", opts.Logger, opts.Now)}
-	// The broker owns the retry of a message's own failure (its nack
-	// schedules the redelivery by the config's policy); the core's policy
-	// paces only the infrastructure retries, here without jitter.
-	e.core = &delivery.Core{Classify: Classify, Outage: e.outage, After: e.after, What: "delivery", Log: opts.Logger}
+	// The broker owns the retry of a message's own failure: its nack
+	// schedules the redelivery by the same policy (brokerRun).
+	e.core = &delivery.Core{Policy: opts.Retry, Classify: Classify, Outage: e.outage, After: e.after, What: "delivery", Log: opts.Logger}
 	e.work, e.cancelWork = context.WithCancel(context.Background())
 	e.Swap(set)
 	return e

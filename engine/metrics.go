@@ -35,7 +35,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		commits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_unit_of_work_commits_total",
 			Help: "Unit-of-work commits, by outcome (ok, conflict, key_rejected, error)."}, []string{"handler", "outcome"}),
 		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_deliveries_total",
-			Help: "Broker deliveries to event handlers, projectors and process managers, by outcome (ack, nack, skip, release)."}, []string{"handler", "outcome"}),
+			Help: "Broker deliveries to event handlers, projectors and process managers, by outcome (ack, nack, reject, skip, release)."}, []string{"handler", "outcome"}),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "protean_handler_calls_in_flight",
 			Help: "Calls into handler modules now running."}, []string{"module", "handler"}),
 	}

@@ -76,7 +76,7 @@ func TestOneRetryPolicyOnEveryPath(t *testing.T) {
 	want := []time.Duration{7 * time.Millisecond, 14 * time.Millisecond, 20 * time.Millisecond}
 	for _, path := range []struct {
 		name string
-		run  func(t *testing.T, pol delivery.Policy, p *pauses) (attempts int, gaveUp string)
+		run  func(t *testing.T, pol delivery.Policy, p *pauses, op string) (attempts int, gaveUp string)
 	}{
 		{"broker consumer group (inline)", runInlineRetries},
 		{"redis partition worker", runPartitionRetries},
@@ -87,10 +87,38 @@ func TestOneRetryPolicyOnEveryPath(t *testing.T) {
 			for n := 1; n <= pol.MaxRetries+1; n++ {
 				p.want[pol.Pause(n)] = true
 			}
-			attempts, gaveUp := path.run(t, pol, p)
+			attempts, gaveUp := path.run(t, pol, p, "transient")
 			require.Equal(t, 1+pol.MaxRetries, attempts, "the first attempt and max_retries retries")
 			require.Equal(t, want, p.list(), "the pauses before each retry")
 			require.NotEmpty(t, gaveUp)
+		})
+	}
+}
+
+// A message whose failure is permanent (the guest says a retry cannot
+// help) is given up after its first attempt on every path, without a
+// pause: rejected into the dead letters (broker.Rejecter; the brokers
+// used to retry it max_retries times), halted, recorded as failed.
+func TestPermanentFailureIsGivenUpAtOnceOnEveryPath(t *testing.T) {
+	pol := delivery.Policy{MaxRetries: 3, Delay: 7 * time.Millisecond, MaxDelay: 20 * time.Millisecond}
+	for _, path := range []struct {
+		name string
+		run  func(t *testing.T, pol delivery.Policy, p *pauses, op string) (attempts int, gaveUp string)
+		want string
+	}{
+		{"broker consumer group (inline)", runInlineRetries, "dead-lettered (rejected) at attempt 1"},
+		{"redis partition worker", runPartitionRetries, "halted after 1 attempts"},
+		{"event-store subscription", runSubscriptionRetries, "recorded failed after 1 attempts"},
+	} {
+		t.Run(path.name, func(t *testing.T) {
+			p := &pauses{want: map[time.Duration]bool{}}
+			for n := 1; n <= pol.MaxRetries+1; n++ {
+				p.want[pol.Pause(n)] = true
+			}
+			attempts, gaveUp := path.run(t, pol, p, "rejected")
+			require.Equal(t, 1, attempts, "the first attempt only")
+			require.Empty(t, p.list(), "no pause before giving up")
+			require.Equal(t, path.want, gaveUp)
 		})
 	}
 }
@@ -109,13 +137,13 @@ func attemptsOf(e *Engine) func() int {
 	return func() int { mu.Lock(); defer mu.Unlock(); return n }
 }
 
-func runInlineRetries(t *testing.T, pol delivery.Policy, p *pauses) (int, string) {
+func runInlineRetries(t *testing.T, pol delivery.Policy, p *pauses, op string) (int, string) {
 	e, _ := partitionEngine(t)
 	e.opts.DeliveryBatch = 1
 	attempts := attemptsOf(e)
 	p.virtual, p.now = true, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	src := startInline(t, e, broker.Options{MaxRetries: pol.MaxRetries, RetryDelay: pol.Delay, BackoffMultiplier: 2,
-		MaxRetryDelay: pol.MaxDelay, MessageTimeout: time.Minute, EnableDLQ: true, Now: p.clock, After: p.after}, "transient")
+		MaxRetryDelay: pol.MaxDelay, MessageTimeout: time.Minute, EnableDLQ: true, Now: p.clock, After: p.after}, op)
 	var dead string
 	testwait.For(t, "the message dead-lettered", func() (bool, string) {
 		dl, err := src.DLQ(context.Background(), "ops", "behave")
@@ -123,13 +151,13 @@ func runInlineRetries(t *testing.T, pol delivery.Policy, p *pauses) (int, string
 		if len(dl) == 0 {
 			return false, "no dead letter"
 		}
-		dead = fmt.Sprintf("dead-lettered at attempt %d", dl[0].Attempts)
+		dead = fmt.Sprintf("dead-lettered (%s) at attempt %d", dl[0].Reason, dl[0].Attempts)
 		return true, ""
 	})
 	return attempts(), dead
 }
 
-func runPartitionRetries(t *testing.T, pol delivery.Policy, p *pauses) (int, string) {
+func runPartitionRetries(t *testing.T, pol delivery.Policy, p *pauses, op string) (int, string) {
 	e, mem := partitionEngine(t)
 	attempts := attemptsOf(e)
 	url, prefix := testserver.Redis(t)
@@ -137,7 +165,7 @@ func runPartitionRetries(t *testing.T, pol delivery.Policy, p *pauses) (int, str
 	require.NoError(t, err)
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
-	m := opBatch(1, "transient").Messages[0]
+	m := opBatch(1, op).Messages[0]
 	m.Category, m.PartitionKey = "ops", "u"
 	ctx := context.Background()
 	require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: prefix + partition.StreamName("ops", "u"), Values: redisstream.Encode(m)}).Err())
@@ -166,11 +194,11 @@ func runPartitionRetries(t *testing.T, pol delivery.Policy, p *pauses) (int, str
 	return attempts(), halted
 }
 
-func runSubscriptionRetries(t *testing.T, pol delivery.Policy, p *pauses) (int, string) {
+func runSubscriptionRetries(t *testing.T, pol delivery.Policy, p *pauses, op string) (int, string) {
 	e, mem := partitionEngine(t)
 	attempts := attemptsOf(e)
 	ctx := context.Background()
-	m := opBatch(1, "transient").Messages[0]
+	m := opBatch(1, op).Messages[0]
 	_, err := mem.Events.Append(ctx, []eventstore.NewEvent{{Stream: "ops-1", Type: m.Type, Data: m.Data, ExpectedVersion: eventstore.AnyVersion}})
 	require.NoError(t, err)
 	failures := &esub.MemoryFailures{Positions: mem.Positions}

@@ -90,6 +90,7 @@ func Run(t *testing.T, f Features, newBroker NewBroker) {
 		{"RequeueImmediate", testRequeueImmediate},
 		{"RequeueBackoff", testRequeueBackoff},
 		{"DeadLetterAfterMaxRetries", testDeadLetterAfterMaxRetries},
+		{"RejectDeadLettersAtOnce", testRejectDeadLettersAtOnce},
 		{"MaxRetriesZero", testMaxRetriesZero},
 		{"DiscardWithoutDLQ", testDiscardWithoutDLQ},
 		{"DeadLetterUnblocks", testDeadLetterUnblocks},

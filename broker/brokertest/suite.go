@@ -219,6 +219,30 @@ func testRequeueBackoff(t *testing.T, e *env) {
 	e.ack("order", "g", "m1")
 }
 
+// A consumer that knows a retry cannot help rejects the message: it is
+// dead-lettered at once, whatever retries it had left.
+func testRejectDeadLettersAtOnce(t *testing.T, e *env) {
+	e.need(e.f.DeadLetters)
+	e.open(nil) // 3 retries
+	e.publish("order", "m1", "m2")
+	rj, ok := e.b.(broker.Rejecter)
+	require.True(t, ok, "Features.DeadLetters: broker must implement broker.Rejecter")
+	ctx := context.Background()
+	require.ErrorIs(t, rj.Reject(ctx, "order", "g", "m1"), broker.ErrNotDelivered)
+	require.Equal(t, 1, e.next("order", "g", "m1").Attempt)
+	require.NoError(t, rj.Reject(ctx, "order", "g", "m1"))
+	require.NoError(t, rj.Reject(ctx, "order", "g", "m1"), "rejecting a dead letter again is a no-op")
+	e.next("order", "g", "m2")
+	e.ack("order", "g", "m2")
+	require.ErrorIs(t, rj.Reject(ctx, "order", "g", "m2"), broker.ErrAcked)
+	e.empty("order", "g")
+	dl := e.deadLetters("order", "g")
+	require.Len(t, dl, 1)
+	require.Equal(t, "m1", dl[0].ID)
+	require.Equal(t, broker.ReasonRejected, dl[0].Reason)
+	require.Equal(t, 1, dl[0].Attempts)
+}
+
 func testDeadLetterAfterMaxRetries(t *testing.T, e *env) {
 	e.need(e.f.DeadLetters)
 	e.open(func(o *broker.Options) { o.RetryDelay = 0 })

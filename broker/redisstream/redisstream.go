@@ -654,7 +654,15 @@ func (b *Broker) Trim(ctx context.Context, stream string) (int64, error) {
 func (b *Broker) Nack(ctx context.Context, stream, group, id string) error {
 	_, err := b.settle(ctx, "nack", stream, group, id, nackScript,
 		b.opts.MaxRetries, int64(b.opts.RetryDelay), strconv.FormatFloat(b.opts.BackoffMultiplier, 'g', -1, 64),
-		int64(b.opts.MaxRetryDelay), strconv.FormatFloat(b.opts.JitterFactor(), 'g', -1, 64))
+		int64(b.opts.MaxRetryDelay), strconv.FormatFloat(b.opts.JitterFactor(), 'g', -1, 64), broker.ReasonMaxRetries)
+	return err
+}
+
+// Reject dead-letters a delivered message at once with
+// broker.ReasonRejected (or discards it without a DLQ): the nack script
+// with no retries left.
+func (b *Broker) Reject(ctx context.Context, stream, group, id string) error {
+	_, err := b.settle(ctx, "reject", stream, group, id, nackScript, -1, 0, "1", 0, "1", broker.ReasonRejected)
 	return err
 }
 

@@ -255,9 +255,10 @@ end
 return {'ok', killed}
 `)
 
-// nackScript: ARGV[8] message id, 9 MaxRetries, 10 RetryDelay in
-// nanoseconds, 11 BackoffMultiplier, 12 MaxRetryDelay in nanoseconds (0:
-// no cap), 13 the jitter factor drawn by the client.
+// nackScript: ARGV[8] message id, 9 MaxRetries (-1: Reject, no retry
+// left), 10 RetryDelay in nanoseconds, 11 BackoffMultiplier, 12
+// MaxRetryDelay in nanoseconds (0: no cap), 13 the jitter factor drawn by
+// the client, 14 the dead letter's reason past the retries.
 var nackScript = redis.NewScript(groupPrelude + `
 expire()
 local eid = entry_of(ARGV[8])
@@ -271,7 +272,7 @@ if not redis.call('ZSCORE', F, eid) then
 end
 local a = tonumber(redis.call('HGET', H, 'a:' .. eid) or '1')
 if a > tonumber(ARGV[9]) then
-  kill(eid, 'max_retries', a)
+  kill(eid, ARGV[14], a)
   return {'ok', killed}
 end
 redis.call('ZREM', F, eid)

@@ -279,7 +279,8 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	})
 	eng = engine.New(set, engine.Options{Events: st.events, Records: st.records, UnitOfWork: uow, Logger: e.log,
 		Metrics: engine.NewMetrics(reg), Partitioned: partitioned, EventStore: fromStore, Positions: st.positions, Failures: st.failures,
-		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps, Infra: infra})
+		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps, Infra: infra,
+		Retry: cfg.Server.StreamSubscription.Policy()})
 	h.eng = eng
 	if fromStore {
 		if h.subs, err = newSubscriptions(cfg, st, eng, uow, owner, reg, infra, e.log); err != nil {
