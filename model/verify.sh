@@ -110,6 +110,7 @@ start protocol.pml variant-c-no-position-check 'applied[r[i]]==0' "-DNO_POS_CHEC
 start relay.pml relay-fenced pass "" "-DCOLLAPSE"
 start relay.pml relay-unfenced-no-restart pass "-DUNFENCED_PUBLISH -DMAXRESTARTS=0" "-DCOLLAPSE"
 start relay.pml relay-unfenced-epoch-value pass "-DUNFENCED_PUBLISH -DEPOCH_VALUE" "-DCOLLAPSE"
+start relay.pml relay-lossy-redis pass "-DLOSSY" "-DCOLLAPSE"
 [ "${VERIFY_DEEP:-}" = 1 ] && start relay.pml relay-fenced-writer pass "-DWRITER" "-DCOLLAPSE"
 [ "${VERIFY_DEEP:-}" = 1 ] && start relay.pml relay-unfenced-epoch-writer pass "-DUNFENCED_PUBLISH -DEPOCH_VALUE -DWRITER" "-DCOLLAPSE"
 start relay.pml variant-d-old-abandon 'e==(pos+1)' "-DOLD_ABANDON"
@@ -117,6 +118,8 @@ start relay.pml variant-d-old-abandon-at-the-ack 'applied[e]>0' "-DOLD_ABANDON -
 start relay.pml variant-e-no-epoch 'e==(pos+1)' "-DNO_EPOCH"
 start relay.pml variant-f-recovery-keeps-claims 'e==(pos+1)' "-DRECOVER_PUBLISHED_ONLY"
 start relay.pml variant-g-unfenced-marker-exists 'e==(pos+1)' "-DUNFENCED_PUBLISH"
+start relay.pml variant-h-keep-past-position 'e==(pos+1)' "-DKEEP_PAST_POSITION"
+start relay.pml variant-i-no-prev-check 'e==(pos+1)' "-DLOSSY -DNO_PREV_CHECK"
 wait
 
 status=0
