@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/internal/backoff"
 )
 
@@ -303,10 +304,10 @@ type Options struct {
 	// EnableDLQ keeps exhausted and timed-out messages in the group's
 	// dead-letter queue; without it they are discarded.
 	EnableDLQ bool
-	// Now and After are the clock (time.Now and time.After when nil). A test
-	// that controls time sets both.
-	Now   func() time.Time
-	After func(d time.Duration) <-chan time.Time
+	// Clock is what the broker reads and what its retry pauses and due
+	// times wait on (nil: clock.System). A test that controls time sets
+	// it.
+	Clock clock.Clock
 	// Logger receives a warning for every dead-lettered or discarded
 	// message; nil discards.
 	Logger *slog.Logger

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/proteanhq/protean-host/clock"
 )
 
 // Inline is the in-process broker of the embedded setup. It keeps every
@@ -81,17 +83,11 @@ func NewInline(opts Options) (*Inline, error) {
 	}
 	b := &Inline{
 		opts:    opts,
-		now:     opts.Now,
-		after:   opts.After,
+		now:     clock.Or(opts.Clock).Now,
+		after:   clock.Or(opts.Clock).After,
 		log:     opts.Logger,
 		done:    make(chan struct{}),
 		streams: make(map[string]*streamLog),
-	}
-	if b.now == nil {
-		b.now = time.Now
-	}
-	if b.after == nil {
-		b.after = time.After
 	}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/position"
 )
 
@@ -94,8 +95,8 @@ type Core struct {
 	Classify func(error) Class
 	// Outage reports the handler's infrastructure failures (nil: none).
 	Outage *Outage
-	// After is the clock of every pause (nil: time.After).
-	After func(time.Duration) <-chan time.Time
+	// Clock is what every pause waits on (nil: clock.System).
+	Clock clock.Clock
 	// What names the path in its log lines ("partition", "subscription",
 	// "delivery").
 	What string
@@ -228,16 +229,12 @@ func (c *Core) log() *slog.Logger {
 // sleep waits d unless soft or work ends first; it reports whether to go
 // on.
 func (c *Core) sleep(soft, work context.Context, d time.Duration) bool {
-	after := c.After
-	if after == nil {
-		after = time.After
-	}
 	select {
 	case <-soft.Done():
 		return false
 	case <-work.Done():
 		return false
-	case <-after(d):
+	case <-clock.Or(c.Clock).After(d):
 		return true
 	}
 }

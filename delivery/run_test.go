@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/position"
 )
@@ -109,18 +110,18 @@ func (r redelivering) Redeliver(_ context.Context, i int, _ error) error {
 }
 
 // clock records the pauses the core asks for and returns at once.
-type clock struct{ waits []time.Duration }
+type waitClock struct{ waits []time.Duration }
 
-func (c *clock) after(d time.Duration) <-chan time.Time {
+func (c *waitClock) after(d time.Duration) <-chan time.Time {
 	c.waits = append(c.waits, d)
 	ch := make(chan time.Time, 1)
 	ch <- time.Time{}
 	return ch
 }
 
-func core(clk *clock) *delivery.Core {
+func core(clk *waitClock) *delivery.Core {
 	return &delivery.Core{Policy: delivery.Policy{MaxRetries: 2, Delay: 10 * time.Millisecond, MaxDelay: 15 * time.Millisecond},
-		After: clk.after, What: "test"}
+		Clock: clock.Funcs{AfterFunc: clk.after}, What: "test"}
 }
 
 // The one algorithm, step by step: each case gives what the messages of a
@@ -168,7 +169,7 @@ func TestDeliverSettlesARunByTheOnePolicy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newScript(tc.outcomes)
 			s.goOn, s.covered = tc.goOn, tc.covered
-			clk := &clock{}
+			clk := &waitClock{}
 			settled, err := core(clk).Deliver(context.Background(), context.Background(), s, 5)
 			if tc.err != nil {
 				require.ErrorIs(t, err, tc.err)
@@ -193,7 +194,7 @@ func TestDeliverSettlesARunByTheOnePolicy(t *testing.T) {
 func TestDeliverHandsARetryToARedeliveringSource(t *testing.T) {
 	t.Parallel()
 	s := newScript(map[int][]string{1: {"fail"}})
-	clk := &clock{}
+	clk := &waitClock{}
 	settled, err := core(clk).Deliver(context.Background(), context.Background(), redelivering{s}, 5)
 	require.NoError(t, err)
 	require.Equal(t, 2, settled)
@@ -209,18 +210,18 @@ func TestDeliverStopsAndReportsSettleFailures(t *testing.T) {
 	cancel()
 	s := newScript(map[int][]string{0: {"fail"}})
 	blocked := &delivery.Core{Policy: delivery.Policy{MaxRetries: 5, Delay: time.Hour},
-		After: func(time.Duration) <-chan time.Time { return nil }}
+		Clock: clock.Funcs{AfterFunc: func(time.Duration) <-chan time.Time { return nil }}}
 	settled, err := blocked.Deliver(soft, context.Background(), s, 3)
 	require.ErrorIs(t, err, delivery.ErrInterrupted)
 	require.Equal(t, 0, settled)
 
 	s = newScript(nil)
 	s.settleOn = errors.New("redis: connection refused")
-	settled, err = core(&clock{}).Deliver(context.Background(), context.Background(), s, 3)
+	settled, err = core(&waitClock{}).Deliver(context.Background(), context.Background(), s, 3)
 	require.ErrorContains(t, err, "connection refused")
 	require.Equal(t, 0, settled, "nothing is settled until the settle succeeds")
 
 	s = newScript(map[int][]string{0: {"applied"}})
-	_, err = core(&clock{}).Deliver(context.Background(), context.Background(), s, 3)
+	_, err = core(&waitClock{}).Deliver(context.Background(), context.Background(), s, 3)
 	require.ErrorContains(t, err, "does not cover", "a resync that covers nothing is an error, not a loop")
 }

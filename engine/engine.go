@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
@@ -29,7 +30,9 @@ type Options struct {
 	UnitOfWork *unitofwork.UnitOfWork
 	Logger     *slog.Logger
 	Metrics    *Metrics
-	Now        func() time.Time
+	// Clock is what the engine reads and what its consumers' pauses wait
+	// on (nil: clock.System).
+	Clock clock.Clock
 	// MaxCascadeDepth bounds causation chains: a message at depth d (see
 	// abi.Metadata.CascadeDepth) may append events or dispatch commands
 	// only while d+1 <= MaxCascadeDepth (default MaxFollowUpDepth).
@@ -88,9 +91,6 @@ type Engine struct {
 	loaded atomic.Pointer[loaded]
 	log    *slog.Logger
 	now    func() time.Time
-	// after is a consumer's pause after a failed Wait (time.After if nil;
-	// tests inject one to see the pauses asked for).
-	afterFn func(time.Duration) <-chan time.Time
 
 	// commands admits dispatches until Stop, which drains them.
 	commands *gate
@@ -165,9 +165,7 @@ func New(set *host.Set, opts Options) *Engine {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+	opts.Clock = clock.Or(opts.Clock)
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
@@ -177,11 +175,11 @@ func New(set *host.Set, opts Options) *Engine {
 	if opts.MaxFollowUps <= 0 {
 		opts.MaxFollowUps = DefaultMaxFollowUps
 	}
-	e := &Engine{opts: opts, log: opts.Logger, now: opts.Now, commands: newGate(), progress: newProgress(),
-		stopped: make(chan struct{}), done: make(chan struct{}), outage: opts.Infra.Outage("delivery", opts.Logger, opts.Now)}
+	e := &Engine{opts: opts, log: opts.Logger, now: opts.Clock.Now, commands: newGate(), progress: newProgress(),
+		stopped: make(chan struct{}), done: make(chan struct{}), outage: opts.Infra.Outage("delivery", opts.Logger, opts.Clock.Now)}
 	// The broker owns the retry of a message's own failure: its nack
 	// schedules the redelivery by the same policy (brokerRun).
-	e.core = &delivery.Core{Policy: opts.Retry, Classify: Classify, Outage: e.outage, After: e.after, What: "delivery", Log: opts.Logger}
+	e.core = &delivery.Core{Policy: opts.Retry, Classify: Classify, Outage: e.outage, Clock: opts.Clock, What: "delivery", Log: opts.Logger}
 	e.work, e.cancelWork = context.WithCancel(context.Background())
 	e.Swap(set)
 	return e

@@ -2,11 +2,6 @@ package engine
 
 import "time"
 
-// after returns a channel that fires once d has passed: the engine's
-// injected clock for retry pauses, time.After unless a test set one.
-func (e *Engine) after(d time.Duration) <-chan time.Time {
-	if e.afterFn != nil {
-		return e.afterFn(d)
-	}
-	return time.After(d)
-}
+// after returns a channel that fires once d has passed on the engine's
+// clock (Options.Clock).
+func (e *Engine) after(d time.Duration) <-chan time.Time { return e.opts.Clock.After(d) }

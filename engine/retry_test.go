@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/internal/testwait"
 )
 
@@ -38,13 +39,12 @@ func TestConsumerBacksOffOnFailingWait(t *testing.T) {
 	// The pauses are read through the engine's injected clock, which fires
 	// at once: the test asserts what was asked for, not how long it took.
 	var pauses []time.Duration
-	e := &Engine{log: slog.New(slog.DiscardHandler)}
-	e.afterFn = func(d time.Duration) <-chan time.Time {
+	e := &Engine{log: slog.New(slog.DiscardHandler), opts: Options{Clock: clock.Funcs{AfterFunc: func(d time.Duration) <-chan time.Time {
 		pauses = append(pauses, d)
 		c := make(chan time.Time, 1)
 		c <- time.Time{}
 		return c
-	}
+	}}}}
 	src := &failingSource{fails: 10, exhausted: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 1)

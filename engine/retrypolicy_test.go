@@ -14,6 +14,7 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/redisstream"
+	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/testserver"
@@ -143,7 +144,7 @@ func runInlineRetries(t *testing.T, pol delivery.Policy, p *pauses, op string) (
 	attempts := attemptsOf(e)
 	p.virtual, p.now = true, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	src := startInline(t, e, broker.Options{MaxRetries: pol.MaxRetries, RetryDelay: pol.Delay, BackoffMultiplier: 2,
-		MaxRetryDelay: pol.MaxDelay, MessageTimeout: time.Minute, EnableDLQ: true, Now: p.clock, After: p.after}, op)
+		MaxRetryDelay: pol.MaxDelay, MessageTimeout: time.Minute, EnableDLQ: true, Clock: clock.Funcs{NowFunc: p.clock, AfterFunc: p.after}}, op)
 	var dead string
 	testwait.For(t, "the message dead-lettered", func() (bool, string) {
 		dl, err := src.DLQ(context.Background(), "ops", "behave")
@@ -176,7 +177,7 @@ func runPartitionRetries(t *testing.T, pol delivery.Policy, p *pauses, op string
 			return []partition.Subscription{{Group: "behave", Categories: []string{"ops"}}}
 		},
 		LeaseTTL: time.Minute, Heartbeat: time.Second, Poll: 5 * time.Millisecond, ReapIdle: time.Hour,
-		Retry: pol, Classify: Classify, After: p.after,
+		Retry: pol, Classify: Classify, Clock: clock.Funcs{AfterFunc: p.after},
 	})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))
@@ -208,7 +209,7 @@ func runSubscriptionRetries(t *testing.T, pol delivery.Policy, p *pauses, op str
 		Skip:          func(ctx context.Context, f position.Fence) error { _, err := uow.CommitFenced(ctx, f); return err },
 		Subscriptions: func() []esub.Subscription { return []esub.Subscription{{Group: "behave", Category: "ops"}} },
 		Key:           func(string, json.RawMessage) string { return "" },
-		Classify:      Classify, Owner: "policy", Poll: 5 * time.Millisecond, Retry: pol, After: p.after,
+		Classify:      Classify, Owner: "policy", Poll: 5 * time.Millisecond, Retry: pol, Clock: clock.Funcs{AfterFunc: p.after},
 	})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/internal/lifecycle"
 )
 
@@ -55,6 +56,7 @@ type Reloader struct {
 	// Observe, if set, sees every reload's outcome (for metrics).
 	observe func(Outcome)
 	now     func() time.Time
+	after   func(time.Duration) <-chan time.Time
 
 	mu      sync.Mutex // serialises reloads
 	running *Set       // the set last applied (or given as Running)
@@ -88,8 +90,9 @@ type ReloaderOptions struct {
 	// Quiet is how long the directory must be still before a watched
 	// change reloads (default DefaultQuiet).
 	Quiet time.Duration
-	// Now is the clock reloads are timed with (time.Now if nil).
-	Now func() time.Time
+	// Clock is what reloads are timed with and what the quiet period
+	// waits on (nil: clock.System).
+	Clock clock.Clock
 }
 
 // DefaultQuiet is the default quiet period of a watched directory: long
@@ -106,11 +109,9 @@ func NewReloader(o ReloaderOptions) *Reloader {
 	if o.Quiet <= 0 {
 		o.Quiet = DefaultQuiet
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.Clock = clock.Or(o.Clock)
 	r := &Reloader{loader: o.Loader, dir: o.Dir, broker: o.Broker, apply: o.Apply, log: o.Logger, quiet: o.Quiet,
-		observe: o.Observe, now: o.Now, running: o.Running, run: lifecycle.Runner{Name: "plugin reloader", Log: o.Logger}}
+		observe: o.Observe, now: o.Clock.Now, after: o.Clock.After, running: o.Running, run: lifecycle.Runner{Name: "plugin reloader", Log: o.Logger}}
 	if o.Running != nil {
 		r.current = fingerprint(o.Running)
 	}
@@ -322,8 +323,10 @@ func (r *Reloader) Stop(ctx context.Context) error { return r.run.Stop(ctx) }
 // a hard stop cancels.
 func (r *Reloader) watch(soft, work context.Context, w *fsnotify.Watcher) {
 	defer w.Close()
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
+	// quiet fires once the directory has been still for r.quiet since
+	// its last change (nil: no change pending). Each change waits anew;
+	// a superseded wait is dropped.
+	var quiet <-chan time.Time
 	for {
 		select {
 		case <-soft.Done():
@@ -333,14 +336,15 @@ func (r *Reloader) watch(soft, work context.Context, w *fsnotify.Watcher) {
 				return
 			}
 			if filepath.Ext(ev.Name) == ".wasm" {
-				timer.Reset(r.quiet) // wait until the directory is still
+				quiet = r.after(r.quiet) // wait until the directory is still
 			}
 		case err, ok := <-w.Errors:
 			if !ok {
 				return
 			}
 			r.log.Warn("plugin watch error", "dir", r.dir, "error", err)
-		case <-timer.C:
+		case <-quiet:
+			quiet = nil
 			r.Reload(work)
 		}
 	}

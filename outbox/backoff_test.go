@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/outbox"
+
+	pclock "github.com/proteanhq/protean-host/clock"
 )
 
 func TestBackoff(t *testing.T) {
@@ -76,7 +78,7 @@ func TestRelayWaitsBaseAfterFirstFailure(t *testing.T) {
 	r0.MaxRetries = 5
 	require.NoError(t, store.Add(ctx, []outbox.Row{r0}))
 	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: &fakeBroker{fail: refused},
-		BaseDelay: time.Second, MaxDelay: time.Minute, Now: clock})
+		BaseDelay: time.Second, MaxDelay: time.Minute, Clock: at(clock)})
 	for failures, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
 		n, err := r.RunOnce(ctx)
 		require.NoError(t, err)
@@ -88,3 +90,6 @@ func TestRelayWaitsBaseAfterFirstFailure(t *testing.T) {
 		now = *got.NextRetryAt
 	}
 }
+
+// at is a clock that reads now and waits on real time.
+func at(now func() time.Time) pclock.Clock { return pclock.Funcs{NowFunc: now} }

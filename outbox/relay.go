@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/lifecycle"
 	"github.com/proteanhq/protean-host/internal/owner"
@@ -101,8 +102,10 @@ type RelayOptions struct {
 	// Infra counts infrastructure failures (nil: uncounted).
 	Infra  *delivery.Metrics
 	Logger *slog.Logger
-	Now    func() time.Time
-	Rand   func() float64
+	// Clock is what the relay reads (claim locks, backoff, retention) and
+	// what its pauses between passes wait on (nil: clock.System).
+	Clock clock.Clock
+	Rand  func() float64
 }
 
 // Relay moves outbox rows to the broker: claim, publish outside any
@@ -160,14 +163,12 @@ func NewRelay(store RelayStore, opts RelayOptions) *Relay {
 	if opts.CleanupEvery <= 0 {
 		opts.CleanupEvery = d.CleanupEvery
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+	opts.Clock = clock.Or(opts.Clock)
 	if opts.Rand == nil {
 		opts.Rand = rand.Float64
 	}
 	return &Relay{store: store, opts: opts, wake: make(chan struct{}, 1),
-		outage: opts.Infra.Outage("outbox relay", opts.Logger, opts.Now),
+		outage: opts.Infra.Outage("outbox relay", opts.Logger, opts.Clock.Now),
 		run:    lifecycle.Runner{Name: "outbox relay " + opts.Broker, Log: opts.Logger}}
 }
 
@@ -201,15 +202,13 @@ func (r *Relay) Stop(ctx context.Context) error { return r.run.Stop(ctx) }
 // loop runs passes until soft ends; each pass runs on work, which only a
 // hard stop cancels.
 func (r *Relay) loop(soft, work context.Context) {
-	t := time.NewTimer(0)
-	defer t.Stop()
 	var cleaned time.Time
 	infra := 0 // consecutive passes failed on infrastructure
 	for {
 		if soft.Err() != nil {
 			return
 		}
-		if now := r.opts.Now(); now.Sub(cleaned) >= r.opts.CleanupEvery {
+		if now := r.opts.Clock.Now(); now.Sub(cleaned) >= r.opts.CleanupEvery {
 			cleaned = now
 			if n, err := r.Cleanup(work); err != nil {
 				r.opts.Logger.Warn("outbox cleanup failed", "broker", r.opts.Broker, "error", err)
@@ -238,12 +237,11 @@ func (r *Relay) loop(soft, work context.Context) {
 		if n > 0 && err == nil {
 			continue // more may be waiting: go again at once
 		}
-		t.Reset(wait)
 		select {
 		case <-soft.Done():
 			return
 		case <-r.wake:
-		case <-t.C:
+		case <-r.opts.Clock.After(wait):
 		}
 	}
 }
@@ -252,7 +250,7 @@ func (r *Relay) loop(soft, work context.Context) {
 // (a retention of 0 keeps them) and returns how many it deleted. The
 // background loop runs it every CleanupEvery.
 func (r *Relay) Cleanup(ctx context.Context) (int, error) {
-	now := r.opts.Now()
+	now := r.opts.Clock.Now()
 	var published, abandoned time.Time // the zero time deletes nothing
 	if r.opts.PublishedRetention > 0 {
 		published = now.Add(-r.opts.PublishedRetention)
@@ -498,12 +496,12 @@ func (r *Relay) republish(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		since = r.opts.Now()
+		since = r.opts.Clock.Now()
 		if !last.IsZero() {
 			since = last.Add(-r.opts.RestartWindow)
 		}
 	} else if r.opts.PublishedRetention > 0 {
-		since = r.opts.Now().Add(-r.opts.PublishedRetention)
+		since = r.opts.Clock.Now().Add(-r.opts.PublishedRetention)
 	}
 	// Two relays that meet the loss at once may both republish (the first
 	// marks the broker after its commit): the second requeues what the
@@ -598,7 +596,7 @@ func (r *Relay) lapsed(row Row) bool {
 	if row.LockedUntil == nil {
 		return false
 	}
-	return !r.opts.Now().Add(r.opts.LockFor / 4).Before(*row.LockedUntil)
+	return !r.opts.Clock.Now().Add(r.opts.LockFor / 4).Before(*row.LockedUntil)
 }
 
 // message is row as the broker takes it. It reports false for a row it
@@ -653,7 +651,7 @@ func (r *Relay) publishOne(ctx context.Context, row Row, msg broker.Message, epo
 		// The broker's failure, not the row's: never counted.
 		return false, delivery.MarkInfrastructure(fmt.Errorf("row %d: publish: %w", row.ID, err))
 	}
-	next := r.opts.Now().Add(Backoff(row.RetryCount+1, r.opts.BaseDelay, r.opts.MaxDelay, r.opts.Jitter, r.opts.Rand))
+	next := r.opts.Clock.Now().Add(Backoff(row.RetryCount+1, r.opts.BaseDelay, r.opts.MaxDelay, r.opts.Jitter, r.opts.Rand))
 	r.opts.Logger.Warn("outbox publish refused", "id", row.ID, "message_id", row.MessageID, "retry_count", row.RetryCount+1,
 		"max_retries", row.MaxRetries, "error", err)
 	if merr := r.store.MarkFailed(ctx, row.ID, r.opts.Owner, err.Error(), next); merr != nil {

@@ -344,7 +344,7 @@ func newKeyA(t *testing.T, store *outbox.Postgres, opts outbox.RelayOptions) *ke
 func newRestartRig(t *testing.T) (*keyA, *brokertest.Clock) {
 	clock := brokertest.NewClock(time.Now().UTC())
 	store := outbox.NewPostgres(testserver.PostgresPool(t), clock.Now)
-	return newKeyA(t, store, outbox.RelayOptions{Now: clock.Now, PublishedRetention: 24 * time.Hour, RestartWindow: time.Minute}), clock
+	return newKeyA(t, store, outbox.RelayOptions{Clock: at(clock.Now), PublishedRetention: 24 * time.Hour, RestartWindow: time.Minute}), clock
 }
 
 // restarted makes Redis look restarted with its marker kept: the marker's

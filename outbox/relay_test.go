@@ -131,7 +131,7 @@ func testRelayFailuresBackOffThenAbandon(t *testing.T, newStore func(clock func(
 	require.NoError(t, store.Add(ctx, []outbox.Row{r0}))
 	b := &fakeBroker{fail: refused}
 	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b,
-		BaseDelay: time.Second, MaxDelay: time.Minute, Now: clock, Rand: func() float64 { return 0.5 }})
+		BaseDelay: time.Second, MaxDelay: time.Minute, Clock: at(clock), Rand: func() float64 { return 0.5 }})
 
 	var delays []time.Duration
 	for attempt := 1; attempt <= 3; attempt++ {
@@ -223,7 +223,7 @@ func testRelayFailureHoldsBackItsKeyOnly(t *testing.T, newStore func(clock func(
 	}
 	require.NoError(t, store.Add(ctx, rows))
 	b := &failFirst{fakeBroker: fakeBroker{caps: broker.StreamPartitioning}, failID: rows[0].MessageID}
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, BaseDelay: time.Second, Now: clock})
+	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, BaseDelay: time.Second, Clock: at(clock)})
 	n, err := r.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 5, n, "both keys' runs were claimed")
@@ -279,7 +279,7 @@ func testRelayCleanupHonoursRetention(t *testing.T, newStore func(clock func() t
 	}
 	require.NoError(t, store.Add(ctx, rows))
 	b := &failFirst{fakeBroker: fakeBroker{}, failID: rows[2].MessageID}
-	opts := outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, Now: clock,
+	opts := outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, Clock: at(clock),
 		PublishedRetention: time.Hour, AbandonedRetention: 2 * time.Hour}
 	r := outbox.NewRelay(store, opts)
 	_, err := r.RunOnce(ctx)
@@ -305,7 +305,7 @@ func testRelayCleanupHonoursRetention(t *testing.T, newStore func(clock func() t
 
 	// A retention of 0 keeps rows forever.
 	require.NoError(t, store.Add(ctx, []outbox.Row{row("00000000-0000-4000-8000-000000000009", "order-9", nil, 0)}))
-	keep := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: &fakeBroker{}, Now: clock})
+	keep := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: &fakeBroker{}, Clock: at(clock)})
 	_, err = keep.RunOnce(ctx)
 	require.NoError(t, err)
 	now = now.Add(10000 * time.Hour)
@@ -337,7 +337,7 @@ func testRelayBrokerDownAbandonsNothing(t *testing.T, newStore func(clock func()
 	}
 	require.NoError(t, store.Add(ctx, rows))
 	b := &fakeBroker{caps: broker.StreamPartitioning, fail: errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")}
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, Now: clock})
+	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, Clock: at(clock)})
 	for pass := range 20 {
 		n, err := r.RunOnce(ctx)
 		require.Equal(t, 3, n, "pass %d: every row is claimable again", pass)
@@ -391,7 +391,7 @@ func testRelayHaltedRowHoldsBackItsKey(t *testing.T, newStore func(clock func() 
 	}
 	require.NoError(t, store.Add(ctx, rows))
 	b := &failFirst{fakeBroker: fakeBroker{caps: broker.StreamPartitioning}, failID: rows[0].MessageID}
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, BaseDelay: time.Second, Now: clock})
+	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, BaseDelay: time.Second, Clock: at(clock)})
 	for range 6 {
 		_, err := r.RunOnce(ctx)
 		require.NoError(t, err)
@@ -443,7 +443,7 @@ func TestRelayDoesNotPublishPastItsClaim(t *testing.T) {
 		row("00000000-0000-4000-8000-000000000002", "order-2", key("A"), 0),
 	}))
 	b := &fakeBroker{caps: broker.StreamPartitioning}
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, LockFor: 15 * time.Second, Now: clock.Now})
+	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, LockFor: 15 * time.Second, Clock: at(clock.Now)})
 	_, err := r.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Empty(t, b.streams(), "nothing is published under a lapsing claim")
@@ -574,7 +574,7 @@ func testRelaySettlesWhatItCouldNotMark(t *testing.T, newStore func(clock func()
 	}
 	add(1)
 	b := &fakeBroker{caps: broker.StreamPartitioning}
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, Now: clock, LockFor: time.Hour})
+	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, Clock: at(clock), LockFor: time.Hour})
 	n, err := r.RunOnce(ctx)
 	require.Equal(t, 1, n)
 	require.True(t, delivery.IsInfrastructure(err), "%v", err)

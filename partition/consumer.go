@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/lifecycle"
 	"github.com/proteanhq/protean-host/position"
@@ -96,10 +97,9 @@ type ConsumerOptions struct {
 
 	Metrics *Metrics
 	Logger  *slog.Logger
-	// Now and After are the clock (time.Now and time.After when nil): the
-	// pauses between passes, polls and retries all wait on After.
-	Now   func() time.Time
-	After func(time.Duration) <-chan time.Time
+	// Clock is what the pauses between passes, polls and retries wait on
+	// (nil: clock.System).
+	Clock clock.Clock
 }
 
 // Consumer is the partitioned consumer of one host instance: it discovers
@@ -170,24 +170,19 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.After == nil {
-		opts.After = time.After
-	}
+	opts.Clock = clock.Or(opts.Clock)
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
 	if opts.Classify == nil {
 		opts.Classify = delivery.Classify
 	}
-	outage := opts.Infra.Outage("partition workers", opts.Logger, opts.Now)
+	outage := opts.Infra.Outage("partition workers", opts.Logger, opts.Clock.Now)
 	return &Consumer{opts: opts, log: opts.Logger, owned: map[unitID]*worker{}, warned: map[string]bool{},
 		outage: outage,
-		core: &delivery.Core{Policy: opts.Retry, Classify: opts.Classify, Outage: outage, After: opts.After,
+		core: &delivery.Core{Policy: opts.Retry, Classify: opts.Classify, Outage: outage, Clock: opts.Clock,
 			What: "partition", Log: opts.Logger},
-		leaseOutage: opts.Infra.Outage("partition leases", opts.Logger, opts.Now),
+		leaseOutage: opts.Infra.Outage("partition leases", opts.Logger, opts.Clock.Now),
 		life:        lifecycle.Runner{Name: "partition consumer", Log: opts.Logger}}, nil
 }
 
@@ -266,7 +261,7 @@ func (c *Consumer) discover() {
 		case <-c.soft.Done():
 			c.shutdownWorkers()
 			return
-		case <-c.opts.After(wait):
+		case <-c.opts.Clock.After(wait):
 		}
 	}
 }
@@ -502,7 +497,7 @@ func (c *Consumer) run(w *worker) {
 			}
 		}
 	}
-	idleSince := c.opts.Now()
+	idleSince := c.opts.Clock.Now()
 	for {
 		if w.ctx.Err() != nil {
 			return
@@ -526,13 +521,13 @@ func (c *Consumer) run(w *worker) {
 			c.leaseOutage.OK()
 		}
 		if n > 0 {
-			idleSince = c.opts.Now()
+			idleSince = c.opts.Clock.Now()
 			continue
 		}
 		for stream := range st.untrimmed {
 			c.acked(w, st, stream, 0, true)
 		}
-		if c.opts.Now().Sub(idleSince) >= c.opts.ReapIdle {
+		if c.opts.Clock.Now().Sub(idleSince) >= c.opts.ReapIdle {
 			reaped, err := c.reap(w)
 			if err != nil {
 				if failures++; !c.retry(w, err, failures) {
@@ -544,12 +539,12 @@ func (c *Consumer) run(w *worker) {
 				c.log.Info("partition reaped", "group", w.lease.Group, "partition", w.lease.Unit)
 				return
 			}
-			idleSince = c.opts.Now()
+			idleSince = c.opts.Clock.Now()
 		}
 		select {
 		case <-w.ctx.Done():
 			return
-		case <-c.opts.After(c.opts.Poll):
+		case <-c.opts.Clock.After(c.opts.Poll):
 		}
 	}
 }
@@ -575,7 +570,7 @@ func (c *Consumer) retry(w *worker, err error, failures int) bool {
 	select {
 	case <-w.ctx.Done():
 		return false
-	case <-c.opts.After(c.opts.Retry.InfraPause(failures)):
+	case <-c.opts.Clock.After(c.opts.Retry.InfraPause(failures)):
 		return true
 	}
 }
@@ -789,9 +784,9 @@ func (r *run) batch(from, to int) Batch {
 }
 
 func (r *run) Handle(ctx context.Context, from, to int) (int, error) {
-	start := r.c.opts.Now()
+	start := r.c.opts.Clock.Now()
 	done, err := r.c.opts.Handler.Handle(ctx, r.batch(from, to))
-	r.c.opts.Metrics.batch(r.w.lease.Group, r.c.opts.Now().Sub(start))
+	r.c.opts.Metrics.batch(r.w.lease.Group, r.c.opts.Clock.Now().Sub(start))
 	return done, err
 }
 
@@ -847,7 +842,7 @@ func (r *run) Attrs(i int) []any {
 
 func (c *Consumer) halt(w *worker, stream, entry, messageID string, cause error, attempts int, gap int64) error {
 	h := Halt{Group: w.lease.Group, Unit: w.lease.Unit, Stream: stream, Entry: entry, MessageID: messageID,
-		Reason: cause.Error(), Attempts: attempts, HaltedAt: c.opts.Now(), Gap: gap}
+		Reason: cause.Error(), Attempts: attempts, HaltedAt: c.opts.Clock.Now(), Gap: gap}
 	if err := c.opts.Leases.Halt(c.work, w.lease, h); err != nil {
 		return err
 	}

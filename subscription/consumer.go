@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/lifecycle"
@@ -108,11 +109,9 @@ type Options struct {
 	// Infra counts infrastructure failures (nil: uncounted).
 	Infra  *delivery.Metrics
 	Logger *slog.Logger
-	// Now is the clock of the gap timeout; nil means time.Now. After is
-	// what every pause (polls, retries, heartbeats) waits on; nil means
-	// time.After.
-	Now   func() time.Time
-	After func(time.Duration) <-chan time.Time
+	// Clock is the clock of the gap timeout and what every pause (polls,
+	// retries, heartbeats) waits on (nil: clock.System).
+	Clock clock.Clock
 }
 
 // Consumer runs the event-store subscriptions this host holds the lease
@@ -170,22 +169,17 @@ func NewConsumer(opts Options) (*Consumer, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.After == nil {
-		opts.After = time.After
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
+	opts.Clock = clock.Or(opts.Clock)
 	if opts.Classify == nil {
 		opts.Classify = classifyDefault
 	}
 	if opts.Key == nil {
 		opts.Key = func(string, json.RawMessage) string { return "" }
 	}
-	outage := opts.Infra.Outage("event-store subscription", opts.Logger, opts.Now)
+	outage := opts.Infra.Outage("event-store subscription", opts.Logger, opts.Clock.Now)
 	return &Consumer{opts: opts, log: opts.Logger, wake: make(chan struct{}), workers: map[unitKey]*worker{},
 		outage: outage,
-		core: &delivery.Core{Policy: opts.Retry, Classify: opts.Classify, Outage: outage, After: opts.After,
+		core: &delivery.Core{Policy: opts.Retry, Classify: opts.Classify, Outage: outage, Clock: opts.Clock,
 			What: "subscription", Log: opts.Logger},
 		life: lifecycle.Runner{Name: "event-store subscription consumer", Log: opts.Logger}}, nil
 }
@@ -239,7 +233,7 @@ func (c *Consumer) supervise() {
 				<-w.done
 			}
 			return
-		case <-c.opts.After(c.opts.Heartbeat):
+		case <-c.opts.Clock.After(c.opts.Heartbeat):
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/testserver"
@@ -214,7 +215,7 @@ func (h *harness) consumer(t *testing.T, r *recorder, o consumerOpts) *subscript
 		},
 		Owner: o.owner, LeaseTTL: o.ttl, Heartbeat: o.ttl / 5, Poll: 20 * time.Millisecond, BatchSize: o.batch,
 		GapTimeout: o.gapTimeout, Retry: delivery.Policy{MaxRetries: o.retries, Delay: time.Millisecond}, KeyWorkers: o.keyWorkers, Metrics: o.metrics,
-		Classify: o.classify, Head: o.head, Now: o.now,
+		Classify: o.classify, Head: o.head, Clock: clock.Funcs{NowFunc: o.now},
 	})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(t.Context()))

@@ -34,13 +34,13 @@ const replayCostShare = 10
 // Between lists the worker's own parks keep its halted keys current.
 func (w *worker) replay(soft context.Context) error {
 	c := w.c
-	now := c.opts.Now()
+	now := c.opts.Clock.Now()
 	if now.Sub(w.checked) < max(c.opts.Poll, replayCostShare*w.listCost) {
 		return nil
 	}
 	w.checked = now
 	open, err := c.opts.Failures.List(c.work, w.sub.Group, w.sub.Unit(), true)
-	w.listCost = c.opts.Now().Sub(now)
+	w.listCost = c.opts.Clock.Now().Sub(now)
 	if err != nil {
 		return err
 	}

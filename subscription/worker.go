@@ -140,7 +140,7 @@ func (w *worker) run(soft context.Context) {
 			select {
 			case <-soft.Done():
 			case <-wake:
-			case <-c.opts.After(wait):
+			case <-c.opts.Clock.After(wait):
 			}
 			continue
 		}
@@ -187,7 +187,7 @@ func (w *worker) admit(evs []eventstore.Event) ([]eventstore.Event, time.Duratio
 		if i > 0 {
 			return evs[:i], 0 // handle up to the gap; hold there next
 		}
-		now := c.opts.Now()
+		now := c.opts.Clock.Now()
 		if w.gapAt != next {
 			w.gapAt, w.gapSince = next, now
 			c.opts.Metrics.gap(w.sub, "held")
@@ -412,13 +412,13 @@ func (w *worker) batch(source string, evs []eventstore.Event) partition.Batch {
 // that is always behind (it never reads an empty batch) or stuck retrying
 // a message still shows how far behind it is, not its last idle value.
 func (w *worker) lagEvery(ctx context.Context) {
-	if w.c.opts.Now().Sub(w.lagAt) >= w.c.opts.Poll {
+	if w.c.opts.Clock.Now().Sub(w.lagAt) >= w.c.opts.Poll {
 		w.lag(ctx)
 	}
 }
 
 func (w *worker) lag(ctx context.Context) {
-	w.lagAt = w.c.opts.Now()
+	w.lagAt = w.c.opts.Clock.Now()
 	if w.c.opts.Head == nil {
 		return
 	}
@@ -434,7 +434,7 @@ func (w *worker) sleep(soft context.Context, d time.Duration) bool {
 	select {
 	case <-soft.Done():
 		return false
-	case <-w.c.opts.After(d):
+	case <-w.c.opts.Clock.After(d):
 		return true
 	}
 }

@@ -136,7 +136,7 @@ func (e *env) open(mod func(*broker.Options)) broker.Broker {
 	e.t.Helper()
 	e.clk = NewClock(Epoch)
 	opts := broker.DefaultOptions()
-	opts.Now, opts.After = e.clk.Now, e.clk.After
+	opts.Clock = e.clk
 	if mod != nil {
 		mod(&opts)
 	}

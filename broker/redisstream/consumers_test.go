@@ -14,6 +14,7 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/redisstream"
+	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/internal/owner"
 	"github.com/proteanhq/protean-host/internal/testlog"
 	"github.com/proteanhq/protean-host/internal/testwait"
@@ -97,7 +98,7 @@ func TestSweepKeepsAConsumerWithPendingEntries(t *testing.T) {
 	now := time.Date(2026, 12, 1, 7, 0, 0, 0, time.UTC)
 	opts := broker.DefaultOptions()
 	opts.RetryDelay = time.Millisecond
-	opts.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	opts.Clock = clock.Funcs{NowFunc: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }}
 	newB := func(name string) *redisstream.Broker {
 		b, err := redisstream.New(c, redisstream.Options{Options: opts, Prefix: prefix, Consumer: name, ConsumerIdle: idle})
 		require.NoError(t, err)

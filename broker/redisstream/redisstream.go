@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/internal/owner"
 	"github.com/proteanhq/protean-host/partition"
 )
@@ -117,14 +118,8 @@ func New(client redis.UniversalClient, opts Options) (*Broker, error) {
 	if opts.ConsumerIdle == 0 {
 		opts.ConsumerIdle = consumerIdleFactor * opts.MessageTimeout
 	}
-	b := &Broker{rdb: client, opts: opts, now: opts.Now, after: opts.After, log: opts.Logger, done: make(chan struct{}),
+	b := &Broker{rdb: client, opts: opts, now: clock.Or(opts.Clock).Now, after: clock.Or(opts.Clock).After, log: opts.Logger, done: make(chan struct{}),
 		trim: partition.NewLeases(client, opts.Prefix), acks: make(map[string]int), swept: make(map[string]time.Time)}
-	if b.now == nil {
-		b.now = time.Now
-	}
-	if b.after == nil {
-		b.after = time.After
-	}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
 	}

@@ -117,7 +117,7 @@ func TestPoisonEntryDoesNotBlockItsGroup(t *testing.T) {
 	t.Parallel()
 	clk := brokertest.NewClock(brokertest.Epoch)
 	opts := broker.DefaultOptions()
-	opts.Now, opts.After = clk.Now, clk.After
+	opts.Clock = clk
 	c, prefix := client(t)
 	b, err := redisstream.New(c, redisstream.Options{Options: opts, Prefix: prefix})
 	require.NoError(t, err)

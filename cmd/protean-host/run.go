@@ -18,6 +18,7 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/redisstream"
+	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/config"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/engine"
@@ -51,9 +52,10 @@ type openedBroker struct {
 }
 
 // openBroker opens the outbox broker the config names.
-func openBroker(ctx context.Context, cfg config.Config, owner string) (*openedBroker, error) {
+func openBroker(ctx context.Context, cfg config.Config, owner string, clk clock.Clock) (*openedBroker, error) {
 	b := cfg.OutboxBroker()
 	opts := broker.DefaultOptions()
+	opts.Clock = clk
 	pol := cfg.Server.StreamSubscription.Policy()
 	opts.MaxRetries, opts.RetryDelay, opts.MaxRetryDelay, opts.Jitter = pol.MaxRetries, pol.Delay, pol.MaxDelay, pol.Jitter
 	switch b.Provider {
@@ -208,7 +210,9 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	owner := owner.New()
 	h.owner = owner
 	e.log.Info("owner", "owner", owner)
-	br, err := openBroker(ctx, cfg, owner)
+	// One clock for every component, so that their waits are one time.
+	clk := clock.System
+	br, err := openBroker(ctx, cfg, owner, clk)
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +262,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		applying = func() []partition.Subscription { return eng.PartitionSubscriptions() }
 	}
 	h.relay = outbox.NewRelay(st.outbox, outbox.RelayOptions{
-		Broker: cfg.Outbox.Broker, Owner: owner, Publisher: pub,
+		Broker: cfg.Outbox.Broker, Owner: owner, Publisher: pub, Clock: clk,
 		BatchSize: cfg.Outbox.MessagesPerTick, Tick: cfg.Outbox.TickInterval(), LockFor: cfg.Outbox.LockTimeout(),
 		BaseDelay: cfg.Outbox.BaseRetryDelay(), MaxDelay: cfg.Outbox.MaxRetryDelay(), Jitter: cfg.Outbox.BackoffJitter,
 		BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix, LanesEnabled: cfg.Server.PriorityLanes.Enabled,
@@ -280,10 +284,10 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	eng = engine.New(set, engine.Options{Events: st.events, Records: st.records, UnitOfWork: uow, Logger: e.log,
 		Metrics: engine.NewMetrics(reg), Partitioned: partitioned, EventStore: fromStore, Positions: st.positions, Failures: st.failures,
 		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps, Infra: infra,
-		Retry: cfg.Server.StreamSubscription.Policy()})
+		Retry: cfg.Server.StreamSubscription.Policy(), Clock: clk})
 	h.eng = eng
 	if fromStore {
-		if h.subs, err = newSubscriptions(cfg, st, eng, uow, owner, reg, infra, e.log); err != nil {
+		if h.subs, err = newSubscriptions(cfg, st, eng, uow, owner, reg, infra, e.log, clk); err != nil {
 			return nil, err
 		}
 	}
@@ -296,7 +300,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 			LeaseTTL: p.LeaseTTL(), Heartbeat: p.HeartbeatInterval(), Poll: p.PollInterval(), ReapIdle: p.ReapIdle(),
 			Retry: cfg.Server.StreamSubscription.Policy(), Classify: engine.Classify, Infra: infra,
 			Lanes: lanes.Enabled, BackfillSuffix: lanes.BackfillSuffix, WarnLivePartitions: p.WarnLivePartitions,
-			Metrics: partition.NewMetrics(reg), Logger: e.log,
+			Metrics: partition.NewMetrics(reg), Logger: e.log, Clock: clk,
 		})
 		if err != nil {
 			return nil, err
@@ -336,7 +340,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		Help: "Plugin directory reloads, by outcome (applied, unchanged, rejected, canceled)."}, []string{"outcome"})
 	reg.MustRegister(reloads)
 	h.reloader = host.NewReloader(host.ReloaderOptions{Loader: loader, Dir: cfg.Plugins.Dir, Broker: e.broker(),
-		Running: set, Apply: eng.Swap, Logger: e.log,
+		Running: set, Apply: eng.Swap, Logger: e.log, Clock: clk,
 		Observe: func(o host.Outcome) { reloads.WithLabelValues(string(o)).Inc() }})
 	if cfg.Plugins.Watch {
 		if err := h.reloader.Start(ctx); err != nil {

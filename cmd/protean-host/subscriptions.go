@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/config"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/engine"
@@ -22,12 +23,12 @@ import (
 // engine's batch handler, the positions fence, the leases and failure
 // records of the stores, the partition keys of the running set.
 func newSubscriptions(cfg config.Config, st *stores, eng *engine.Engine, uow *unitofwork.UnitOfWork, owner string,
-	reg prometheus.Registerer, infra *delivery.Metrics, log *slog.Logger) (*subscription.Consumer, error) {
+	reg prometheus.Registerer, infra *delivery.Metrics, log *slog.Logger, clk clock.Clock) (*subscription.Consumer, error) {
 	p, es, ss := cfg.Server.Partitioning, cfg.Server.EventStoreSubscription, cfg.Server.StreamSubscription
 	suffix := cfg.Server.PriorityLanes.BackfillSuffix
 	return subscription.NewConsumer(subscription.Options{
 		Events: st.events, Positions: st.positions, Leases: st.leases, Failures: st.failures,
-		Handler: eng.Partitions(),
+		Handler: eng.Partitions(), Clock: clk,
 		Skip: func(ctx context.Context, f position.Fence) error {
 			_, err := uow.CommitFenced(ctx, f)
 			return err
