@@ -39,6 +39,11 @@ type Outcome struct {
 
 	Complete      bool          // every projection held every accepted order
 	CompleteAfter time.Duration // from the end of the last fault until then
+	// AnsweredAfter is from the end of the last fault until every client
+	// had its order in hand answered (a request sent during a fault may
+	// wait out the client's 10 s timeout before it is resent); Answered
+	// from then until the projections were complete.
+	AnsweredAfter, CompleteAfterAnswered time.Duration
 	Crashes       int           // host exits the harness did not cause
 
 	Details []string // examples of each violation, for the reader

@@ -78,6 +78,8 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if o.Complete {
 		row("last fault -> projections complete", o.CompleteAfter.Round(100*time.Millisecond))
+		row("  last fault -> every client's order in hand answered", o.AnsweredAfter.Round(100*time.Millisecond))
+		row("  then -> projections complete", o.CompleteAfterAnswered.Round(100*time.Millisecond))
 	} else {
 		row("last fault -> projections complete", fmt.Sprintf("never (gave up after %s)", o.CompleteAfter.Round(time.Second)))
 	}

@@ -209,6 +209,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}
 	r.notef("last fault over; %d orders accepted; stopping the load (each client finishes its order in hand)", load.Accepted())
 	load.Stop(o.Settle)
+	answered := time.Now()
 	clients := load.snapshots()
 	ok, at := r.converge(ctx, clients, o.Settle)
 	if ctx.Err() != nil {
@@ -230,6 +231,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}
 	out.Complete = ok
 	out.CompleteAfter = at.Sub(lastFault)
+	out.AnsweredAfter, out.CompleteAfterAnswered = answered.Sub(lastFault), at.Sub(answered)
 	rep.Outcome = out
 	rep.Halts = r.cli(ctx, "partitions", "list")
 	rep.Print(o.Out)
