@@ -51,8 +51,11 @@ type Applier struct {
 
 // Keep names the rows a republish may leave published: the partitioned
 // rows of a category that has appliers and that every one of them has
-// applied, by the table of consumer positions. The rest go again. A zero
-// Keep keeps nothing (every row within the window goes again).
+// applied, by the table of consumer positions, and that no other group
+// with a position on the row's unit {category}:{key} and stream lags
+// behind (a group only another host runs, in the middle of a rolling
+// reload). The rest go again. A zero Keep keeps nothing (every row within
+// the window goes again).
 type Keep struct {
 	Appliers []Applier
 	Lanes    Lanes
@@ -92,7 +95,9 @@ func (k Keep) columns() (categories, groups, prefixes []string) {
 // by positions (false if the category has none, or the row no key or no
 // global position). The memory store's rule; the PostgreSQL store's
 // republish is the same rule in SQL.
-func (k Keep) applied(ctx context.Context, positions position.Store, row *Row) (bool, error) {
+//
+// others are every group's positions rows, by unit (nil: none read).
+func (k Keep) applied(ctx context.Context, positions position.Store, others map[string][]position.Row, row *Row) (bool, error) {
 	if positions == nil || row.PartitionKey == nil {
 		return false, nil
 	}
@@ -114,5 +119,29 @@ func (k Keep) applied(ctx context.Context, positions position.Store, row *Row) (
 			return false, nil
 		}
 	}
-	return found, nil
+	if !found {
+		return false, nil
+	}
+	for _, p := range others[row.Category+":"+*row.PartitionKey] {
+		if at, ok := p.Positions[stream]; ok && at < gp {
+			return false, nil // another group is behind on the stream
+		}
+	}
+	return true, nil
+}
+
+// unitRows lists every group's positions rows by unit, for applied.
+func unitRows(ctx context.Context, positions position.Store) (map[string][]position.Row, error) {
+	if positions == nil {
+		return nil, nil
+	}
+	rows, err := positions.List(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]position.Row{}
+	for _, r := range rows {
+		out[r.Unit] = append(out[r.Unit], r)
+	}
+	return out, nil
 }

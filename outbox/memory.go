@@ -481,12 +481,19 @@ func (m *Memory) Republish(ctx context.Context, broker, epoch string, since time
 	}
 	_, marked := m.epochs[broker]
 	since = dbtime.Of(since)
+	var others map[string][]position.Row
+	if marked {
+		var err error
+		if others, err = unitRows(ctx, m.positions); err != nil {
+			return 0, false, err
+		}
+	}
 	n := 0
 	for _, r := range m.rows {
 		switch {
 		case r.TargetBroker != broker:
 		case marked && r.Status == StatusPublished && !r.PublishedAt.Before(since):
-			applied, err := keep.applied(ctx, m.positions, r)
+			applied, err := keep.applied(ctx, m.positions, others, r)
 			if err != nil {
 				return 0, false, err
 			}

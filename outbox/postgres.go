@@ -708,7 +708,8 @@ func (p *Postgres) LastPublished(ctx context.Context, broker string) (time.Time,
 // except those Keep.applied keeps: a row with a partition key whose
 // category has appliers ($3, $4, $5: category, group, unit prefix) all of
 // whose consumer positions of its unit, on its stream (Lanes.Stream: $6,
-// $7, $8), are at or past its global position.
+// $7, $8), are at or past its global position, and no other group's
+// position of the unit {category}:{key} on that stream is behind it.
 const republishSQL = `UPDATE outbox o SET status = 'pending', published_at = NULL, retry_count = 0,
 		next_retry_at = NULL, locked_by = NULL, locked_until = NULL
 	WHERE o.target_broker = $1 AND o.status = 'published' AND o.published_at >= $2
@@ -722,7 +723,14 @@ const republishSQL = `UPDATE outbox o SET status = 'pending', published_at = NUL
 				AND (cp.positions->>(CASE WHEN $6::bool AND o.priority < $7::int
 					THEN o.category || ':' || o.partition_key || ':' || $8::text
 					ELSE o.category || ':' || o.partition_key END))::bigint
-					>= (o.metadata->>'global_position')::bigint)))`
+					>= (o.metadata->>'global_position')::bigint))
+		AND NOT EXISTS (
+			SELECT 1 FROM consumer_positions cp
+			WHERE cp.unit = o.category || ':' || o.partition_key
+			AND (cp.positions->>(CASE WHEN $6::bool AND o.priority < $7::int
+				THEN o.category || ':' || o.partition_key || ':' || $8::text
+				ELSE o.category || ':' || o.partition_key END))::bigint
+				< (o.metadata->>'global_position')::bigint))`
 
 // Republish implements Republisher: one transaction under an advisory lock
 // per broker, so relays that meet the lost marker at once republish once.

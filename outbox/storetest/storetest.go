@@ -1183,8 +1183,9 @@ func testRepublishKeeps(t *testing.T, h Harness, _ *clock) {
 		atGlobal(invoice, 14),
 		atGlobal(row("no-key", 0), 15),
 		atGlobal(keyed("c-unclaimed", "order-5", "C", 0), 16),
+		atGlobal(keyed("d-other-host-behind", "order-6", "D", 0), 17),
 	)
-	require.Len(t, publish(t, h, "relay"), 7)
+	require.Len(t, publish(t, h, "relay"), 8)
 
 	set := func(group, unit, stream string, pos int64) {
 		t.Helper()
@@ -1201,6 +1202,17 @@ func testRepublishKeeps(t *testing.T, h Harness, _ *clock) {
 	set("pm", "pm:B", "order:B:backfill", 20)
 	set("g1", "order:C", "order:C", 16)
 	set("pm", "pm:C", "order:C", 16)
+	// g3 runs only on another host (a rolling reload): not in this host's
+	// keep, but its positions count where they are behind on the row's
+	// stream. At or past (order:A), or on another source (an event-store
+	// subscription's), they do not.
+	for _, g := range []string{"g1", "g2"} {
+		set(g, "order:D", "order:D", 17)
+	}
+	set("pm", "pm:D", "order:D", 17)
+	set("g3", "order:D", "order:D", 16)
+	set("g3", "order:A", "order:A", 10)
+	set("g3", "order:A", "order", 1)
 	keep := outbox.KeepFor([]partition.Subscription{
 		{Group: "g1", Categories: []string{"order"}},
 		{Group: "g2", Categories: []string{"order"}},
@@ -1209,10 +1221,11 @@ func testRepublishKeeps(t *testing.T, h Harness, _ *clock) {
 
 	n, _, err := rp.Republish(ctx, "default", "e2", start, keep, lost)
 	require.NoError(t, err)
-	require.Equal(t, 5, n)
+	require.Equal(t, 6, n)
 	got := claim(t, h, "relay", 10, time.Minute)
-	require.ElementsMatch(t, []string{"a-behind", "b-primary-unread", "invoice-a", "no-key", "c-unclaimed"}, messages(got),
-		"kept: a-applied (every group at or past it) and b-lane-applied (by the lane's positions)")
+	require.ElementsMatch(t, []string{"a-behind", "b-primary-unread", "invoice-a", "no-key", "c-unclaimed", "d-other-host-behind"}, messages(got),
+		"kept: a-applied (every group at or past it) and b-lane-applied (by the lane's positions); "+
+			"d-other-host-behind goes again for g3, which this host does not run")
 }
 
 // testKeyOrderAcrossPriorities: the rows of one partition key reach the
