@@ -84,7 +84,13 @@ func (r *runner) fetchProjection(ctx context.Context, client string) (projection
 	var last error
 	for i := range r.hosts {
 		h := r.hosts[(r.rr+i)%len(r.hosts)]
+		began := time.Now()
 		code, b, err := h.get(ctx, "/v1/projections/client_orders/"+url.PathEscape(client))
+		if took := time.Since(began); took > slowRead {
+			// The convergence time includes this wait: say so, so that a
+			// slow read is not taken for slow delivery.
+			r.notef("projection read of %s from host %s took %s (status %d, error %v)", client, h.Addr, took.Round(time.Millisecond), code, err)
+		}
 		if err != nil {
 			last = err
 			continue
@@ -105,6 +111,10 @@ func (r *runner) fetchProjection(ctx context.Context, client string) (projection
 	}
 	return projection{}, last
 }
+
+// slowRead is how long a projection read may take before the harness
+// notes it.
+const slowRead = time.Second
 
 // converge waits, at most bound, until every client's projection holds
 // every order it had accepted; it returns whether they did, and when.
