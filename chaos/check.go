@@ -44,7 +44,7 @@ type Outcome struct {
 	// wait out the client's 10 s timeout before it is resent); Answered
 	// from then until the projections were complete.
 	AnsweredAfter, CompleteAfterAnswered time.Duration
-	Crashes       int           // host exits the harness did not cause
+	Crashes                              int // host exits the harness did not cause
 
 	Details []string // examples of each violation, for the reader
 }
