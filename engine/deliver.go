@@ -254,8 +254,9 @@ const (
 )
 
 // settle acks d (cause nil) or nacks it, whatever ctx, and counts the
-// outcome; it returns the broker's error, logged.
-func (e *Engine) settle(ctx context.Context, src Source, s subscription, d broker.Delivery, outcome string, cause error) error {
+// outcome; a failure is logged (the broker redelivers the message: at
+// least once is what a consumer group promises).
+func (e *Engine) settle(ctx context.Context, src Source, s subscription, d broker.Delivery, outcome string, cause error) {
 	var err error
 	// Settle even if ctx was canceled mid-message: the broker's state must
 	// follow what happened.
@@ -269,12 +270,14 @@ func (e *Engine) settle(ctx context.Context, src Source, s subscription, d broke
 		e.log.Error("delivery: settle failed", "handler", s.handler, "outcome", outcome, "message_id", d.ID, "error", err)
 	}
 	e.opts.Metrics.delivery(s.handler, outcome)
-	return err
 }
 
 // route finds the handler named handler among typ's subscribers.
-func (l *loaded) route(handler, typ string) (host.Route, bool) {
-	for _, r := range l.set.Subscribers(typ) {
+func (l *loaded) route(handler, typ string) (host.Route, bool) { return routeIn(l.set, handler, typ) }
+
+// routeIn finds the handler named handler among typ's subscribers in set.
+func routeIn(set *host.Set, handler, typ string) (host.Route, bool) {
+	for _, r := range set.Subscribers(typ) {
 		if r.Handler.Name == handler {
 			return r, true
 		}

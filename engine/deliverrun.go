@@ -6,7 +6,6 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/delivery"
-	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/partition"
 )
 
@@ -91,12 +90,10 @@ func (r *brokerRun) Handled(ctx context.Context, from, to int) error {
 	set := r.e.Set()
 	for _, d := range r.run[from:to] {
 		outcome := "ack"
-		if !handles(set, r.s.handler, d.Type) {
+		if _, ok := routeIn(set, r.s.handler, d.Type); !ok {
 			outcome = "skip"
 		}
-		// A failed ack is logged: the broker redelivers the message, at
-		// least once is what a consumer group promises.
-		_ = r.e.settle(ctx, r.src, r.s, d, outcome, nil)
+		r.e.settle(ctx, r.src, r.s, d, outcome, nil)
 	}
 	return nil
 }
@@ -133,22 +130,12 @@ func (r *brokerRun) Redeliver(ctx context.Context, i int, cause error) error {
 	d := r.run[i]
 	r.e.log.Warn("delivery failed", "handler", r.s.handler, "stream", r.s.stream, "type", d.Type,
 		"message_id", d.ID, "attempt", d.Attempt, "run", len(r.run), "error", cause)
-	_ = r.e.settle(ctx, r.src, r.s, d, "nack", cause) // logged
+	r.e.settle(ctx, r.src, r.s, d, "nack", cause)
 	return nil
 }
 
 func (r *brokerRun) Attrs(i int) []any {
 	return []any{"handler", r.s.handler, "stream", r.s.stream, "message_id", r.run[i].ID}
-}
-
-// handles reports whether set's handler handles typ.
-func handles(set *host.Set, handler, typ string) bool {
-	for _, rt := range set.Subscribers(typ) {
-		if rt.Handler.Name == handler {
-			return true
-		}
-	}
-	return false
 }
 
 // giveBack returns deliveries the run did not settle to the broker
@@ -160,7 +147,7 @@ func (e *Engine) giveBack(ctx context.Context, src Source, s subscription, ds []
 		return
 	}
 	for _, d := range ds {
-		_ = e.settle(ctx, src, s, d, "nack", errors.New("not tried"))
+		e.settle(ctx, src, s, d, "nack", errors.New("not tried"))
 	}
 }
 

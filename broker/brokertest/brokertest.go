@@ -222,6 +222,18 @@ func (e *env) nack(stream, group, id string) {
 	require.NoError(e.t, e.b.Nack(context.Background(), stream, group, id))
 }
 
+// onlyDeadLetter requires the group's DLQ of stream to hold just id, with
+// reason and attempts, and returns it.
+func (e *env) onlyDeadLetter(stream, group, id, reason string, attempts int) broker.DeadLetter {
+	e.t.Helper()
+	dl := e.deadLetters(stream, group)
+	require.Len(e.t, dl, 1)
+	require.Equal(e.t, id, dl[0].ID)
+	require.Equal(e.t, reason, dl[0].Reason)
+	require.Equal(e.t, attempts, dl[0].Attempts)
+	return dl[0]
+}
+
 // deadLetters returns the ids in the group's DLQ of stream.
 func (e *env) deadLetters(stream, group string) []broker.DeadLetter {
 	e.t.Helper()

@@ -236,11 +236,7 @@ func testRejectDeadLettersAtOnce(t *testing.T, e *env) {
 	e.ack("order", "g", "m2")
 	require.ErrorIs(t, rj.Reject(ctx, "order", "g", "m2"), broker.ErrAcked)
 	e.empty("order", "g")
-	dl := e.deadLetters("order", "g")
-	require.Len(t, dl, 1)
-	require.Equal(t, "m1", dl[0].ID)
-	require.Equal(t, broker.ReasonRejected, dl[0].Reason)
-	require.Equal(t, 1, dl[0].Attempts)
+	e.onlyDeadLetter("order", "g", "m1", broker.ReasonRejected, 1)
 }
 
 func testDeadLetterAfterMaxRetries(t *testing.T, e *env) {
@@ -324,12 +320,8 @@ func testInFlightTimeout(t *testing.T, e *env) {
 	require.Empty(t, e.deadLetters("order", "g"))
 	e.clk.Advance(100 * time.Second) // m2 now 300s+1ns in flight
 	e.empty("order", "g")
-	dl := e.deadLetters("order", "g")
-	require.Len(t, dl, 1)
-	require.Equal(t, "m2", dl[0].ID)
-	require.Equal(t, broker.ReasonTimeout, dl[0].Reason)
-	require.Equal(t, 1, dl[0].Attempts)
-	require.True(t, e.clk.Now().Equal(dl[0].FailedAt))
+	dl := e.onlyDeadLetter("order", "g", "m2", broker.ReasonTimeout, 1)
+	require.True(t, e.clk.Now().Equal(dl.FailedAt))
 	require.ErrorIs(t, b.Ack(ctx, "order", "g", "m2"), broker.ErrNotInFlight, "ack after timeout")
 	e.nack("order", "g", "m2") // a late nack is a no-op
 	// The timeout is judged whenever the group is touched, not only by Next.
