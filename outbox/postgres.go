@@ -345,6 +345,14 @@ const eligibleSQL = `(%[1]s.retry_count < %[1]s.max_retries
 // per 50 rows; leaving the status alone (a HOT update) and the generic
 // plan (claimQuery) took it to about 0.6 ms at 20,000.
 //
+// The probe's range is the row comparison (ordering_key, id) < (…), not
+// id < …: with an equal ordering_key it means the same, but it is a range
+// of outbox_ordering (key, then id) and of no other index, so the plan does
+// not rest on statistics. With id < … the planner often chose the primary
+// key, which walks every earlier row of the outbox, published ones too, and
+// a claim grew from about 1 ms to 100 ms as a backlog drained (migration
+// 0012; TestClaimPlanWalksIndexes).
+//
 // claimSQL is a format string for its limit (claimQuery).
 var claimSQL = `WITH candidates AS (
 	SELECT c.id, c.category, c.ordering_key, c.priority, c.partition_key IS NOT NULL AS keyed
@@ -353,7 +361,7 @@ var claimSQL = `WITH candidates AS (
 		AND ` + fmt.Sprintf(eligibleSQL, "c") + `
 		AND NOT EXISTS (SELECT 1 FROM outbox e
 			WHERE e.target_broker = $1 AND e.category = c.category AND e.ordering_key = c.ordering_key
-				AND (c.partition_key IS NOT NULL OR e.priority = c.priority) AND e.id < c.id AND e.status IN ('pending', 'failed', 'processing', 'halted')
+				AND (c.partition_key IS NOT NULL OR e.priority = c.priority) AND (e.ordering_key, e.id) < (c.ordering_key, c.id) AND e.status IN ('pending', 'failed', 'processing', 'halted')
 				AND (e.status = 'halted' OR NOT ` + fmt.Sprintf(eligibleSQL, "e") + `)
 			OFFSET 0)
 	ORDER BY c.priority DESC, c.id
@@ -363,7 +371,7 @@ var claimSQL = `WITH candidates AS (
 UPDATE outbox o SET locked_by = $3, locked_until = $4, last_processed_at = $2
 WHERE o.id = ANY(ARRAY(SELECT k.id FROM candidates k WHERE NOT EXISTS (SELECT 1 FROM outbox e
 	WHERE e.target_broker = $1 AND e.category = k.category AND e.ordering_key = k.ordering_key
-		AND (k.keyed OR e.priority = k.priority) AND e.id < k.id AND e.status IN ('pending', 'failed', 'processing', 'halted')
+		AND (k.keyed OR e.priority = k.priority) AND (e.ordering_key, e.id) < (k.ordering_key, k.id) AND e.status IN ('pending', 'failed', 'processing', 'halted')
 		AND e.id NOT IN (SELECT id FROM candidates)
 	OFFSET 0)))
 RETURNING ` + `o.id, o.message_id, o.stream_name, o.category, o.type, o.data, o.metadata, o.partition_key, o.priority,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -158,6 +159,42 @@ func (partitioningNoop) Capabilities() broker.Capability { return broker.StreamP
 // check was: no prev per message.
 type unchained struct{ outbox.RelayStore }
 
+// benchRaw is the raw drain's sub-benchmark: refill, then rawDrain n rows.
+func benchRaw(b *testing.B, pool *pgxpool.Pool, n int, refill func(*testing.B)) {
+	for b.Loop() {
+		refill(b)
+		rawDrain(b, pool, n)
+	}
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rows/s")
+}
+
+// refillKeyed empties the outbox and adds n rows over keys partition
+// keys, each with its global position, then vacuums and analyzes the
+// table, with the benchmark's timer stopped.
+func refillKeyed(b *testing.B, pool *pgxpool.Pool, s *outbox.Postgres, n, keys int) {
+	b.StopTimer()
+	defer b.StartTimer()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `TRUNCATE outbox`); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < n; {
+		var rows []outbox.Row
+		for j := 0; j < 500 && i < n; j, i = j+1, i+1 {
+			key := fmt.Sprintf("c-%d", i%keys)
+			rows = append(rows, outbox.Row{MessageID: eventstore.NewID(), Stream: fmt.Sprintf("order-%d", i), Type: "OrderPlaced",
+				Data: json.RawMessage(`{"order_id":"o","client_id":"c","total":1}`), TargetBroker: "default", PartitionKey: &key,
+				Metadata: json.RawMessage(fmt.Sprintf(`{"position": 0, "global_position": %d}`, i+1))})
+		}
+		if err := s.Add(ctx, rows); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE outbox`); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // BenchmarkRelayPostgresPartitioned is the cost of the per-key check on
 // the relay: 5,000 rows over 64 partition keys to a partitioning broker
 // that does nothing, with each message's prev read from the published rows
@@ -169,28 +206,7 @@ func BenchmarkRelayPostgresPartitioned(b *testing.B) {
 	s := outbox.NewPostgres(pool, nil)
 	ctx := context.Background()
 	const n, keys = 5000, 64
-	refill := func(b *testing.B) {
-		b.StopTimer()
-		if _, err := pool.Exec(ctx, `TRUNCATE outbox`); err != nil {
-			b.Fatal(err)
-		}
-		for i := 0; i < n; {
-			var rows []outbox.Row
-			for j := 0; j < 500 && i < n; j, i = j+1, i+1 {
-				key := fmt.Sprintf("c-%d", i%keys)
-				rows = append(rows, outbox.Row{MessageID: eventstore.NewID(), Stream: fmt.Sprintf("order-%d", i), Type: "OrderPlaced",
-					Data: json.RawMessage(`{"order_id":"o","client_id":"c","total":1}`), TargetBroker: "default", PartitionKey: &key,
-					Metadata: json.RawMessage(fmt.Sprintf(`{"position": 0, "global_position": %d}`, i+1))})
-			}
-			if err := s.Add(ctx, rows); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if _, err := pool.Exec(ctx, `VACUUM ANALYZE outbox`); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-	}
+	refill := func(b *testing.B) { refillKeyed(b, pool, s, n, keys) }
 	index := func(b *testing.B, on bool) {
 		sql := `DROP INDEX IF EXISTS outbox_published_key`
 		if on {
@@ -216,11 +232,48 @@ func BenchmarkRelayPostgresPartitioned(b *testing.B) {
 			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rows/s")
 		})
 	}
-	b.Run("raw", func(b *testing.B) {
-		for b.Loop() {
-			refill(b)
-			rawDrain(b, pool, n)
-		}
-		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rows/s")
-	})
+	b.Run("raw", func(b *testing.B) { benchRaw(b, pool, n, refill) })
+}
+
+// BenchmarkRelayPostgresContended drains a backlog of 5,000 rows on 6
+// partition keys (a few hot keys, as a broker outage leaves them) with one
+// and with three relays running their own loops (Start) against one
+// database, beside the raw drain, in the same run. Each claim takes the
+// heads of every key, so the other relays' claims mostly find nothing;
+// several relays should drain a backlog at least as fast as one.
+func BenchmarkRelayPostgresContended(b *testing.B) {
+	pool := benchPool(b)
+	s := outbox.NewPostgres(pool, nil)
+	ctx := context.Background()
+	const n, keys = 5000, 6
+	refill := func(b *testing.B) { refillKeyed(b, pool, s, n, keys) }
+	for _, relays := range []int{1, 3} {
+		b.Run(fmt.Sprintf("relays=%d", relays), func(b *testing.B) {
+			for b.Loop() {
+				refill(b)
+				var rs []*outbox.Relay
+				for i := range relays {
+					r := outbox.NewRelay(s, outbox.RelayOptions{Broker: "default", Owner: fmt.Sprintf("bench-%d", i),
+						Publisher: partitioningNoop{}, BatchSize: 50, Tick: 10 * time.Millisecond, Jitter: 0.5})
+					if err := r.Start(ctx); err != nil {
+						b.Fatal(err)
+					}
+					rs = append(rs, r)
+				}
+				for left := n; left > 0; {
+					if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE status <> 'published'`).Scan(&left); err != nil {
+						b.Fatal(err)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				for _, r := range rs {
+					if err := r.Stop(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rows/s")
+		})
+	}
+	b.Run("raw", func(b *testing.B) { benchRaw(b, pool, n, refill) })
 }
