@@ -117,7 +117,9 @@ func (r *runner) fetchProjection(ctx context.Context, client string) (projection
 const slowRead = time.Second
 
 // converge waits, at most bound, until every client's projection holds
-// every order it had accepted; it returns whether they did, and when.
+// every order it had accepted; it returns whether they did, and when. It
+// keeps, for each order missing at its first look, when a look first
+// found it in the projection (the laggards of the report).
 func (r *runner) converge(ctx context.Context, clients []clientSnapshot, bound time.Duration) (bool, time.Time) {
 	pending := map[string]map[string]bool{}
 	for _, c := range clients {
@@ -127,34 +129,158 @@ func (r *runner) converge(ctx context.Context, clients []clientSnapshot, bound t
 		}
 		pending[c.ID] = want
 	}
+	r.arrived = map[string]time.Time{}
+	first := true
+	began, told := time.Now(), false
 	err := until(ctx, bound, "every projection complete", func() (bool, string) {
+		// Every client on every look, so that each laggard's arrival is
+		// seen within one look.
+		var short []string
 		for id, want := range pending {
 			p, err := r.fetchProjection(ctx, id)
 			if err != nil {
 				return false, err.Error()
 			}
+			now := time.Now()
 			have := map[string]bool{}
 			for _, o := range p.OrderIDs {
 				have[o] = true
 			}
 			missing := 0
 			for o := range want {
-				if !have[o] {
+				_, tracked := r.arrived[o]
+				switch {
+				case !have[o]:
 					missing++
+					if first && !tracked {
+						r.arrived[o] = time.Time{}
+					}
+				case tracked && r.arrived[o].IsZero():
+					r.arrived[o] = now
 				}
 			}
 			if missing > 0 {
-				return false, fmt.Sprintf("client %s misses %d of %d accepted orders", id, missing, len(want))
+				short = append(short, fmt.Sprintf("client %s misses %d of %d accepted orders", id, missing, len(want)))
+				continue
 			}
 			delete(pending, id)
 		}
-		return true, ""
+		first = false
+		if len(short) > 0 && !told && time.Since(began) > slowConvergence {
+			// Say what holds the outbox back while it does: that is when
+			// the rows' state tells why.
+			told = true
+			r.notef("convergence slower than %s: %s", slowConvergence, strings.Join(short, "; "))
+			for _, line := range r.outboxHeads(ctx) {
+				r.notef("  %s", line)
+			}
+		}
+		sort.Strings(short)
+		return len(short) == 0, strings.Join(short, "; ")
 	})
 	if err != nil {
 		r.notef("convergence: %v", err)
 		return false, time.Now()
 	}
 	return true, time.Now()
+}
+
+// slowConvergence is how long convergence may take before the harness
+// shows the outbox's state.
+const slowConvergence = 5 * time.Second
+
+// outboxHeads describes, per key with rows not yet published, its first
+// such row and how many there are: the state that tells why the relay
+// does not publish it.
+func (r *runner) outboxHeads(ctx context.Context) []string {
+	conn, err := r.sql(ctx)
+	if err != nil {
+		return []string{"outbox heads: " + err.Error()}
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, `SELECT DISTINCT ON (ordering_key) ordering_key, id, status, retry_count,
+			coalesce(locked_by, ''), coalesce(to_char(locked_until - now(), 'SS.MS'), '-'),
+			coalesce(to_char(next_retry_at - now(), 'SS.MS'), '-'), coalesce(last_error->>'message', ''),
+			count(*) OVER (PARTITION BY ordering_key)
+		FROM outbox WHERE status <> 'published' ORDER BY ordering_key, id`)
+	if err != nil {
+		return []string{"outbox heads: " + err.Error()}
+	}
+	var out []string
+	for rows.Next() {
+		var key, status, owner, lock, retry, lastErr string
+		var id int64
+		var tries, n int
+		if err := rows.Scan(&key, &id, &status, &tries, &owner, &lock, &retry, &lastErr, &n); err != nil {
+			return append(out, "outbox heads: "+err.Error())
+		}
+		out = append(out, fmt.Sprintf("outbox key %s: %d unpublished, first row %d %s tries=%d locked_by=%q lock_left=%s retry_in=%s last_error=%q",
+			key, n, id, status, tries, owner, lock, retry, lastErr))
+	}
+	if err := rows.Err(); err != nil {
+		out = append(out, "outbox heads: "+err.Error())
+	}
+	if len(out) == 0 {
+		out = append(out, "outbox: every row published")
+	}
+	return out
+}
+
+// Laggard is an order missing from its projection at the convergence
+// wait's first look: when it was committed (the outbox row's
+// created_at), published (published_at) and first seen projected, each
+// from the end of the last fault. Zero durations are unknown.
+type Laggard struct {
+	Order, Key                      string
+	Committed, Published, Projected time.Duration
+}
+
+// laggards reads the outbox rows of the orders converge tracked and
+// returns the n that reached their projection last.
+func (r *runner) laggards(ctx context.Context, lastFault time.Time, n int) ([]Laggard, error) {
+	if len(r.arrived) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, 0, len(r.arrived))
+	for id := range r.arrived {
+		ids = append(ids, id)
+	}
+	conn, err := r.sql(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, `SELECT data->>'order_id', coalesce(partition_key, ''), created_at, published_at
+		FROM outbox WHERE type = 'OrderPlaced' AND data->>'order_id' = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	since := func(t time.Time) time.Duration {
+		if t.IsZero() {
+			return 0
+		}
+		return t.Sub(lastFault)
+	}
+	var out []Laggard
+	for rows.Next() {
+		var l Laggard
+		var created time.Time
+		var published *time.Time
+		if err := rows.Scan(&l.Order, &l.Key, &created, &published); err != nil {
+			return nil, err
+		}
+		l.Committed = since(created)
+		if published != nil {
+			l.Published = since(*published)
+		}
+		l.Projected = since(r.arrived[l.Order])
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Projected > out[j].Projected })
+	return out[:min(n, len(out))], nil
 }
 
 // check measures everything once the run has converged (or given up).

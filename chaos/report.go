@@ -96,6 +96,21 @@ func (r *Report) Print(w io.Writer) {
 			fmt.Fprintf(w, "partitions list: %s\n", line)
 		}
 	}
+	if len(r.Laggards) > 0 {
+		fmt.Fprintln(w, "\nlast orders to reach their projection (seconds from the end of the last fault; '-' unknown):")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  ORDER\tKEY\tCOMMITTED\tPUBLISHED\tPROJECTED BY")
+		secs := func(d time.Duration) string {
+			if d == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%+.1f", d.Seconds())
+		}
+		for _, l := range r.Laggards {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", l.Order, l.Key, secs(l.Committed), secs(l.Published), secs(l.Projected))
+		}
+		tw.Flush()
+	}
 	if len(o.Details) > 0 {
 		fmt.Fprintln(w, "\nexamples:")
 		for _, d := range o.Details {

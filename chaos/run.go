@@ -103,6 +103,8 @@ type Report struct {
 	Errors  []string
 	WorkDir string
 	Halts   string // `protean-host partitions list`, its summary
+	// Laggards are the orders that reached their projection last.
+	Laggards []Laggard
 }
 
 // Failed reports whether any check or the harness failed.
@@ -120,7 +122,8 @@ type runner struct {
 	variant, variantVersion, baseVersion string
 	reloads                              int
 
-	halts map[string]int // halt records seen after a step -> that step
+	halts   map[string]int       // halt records seen after a step -> that step
+	arrived map[string]time.Time // orders missing at convergence's first look -> first seen projected
 
 	outMu sync.Mutex
 	rr    int
@@ -234,6 +237,9 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	out.AnsweredAfter, out.CompleteAfterAnswered = answered.Sub(lastFault), at.Sub(answered)
 	rep.Outcome = out
 	rep.Halts = r.cli(ctx, "partitions", "list")
+	if rep.Laggards, err = r.laggards(ctx, lastFault, 5); err != nil {
+		rep.Errors = append(rep.Errors, "laggards: "+err.Error())
+	}
 	rep.Print(o.Out)
 	if out.Abandoned > 0 {
 		fmt.Fprintln(o.Out, "\n$ protean-host outbox status")
