@@ -148,14 +148,14 @@ func (r *runner) converge(ctx context.Context, clients []clientSnapshot, bound t
 			}
 			missing := 0
 			for o := range want {
-				_, tracked := r.arrived[o]
+				seen, tracked := r.arrived[o]
 				switch {
 				case !have[o]:
 					missing++
-					if first && !tracked {
+					if first {
 						r.arrived[o] = time.Time{}
 					}
-				case tracked && r.arrived[o].IsZero():
+				case tracked && seen.IsZero():
 					r.arrived[o] = now
 				}
 			}

@@ -237,9 +237,11 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	out.AnsweredAfter, out.CompleteAfterAnswered = answered.Sub(lastFault), at.Sub(answered)
 	rep.Outcome = out
 	rep.Halts = r.cli(ctx, "partitions", "list")
-	if rep.Laggards, err = r.laggards(ctx, lastFault, 5); err != nil {
-		rep.Errors = append(rep.Errors, "laggards: "+err.Error())
+	laggards, lerr := r.laggards(ctx, lastFault, 5)
+	if lerr != nil {
+		rep.Errors = append(rep.Errors, "laggards: "+lerr.Error())
 	}
+	rep.Laggards = laggards
 	rep.Print(o.Out)
 	if out.Abandoned > 0 {
 		fmt.Fprintln(o.Out, "\n$ protean-host outbox status")

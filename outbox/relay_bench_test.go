@@ -260,11 +260,19 @@ func BenchmarkRelayPostgresContended(b *testing.B) {
 					}
 					rs = append(rs, r)
 				}
-				for left := n; left > 0; {
+				// A bound far past any drain, so that a relay that stops
+				// publishing fails the benchmark instead of hanging it.
+				deadline := time.Now().Add(5 * time.Minute)
+				for left := n; ; time.Sleep(5 * time.Millisecond) {
 					if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE status <> 'published'`).Scan(&left); err != nil {
 						b.Fatal(err)
 					}
-					time.Sleep(5 * time.Millisecond)
+					if left == 0 {
+						break
+					}
+					if time.Now().After(deadline) {
+						b.Fatalf("%d relays: %d of %d rows still unpublished", relays, left, n)
+					}
 				}
 				for _, r := range rs {
 					if err := r.Stop(ctx); err != nil {
