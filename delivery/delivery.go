@@ -78,10 +78,13 @@ func Classify(err error) Class {
 }
 
 // The pauses after consecutive infrastructure failures: the first, and at
-// most.
+// most. InfraMax stays well below a lease TTL: a server that is back is
+// used again within a second, so an outage stalls nothing for much longer
+// than it lasts. An attempt on a server that is down costs a refused dial
+// or one failed command, never a claim (see outbox.Relay).
 const (
 	InfraBase = 50 * time.Millisecond
-	InfraMax  = 5 * time.Second
+	InfraMax  = time.Second
 )
 
 // DefaultJitter is the jitter of the retry policy the config sets.

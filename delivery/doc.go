@@ -26,8 +26,8 @@
 //     before retry n is Delay·2^(n-1), capped at MaxDelay, shortened by up
 //     to Jitter so that messages failing together do not retry together.
 //     Infrastructure failures pause from [InfraBase], doubling, at most
-//     [InfraMax], so a server that comes back is used again within
-//     seconds of its return.
+//     [InfraMax] (a second), so a server that comes back is used again
+//     within a second of its return.
 //   - [Outage]: one WARN line when a component starts failing on its
 //     infrastructure and one INFO line when it recovers, instead of one
 //     line per attempt, with a counter that shows every attempt.

@@ -280,7 +280,9 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	}
 	// The epoch is read before the claim: a publish under it is refused
 	// once the broker lost its data, even after another relay marked it
-	// anew (its rows made pending again must go out first).
+	// anew (its rows made pending again must go out first). After the
+	// broker failed it is read from the broker again, which claims nothing
+	// while the broker is still down.
 	epoch, err := r.currentEpoch(ctx)
 	if err != nil {
 		return 0, delivery.MarkInfrastructure(fmt.Errorf("epoch: %w", err))
@@ -384,6 +386,12 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		}
 		// Republished and marked: the next pass publishes.
 	} else if down != nil {
+		// The broker is down: forget its epoch, so that the next pass
+		// reads it again before it claims anything. While the broker is
+		// away a pass costs that one read, not a claim of rows it cannot
+		// publish (a claim walks the backlog the outage builds), and the
+		// first pass after its return learns whether it kept its data.
+		r.setEpoch("")
 		errs = append(errs, down)
 	}
 	return len(rows), errors.Join(errs...)
