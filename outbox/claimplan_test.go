@@ -93,6 +93,59 @@ type planNode struct {
 	Type     string     `json:"Node Type"`
 	Relation string     `json:"Relation Name"`
 	Index    string     `json:"Index Name"`
+	Alias    string     `json:"Alias"`
 	Cond     string     `json:"Index Cond"`
+	Loops    int        `json:"Actual Loops"`
 	Plans    []planNode `json:"Plans"`
+}
+
+// TestHeldClaimSkipsTheWalk pins the claim's gate (headsSQL): while
+// another relay holds the first row of every key, a claim finds nothing
+// without walking the backlog behind them: its walk of outbox_active is
+// never run, in the plan for its values and in the generic plan. Without
+// the gate the walk visited all 5,000 rows, each with its probe.
+func TestHeldClaimSkipsTheWalk(t *testing.T) {
+	t.Parallel()
+	pool := testserver.PostgresPool(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO outbox (message_id, stream_name, category, type, data, metadata, created_at, max_retries, target_broker, partition_key)
+		SELECT 'm-' || g, 'order-' || g, 'order', 'OrderPlaced', '{}', jsonb_build_object('global_position', g), now(), 3, 'default', 'c-' || g % 6
+		FROM generate_series(1, 5000) g`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `VACUUM ANALYZE outbox`)
+	require.NoError(t, err)
+	held, err := NewPostgres(pool, nil).ClaimChained(ctx, "default", "relay-a", 50, time.Hour, Lanes{})
+	require.NoError(t, err)
+	require.Len(t, held, 50)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	now := time.Now()
+	_, err = conn.Exec(ctx, `PREPARE claim(text, timestamptz, text, timestamptz, bool, int) AS `+claimQuery(50, true))
+	require.NoError(t, err)
+	args := fmt.Sprintf(`'default', '%s', 'relay-b', '%s', false, 0`, now.Format(time.RFC3339Nano), now.Add(time.Minute).Format(time.RFC3339Nano))
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		_, err = conn.Exec(ctx, `SET plan_cache_mode = `+mode)
+		require.NoError(t, err)
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		var plan []byte
+		require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim(`+args+`)`).Scan(&plan))
+		require.NoError(t, tx.Rollback(ctx))
+		var doc []struct{ Plan planNode }
+		require.NoError(t, json.Unmarshal(plan, &doc))
+		walks := 0
+		var walk func(n planNode)
+		walk = func(n planNode) {
+			if n.Relation == "outbox" && n.Alias == "c" {
+				walks++
+				require.Zero(t, n.Loops, "%s: the claim walked the backlog behind the held keys\n%s", mode, plan)
+			}
+			for _, c := range n.Plans {
+				walk(c)
+			}
+		}
+		walk(doc[0].Plan)
+		require.Equal(t, 1, walks, "%s: the plan has one walk (alias c)\n%s", mode, plan)
+	}
 }

@@ -29,7 +29,11 @@
 // claim is one statement that walks the active-row index to its limit (it
 // costs the rows it hands out, not the backlog) and re-checks its picks
 // under their row locks, so a claim racing a relay's mark never takes back
-// the row being marked. It leases a row through its lock columns alone
+// the row being marked. Before it walks, it looks at the first row of each
+// key (at most 65 keys): when none can be claimed (every key's head is
+// under another relay's claim, waiting for its retry, or halted) nothing
+// can be, and the claim returns at once instead of walking the backlog
+// behind those heads. It leases a row through its lock columns alone
 // (locked_by, locked_until): the status column keeps pending or failed,
 // which the store reports as processing, so that the claim is a HOT update
 // that adds no index entries (the table is filled to half for the room).

@@ -353,11 +353,14 @@ const eligibleSQL = `(%[1]s.retry_count < %[1]s.max_retries
 // a claim grew from about 1 ms to 100 ms as a backlog drained (migration
 // 0012; TestClaimPlanWalksIndexes).
 //
+// The walk runs only if some row can be claimed at all, which headsSQL
+// tells from the keys' first rows.
+//
 // claimSQL is a format string for its limit (claimQuery).
 var claimSQL = `WITH candidates AS (
 	SELECT c.id, c.category, c.ordering_key, c.priority, c.partition_key IS NOT NULL AS keyed
 	FROM outbox c
-	WHERE c.target_broker = $1 AND c.status IN ('pending', 'failed', 'processing')
+	WHERE ` + headsSQL + ` AND c.target_broker = $1 AND c.status IN ('pending', 'failed', 'processing')
 		AND ` + fmt.Sprintf(eligibleSQL, "c") + `
 		AND NOT EXISTS (SELECT 1 FROM outbox e
 			WHERE e.target_broker = $1 AND e.category = c.category AND e.ordering_key = c.ordering_key
@@ -377,6 +380,42 @@ WHERE o.id = ANY(ARRAY(SELECT k.id FROM candidates k WHERE NOT EXISTS (SELECT 1 
 RETURNING ` + `o.id, o.message_id, o.stream_name, o.category, o.type, o.data, o.metadata, o.partition_key, o.priority,
 	o.target_broker, 'processing', o.retry_count, o.max_retries, o.next_retry_at, o.locked_until, coalesce(o.locked_by, ''),
 	coalesce(o.last_error->>'message', ''), o.created_at, o.published_at%s`
+
+// headsSQL gates the claim's walk: it is true unless every key with
+// active rows has a first row (in id order) that cannot be claimed (under
+// another claim's lock, waiting for its retry, out of retries, halted), in
+// which case no row of the broker can be claimed and the walk would only
+// visit the backlog behind those keys, each row with its probe: 40 ms for
+// 7,000 rows on 6 keys, paid by every relay whose claim comes while
+// another relay holds the keys' heads (a backlog after an outage), and by
+// every claim while a halted key holds back a backlog. It steps through
+// the keys on outbox_ordering, one probe per key for the next key and one
+// for its first row, and stops at the first key whose first row can be
+// claimed. A first row without a partition key counts as claimable (its
+// key's order is per priority, which the first row alone does not tell),
+// and so does reaching the 65th key: the gate costs at most 65 keys, and
+// past that the walk runs as it did without it. The first row is found as
+// a range of outbox_ordering, (ordering_key, id) > (key, 0), so that the
+// plan never takes it from the primary key, which walks every row of the
+// outbox in id order (TestClaimPlanWalksIndexes). It is a scalar subquery
+// that refers to no row of the walk, so the plan evaluates it once, as a
+// one-time filter, before the walk starts.
+var headsSQL = `(WITH RECURSIVE heads AS (
+		(SELECT h.category, h.ordering_key, 1 AS n FROM outbox h
+			WHERE h.target_broker = $1 AND h.status IN ('pending', 'failed', 'processing', 'halted')
+			ORDER BY h.category, h.ordering_key LIMIT 1)
+		UNION ALL
+		SELECT x.category, x.ordering_key, k.n + 1 FROM heads k CROSS JOIN LATERAL (SELECT h.category, h.ordering_key FROM outbox h
+			WHERE h.target_broker = $1 AND h.status IN ('pending', 'failed', 'processing', 'halted')
+				AND (h.category, h.ordering_key) > (k.category, k.ordering_key)
+			ORDER BY h.category, h.ordering_key LIMIT 1) x
+		WHERE k.n < 65)
+	SELECT EXISTS (SELECT 1 FROM heads k CROSS JOIN LATERAL (SELECT h.* FROM outbox h
+			WHERE h.target_broker = $1 AND h.category = k.category AND h.ordering_key = k.ordering_key
+				AND (h.ordering_key, h.id) > (k.ordering_key, 0) AND h.status IN ('pending', 'failed', 'processing', 'halted')
+			ORDER BY h.ordering_key, h.id LIMIT 1) h
+		WHERE k.n = 65 OR h.partition_key IS NULL
+			OR (h.status <> 'halted' AND ` + fmt.Sprintf(eligibleSQL, "h") + `)))`
 
 // prevColumn is ClaimChained's extra column, Row.Prev: for a row with a
 // key, the newest published row of the key before it on the same stream

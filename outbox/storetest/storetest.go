@@ -79,6 +79,7 @@ func Run(t *testing.T, newHarness func(t *testing.T, now func() time.Time) Harne
 		"RepublishKeepsWhatEveryConsumerApplied":  testRepublishKeeps,
 		"KeyOrderHoldsAcrossPriorities":           testKeyOrderAcrossPriorities,
 		"ClaimChainedGivesEachRowItsPrev":         testClaimChained,
+		"ClaimFindsTheFreeKeyBehindHeldOnes":      testClaimBehindHeldKeys,
 	}, func(t *testing.T, fn func(*testing.T, Harness, *clock)) {
 		c := suite.NewClock()
 		fn(t, newHarness(t, c.Now), c)
@@ -1285,5 +1286,32 @@ func testClaimChained(t *testing.T, h Harness, _ *clock) {
 	require.Equal(t, []int64{12, 0, 0, 12}, chained(outbox.Lanes{}), "without lanes one stream: a5 after a3")
 	for _, r := range claim(t, h, "relay", 10, time.Minute) {
 		require.Zero(t, r.Prev, "Claim leaves Prev alone")
+	}
+}
+
+// A claim finds the one key whose rows are free while another relay holds
+// the first rows of every other key: with a few keys, and with more keys
+// than the PostgreSQL claim's gate looks at (65) before the free one, the
+// last in key order. The other keys' second rows stay behind their heads.
+func testClaimBehindHeldKeys(t *testing.T, h Harness, _ *clock) {
+	for _, keys := range []int{10, 70} {
+		t.Run(fmt.Sprintf("keys=%d", keys), func(t *testing.T) {
+			broker := fmt.Sprintf("held-%d", keys)
+			var rows []outbox.Row
+			for round := range 2 {
+				for k := range keys {
+					r := keyed(fmt.Sprintf("%s-k%02d-%d", broker, k, round), fmt.Sprintf("order-%d-%d", k, round), fmt.Sprintf("k%02d", k), 0)
+					r.TargetBroker = broker
+					rows = append(rows, r)
+				}
+			}
+			add(t, h, rows...)
+			a := claimFor(t, h, broker, "relay-a", keys-1, time.Minute)
+			require.Len(t, a, keys-1, "relay a holds the first row of every key but the last")
+			last := fmt.Sprintf("%s-k%02d", broker, keys-1)
+			require.Equal(t, []string{last + "-0", last + "-1"}, messages(claimFor(t, h, broker, "relay-b", 50, time.Minute)),
+				"relay b gets the free key's rows, and nothing behind a's")
+			require.Empty(t, claimFor(t, h, broker, "relay-c", 50, time.Minute))
+		})
 	}
 }
