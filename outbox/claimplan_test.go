@@ -31,10 +31,7 @@ func TestClaimPlanWalksIndexes(t *testing.T) {
 	}{
 		{"streams", `INSERT INTO outbox (message_id, stream_name, category, type, data, created_at, max_retries, target_broker)
 			SELECT 'm-' || g, 'order-' || g, 'order', 'OrderPlaced', '{}', now(), 3, 'default' FROM generate_series(1, 5000) g`, false},
-		// Six hot partition keys, as a broker outage leaves them.
-		{"few keys", `INSERT INTO outbox (message_id, stream_name, category, type, data, metadata, created_at, max_retries, target_broker, partition_key)
-			SELECT 'm-' || g, 'order-' || g, 'order', 'OrderPlaced', '{}', jsonb_build_object('global_position', g), now(), 3, 'default', 'c-' || g % 6
-			FROM generate_series(1, 5000) g`, true},
+		{"few keys", fewKeysFill, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -65,16 +62,11 @@ func TestClaimPlanWalksIndexes(t *testing.T) {
 				var doc []struct{ Plan planNode }
 				require.NoError(t, json.Unmarshal(plan, &doc))
 				var scans []string
-				var walk func(n planNode)
-				walk = func(n planNode) {
+				doc[0].Plan.each(func(n planNode) {
 					if n.Relation == "outbox" {
 						scans = append(scans, n.Type+" "+n.Index+" "+n.Cond)
 					}
-					for _, c := range n.Plans {
-						walk(c)
-					}
-				}
-				walk(doc[0].Plan)
+				})
 				require.NotEmpty(t, scans)
 				for _, s := range scans {
 					require.NotContains(t, s, "Seq Scan", "%s: the claim scans the backlog; its scans of outbox: %v\n%s", mode, scans, plan)
@@ -99,6 +91,20 @@ type planNode struct {
 	Plans    []planNode `json:"Plans"`
 }
 
+// each calls fn on n and on every node under it.
+func (n planNode) each(fn func(planNode)) {
+	fn(n)
+	for _, c := range n.Plans {
+		c.each(fn)
+	}
+}
+
+// fewKeysFill adds 5,000 rows on six hot partition keys, as a broker
+// outage leaves them.
+const fewKeysFill = `INSERT INTO outbox (message_id, stream_name, category, type, data, metadata, created_at, max_retries, target_broker, partition_key)
+	SELECT 'm-' || g, 'order-' || g, 'order', 'OrderPlaced', '{}', jsonb_build_object('global_position', g), now(), 3, 'default', 'c-' || g % 6
+	FROM generate_series(1, 5000) g`
+
 // TestHeldClaimSkipsTheWalk pins the claim's gate (headsSQL): while
 // another relay holds the first row of every key, a claim finds nothing
 // without walking the backlog behind them: its walk of outbox_active is
@@ -108,9 +114,7 @@ func TestHeldClaimSkipsTheWalk(t *testing.T) {
 	t.Parallel()
 	pool := testserver.PostgresPool(t)
 	ctx := context.Background()
-	_, err := pool.Exec(ctx, `INSERT INTO outbox (message_id, stream_name, category, type, data, metadata, created_at, max_retries, target_broker, partition_key)
-		SELECT 'm-' || g, 'order-' || g, 'order', 'OrderPlaced', '{}', jsonb_build_object('global_position', g), now(), 3, 'default', 'c-' || g % 6
-		FROM generate_series(1, 5000) g`)
+	_, err := pool.Exec(ctx, fewKeysFill)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `VACUUM ANALYZE outbox`)
 	require.NoError(t, err)
@@ -135,17 +139,12 @@ func TestHeldClaimSkipsTheWalk(t *testing.T) {
 		var doc []struct{ Plan planNode }
 		require.NoError(t, json.Unmarshal(plan, &doc))
 		walks := 0
-		var walk func(n planNode)
-		walk = func(n planNode) {
+		doc[0].Plan.each(func(n planNode) {
 			if n.Relation == "outbox" && n.Alias == "c" {
 				walks++
 				require.Zero(t, n.Loops, "%s: the claim walked the backlog behind the held keys\n%s", mode, plan)
 			}
-			for _, c := range n.Plans {
-				walk(c)
-			}
-		}
-		walk(doc[0].Plan)
+		})
 		require.Equal(t, 1, walks, "%s: the plan has one walk (alias c)\n%s", mode, plan)
 	}
 }

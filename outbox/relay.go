@@ -379,20 +379,21 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		r.hold(&r.unreleased, released, err)
 		errs = append(errs, delivery.MarkInfrastructure(fmt.Errorf("release: %w", err)))
 	}
-	if down != nil && (errors.Is(down, broker.ErrEpochLost) || errors.Is(down, broker.ErrRestarted)) {
+	if down != nil {
+		// The broker failed: forget its epoch, so that the next pass reads
+		// it again before it claims anything. While the broker is away a
+		// pass costs that one read, not a claim of rows it cannot publish
+		// (a claim walks the backlog the outage builds), and the first pass
+		// after its return learns whether it kept its data.
 		r.setEpoch("")
-		if err := r.republish(ctx); err != nil {
-			errs = append(errs, delivery.MarkInfrastructure(fmt.Errorf("%w (republishing: %v)", down, err)))
+		if errors.Is(down, broker.ErrEpochLost) || errors.Is(down, broker.ErrRestarted) {
+			if err := r.republish(ctx); err != nil {
+				errs = append(errs, delivery.MarkInfrastructure(fmt.Errorf("%w (republishing: %v)", down, err)))
+			}
+			// Republished and marked: the next pass publishes.
+		} else {
+			errs = append(errs, down)
 		}
-		// Republished and marked: the next pass publishes.
-	} else if down != nil {
-		// The broker is down: forget its epoch, so that the next pass
-		// reads it again before it claims anything. While the broker is
-		// away a pass costs that one read, not a claim of rows it cannot
-		// publish (a claim walks the backlog the outage builds), and the
-		// first pass after its return learns whether it kept its data.
-		r.setEpoch("")
-		errs = append(errs, down)
 	}
 	return len(rows), errors.Join(errs...)
 }
