@@ -87,9 +87,10 @@ func URL(addr string) string {
 // Restart runs pg_ctl restart -m mode (fast: clients are disconnected,
 // transactions rolled back, a checkpoint; immediate: every process quits
 // at once, crash recovery at start) and waits until it accepts
-// connections again.
+// connections again. The server logs to the same file after it (pg_ctl
+// restart without -l would send its log to pg_ctl's output, lost).
 func (p *Postgres) Restart(ctx context.Context, mode string) error {
-	if out, err := p.pgctl(ctx, "-m", mode, "restart"); err != nil {
+	if out, err := p.pgctl(ctx, "-l", p.log, "-m", mode, "restart"); err != nil {
 		return fmt.Errorf("pg_ctl restart -m %s: %w\n%s\n%s", mode, err, out, p.Tail())
 	}
 	return p.waitReady(ctx)
