@@ -22,7 +22,9 @@ import (
 // a sequential scan, which made the relay's rate fall as the backlog grew;
 // later, on a backlog of a few partition keys, the probe for earlier rows of
 // a key took the primary key (id < …), which walks every earlier row of the
-// outbox, and a claim grew from 1 ms to 100 ms as the backlog drained.
+// outbox, and a claim grew from 1 ms to 100 ms as the backlog drained; and
+// on an outbox of mostly published rows, the read of each row's Prev took
+// the primary key backwards.
 func TestClaimPlanWalksIndexes(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -32,6 +34,9 @@ func TestClaimPlanWalksIndexes(t *testing.T) {
 		{"streams", `INSERT INTO outbox (message_id, stream_name, category, type, data, created_at, max_retries, target_broker)
 			SELECT 'm-' || g, 'order-' || g, 'order', 'OrderPlaced', '{}', now(), 3, 'default' FROM generate_series(1, 5000) g`, false},
 		{"few keys", fewKeysFill, true},
+		// A drain's end: each key's Prev is read among many published rows.
+		{"few keys, mostly published", strings.Replace(fewKeysFill, "5000", "12000", 1) +
+			`; UPDATE outbox SET status = 'published', published_at = now() WHERE id <= 10700`, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

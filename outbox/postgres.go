@@ -438,14 +438,18 @@ var headsSQL = `(WITH RECURSIVE heads AS (
 
 // prevColumn is ClaimChained's extra column, Row.Prev: for a row with a
 // key, the newest published row of the key before it on the same stream
-// ($5 lanes on, $6 threshold), found on outbox_published_key.
+// ($5 lanes on, $6 threshold), found on outbox_published_key. Its range is
+// the row comparison (ordering_key, id) < (…), as in claimSQL, for the same
+// reason: with p.id < o.id and ORDER BY p.id the planner took the primary
+// key backwards on an outbox of a few keys, which walks every published row
+// of the other keys back to the key's last one.
 const prevColumn = `, CASE WHEN o.partition_key IS NULL THEN 0 ELSE coalesce((SELECT (p.metadata->>'global_position')::bigint
 		FROM outbox p
 		WHERE p.target_broker = o.target_broker AND p.category = o.category AND p.ordering_key = o.ordering_key
-			AND p.status = 'published' AND p.id < o.id
+			AND p.status = 'published' AND (p.ordering_key, p.id) < (o.ordering_key, o.id)
 			AND (NOT $5::bool OR (p.priority < $6::int) = (o.priority < $6::int))
 			AND (p.metadata->>'global_position') ~ '^[0-9]+$'
-		ORDER BY p.id DESC LIMIT 1), 0) END`
+		ORDER BY p.ordering_key DESC, p.id DESC LIMIT 1), 0) END`
 
 // claimQuery is claimSQL with its limit. The limit is in the text, not a
 // parameter, so that the server's plan cache settles on the generic plan
