@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/proteanhq/protean-host/internal/pipeline"
@@ -153,8 +154,72 @@ const advanceSQL = `UPDATE consumer_positions c
 	    SELECT 1 FROM jsonb_each_text($4::jsonb) AS n(source, pos)
 	    WHERE (c.positions ->> n.source)::bigint >= n.pos::bigint)`
 
-// queuedAdvanceSQL is advanceSQL raising when the fence does not hold.
-var queuedAdvanceSQL = pipeline.Count(advanceSQL, "1", "fence")
+// queuedAdvanceSQL is advanceSQL raising when the fence does not hold,
+// with the positions it checks ($6) apart from those it sets ($4), so that
+// one statement stands for a run of fences (fold).
+var queuedAdvanceSQL = pipeline.Count(`UPDATE consumer_positions c
+	SET positions = c.positions || $4::jsonb, updated_at = $5
+	WHERE c.consumer_group = $1 AND c.unit = $2 AND c.generation = $3
+	  AND NOT EXISTS (
+	    SELECT 1 FROM jsonb_each_text($6::jsonb) AS n(source, pos)
+	    WHERE (c.positions ->> n.source)::bigint >= n.pos::bigint)`, "1", "fence")
+
+// folded is a run of fences of one unit and generation as one: the
+// positions the first of them moves each source from (check) and the
+// positions the last moves it to (Advance).
+type folded struct {
+	Fence
+	check map[string]int64
+}
+
+// fold folds each unit's fences, in order, into one where that changes
+// nothing: a fence of the unit and generation of an earlier one, whose
+// every source moves past where the earlier ones left it, goes into it.
+// The run's messages, each with its fence, then advance the positions
+// row once, not once per message: the same row afterwards, and refused
+// exactly when the fences one by one would be (the generation does not
+// hold, or a source is already at or past where the first fence that
+// moves it takes it). A fence that would not move a source forward starts
+// a fold of its own, after the other, so the pipeline refuses it as it
+// would have.
+func fold(fences []Fence) []folded {
+	type unit struct {
+		group, unit string
+		gen         int64
+	}
+	out := make([]folded, 0, len(fences))
+	last := make(map[unit]int, len(fences))
+	for _, f := range fences {
+		u := unit{f.Group, f.Unit, f.Generation}
+		if i, ok := last[u]; ok && forward(out[i].Advance, f.Advance) {
+			for src, pos := range f.Advance {
+				if _, seen := out[i].check[src]; !seen {
+					out[i].check[src] = pos
+				}
+				out[i].Advance[src] = pos
+			}
+			continue
+		}
+		last[u] = len(out)
+		out = append(out, folded{Fence: Fence{Group: f.Group, Unit: f.Unit, Generation: f.Generation,
+			Advance: maps.Clone(f.Advance)}, check: maps.Clone(f.Advance)})
+		if out[len(out)-1].Advance == nil {
+			out[len(out)-1].Advance, out[len(out)-1].check = map[string]int64{}, map[string]int64{}
+		}
+	}
+	return out
+}
+
+// forward reports whether next moves every source it names past where
+// sofar leaves it.
+func forward(sofar, next map[string]int64) bool {
+	for src, pos := range next {
+		if at, ok := sofar[src]; ok && pos <= at {
+			return false
+		}
+	}
+	return true
+}
 
 // maxAdvanceTries bounds the re-runs of the UPDATE when the diagnosis finds
 // nothing wrong: an operator's Set moved a position back between the two
@@ -241,31 +306,39 @@ func (t *PostgresTx) mapError(f Fence, err error) error {
 	return fmt.Errorf("position %s/%s: advance: %w", f.Group, f.Unit, err)
 }
 
-// QueueAdvance queues f's check and advance on b, a pipeline inside a
-// transaction, and returns the reader of its one result, which fails when
-// the fence does not hold (without saying why: run Advance to learn the
-// *FenceError or *AppliedError). It is Advance's statement wrapped to
+// QueueAdvance queues the fences' checks and advances on b, a pipeline
+// inside a transaction, as one statement per fold of a unit's fences
+// (fold), and returns the reader of their results, which fails when a
+// fence does not hold (without saying why: run Advance to learn the
+// *FenceError or *AppliedError). Each is Advance's statement wrapped to
 // raise when it matches no row, so that nothing queued after it runs, a
 // COMMIT least of all.
-func (p *Postgres) QueueAdvance(b *pgx.Batch, f Fence) (pipeline.Reader, error) {
-	if err := validFence(f); err != nil {
-		return nil, err
+func (p *Postgres) QueueAdvance(b *pgx.Batch, fences ...Fence) (pipeline.Reader, error) {
+	for _, f := range fences {
+		if err := validFence(f); err != nil {
+			return nil, err
+		}
 	}
-	advance := f.Advance
-	if advance == nil {
-		advance = map[string]int64{}
+	folds := fold(fences)
+	for _, f := range folds {
+		set, err := json.Marshal(f.Advance)
+		if err != nil {
+			return nil, err
+		}
+		check, err := json.Marshal(f.check)
+		if err != nil {
+			return nil, err
+		}
+		b.Queue(queuedAdvanceSQL, f.Group, f.Unit, f.Generation, string(set), p.clock.Now(), string(check))
 	}
-	js, err := json.Marshal(advance)
-	if err != nil {
-		return nil, err
-	}
-	b.Queue(queuedAdvanceSQL, f.Group, f.Unit, f.Generation, string(js), p.clock.Now())
 	return func(br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
-			if pipeline.Refused(err) {
-				return fmt.Errorf("position %s/%s: advance: %w", f.Group, f.Unit, pipeline.ErrRefused)
+		for _, f := range folds {
+			if _, err := br.Exec(); err != nil {
+				if pipeline.Refused(err) {
+					return fmt.Errorf("position %s/%s: advance: %w", f.Group, f.Unit, pipeline.ErrRefused)
+				}
+				return fmt.Errorf("position %s/%s: advance: %w", f.Group, f.Unit, err)
 			}
-			return fmt.Errorf("position %s/%s: advance: %w", f.Group, f.Unit, err)
 		}
 		return nil
 	}, nil

@@ -180,30 +180,65 @@ const (
 )
 
 // The pipelined writes raise when refused: a first write by the unique
-// violation (the record exists), an update through pipeline.Count.
+// violation (the record exists), an update through pipeline.Count. They
+// take the version step as a parameter ($5 of the insert, $6 of the
+// update), so that one statement stands for a chain of writes (chain).
 var (
-	queuedInsertSQL = insertSQL
-	queuedUpdateSQL = pipeline.Count(updateSQL, "1", "record write")
+	queuedInsertSQL = `INSERT INTO records (kind, type, id, version, data, updated_at) VALUES ($1, $2, $3, $5, $4, now())`
+	queuedUpdateSQL = pipeline.Count(`UPDATE records SET version = version + $6, data = $4, updated_at = now()
+			WHERE kind = $1 AND type = $2 AND id = $3 AND version = $5`, "1", "record write")
 )
 
-// QueueWrite queues writes on b, a pipeline inside a transaction, as
-// Write's statements, each made to raise when it changes no row (a
-// version that does not hold), so that nothing queued after it runs, a
-// COMMIT least of all. It returns the reader of their results, which fails
-// with pipeline.ErrRefused then (run Write to learn the *VersionError).
-// Input is checked as Write checks it.
+// chained is a chain of writes to one record as one write: the first's
+// expected version, the last's data, and Steps, how many writes the
+// chain holds (the version moves by that much).
+type chained struct {
+	Write
+	Steps int64
+}
+
+// chain folds each record's chain of writes, in order, into one: a write
+// to a record whose previous write in writes left it at the version this
+// one expects goes into that write's chain. A run of messages that each
+// update one projection writes it once, not once per message: the same
+// record afterwards, and refused exactly when the writes one by one would
+// be (the chain's first expected version does not hold). A write that
+// expects another version starts a chain of its own, after the other, so
+// the pipeline refuses it as it would have.
+func chain(writes []Write) []chained {
+	out := make([]chained, 0, len(writes))
+	last := make(map[Key]int, len(writes)) // key -> index in out of its latest chain
+	for _, w := range writes {
+		if i, ok := last[w.Key]; ok && out[i].ExpectedVersion+out[i].Steps == w.ExpectedVersion {
+			out[i].Data = w.Data
+			out[i].Steps++
+			continue
+		}
+		last[w.Key] = len(out)
+		out = append(out, chained{Write: w, Steps: 1})
+	}
+	return out
+}
+
+// QueueWrite queues writes on b, a pipeline inside a transaction, as one
+// statement per chain of writes to a record (chain), each made to raise
+// when it changes no row (a version that does not hold), so that nothing
+// queued after it runs, a COMMIT least of all. It returns the reader of
+// their results, which fails with pipeline.ErrRefused then (run Write to
+// learn the *VersionError). Input is checked as Write checks it.
 func QueueWrite(b *pgx.Batch, writes []Write) (pipeline.Reader, error) {
-	prepared, err := prepare(writes)
+	checked, err := prepare(writes)
 	if err != nil {
 		return nil, err
 	}
+	prepared := chain(checked)
 	for _, w := range prepared {
-		_, args := writeSQL(w)
+		args := []any{w.Key.Kind, w.Key.Type, w.Key.ID, jsonArg(w.Data)}
 		if w.ExpectedVersion == 0 {
 			// A first write refused raises by itself: the row exists.
-			b.Queue(queuedInsertSQL, args...)
+			b.Queue(queuedInsertSQL, append(args, w.Steps)...)
 		} else {
-			b.Queue(queuedUpdateSQL, args...)
+			b.Queue(queuedUpdateSQL, append(args, w.ExpectedVersion, w.Steps)...)
 		}
 	}
 	return func(br pgx.BatchResults) error {

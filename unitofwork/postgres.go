@@ -132,7 +132,9 @@ func (t *postgresTx) Rollback(ctx context.Context) error {
 }
 
 // commitPipelined commits stages in one READ COMMITTED transaction in one
-// round trip: BEGIN, the fences, the record writes, the category locks,
+// round trip: BEGIN, the fences (one statement per unit of a run:
+// position.Postgres.QueueAdvance), the record writes (one per record a
+// run writes: record.QueueWrite), the category locks,
 // one statement appending every event of the stages with their outbox
 // rows (built in the database from the appended rows: outbox.Postgres.Rider),
 // and COMMIT, in one pipeline. Every step raises when refused (a fence or
@@ -153,14 +155,19 @@ func (p *Postgres) commitPipelined(ctx context.Context, stages []*stage, broker 
 		writes, events = 0, 0
 		keyed          = false
 	)
+	var fences []position.Fence
 	for _, s := range stages {
 		writes += len(s.writes)
 		events += len(s.events)
 		keyed = keyed || s.key != nil
-		if s.fence == nil {
-			continue
+		if s.fence != nil {
+			fences = append(fences, *s.fence)
 		}
-		r, err := p.Positions.QueueAdvance(&b, *s.fence)
+	}
+	if len(fences) > 0 {
+		// A run's fences of one unit advance its row in one statement,
+		// and its writes to one record are one write (record.QueueWrite).
+		r, err := p.Positions.QueueAdvance(&b, fences...)
 		if err != nil {
 			return nil, err
 		}
