@@ -70,6 +70,14 @@
 //  4. "dlq" or the configured backfill suffix: "partition key 'K' is a reserved lane/DLQ token"
 //  5. the sentinel form "__name__" (at least 4 characters):
 //     "partition key 'K' uses the reserved '__name__' sentinel form"
+//  6. a control character (Unicode Cc: C0, DEL, C1; a newline, a tab, NUL):
+//     "partition key contains a control character"
+//
+// Rule 6 is beyond Protean's: a key is a segment of Redis key names, a
+// column of the outbox and a line of `partitions list`, and a newline in it
+// broke that table; Protean accepts such keys. A key with one that was
+// stored before the rule (an outbox row, a live partition) is still
+// relayed and consumed; only new messages are refused.
 //
 // A bad key is rejected, never routed to a default partition: that would
 // silently merge unrelated keys. The colon, lane and sentinel rules exist

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -44,7 +45,8 @@ func (e *KeyError) Error() string { return "invalid partition key: " + e.Reason 
 func (e *KeyError) Unwrap() error { return ErrInvalidKey }
 
 // KeyReason returns "" if key is a valid partition key, and otherwise the
-// reason string of the first rule it fails. backfillSuffix is the configured
+// reason string of the first rule it fails (Protean's rules in its order,
+// then the control-character rule, which is ours). backfillSuffix is the configured
 // [server.priority_lanes] backfill_suffix; it is reserved whether or not lanes
 // are enabled, so that enabling them later cannot make an existing key's
 // stream collide with another key's lane.
@@ -68,6 +70,9 @@ func KeyReason(key string, backfillSuffix string) string {
 	}
 	if n >= 4 && strings.HasPrefix(key, "__") && strings.HasSuffix(key, "__") {
 		return fmt.Sprintf("partition key '%s' uses the reserved '__name__' sentinel form", key)
+	}
+	if strings.IndexFunc(key, unicode.IsControl) >= 0 {
+		return "partition key contains a control character"
 	}
 	return ""
 }

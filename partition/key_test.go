@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
@@ -56,6 +57,16 @@ func TestKeyReason(t *testing.T) {
 		{"length before sentinel", "__" + strings.Repeat("a", 300) + "__", def, "partition key exceeds 255 characters (got 304)"},
 		{"reserved before sentinel", "__x__", "__x__", "partition key '__x__' is a reserved lane/DLQ token"},
 		{"empty suffix does not reserve empty key", "", "", "partition key is null or empty"},
+		// Beyond Protean: control characters, after Protean's rules.
+		{"newline", "a\nb", def, "partition key contains a control character"},
+		{"tab", "\tclient", def, "partition key contains a control character"},
+		{"NUL", "c\x00", def, "partition key contains a control character"},
+		{"DEL", "c\x7f", def, "partition key contains a control character"},
+		{"C1", "c\u0085", def, "partition key contains a control character"},
+		{"space is no control", "client 1", def, ""},
+		{"format characters are no control", "c\u200d", def, ""},
+		{"colon before control", "a:\n", def, "partition key contains a colon"},
+		{"sentinel before control", "__\n__", def, "partition key '__\n__' uses the reserved '__name__' sentinel form"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -209,7 +220,7 @@ func FuzzKeyReason(f *testing.F) {
 		{"", "backfill"}, {"client-1", "backfill"}, {"dlq", "backfill"}, {"backfill", "backfill"},
 		{"backfill", "mylane"}, {"__a__", "backfill"}, {"___", "backfill"}, {"a:b", "backfill"},
 		{strings.Repeat("a", 255), "backfill"}, {strings.Repeat("é", 256), "backfill"},
-		{"\xff\xfe", ""}, {"__", "__"},
+		{"\xff\xfe", ""}, {"__", "__"}, {"a\nb", "backfill"},
 	} {
 		f.Add(seed.key, seed.suffix)
 	}
@@ -237,6 +248,11 @@ func FuzzKeyReason(f *testing.F) {
 		}
 		if len(key) >= 4 && strings.HasPrefix(key, "__") && strings.HasSuffix(key, "__") {
 			t.Fatalf("sentinel key %q accepted", key)
+		}
+		for _, r := range key {
+			if unicode.IsControl(r) {
+				t.Fatalf("key %q with a control character accepted", key)
+			}
 		}
 		if got, err := partition.Validate(key, suffix); err != nil || got != key {
 			t.Fatalf("Validate(%q, %q) = %q, %v; KeyReason accepted it", key, suffix, got, err)

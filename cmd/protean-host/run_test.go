@@ -200,6 +200,7 @@ func TestEmbeddedRejectsBadInput(t *testing.T) {
 		{`"backfill"`, "reserved lane/DLQ token"},
 		{`"__x__"`, "reserved '__name__' sentinel form"},
 		{`""`, "partition key is null or empty"},
+		{`"a\nb"`, "partition key contains a control character"},
 	} {
 		r := post(t, h, "PlaceOrder", `{"order_id":"bad","client_id":`+tc.client+`,"total":1}`)
 		require.Equal(t, 422, r.code, r.raw)
