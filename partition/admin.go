@@ -398,30 +398,76 @@ func (a *Admin) counts(ctx context.Context, group, stream string) (pending, lag 
 // key k. A missing stream counts nothing; a group not created yet has
 // every entry to come.
 func streamCounts(ctx context.Context, rdb redis.UniversalClient, k, group string) (pending, lag int64, err error) {
+	b, err := readBacklog(ctx, rdb, k, group)
+	return b.pending, b.lag, err
+}
+
+// backlog is what a group has not handled of one stream: entries
+// delivered and not acked (pending), entries not delivered yet (lag), and
+// the ID of the last one delivered ("" for a group not created yet).
+type backlog struct {
+	pending, lag int64
+	delivered    string
+}
+
+func readBacklog(ctx context.Context, rdb redis.UniversalClient, k, group string) (backlog, error) {
 	n, err := rdb.Exists(ctx, k).Result()
 	if err != nil || n == 0 {
-		return 0, 0, err
+		return backlog{}, err
 	}
 	groups, err := rdb.XInfoGroups(ctx, k).Result()
 	if err != nil {
-		return 0, 0, err
+		return backlog{}, err
 	}
 	for _, g := range groups {
 		if g.Name != group {
 			continue
 		}
-		lag = g.Lag
+		lag := g.Lag
 		if lag < 0 { // unknown after deletions: count what is past the group
 			es, err := rdb.XRange(ctx, k, "("+g.LastDeliveredID, "+").Result()
 			if err != nil {
-				return 0, 0, err
+				return backlog{}, err
 			}
 			lag = int64(len(es))
 		}
-		return g.Pending, lag, nil
+		return backlog{pending: g.Pending, lag: lag, delivered: g.LastDeliveredID}, nil
 	}
-	lag, err = rdb.XLen(ctx, k).Result()
-	return 0, lag, err
+	lag, err := rdb.XLen(ctx, k).Result()
+	return backlog{lag: lag}, err
+}
+
+// oldest returns when the oldest entry of b was added to the stream at k
+// (from its ID, which the publish script lets Redis give: milliseconds of
+// Redis's clock), the zero time if b holds none.
+func (b backlog) oldest(ctx context.Context, rdb redis.UniversalClient, k, group string) (time.Time, error) {
+	var id string
+	switch {
+	case b.pending > 0:
+		p, err := rdb.XPending(ctx, k, group).Result()
+		if err != nil {
+			return time.Time{}, err
+		}
+		id = p.Lower
+	case b.lag > 0:
+		from := "-"
+		if b.delivered != "" {
+			from = "(" + b.delivered
+		}
+		es, err := rdb.XRangeN(ctx, k, from, "+", 1).Result()
+		if err != nil || len(es) == 0 {
+			return time.Time{}, err
+		}
+		id = es[0].ID
+	default:
+		return time.Time{}, nil
+	}
+	ms, _, ok := strings.Cut(id, "-")
+	t, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil {
+		return time.Time{}, fmt.Errorf("stream entry ID %q is not <ms>-<seq>", id)
+	}
+	return time.UnixMilli(t), nil
 }
 
 // head lists the group's pending entries of stream, then the next ones not
