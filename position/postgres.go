@@ -143,26 +143,22 @@ type PostgresTx struct {
 	tx pgx.Tx
 }
 
-// advanceSQL moves the positions only while the generation is the fence's
-// and every advanced source moves forward; a source the row lacks moves
-// from nothing. It matches no row otherwise, and fails no statement, so the
-// transaction needs no savepoint.
+// advanceSQL moves the positions to $4 only while the generation is the
+// fence's and every source of $6 is behind where $6 takes it (for one
+// fence $6 is $4; for a fold, where its first fence moves each source
+// from); a source the row lacks moves from nothing. It matches no row
+// otherwise, and fails no statement, so the transaction needs no
+// savepoint.
 const advanceSQL = `UPDATE consumer_positions c
 	SET positions = c.positions || $4::jsonb, updated_at = $5
 	WHERE c.consumer_group = $1 AND c.unit = $2 AND c.generation = $3
 	  AND NOT EXISTS (
-	    SELECT 1 FROM jsonb_each_text($4::jsonb) AS n(source, pos)
+	    SELECT 1 FROM jsonb_each_text($6::jsonb) AS n(source, pos)
 	    WHERE (c.positions ->> n.source)::bigint >= n.pos::bigint)`
 
-// queuedAdvanceSQL is advanceSQL raising when the fence does not hold,
-// with the positions it checks ($6) apart from those it sets ($4), so that
+// queuedAdvanceSQL is advanceSQL raising when the fence does not hold;
 // one statement stands for a run of fences (fold).
-var queuedAdvanceSQL = pipeline.Count(`UPDATE consumer_positions c
-	SET positions = c.positions || $4::jsonb, updated_at = $5
-	WHERE c.consumer_group = $1 AND c.unit = $2 AND c.generation = $3
-	  AND NOT EXISTS (
-	    SELECT 1 FROM jsonb_each_text($6::jsonb) AS n(source, pos)
-	    WHERE (c.positions ->> n.source)::bigint >= n.pos::bigint)`, "1", "fence")
+var queuedAdvanceSQL = pipeline.Count(advanceSQL, "1", "fence")
 
 // folded is a run of fences of one unit and generation as one: the
 // positions the first of them moves each source from (check) and the
@@ -201,11 +197,11 @@ func fold(fences []Fence) []folded {
 			continue
 		}
 		last[u] = len(out)
-		out = append(out, folded{Fence: Fence{Group: f.Group, Unit: f.Unit, Generation: f.Generation,
-			Advance: maps.Clone(f.Advance)}, check: maps.Clone(f.Advance)})
-		if out[len(out)-1].Advance == nil {
-			out[len(out)-1].Advance, out[len(out)-1].check = map[string]int64{}, map[string]int64{}
+		advance, check := maps.Clone(f.Advance), maps.Clone(f.Advance)
+		if advance == nil { // a generation check only
+			advance, check = map[string]int64{}, map[string]int64{}
 		}
+		out = append(out, folded{Fence: Fence{Group: f.Group, Unit: f.Unit, Generation: f.Generation, Advance: advance}, check: check})
 	}
 	return out
 }
@@ -247,7 +243,7 @@ func (t *PostgresTx) Advance(ctx context.Context, f Fence) error {
 		return err
 	}
 	for range maxAdvanceTries {
-		tag, err := t.tx.Exec(ctx, advanceSQL, f.Group, f.Unit, f.Generation, string(js), t.p.clock.Now())
+		tag, err := t.tx.Exec(ctx, advanceSQL, f.Group, f.Unit, f.Generation, string(js), t.p.clock.Now(), string(js))
 		if err != nil {
 			return t.mapError(f, err)
 		}

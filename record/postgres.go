@@ -168,25 +168,35 @@ func jsonArg(b []byte) any {
 // changes one row or none (a version that does not hold).
 func writeSQL(w Write) (string, []any) {
 	if w.ExpectedVersion == 0 {
-		return insertSQL + ` ON CONFLICT (kind, type, id) DO NOTHING`, []any{w.Key.Kind, w.Key.Type, w.Key.ID, jsonArg(w.Data)}
+		return insertSQL + ` ON CONFLICT (kind, type, id) DO NOTHING`, writeArgs(w, 1)
 	}
-	return updateSQL, []any{w.Key.Kind, w.Key.Type, w.Key.ID, jsonArg(w.Data), w.ExpectedVersion}
+	return updateSQL, writeArgs(w, 1)
 }
 
+// writeArgs are the arguments of insertSQL or updateSQL for w, moving the
+// version by steps (1 for one write, more for a chain).
+func writeArgs(w Write, steps int64) []any {
+	args := []any{w.Key.Kind, w.Key.Type, w.Key.ID, jsonArg(w.Data)}
+	if w.ExpectedVersion == 0 {
+		return append(args, steps)
+	}
+	return append(args, w.ExpectedVersion, steps)
+}
+
+// The writes take the version step as a parameter ($5 of the insert, $6
+// of the update), so that one statement stands for a chain of writes
+// (chain).
 const (
-	insertSQL = `INSERT INTO records (kind, type, id, version, data, updated_at) VALUES ($1, $2, $3, 1, $4, now())`
-	updateSQL = `UPDATE records SET version = version + 1, data = $4, updated_at = now()
+	insertSQL = `INSERT INTO records (kind, type, id, version, data, updated_at) VALUES ($1, $2, $3, $5, $4, now())`
+	updateSQL = `UPDATE records SET version = version + $6, data = $4, updated_at = now()
 			WHERE kind = $1 AND type = $2 AND id = $3 AND version = $5`
 )
 
 // The pipelined writes raise when refused: a first write by the unique
-// violation (the record exists), an update through pipeline.Count. They
-// take the version step as a parameter ($5 of the insert, $6 of the
-// update), so that one statement stands for a chain of writes (chain).
+// violation (the record exists), an update through pipeline.Count.
 var (
-	queuedInsertSQL = `INSERT INTO records (kind, type, id, version, data, updated_at) VALUES ($1, $2, $3, $5, $4, now())`
-	queuedUpdateSQL = pipeline.Count(`UPDATE records SET version = version + $6, data = $4, updated_at = now()
-			WHERE kind = $1 AND type = $2 AND id = $3 AND version = $5`, "1", "record write")
+	queuedInsertSQL = insertSQL
+	queuedUpdateSQL = pipeline.Count(updateSQL, "1", "record write")
 )
 
 // chained is a chain of writes to one record as one write: the first's
@@ -233,13 +243,11 @@ func QueueWrite(b *pgx.Batch, writes []Write) (pipeline.Reader, error) {
 	}
 	prepared := chain(checked)
 	for _, w := range prepared {
-		args := []any{w.Key.Kind, w.Key.Type, w.Key.ID, jsonArg(w.Data)}
+		sql := queuedUpdateSQL
 		if w.ExpectedVersion == 0 {
-			// A first write refused raises by itself: the row exists.
-			b.Queue(queuedInsertSQL, append(args, w.Steps)...)
-		} else {
-			b.Queue(queuedUpdateSQL, append(args, w.ExpectedVersion, w.Steps)...)
+			sql = queuedInsertSQL // a first write refused raises by itself: the row exists
 		}
+		b.Queue(sql, writeArgs(w.Write, w.Steps)...)
 	}
 	return func(br pgx.BatchResults) error {
 		for _, w := range prepared {
