@@ -158,11 +158,10 @@ type process struct {
 	done chan struct{}
 }
 
-// startProcess runs the host binary with args (after "run --config cfg")
-// and extra environment (KEY=VALUE), logging to dir/host.log, and waits
-// until it answers /healthz at addr; a host that exits at start fails the
-// test with its log. The test's cleanup kills it.
-func startProcess(t *testing.T, addr, cfg, dir string, args []string, env ...string) *process {
+// launchProcess runs the host binary with args (after "run --config cfg")
+// and extra environment (KEY=VALUE), logging to dir/host.log. The test's
+// cleanup kills it.
+func launchProcess(t *testing.T, addr, cfg, dir string, args []string, env ...string) *process {
 	t.Helper()
 	p := &process{addr: addr, log: filepath.Join(dir, "host.log"), done: make(chan struct{})}
 	logf, err := os.Create(p.log)
@@ -173,6 +172,14 @@ func startProcess(t *testing.T, addr, cfg, dir string, args []string, env ...str
 	require.NoError(t, p.cmd.Start())
 	go func() { _ = p.cmd.Wait(); _ = logf.Close(); close(p.done) }()
 	t.Cleanup(func() { p.kill() })
+	return p
+}
+
+// startProcess is launchProcess, then a wait until the instance answers
+// /healthz at addr; a host that exits at start fails the test with its log.
+func startProcess(t *testing.T, addr, cfg, dir string, args []string, env ...string) *process {
+	t.Helper()
+	p := launchProcess(t, addr, cfg, dir, args, env...)
 	testwait.For(t, "instance at "+addr+" healthy", func() (bool, string) {
 		select {
 		case <-p.done:

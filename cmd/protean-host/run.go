@@ -105,14 +105,18 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if *listen != "" {
 		e.cfg.HTTP.Listen = *listen
 	}
+	// SIGHUP is caught before the start: the host is healthy (and so
+	// signaled) before start returns, and an uncaught SIGHUP would end the
+	// process. One that arrives during the start waits in the channel and
+	// reloads once the start is done.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	h, err := start(ctx, e)
 	if err != nil {
 		return err
 	}
 	h.shutdownTimeout = *drain
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	// A reload runs beside this loop, never in it: compiling a new set
 	// can take seconds (up to compile_timeout_ms per module), and SIGTERM
 	// must be heard meanwhile. A shutdown cancels the reload (its

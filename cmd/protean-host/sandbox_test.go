@@ -222,3 +222,49 @@ modules = ["behave", "intruder"]
 	require.Less(t, rssKB<<10, bound, "peak RSS within the configured per-instance bounds plus overhead")
 	require.Equal(t, 200, cmd("PlaceOrder", `{"order_id":"last","client_id":"c-1","total":1}`).code, "the host is still up")
 }
+
+// SIGHUPs that arrive while the host is still starting (its plugins are
+// loaded, its consumers and HTTP server not yet started, or started and
+// healthy while start returns) are not fatal: the host finishes its start
+// and then reloads.
+func TestSIGHUPDuringStartReloadsAfterIt(t *testing.T) {
+	dir := t.TempDir()
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./host/testdata/plugins/behave"), dir, "behave.wasm")
+	addr := freeAddr(t)
+	tmp := t.TempDir()
+	cfg := filepath.Join(tmp, "host.toml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf("[plugins]\ndir = %q\ncache_dir = %q\n[http]\nlisten = %q\n",
+		dir, wasmbuild.CacheDir(t), addr)), 0o644))
+	p := launchProcess(t, addr, cfg, tmp, nil)
+	testwait.For(t, "the plugins to load", func() (bool, string) {
+		return strings.Contains(p.Tail(), "plugins loaded"), p.Tail()
+	})
+	// SIGHUP on every turn until the host is healthy, so that some arrive
+	// in the last steps of the start.
+	testwait.For(t, "the host healthy, signaled all the while", func() (bool, string) {
+		select {
+		case <-p.done:
+			return true, ""
+		default:
+		}
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+		r, err := send("GET", "http://"+addr+"/healthz", "")
+		return err == nil && r.code == 200, fmt.Sprintf("%v %v\n%s", r, err, p.Tail())
+	})
+	testwait.For(t, "the reload after the start", func() (bool, string) {
+		select {
+		case <-p.done:
+			return true, ""
+		default:
+		}
+		return strings.Contains(p.Tail(), "SIGHUP: reloading plugins"), p.Tail()
+	})
+	select {
+	case <-p.done:
+		t.Fatalf("the host exited on a SIGHUP during its start:\n%s", p.Tail())
+	default:
+	}
+	r, err := send("POST", "http://"+addr+"/v1/commands/Increment", `{"id":"x"}`)
+	require.NoError(t, err)
+	require.Equal(t, 200, r.code, r.String())
+}
