@@ -287,21 +287,19 @@ func (c *Consumer) pass() error {
 	for _, s := range subs {
 		wanted[s.Group] = s
 	}
+	var held []*worker
 	for _, w := range c.workers() {
 		if _, ok := wanted[w.sub.Group]; !ok {
 			w.stop() // the handler is gone: release and stop
 			continue
 		}
-		if err := c.opts.Leases.Renew(ctx, w.lease, c.opts.LeaseTTL); err != nil {
-			if errors.Is(err, ErrLeaseLost) {
-				c.lose(w, err)
-				continue
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			c.leaseOutage.Fail(fmt.Errorf("lease renew: %w", err), "group", w.lease.Group, "partition", w.lease.Unit)
+		held = append(held, w)
+	}
+	if err := c.renew(ctx, held); err != nil {
+		if ctx.Err() != nil {
+			return nil
 		}
+		c.leaseOutage.Fail(err, "leases", len(held))
 	}
 	var errs []error
 	halted := map[string]int{}
@@ -310,37 +308,71 @@ func (c *Consumer) pass() error {
 		if err != nil {
 			errs = append(errs, err)
 		}
+		var free []unit
 		for _, u := range units {
-			if ctx.Err() != nil {
-				return nil
-			}
-			id := unitID{s.Group, u.unit}
 			c.mu.Lock()
-			w := c.owned[id]
+			w := c.owned[unitID{s.Group, u.unit}]
 			c.mu.Unlock()
 			if w != nil {
 				w.merge(u.sources, u.cat)
 				continue
 			}
-			lease, err := c.opts.Leases.Acquire(ctx, s.Group, u.unit, c.opts.Owner, c.opts.LeaseTTL)
-			switch {
-			case errors.Is(err, ErrLeaseHeld):
-				continue
-			case errors.Is(err, ErrHalted):
-				halted[s.Group]++
-				continue
-			case err != nil:
-				errs = append(errs, err)
-				continue
-			}
-			c.opts.Metrics.acquired(s.Group)
-			c.spawn(lease, s, u)
+			free = append(free, u)
+		}
+		n, err := c.acquire(ctx, s, free)
+		halted[s.Group] += n
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ctx.Err() != nil {
+			return nil
 		}
 	}
 	for _, s := range subs {
 		c.opts.Metrics.setHalted(s.Group, halted[s.Group])
 	}
 	return errors.Join(errs...)
+}
+
+// renew renews the leases of the workers in one call per chunk
+// (Leases.RenewAll); a lost lease stops its worker.
+func (c *Consumer) renew(ctx context.Context, ws []*worker) error {
+	leases := make([]Lease, len(ws))
+	for i, w := range ws {
+		leases[i] = w.lease
+	}
+	lost, err := c.opts.Leases.RenewAll(ctx, leases, c.opts.LeaseTTL)
+	for _, i := range lost {
+		c.lose(ws[i], fmt.Errorf("partition %s %s: renew at generation %d: %w", leases[i].Group, leases[i].Unit, leases[i].Generation, ErrLeaseLost))
+	}
+	if err != nil {
+		return fmt.Errorf("lease renew: %w", err)
+	}
+	return nil
+}
+
+// acquire tries to take the leases of the units of s that are not held
+// here, in one call per chunk (Leases.AcquireAll), and starts a worker on
+// each it gets. It returns how many units it found halted.
+func (c *Consumer) acquire(ctx context.Context, s Subscription, units []unit) (halted int, _ error) {
+	if len(units) == 0 {
+		return 0, nil
+	}
+	want := make([]Unit, len(units))
+	for i, u := range units {
+		want[i] = Unit{s.Group, u.unit}
+	}
+	got, err := c.opts.Leases.AcquireAll(ctx, want, c.opts.Owner, c.opts.LeaseTTL)
+	for i, a := range got {
+		switch {
+		case errors.Is(a.Err, ErrHalted):
+			halted++
+		case a.Err == nil:
+			c.opts.Metrics.acquired(s.Group)
+			c.spawn(a.Lease, s, units[i])
+		}
+	}
+	return halted, err
 }
 
 // unit is a discovered unit: its name, key and source streams.

@@ -59,45 +59,139 @@ func NewLeases(rdb redis.UniversalClient, prefix string) *Leases {
 
 func (s *Leases) key(k string) string { return s.prefix + k }
 
-// acquireScript: KEYS lease, generation, halt; ARGV owner, ttl_ms.
-// -2 halted, -1 held, else the new generation.
+// acquireScript: KEYS lease, generation, halt of each unit (in threes);
+// ARGV owner, ttl_ms. Per unit -2 halted, -1 held, else the new
+// generation.
 var acquireScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[3]) == 1 then return -2 end
-if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
-local gen = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. gen, 'PX', ARGV[2])
-return gen
+local out = {}
+for i = 1, #KEYS, 3 do
+  if redis.call('EXISTS', KEYS[i + 2]) == 1 then
+    out[#out + 1] = -2
+  elseif redis.call('EXISTS', KEYS[i]) == 1 then
+    out[#out + 1] = -1
+  else
+    local gen = redis.call('INCR', KEYS[i + 1])
+    redis.call('SET', KEYS[i], ARGV[1] .. ':' .. gen, 'PX', ARGV[2])
+    out[#out + 1] = gen
+  end
+end
+return out
 `)
+
+// leaseChunk is the most units one acquire or renew script handles: a
+// heartbeat of 100,000 leases is a few hundred scripts, none of which
+// holds the server for long.
+const leaseChunk = 500
+
+// Unit names a unit of a consumer group, for the bulk calls.
+type Unit struct{ Group, Unit string }
+
+// Acquired is the outcome of one unit of AcquireAll: a lease, or an error
+// wrapping ErrLeaseHeld or ErrHalted.
+type Acquired struct {
+	Lease Lease
+	Err   error
+}
 
 // Acquire takes the unit's lease for ttl at the next generation. It fails
 // with ErrLeaseHeld when another owner holds it and ErrHalted when the unit
 // is halted.
 func (s *Leases) Acquire(ctx context.Context, group, unit, owner string, ttl time.Duration) (Lease, error) {
-	n, err := acquireScript.Run(ctx, s.rdb, []string{s.key(LeaseKey(group, unit)), s.key(GenerationKey(group, unit)), s.key(HaltKey(group, unit))},
-		owner, ttl.Milliseconds()).Int64()
-	switch {
-	case err != nil:
-		return Lease{}, fmt.Errorf("partition %s %s: acquire: %w", group, unit, err)
-	case n == -2:
-		return Lease{}, fmt.Errorf("partition %s %s: %w", group, unit, ErrHalted)
-	case n == -1:
-		return Lease{}, fmt.Errorf("partition %s %s: %w", group, unit, ErrLeaseHeld)
+	got, err := s.AcquireAll(ctx, []Unit{{group, unit}}, owner, ttl)
+	if err != nil {
+		return Lease{}, err
 	}
-	return Lease{Group: group, Unit: unit, Owner: owner, Generation: n}, nil
+	return got[0].Lease, got[0].Err
 }
 
-// renewScript: KEYS lease; ARGV token, ttl_ms.
+// AcquireAll is Acquire of many units, leaseChunk of them per script: one
+// outcome per unit, in order. The error is the servers' (a chunk that
+// failed); the outcomes before it are kept and returned with it.
+func (s *Leases) AcquireAll(ctx context.Context, units []Unit, owner string, ttl time.Duration) ([]Acquired, error) {
+	out := make([]Acquired, 0, len(units))
+	for from := 0; from < len(units); from += leaseChunk {
+		chunk := units[from:min(from+leaseChunk, len(units))]
+		keys := make([]string, 0, 3*len(chunk))
+		for _, u := range chunk {
+			keys = append(keys, s.key(LeaseKey(u.Group, u.Unit)), s.key(GenerationKey(u.Group, u.Unit)), s.key(HaltKey(u.Group, u.Unit)))
+		}
+		res, err := acquireScript.Run(ctx, s.rdb, keys, owner, ttl.Milliseconds()).Int64Slice()
+		if err == nil && len(res) != len(chunk) {
+			err = fmt.Errorf("unexpected reply of %d for %d units", len(res), len(chunk))
+		}
+		if err != nil {
+			return out, fmt.Errorf("partition: acquire %d units (first %s %s): %w", len(chunk), chunk[0].Group, chunk[0].Unit, err)
+		}
+		for i, u := range chunk {
+			switch n := res[i]; n {
+			case -2:
+				out = append(out, Acquired{Err: fmt.Errorf("partition %s %s: %w", u.Group, u.Unit, ErrHalted)})
+			case -1:
+				out = append(out, Acquired{Err: fmt.Errorf("partition %s %s: %w", u.Group, u.Unit, ErrLeaseHeld)})
+			default:
+				out = append(out, Acquired{Lease: Lease{Group: u.Group, Unit: u.Unit, Owner: owner, Generation: n}})
+			}
+		}
+	}
+	return out, nil
+}
+
+// renewScript: KEYS the leases; ARGV ttl_ms, then each lease's token.
+// Per lease 1 renewed, 0 lost.
 var renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
+local out = {}
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[i + 1] then
+    redis.call('PEXPIRE', KEYS[i], ARGV[1])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
 `)
 
 // Renew extends the lease by ttl from now; a lease that was lost cannot be
 // renewed (ErrLeaseLost).
 func (s *Leases) Renew(ctx context.Context, l Lease, ttl time.Duration) error {
-	n, err := renewScript.Run(ctx, s.rdb, []string{s.key(LeaseKey(l.Group, l.Unit))}, l.Token(), ttl.Milliseconds()).Int64()
-	return s.fenced(l, "renew", n, err)
+	lost, err := s.RenewAll(ctx, []Lease{l}, ttl)
+	if err != nil {
+		return fmt.Errorf("partition %s %s: renew: %w", l.Group, l.Unit, err)
+	}
+	if len(lost) > 0 {
+		return s.fenced(l, "renew", 0, nil)
+	}
+	return nil
+}
+
+// RenewAll extends every lease by ttl from now, leaseChunk of them per
+// script, and returns the indexes of those that were lost (expired or
+// taken over). On a server error the leases of the chunks not renewed are
+// neither renewed nor reported lost.
+func (s *Leases) RenewAll(ctx context.Context, leases []Lease, ttl time.Duration) (lost []int, err error) {
+	for from := 0; from < len(leases); from += leaseChunk {
+		chunk := leases[from:min(from+leaseChunk, len(leases))]
+		keys := make([]string, 0, len(chunk))
+		args := make([]any, 0, 1+len(chunk))
+		args = append(args, ttl.Milliseconds())
+		for _, l := range chunk {
+			keys = append(keys, s.key(LeaseKey(l.Group, l.Unit)))
+			args = append(args, l.Token())
+		}
+		res, err := renewScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+		if err == nil && len(res) != len(chunk) {
+			err = fmt.Errorf("unexpected reply of %d for %d leases", len(res), len(chunk))
+		}
+		if err != nil {
+			return lost, fmt.Errorf("partition: renew %d leases: %w", len(chunk), err)
+		}
+		for i, n := range res {
+			if n == 0 {
+				lost = append(lost, from+i)
+			}
+		}
+	}
+	return lost, nil
 }
 
 // releaseScript: KEYS lease; ARGV token.
@@ -293,10 +387,16 @@ func (s *Leases) DropStale(ctx context.Context, l Lease, stream string) ([]strin
 // field prefix, ids...
 var ackScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED') end
+-- One XACK and one HDEL per 1,000 ids (unpack's stack bound is ~8,000).
 local n = 0
-for i = 4, #ARGV do
-  n = n + redis.call('XACK', KEYS[2], ARGV[2], ARGV[i])
-  redis.call('HDEL', KEYS[3], ARGV[3] .. ARGV[i])
+for from = 4, #ARGV, 1000 do
+  local ids, fields = {}, {}
+  for i = from, math.min(from + 999, #ARGV) do
+    ids[#ids + 1] = ARGV[i]
+    fields[#fields + 1] = ARGV[3] .. ARGV[i]
+  end
+  n = n + redis.call('XACK', KEYS[2], ARGV[2], unpack(ids))
+  redis.call('HDEL', KEYS[3], unpack(fields))
 end
 return n
 `)

@@ -67,6 +67,91 @@ func TestLeaseAcquireRenewRelease(t *testing.T) {
 	require.Equal(t, int64(2), b.Generation, "every acquire gets the next generation")
 }
 
+// The bulk calls span several scripts (more units than one chunk) and give
+// each unit its own outcome: acquired, held by another owner, halted; and
+// renewing reports exactly the leases that were lost.
+func TestLeasesInBulk(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ls, _, _ := newLeases(t)
+	const n, ttl = 1234, time.Minute
+	units := make([]partition.Unit, n)
+	for i := range units {
+		units[i] = partition.Unit{Group: "g", Unit: "order:k" + strconv.Itoa(i)}
+	}
+	// Every 7th held by host-b, every 11th (not 7th) halted.
+	for i := 0; i < n; i += 7 {
+		_, err := ls.Acquire(ctx, "g", units[i].Unit, "host-b", ttl)
+		require.NoError(t, err)
+	}
+	for i := 0; i < n; i += 11 {
+		if i%7 == 0 {
+			continue
+		}
+		l, err := ls.Acquire(ctx, "g", units[i].Unit, "host-c", ttl)
+		require.NoError(t, err)
+		require.NoError(t, ls.Halt(ctx, l, partition.Halt{Stream: "s", Entry: "1-0", Reason: "x"}))
+	}
+	got, err := ls.AcquireAll(ctx, units, "host-a", ttl)
+	require.NoError(t, err)
+	require.Len(t, got, n)
+	var mine []partition.Lease
+	for i, a := range got {
+		switch {
+		case i%7 == 0:
+			require.ErrorIs(t, a.Err, partition.ErrLeaseHeld, "unit %d", i)
+		case i%11 == 0:
+			require.ErrorIs(t, a.Err, partition.ErrHalted, "unit %d", i)
+		default:
+			require.NoError(t, a.Err, "unit %d", i)
+			require.Equal(t, units[i].Unit, a.Lease.Unit)
+			require.Equal(t, "host-a", a.Lease.Owner)
+			require.Equal(t, int64(1), a.Lease.Generation, "unit %d", i)
+			mine = append(mine, a.Lease)
+		}
+	}
+	// Release a few, and let host-b take one of them: all are lost.
+	wantLost := []int{0, 3, len(mine) - 1}
+	for _, i := range wantLost {
+		require.NoError(t, ls.Release(ctx, mine[i]))
+	}
+	_, err = ls.Acquire(ctx, "g", mine[3].Unit, "host-b", ttl)
+	require.NoError(t, err)
+	lost, err := ls.RenewAll(ctx, mine, ttl)
+	require.NoError(t, err)
+	require.Equal(t, wantLost, lost)
+	require.ErrorIs(t, ls.Renew(ctx, mine[3], ttl), partition.ErrLeaseLost)
+	require.NoError(t, ls.Renew(ctx, mine[1], ttl))
+}
+
+// One Ack of more ids than the script's inner chunk acks every one and
+// forgets every one's attempts.
+func TestAckInBulk(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ls, rdb, prefix := newLeases(t)
+	const stream = "order:big"
+	ids := xadd(t, rdb, prefix+stream, 2345)
+	l, err := ls.Acquire(ctx, "g", stream, "host-a", time.Minute)
+	require.NoError(t, err)
+	got, err := ls.Read(ctx, l, stream, false, len(ids))
+	require.NoError(t, err)
+	require.Len(t, got, len(ids))
+	for _, id := range []string{ids[0], ids[1500], ids[len(ids)-1]} {
+		_, err := ls.Attempt(ctx, l, stream, id)
+		require.NoError(t, err)
+	}
+	n, err := ls.Ack(ctx, l, stream, ids...)
+	require.NoError(t, err)
+	require.Equal(t, len(ids), n)
+	pending, err := rdb.XPending(ctx, prefix+stream, "g").Result()
+	require.NoError(t, err)
+	require.Zero(t, pending.Count)
+	left, err := rdb.HLen(ctx, prefix+partition.AttemptsKey("g", stream)).Result()
+	require.NoError(t, err)
+	require.Zero(t, left)
+}
+
 func TestLeaseExpiryHandsOverAtTheNextGeneration(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
