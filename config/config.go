@@ -185,7 +185,7 @@ type Partitioning struct {
 	// nil means lease_ttl_ms/5000 (a 5x margin), derived by
 	// [Partitioning.HeartbeatInterval] so it follows a changed TTL.
 	HeartbeatIntervalSeconds *float64 `toml:"heartbeat_interval_seconds"`
-	PollIntervalSeconds      float64  `toml:"poll_interval_seconds"` // a worker's sleep after an empty pass
+	PollIntervalSeconds      float64  `toml:"poll_interval_seconds"` // an idle worker's re-read without a wake-up (a safety net)
 	ReapIdleMS               int      `toml:"reap_idle_ms"`          // idle time before a partition is retired
 	// WarnLivePartitions logs a warning when a category has more live
 	// partitions than this (Protean's ADR asks for it; the design is meant

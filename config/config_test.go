@@ -57,7 +57,7 @@ func TestDefault(t *testing.T) {
 	require.Equal(t, 15*time.Second, p.LeaseTTL())
 	require.Nil(t, p.HeartbeatIntervalSeconds)
 	require.Equal(t, 3*time.Second, p.HeartbeatInterval())
-	require.Equal(t, 250*time.Millisecond, p.PollInterval())
+	require.Equal(t, 10*time.Second, p.PollInterval())
 	require.Equal(t, time.Hour, p.ReapIdle())
 	require.Equal(t, 1000, p.WarnLivePartitions)
 

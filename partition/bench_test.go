@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -250,4 +252,167 @@ func handled(h partition.Handler) int64 {
 		return h.handled.Load()
 	}
 	return -1
+}
+
+// BenchmarkIdle measures what a host holding keys idle partitions costs
+// while nothing is published: its own CPU (the consumer's goroutines, as
+// a share of one core) and the commands Redis runs per second, over a
+// window of ten heartbeats after every partition is owned and drained; and
+// the time from Start to owning them all. It also reports the Redis memory
+// per partition (its stream of one message, index entry, lease, group).
+func BenchmarkIdle(b *testing.B) {
+	for _, keys := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+			rdb, prefix := benchRedis(b)
+			ctx := context.Background()
+			memBefore := usedMemory(b, rdb)
+			preload(b, rdb, prefix, keys, keys)
+			nh := &noop{done: make(chan struct{}), want: int64(keys)}
+			const heartbeat = 500 * time.Millisecond
+			opts := partition.DefaultConsumerOptions()
+			opts.Leases, opts.Positions, opts.Handler, opts.Decode, opts.Owner = partition.NewLeases(rdb, prefix), position.NewMemory(nil), nh, redisstream.Decode, "idle"
+			opts.Subscriptions = func() []partition.Subscription {
+				return []partition.Subscription{{Group: "proj", Categories: []string{"order"}}}
+			}
+			opts.Heartbeat = heartbeat
+			c, err := partition.NewConsumer(opts)
+			require.NoError(b, err)
+			b.ResetTimer()
+			begin := time.Now()
+			require.NoError(b, c.Start(ctx))
+			defer func() { require.NoError(b, c.Stop(ctx)) }()
+			for len(c.Owned()) < keys {
+				time.Sleep(5 * time.Millisecond)
+			}
+			acquired := time.Since(begin)
+			<-nh.done
+			perPartition := float64(usedMemory(b, rdb)-memBefore) / float64(keys)
+			window := 10 * heartbeat
+			cmds0, cpu0, t0 := totalCommands(b, rdb), processCPU(), time.Now()
+			time.Sleep(window)
+			cmds1, cpu1, elapsed := totalCommands(b, rdb), processCPU(), time.Since(t0)
+			b.StopTimer()
+			require.Len(b, c.Owned(), keys, "a live, connected host lost leases")
+			b.ReportMetric(acquired.Seconds(), "acquire_s")
+			b.ReportMetric(float64(cmds1-cmds0-1)/elapsed.Seconds(), "redis_cmds/s")
+			b.ReportMetric(100*(cpu1-cpu0).Seconds()/elapsed.Seconds(), "cpu_%")
+			b.ReportMetric(perPartition, "redis_B/partition")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// BenchmarkFirstEvent measures the time from the publish of a key never
+// seen before to its first message handled, with 1,000 other partitions
+// held idle, beside the raw floor in the same run: one go-redis XADD read
+// by a reader blocked in XREAD on that stream.
+func BenchmarkFirstEvent(b *testing.B) {
+	rdb, prefix := benchRedis(b)
+	ctx := context.Background()
+	const idle, samples = 1000, 200
+	preload(b, rdb, prefix, idle, idle)
+	h := &firstSeen{at: map[string]time.Time{}, done: make(chan struct{}), want: idle + samples}
+	opts := partition.DefaultConsumerOptions()
+	opts.Leases, opts.Positions, opts.Handler, opts.Decode, opts.Owner = partition.NewLeases(rdb, prefix), position.NewMemory(nil), h, redisstream.Decode, "first"
+	opts.Subscriptions = func() []partition.Subscription {
+		return []partition.Subscription{{Group: "proj", Categories: []string{"order"}}}
+	}
+	c, err := partition.NewConsumer(opts)
+	require.NoError(b, err)
+	require.NoError(b, c.Start(ctx))
+	defer func() { require.NoError(b, c.Stop(ctx)) }()
+	for len(c.Owned()) < idle {
+		time.Sleep(5 * time.Millisecond)
+	}
+	pub, err := redisstream.New(rdb, redisstream.Options{Options: broker.DefaultOptions(), Prefix: prefix, Consumer: "relay"})
+	require.NoError(b, err)
+	b.ResetTimer()
+	var host, raw []time.Duration
+	for i := 0; i < samples; i++ {
+		key := "new" + strconv.Itoa(i)
+		unit := partition.PartitionUnit("order", key)
+		sent := time.Now()
+		require.NoError(b, pub.Publish(ctx, broker.Message{ID: key, Type: "Happened", Stream: partition.StreamName("order", key),
+			Category: "order", EventStream: "order-" + key, Data: []byte(`{}`), GlobalPosition: int64(idle + i + 1), PartitionKey: key}))
+		for {
+			h.mu.Lock()
+			at, ok := h.at[unit]
+			h.mu.Unlock()
+			if ok {
+				host = append(host, at.Sub(sent))
+				break
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		raw = append(raw, rawFirstEvent(b, rdb, prefix+"raw:"+key))
+	}
+	b.StopTimer()
+	p := func(ds []time.Duration, q int) float64 {
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		return float64(ds[(len(ds)-1)*q/100].Microseconds()) / 1000
+	}
+	b.ReportMetric(p(host, 50), "p50_ms")
+	b.ReportMetric(p(host, 99), "p99_ms")
+	b.ReportMetric(p(raw, 50), "raw_p50_ms")
+	b.ReportMetric(p(raw, 99), "raw_p99_ms")
+	b.ReportMetric(0, "ns/op")
+}
+
+// rawFirstEvent is the floor of BenchmarkFirstEvent: a reader blocked in
+// XREAD on stream, one XADD, the time until the reader has it.
+func rawFirstEvent(b *testing.B, rdb *redis.Client, stream string) time.Duration {
+	ctx := context.Background()
+	got := make(chan time.Time, 1)
+	ready := make(chan struct{})
+	go func() {
+		conn := rdb.Conn()
+		defer conn.Close()
+		close(ready)
+		if _, err := conn.XRead(ctx, &redis.XReadArgs{Streams: []string{stream, "$"}, Block: time.Minute}).Result(); err == nil {
+			got <- time.Now()
+		}
+	}()
+	<-ready
+	// The reader is blocked once Redis lists it as such.
+	for {
+		n, err := rdb.Do(ctx, "INFO", "clients").Text()
+		require.NoError(b, err)
+		if strings.Contains(n, "blocked_clients:1") || strings.Contains(n, "blocked_clients:2") {
+			break
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	sent := time.Now()
+	require.NoError(b, rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"k", "v"}}).Err())
+	return (<-got).Sub(sent)
+}
+
+func usedMemory(b *testing.B, rdb *redis.Client) int64 {
+	return infoInt(b, rdb, "memory", "used_memory")
+}
+
+func totalCommands(b *testing.B, rdb *redis.Client) int64 {
+	return infoInt(b, rdb, "stats", "total_commands_processed")
+}
+
+func infoInt(b *testing.B, rdb *redis.Client, section, field string) int64 {
+	b.Helper()
+	s, err := rdb.Info(context.Background(), section).Result()
+	require.NoError(b, err)
+	for _, line := range strings.Split(s, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(b, err)
+			return n
+		}
+	}
+	b.Fatalf("INFO %s has no %s", section, field)
+	return 0
+}
+
+// processCPU is the CPU time this process has used (user and system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

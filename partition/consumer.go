@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
@@ -145,8 +146,19 @@ type worker struct {
 	stop context.CancelFunc
 	ctx  context.Context
 	done chan struct{}
+	// wake is signaled when the unit's streams were published to (or may
+	// have been): an idle worker reads them again at once.
+	wake chan struct{}
 	// lost is set when the lease was lost: the worker must not release.
 	lost bool
+}
+
+// signal wakes the worker if it is idle; a busy one reads again anyway.
+func (w *worker) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
 }
 
 // NewConsumer returns a consumer; Start runs it.
@@ -195,7 +207,18 @@ const DefaultBatchSize = 64
 func (c *Consumer) Start(ctx context.Context) error {
 	return c.life.Start(ctx, func(soft, work context.Context) {
 		c.soft, c.work = soft, work
-		c.discover()
+		// The cursors are set before the first discovery pass reads the
+		// indexes: a key published after the pass read them wakes the
+		// listener, one published before is in them (a publish adds to the
+		// index and the wake-up stream in one script).
+		cursors := map[string]string{}
+		_ = c.follow(soft, cursors) // on failure the listener tries again
+		l, listening := c.opts.Leases.Listen(), make(chan struct{})
+		go func() {
+			defer close(listening)
+			c.listen(l, cursors)
+		}()
+		c.discover(func() { c.stopListening(l, listening) })
 		c.wg.Wait()
 	})
 }
@@ -240,8 +263,10 @@ func (c *Consumer) Owned() []Lease {
 	return out
 }
 
-// discover is the heartbeat loop: renew, discover, acquire.
-func (c *Consumer) discover() {
+// discover is the heartbeat loop: renew, discover, acquire. When the
+// consumer stops, it calls stopListening (no worker starts after it
+// returns), then stops the workers.
+func (c *Consumer) discover(stopListening func()) {
 	failures := 0
 	for {
 		err := c.pass()
@@ -259,6 +284,7 @@ func (c *Consumer) discover() {
 		}
 		select {
 		case <-c.soft.Done():
+			stopListening()
 			c.shutdownWorkers()
 			return
 		case <-c.opts.Clock.After(wait):
@@ -308,18 +334,7 @@ func (c *Consumer) pass() error {
 		if err != nil {
 			errs = append(errs, err)
 		}
-		var free []unit
-		for _, u := range units {
-			c.mu.Lock()
-			w := c.owned[unitID{s.Group, u.unit}]
-			c.mu.Unlock()
-			if w != nil {
-				w.merge(u.sources, u.cat)
-				continue
-			}
-			free = append(free, u)
-		}
-		n, err := c.acquire(ctx, s, free)
+		n, err := c.place(ctx, s, units, false)
 		halted[s.Group] += n
 		if err != nil {
 			errs = append(errs, err)
@@ -351,13 +366,30 @@ func (c *Consumer) renew(ctx context.Context, ws []*worker) error {
 	return nil
 }
 
-// acquire tries to take the leases of the units of s that are not held
-// here, in one call per chunk (Leases.AcquireAll), and starts a worker on
-// each it gets. It returns how many units it found halted.
-func (c *Consumer) acquire(ctx context.Context, s Subscription, units []unit) (halted int, _ error) {
-	if len(units) == 0 {
+// place gives each unit of s to its worker here (adding the streams a
+// correlated unit gained, and waking the worker when wake is set), and
+// tries to acquire the others, in one call per chunk
+// (Leases.AcquireAll), starting a worker on each it gets. It returns how
+// many units it found halted.
+func (c *Consumer) place(ctx context.Context, s Subscription, units []unit, wake bool) (halted int, _ error) {
+	var free []unit
+	for _, u := range units {
+		c.mu.Lock()
+		w := c.owned[unitID{s.Group, u.unit}]
+		c.mu.Unlock()
+		if w == nil {
+			free = append(free, u)
+			continue
+		}
+		w.merge(u.sources, u.cat)
+		if wake {
+			w.signal()
+		}
+	}
+	if len(free) == 0 {
 		return 0, nil
 	}
+	units = free
 	want := make([]Unit, len(units))
 	for i, u := range units {
 		want[i] = Unit{s.Group, u.unit}
@@ -459,7 +491,8 @@ func (w *worker) snapshot() []string {
 // spawn starts the worker of a freshly acquired unit.
 func (c *Consumer) spawn(lease Lease, s Subscription, u unit) {
 	ctx, stop := context.WithCancel(c.soft)
-	w := &worker{lease: lease, sub: s, key: u.key, sources: u.sources, cat: u.cat, stop: stop, ctx: ctx, done: make(chan struct{})}
+	w := &worker{lease: lease, sub: s, key: u.key, sources: u.sources, cat: u.cat, stop: stop, ctx: ctx, done: make(chan struct{}),
+		wake: make(chan struct{}, 1)}
 	c.mu.Lock()
 	c.owned[unitID{lease.Group, lease.Unit}] = w
 	c.mu.Unlock()
@@ -573,12 +606,38 @@ func (c *Consumer) run(w *worker) {
 			}
 			idleSince = c.opts.Clock.Now()
 		}
+		if st.pendingLeft() {
+			continue
+		}
 		select {
 		case <-w.ctx.Done():
 			return
-		case <-c.opts.Clock.After(c.opts.Poll):
+		case <-w.wake:
+		case <-c.opts.Clock.After(c.idleWait(idleSince)):
 		}
 	}
+}
+
+// idleRechecks is about how many idle partitions a consumer reads again
+// per second without a wake-up: the safety net's whole cost, however many
+// partitions it holds.
+const idleRechecks = 200
+
+// idleWait is how long an idle worker waits for a wake-up before it reads
+// its streams again anyway: Poll, or longer when so many units are held
+// that Poll would read more than idleRechecks of them per second, spread
+// by a random quarter so that workers started together do not read
+// together; never past the unit's reap time.
+func (c *Consumer) idleWait(idleSince time.Time) time.Duration {
+	c.mu.Lock()
+	n := len(c.owned)
+	c.mu.Unlock()
+	wait := max(c.opts.Poll, time.Duration(n)*time.Second/idleRechecks)
+	wait += rand.N(wait/4 + 1)
+	if reap := c.opts.ReapIdle - c.opts.Clock.Now().Sub(idleSince); reap < wait {
+		wait = max(reap, 0)
+	}
+	return wait
 }
 
 // retry decides what a worker does after its servers failed it (the
@@ -616,6 +675,17 @@ type state struct {
 	drained map[string]bool
 	// untrimmed counts the entries acked per stream since its last trim.
 	untrimmed map[string]int
+}
+
+// pendingLeft reports a source whose own pending entries are not yet
+// known to be drained: a run that stopped part way left them.
+func (st *state) pendingLeft() bool {
+	for _, d := range st.drained {
+		if !d {
+			return true
+		}
+	}
+	return false
 }
 
 // trimEvery is how many acked entries of a stream a worker lets pile up

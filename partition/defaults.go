@@ -18,8 +18,8 @@ func DefaultConsumerOptions() ConsumerOptions {
 	const ttl = 15 * time.Second
 	return ConsumerOptions{
 		LeaseTTL:  ttl,
-		Heartbeat: ttl / 5, // a 5x margin before the lease lapses
-		Poll:      250 * time.Millisecond,
+		Heartbeat: ttl / 5,          // a 5x margin before the lease lapses
+		Poll:      10 * time.Second, // the safety net under wake-ups (idleWait)
 		ReapIdle:  time.Hour,
 		Retry: delivery.Policy{MaxRetries: b.MaxRetries, Delay: b.RetryDelay, MaxDelay: b.MaxRetryDelay,
 			Jitter: delivery.DefaultJitter},

@@ -40,8 +40,15 @@
 // # The consumer
 //
 // [Consumer] renews held leases and discovers units from the category
-// indexes every heartbeat, acquires free ones, and runs one worker per
-// owned unit. A worker hands runs of up to [ConsumerOptions].BatchSize
+// indexes every heartbeat, acquires free ones in bulk, and runs one worker
+// per owned unit. Workers do not poll: a publish also adds an entry naming
+// its keys to the category's wake-up stream (WakeKey), on which each
+// consumer blocks with one XREAD ([Listener]); it wakes the worker of each
+// key, or acquires the key's unit at once when it is new. An idle worker
+// reads again without a wake-up only as a safety net, after Poll, spread
+// so that a consumer re-reads about 200 idle units a second however many
+// it holds; a listener that failed, or fell so far behind that its stream
+// was trimmed past it, wakes every worker. A worker hands runs of up to [ConsumerOptions].BatchSize
 // messages of one source (the primary stream before its backfill lane) to
 // the [Handler]; a failure at message k commits the messages before k and
 // retries k alone. After max_retries failed attempts (counted in Redis, so
@@ -91,6 +98,7 @@
 //	C:K            the partition stream            (StreamName)
 //	C:K:suffix     its low-priority backfill lane  (LaneStreamName)
 //	C:__partitions__  the set of live keys of C    (IndexKey)
+//	C:__wake__     the wake-up stream of C         (WakeKey)
 //
 // The index records the base key only, never the lane.
 package partition

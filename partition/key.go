@@ -181,6 +181,18 @@ func LaneStreamName(category, key, suffix string) string {
 	return category + ":" + key + ":" + suffix
 }
 
+// WakeKey is the wake-up stream of category: "{category}:__wake__". Each
+// publish to the category's partitions adds one entry whose field names
+// are the keys it published to; consumers block on it (XREAD) instead of
+// polling their partitions. It is a sentinel-form name, so no key's stream
+// can take it.
+func WakeKey(category string) string {
+	return category + ":" + wakeSentinel
+}
+
+// wakeSentinel names the per-category wake-up stream.
+const wakeSentinel = "__wake__"
+
 // IndexKey is the set of live partition keys of category:
 // "{category}:__partitions__".
 func IndexKey(category string) string {

@@ -213,21 +213,22 @@ func (b *Broker) publish(ctx context.Context, epoch string, msgs []broker.Messag
 	if len(msgs) == 0 {
 		return nil, nil
 	}
-	keys := make([]string, 0, 3*len(msgs))
-	args := make([]any, 0, 24*len(msgs))
+	keys := make([]string, 0, 4*len(msgs)+1)
+	args := make([]any, 0, 24*len(msgs)+2)
+	args = append(args, wakeMaxLen)
 	for i, m := range msgs {
 		if m.ID == "" || m.Stream == "" {
 			return nil, fmt.Errorf("redisstream: publish: message %d (id %q, stream %q): %w: id and stream are required", i, m.ID, m.Stream, broker.ErrInvalid)
 		}
-		idx := b.opts.Prefix + m.Stream
+		idx, wake := b.opts.Prefix+m.Stream, b.opts.Prefix+m.Stream
 		if m.PartitionKey != "" {
 			c := Category(m)
 			if c == "" {
 				return nil, fmt.Errorf("redisstream: publish: message %s: %w: partition key %q without a category", m.ID, broker.ErrInvalid, m.PartitionKey)
 			}
-			idx = b.opts.Prefix + partition.IndexKey(c)
+			idx, wake = b.opts.Prefix+partition.IndexKey(c), b.opts.Prefix+partition.WakeKey(c)
 		}
-		keys = append(keys, b.opts.Prefix+m.Stream, b.opts.Prefix+idsKey(m.Stream), idx)
+		keys = append(keys, b.opts.Prefix+m.Stream, b.opts.Prefix+idsKey(m.Stream), idx, wake)
 		f := Encode(m)
 		args = append(args, m.ID, m.PartitionKey, len(f))
 		args = append(args, f...)
@@ -248,6 +249,12 @@ func (b *Broker) publish(ctx context.Context, epoch string, msgs []broker.Messag
 	}
 	return res, nil
 }
+
+// wakeMaxLen is about how many entries a category's wake-up stream keeps
+// (XADD MAXLEN ~): far more than a listener falls behind by between two
+// reads; one that falls further behind notices and wakes every worker
+// (package partition).
+const wakeMaxLen = 10000
 
 // EpochKey (with Options.Prefix) is the epoch marker: a string the outbox
 // relay sets once it has made sure that everything published before it is

@@ -14,8 +14,9 @@ import "github.com/redis/go-redis/v9"
 // injected clock (broker.Options.Now) is compared to the nanosecond.
 
 // publishScript appends every message of a Publish call. KEYS come in
-// threes per message: stream, id index, partition index (the stream key
-// again when the message has no partition key; it is not touched then);
+// fours per message: stream, id index, partition index, wake-up stream
+// (the stream key again for the last two when the message has no
+// partition key; they are not touched then);
 // with Options.Epoch, the epoch marker follows them and the last ARGV is
 // the epoch the caller read before it claimed what it publishes (or ""):
 // a Redis without the marker (restarted empty, or a replica promoted
@@ -25,11 +26,15 @@ import "github.com/redis/go-redis/v9"
 // restarted since (a new run_id) refuses with RESTARTED, since its last
 // acknowledged writes may be gone (appendfsync everysec, a failover). ARGV per message: message id,
 // partition key or "", field count, fields. It returns the entry ids, ""
-// for a message dropped as a duplicate.
+// for a message dropped as a duplicate. Last, each wake-up stream gets one
+// entry naming the distinct partition keys the call published to (as
+// field names), so the partition consumers blocked on it start on those
+// keys at once (package partition, WakeKey); it keeps about the last
+// ARGV-given number of entries (wakeMaxLen).
 var publishScript = redis.NewScript(`#!lua
-local want = {'stream', 'hash', 'set'}
-local n = math.floor(#KEYS / 3)
-if #KEYS % 3 == 1 then
+local want = {'stream', 'hash', 'set', 'stream'}
+local n = math.floor(#KEYS / 4)
+if #KEYS % 4 == 1 then
   local mark, want = redis.call('GET', KEYS[#KEYS]), ARGV[#ARGV]
   if not mark then
     return redis.error_reply('NOEPOCH the epoch marker ' .. KEYS[#KEYS] .. ' is missing: this Redis lost its data')
@@ -44,7 +49,8 @@ if #KEYS % 3 == 1 then
     end
   end
 end
-local a = 1
+local wake_len = ARGV[1]
+local a = 2
 local msgs = {}
 for i = 1, n do
   local id, pkey, nf = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
@@ -52,9 +58,9 @@ for i = 1, n do
   for j = 1, nf do fields[j] = ARGV[a + 2 + j] end
   a = a + 3 + nf
   msgs[i] = {id = id, pkey = pkey, fields = fields}
-  for k = 1, 3 do
+  for k = 1, 4 do
     if k < 3 or pkey ~= '' then
-      local key = KEYS[(i - 1) * 3 + k]
+      local key = KEYS[(i - 1) * 4 + k]
       local t = redis.call('TYPE', key)['ok']
       if t ~= 'none' and t ~= want[k] then
         return redis.error_reply('WRONGTYPE key ' .. key .. ' holds a ' .. t .. ', want a ' .. want[k])
@@ -63,9 +69,11 @@ for i = 1, n do
   end
 end
 local out = {}
+local wakes, woken = {}, {}
 for i = 1, n do
   local m = msgs[i]
-  local s, ids, idx = KEYS[(i - 1) * 3 + 1], KEYS[(i - 1) * 3 + 2], KEYS[(i - 1) * 3 + 3]
+  local b = (i - 1) * 4
+  local s, ids, idx, wake = KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4]
   if redis.call('HEXISTS', ids, m.id) == 1 then
     out[i] = ''
   else
@@ -73,7 +81,22 @@ for i = 1, n do
     redis.call('HSET', ids, m.id, eid)
     out[i] = eid
   end
-  if m.pkey ~= '' then redis.call('SADD', idx, m.pkey) end
+  if m.pkey ~= '' then
+    redis.call('SADD', idx, m.pkey)
+    local w = wakes[wake]
+    if not w then
+      w = {}
+      wakes[wake], woken[wake] = w, {}
+    end
+    if not woken[wake][m.pkey] then
+      woken[wake][m.pkey] = true
+      w[#w + 1] = m.pkey
+      w[#w + 1] = '1'
+    end
+  end
+end
+for wake, w in pairs(wakes) do
+  redis.call('XADD', wake, 'MAXLEN', '~', wake_len, '*', unpack(w))
 end
 return out
 `)
