@@ -180,11 +180,14 @@ func BenchmarkFailover(b *testing.B) {
 	var samples []time.Duration
 	for i := 0; i < b.N; i++ {
 		require.NoError(b, rdb.Del(context.Background(), prefix+partition.IndexKey("order")).Err())
+		// The dead owner heartbeated once: its leases hold for ttl.
+		_, _, err := leases.Heartbeat(context.Background(), "dead", ttl)
+		require.NoError(b, err)
 		died := map[string]time.Time{}
 		for k := 0; k < keys; k++ {
 			key := fmt.Sprintf("f%d-%d", i, k)
 			preload1(b, rdb, prefix, key, int64(k+1))
-			_, err := leases.Acquire(context.Background(), "proj", partition.PartitionUnit("order", key), "dead", ttl)
+			_, err := leases.Acquire(context.Background(), "proj", partition.PartitionUnit("order", key), "dead")
 			require.NoError(b, err)
 			died[partition.PartitionUnit("order", key)] = time.Now()
 		}
@@ -257,11 +260,11 @@ func handled(h partition.Handler) int64 {
 // BenchmarkIdle measures what a host holding keys idle partitions costs
 // while nothing is published: its own CPU (the consumer's goroutines, as
 // a share of one core) and the commands Redis runs per second, over a
-// window of ten heartbeats after every partition is owned and drained; and
+// window of thirty heartbeats (0.5 s, a sixth of the default) after every partition is owned and drained; and
 // the time from Start to owning them all. It also reports the Redis memory
 // per partition (its stream of one message, index entry, lease, group).
 func BenchmarkIdle(b *testing.B) {
-	for _, keys := range []int{1000, 10000} {
+	for _, keys := range []int{1000, 10000, 100000} {
 		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
 			rdb, prefix := benchRedis(b)
 			ctx := context.Background()
@@ -287,7 +290,11 @@ func BenchmarkIdle(b *testing.B) {
 			acquired := time.Since(begin)
 			<-nh.done
 			perPartition := float64(usedMemory(b, rdb)-memBefore) / float64(keys)
-			window := 10 * heartbeat
+			// Past the trims that follow the drain, then a window long
+			// enough to hold the safety net's re-reads at 1,000 keys
+			// (idleWait: Poll, 10 s, plus a quarter).
+			time.Sleep(4 * heartbeat)
+			window := 30 * heartbeat
 			cmds0, cpu0, t0 := totalCommands(b, rdb), processCPU(), time.Now()
 			time.Sleep(window)
 			cmds1, cpu1, elapsed := totalCommands(b, rdb), processCPU(), time.Since(t0)

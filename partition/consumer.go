@@ -113,6 +113,10 @@ type Consumer struct {
 
 	mu    sync.Mutex
 	owned map[unitID]*worker
+	// live is the hosts set the last heartbeat read; held the units seen
+	// held by other hosts.
+	live map[string]bool
+	held map[unitID]heldBy
 
 	// life starts discovery and stops it in two phases; soft and work are
 	// its contexts, set when discovery starts and read only by discovery
@@ -190,7 +194,7 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 		opts.Classify = delivery.Classify
 	}
 	outage := opts.Infra.Outage("partition workers", opts.Logger, opts.Clock.Now)
-	return &Consumer{opts: opts, log: opts.Logger, owned: map[unitID]*worker{}, warned: map[string]bool{},
+	return &Consumer{opts: opts, log: opts.Logger, owned: map[unitID]*worker{}, warned: map[string]bool{}, held: map[unitID]heldBy{},
 		outage: outage,
 		core: &delivery.Core{Policy: opts.Retry, Classify: opts.Classify, Outage: outage, Clock: opts.Clock,
 			What: "partition", Log: opts.Logger},
@@ -286,6 +290,13 @@ func (c *Consumer) discover(stopListening func()) {
 		case <-c.soft.Done():
 			stopListening()
 			c.shutdownWorkers()
+			// Every lease is released: leaving the hosts set now tells the
+			// others at their next pass (a stop's successors need no lapse).
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(c.work), min(c.opts.LeaseTTL, 2*time.Second))
+			if err := c.opts.Leases.Leave(lctx, c.opts.Owner); err != nil {
+				c.log.Warn("partition consumer: leaving the hosts set failed; it lapses by itself", "error", err)
+			}
+			cancel()
 			return
 		case <-c.opts.Clock.After(wait):
 		}
@@ -321,11 +332,18 @@ func (c *Consumer) pass() error {
 		}
 		held = append(held, w)
 	}
-	if err := c.renew(ctx, held); err != nil {
+	live, lapsed, err := c.opts.Leases.Heartbeat(ctx, c.opts.Owner, c.opts.LeaseTTL)
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
-		c.leaseOutage.Fail(err, "leases", len(held))
+		return err
+	}
+	c.mu.Lock()
+	c.live = live
+	c.mu.Unlock()
+	if lapsed && len(held) > 0 {
+		c.check(ctx, held)
 	}
 	var errs []error
 	halted := map[string]int{}
@@ -334,7 +352,7 @@ func (c *Consumer) pass() error {
 		if err != nil {
 			errs = append(errs, err)
 		}
-		n, err := c.place(ctx, s, units, false)
+		n, err := c.place(ctx, s, units, false, true)
 		halted[s.Group] += n
 		if err != nil {
 			errs = append(errs, err)
@@ -349,62 +367,118 @@ func (c *Consumer) pass() error {
 	return errors.Join(errs...)
 }
 
-// renew renews the leases of the workers in one call per chunk
-// (Leases.RenewAll); a lost lease stops its worker.
-func (c *Consumer) renew(ctx context.Context, ws []*worker) error {
+// check stops the workers whose leases were taken over while this
+// consumer's heartbeat had lapsed (Leases.CheckAll). Without it they
+// would learn so at their next fenced step; this frees them at once.
+func (c *Consumer) check(ctx context.Context, ws []*worker) {
 	leases := make([]Lease, len(ws))
 	for i, w := range ws {
 		leases[i] = w.lease
 	}
-	lost, err := c.opts.Leases.RenewAll(ctx, leases, c.opts.LeaseTTL)
+	lost, err := c.opts.Leases.CheckAll(ctx, leases)
 	for _, i := range lost {
-		c.lose(ws[i], fmt.Errorf("partition %s %s: renew at generation %d: %w", leases[i].Group, leases[i].Unit, leases[i].Generation, ErrLeaseLost))
+		c.lose(ws[i], fmt.Errorf("partition %s %s: taken over at generation %d while the heartbeat had lapsed: %w",
+			leases[i].Group, leases[i].Unit, leases[i].Generation, ErrLeaseLost))
 	}
-	if err != nil {
-		return fmt.Errorf("lease renew: %w", err)
+	if err != nil && ctx.Err() == nil {
+		c.leaseOutage.Fail(fmt.Errorf("lease check: %w", err), "leases", len(ws))
 	}
-	return nil
+}
+
+// heldBy is a unit another live host was seen holding: it is not tried
+// again until its holder's heartbeat lapses, or until (a lease TTL after
+// it was seen) the entry is stale, so a unit its holder released is
+// picked up here within a TTL even if no publish wakes it.
+type heldBy struct {
+	owner string
+	until time.Time
 }
 
 // place gives each unit of s to its worker here (adding the streams a
 // correlated unit gained, and waking the worker when wake is set), and
-// tries to acquire the others, in one call per chunk
-// (Leases.AcquireAll), starting a worker on each it gets. It returns how
-// many units it found halted.
-func (c *Consumer) place(ctx context.Context, s Subscription, units []unit, wake bool) (halted int, _ error) {
+// tries to acquire the others that no live host was seen holding, in one
+// call per chunk (Leases.AcquireAll), starting a worker on each it gets.
+// On a discovery pass (takeover set) it then takes over the units whose
+// holder's heartbeat has lapsed, judged by a hosts set read after the
+// holder's token. It returns how many units it found halted.
+func (c *Consumer) place(ctx context.Context, s Subscription, units []unit, wake, takeover bool) (halted int, _ error) {
 	var free []unit
+	now := c.opts.Clock.Now()
+	c.mu.Lock()
 	for _, u := range units {
-		c.mu.Lock()
-		w := c.owned[unitID{s.Group, u.unit}]
-		c.mu.Unlock()
-		if w == nil {
-			free = append(free, u)
+		id := unitID{s.Group, u.unit}
+		if w := c.owned[id]; w != nil {
+			w.merge(u.sources, u.cat)
+			if wake {
+				w.signal()
+			}
 			continue
 		}
-		w.merge(u.sources, u.cat)
-		if wake {
-			w.signal()
+		if h, ok := c.held[id]; ok && c.live[h.owner] && now.Before(h.until) {
+			continue
 		}
+		free = append(free, u)
 	}
+	c.mu.Unlock()
 	if len(free) == 0 {
 		return 0, nil
 	}
-	units = free
-	want := make([]Unit, len(units))
-	for i, u := range units {
-		want[i] = Unit{s.Group, u.unit}
+	want := make([]Want, len(free))
+	for i, u := range free {
+		want[i] = Want{Unit: Unit{s.Group, u.unit}}
 	}
-	got, err := c.opts.Leases.AcquireAll(ctx, want, c.opts.Owner, c.opts.LeaseTTL)
+	got, err := c.opts.Leases.AcquireAll(ctx, want, c.opts.Owner)
+	var lapsed []int // indexes into free and want
 	for i, a := range got {
 		switch {
 		case errors.Is(a.Err, ErrHalted):
 			halted++
+		case errors.Is(a.Err, ErrLeaseHeld):
+			owner := TokenOwner(a.Holder)
+			c.mu.Lock()
+			c.held[unitID{s.Group, free[i].unit}] = heldBy{owner: owner, until: now.Add(c.opts.LeaseTTL)}
+			alive := c.live[owner]
+			c.mu.Unlock()
+			if !alive {
+				want[i].Lapsed = a.Holder
+				lapsed = append(lapsed, i)
+			}
 		case a.Err == nil:
-			c.opts.Metrics.acquired(s.Group)
-			c.spawn(a.Lease, s, units[i])
+			c.won(s, a.Lease, free[i])
+		}
+	}
+	if err != nil || !takeover || len(lapsed) == 0 {
+		return halted, err
+	}
+	live, err := c.opts.Leases.Live(ctx)
+	if err != nil {
+		return halted, err
+	}
+	var again []Want
+	var units2 []unit
+	for _, i := range lapsed {
+		if !live[TokenOwner(want[i].Lapsed)] {
+			again = append(again, want[i])
+			units2 = append(units2, free[i])
+		}
+	}
+	got, err = c.opts.Leases.AcquireAll(ctx, again, c.opts.Owner)
+	for i, a := range got {
+		if a.Err == nil {
+			c.log.Info("partition taken over from a lapsed host", "group", s.Group, "partition", a.Lease.Unit, "from", again[i].Lapsed)
+			c.won(s, a.Lease, units2[i])
 		}
 	}
 	return halted, err
+}
+
+// won starts the worker of a unit whose lease this consumer acquired.
+func (c *Consumer) won(s Subscription, l Lease, u unit) {
+	c.mu.Lock()
+	delete(c.held, unitID{s.Group, u.unit})
+	c.mu.Unlock()
+	c.opts.Metrics.acquired(s.Group)
+	c.spawn(l, s, u)
 }
 
 // unit is a discovered unit: its name, key and source streams.

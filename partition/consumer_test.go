@@ -322,7 +322,7 @@ func TestRedeliveredAfterCommitIsNotAppliedTwice(t *testing.T) {
 	r.pub.publish("order", "c-1", 3)
 	// Play the crashed owner by hand: read all three, commit their effects
 	// and position, and die before acking.
-	l, err := r.leases.Acquire(context.Background(), "proj", "order:c-1", "dead", time.Hour)
+	l, err := r.leases.Acquire(context.Background(), "proj", "order:c-1", "dead")
 	require.NoError(t, err)
 	row, err := r.store.Claim(context.Background(), "proj", "order:c-1")
 	require.NoError(t, err)
@@ -596,4 +596,44 @@ func TestGapHaltsTheKeyUntilAnOperatorResumes(t *testing.T) {
 	_, err = admin.Skip(ctx, "proj", "order:k", partition.Operator{By: "test", Reason: "poison"})
 	require.NoError(t, err)
 	applied(1, 2, 4, 5, 7)
+}
+
+// A host cut off from Redis past its lease TTL lapses: another takes its
+// partition over at the next generation and goes on, and the cut-off host,
+// once back, gives the partition up (its heartbeat tells it it lapsed, its
+// fenced steps are refused); every message is applied once, in order.
+func TestCutOffHostIsTakenOverAndGivesUp(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	proxy, err := faultproxy.New(r.rdb.Options().Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	opt := *r.rdb.Options()
+	opt.Addr = proxy.Addr()
+	opt.MaxRetries = -1
+	cut := redis.NewClient(&opt)
+	t.Cleanup(func() { _ = cut.Close() })
+	h := newEffects(r.store) // both hosts' effects: an overlap across them is caught
+	const ttl = time.Second
+	a := r.consumer("host-a", h, ttl, func(o *partition.ConsumerOptions) { o.Leases = partition.NewLeases(cut, r.prefix) })
+	r.pub.publish("order", "k", 3)
+	start(t, a)
+	r.waitApplied(h)
+
+	proxy.Cut()
+	b := r.consumer("host-b", h, ttl)
+	start(t, b)
+	r.pub.publish("order", "k", 3)
+	r.waitApplied(h)
+	require.Len(t, b.Owned(), 1, "host-b took the partition over")
+	proxy.Resume()
+	testwait.For(t, "host-a gives the partition up", func() (bool, string) {
+		return len(a.Owned()) == 0, fmt.Sprintf("a owns %v", a.Owned())
+	})
+	r.pub.publish("order", "k", 2)
+	r.waitApplied(h)
+	r.requireExactlyOnceInOrder(h)
+	gen, err := r.rdb.Get(context.Background(), r.prefix+partition.GenerationKey("proj", partition.PartitionUnit("order", "k"))).Int64()
+	require.NoError(t, err)
+	require.EqualValues(t, 2, gen)
 }

@@ -11,7 +11,9 @@
 // A unit (a partition "{category}:{key}" of one consumer group, or a
 // process manager's correlation value across its categories) is worked on
 // only under a lease. [Leases.Acquire] gives the next generation from a
-// counter that is never deleted; every read, reclaim, ack, attempt count,
+// counter that is never deleted (the lease holds while its owner
+// heartbeats in the hosts set, [Leases.Heartbeat]; a lapsed owner's lease
+// is taken over by a compare and set on its token); every read, reclaim, ack, attempt count,
 // halt and reap checks the caller's token "{owner}:{generation}" in the
 // same Lua script, and refuses a stale one with [ErrLeaseLost]. The token
 // is also the Redis consumer name, so each generation has its own pending
@@ -39,8 +41,9 @@
 //
 // # The consumer
 //
-// [Consumer] renews held leases and discovers units from the category
-// indexes every heartbeat, acquires free ones in bulk, and runs one worker
+// [Consumer] heartbeats (one script, however many leases it holds) and
+// discovers units from the category indexes every heartbeat, acquires
+// free ones and takes over those of lapsed hosts in bulk, and runs one worker
 // per owned unit. Workers do not poll: a publish also adds an entry naming
 // its keys to the category's wake-up stream (WakeKey), on which each
 // consumer blocks with one XREAD ([Listener]); it wakes the worker of each

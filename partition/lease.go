@@ -59,131 +59,233 @@ func NewLeases(rdb redis.UniversalClient, prefix string) *Leases {
 
 func (s *Leases) key(k string) string { return s.prefix + k }
 
+// The liveness of a lease is its owner's: a lease key has no TTL, and
+// holds while its owner heartbeats in the hosts set (HostsKey, one
+// command per heartbeat however many leases it holds). Once an owner's
+// heartbeat has lapsed, another host may take its leases over: it reads
+// the lease's token, sees the token's owner missing from a hosts set it
+// read after the token, and replaces exactly that token (a compare and
+// set, so two successors cannot both win). Every fenced step checks the
+// token as before, so an owner that was only stalled is refused from its
+// first step after the takeover, as it was when a lease key expired.
+
+// heartbeatScript: KEYS hosts; ARGV owner, ttl_ms. Registers the owner
+// until now + ttl (the server's clock), drops the lapsed, and returns
+// {1 if the owner had lapsed (or was new), the live owners...}.
+var heartbeatScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local prev = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local lapsed = 0
+if not prev or tonumber(prev) < now then lapsed = 1 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
+local out = {lapsed}
+for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do out[#out + 1] = m end
+return out
+`)
+
+// liveScript: KEYS hosts. The owners whose heartbeat has not lapsed.
+var liveScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')
+`)
+
+// Heartbeat registers owner as live for ttl from now and returns the live
+// owners (owner among them). lapsed reports that owner was not live
+// before this call (its first heartbeat, or one after a stall or an
+// outage longer than ttl): its leases may have been taken over meanwhile.
+func (s *Leases) Heartbeat(ctx context.Context, owner string, ttl time.Duration) (live map[string]bool, lapsed bool, err error) {
+	res, err := heartbeatScript.Run(ctx, s.rdb, []string{s.key(HostsKey)}, owner, ttl.Milliseconds()).Slice()
+	if err != nil {
+		return nil, false, fmt.Errorf("partition: heartbeat of %s: %w", owner, err)
+	}
+	if len(res) == 0 {
+		return nil, false, fmt.Errorf("partition: heartbeat of %s: empty reply", owner)
+	}
+	n, _ := res[0].(int64)
+	live = make(map[string]bool, len(res)-1)
+	for _, m := range res[1:] {
+		if name, ok := m.(string); ok {
+			live[name] = true
+		}
+	}
+	return live, n == 1, nil
+}
+
+// Live returns the owners whose heartbeat has not lapsed.
+func (s *Leases) Live(ctx context.Context) (map[string]bool, error) {
+	res, err := liveScript.Run(ctx, s.rdb, []string{s.key(HostsKey)}).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("partition: live hosts: %w", err)
+	}
+	live := make(map[string]bool, len(res))
+	for _, m := range res {
+		live[m] = true
+	}
+	return live, nil
+}
+
+// Leave removes owner from the hosts set (a host that stops, after
+// releasing its leases).
+func (s *Leases) Leave(ctx context.Context, owner string) error {
+	if err := s.rdb.ZRem(ctx, s.key(HostsKey), owner).Err(); err != nil {
+		return fmt.Errorf("partition: leave %s: %w", owner, err)
+	}
+	return nil
+}
+
+// TokenOwner is the owner part of a lease token "{owner}:{generation}".
+func TokenOwner(token string) string {
+	if i := strings.LastIndexByte(token, ':'); i >= 0 {
+		return token[:i]
+	}
+	return token
+}
+
 // acquireScript: KEYS lease, generation, halt of each unit (in threes);
-// ARGV owner, ttl_ms. Per unit -2 halted, -1 held, else the new
-// generation.
+// ARGV owner, then per unit a token the caller found lapsed ("" for
+// none). Per unit: -2 halted; the new generation when the lease was free,
+// or held by exactly that lapsed token (and has no TTL: a lease of an
+// older host, which expires by itself, is left to expire); else the
+// holder's token.
 var acquireScript = redis.NewScript(`
 local out = {}
 for i = 1, #KEYS, 3 do
+  local lapsed = ARGV[(i - 1) / 3 + 2]
+  local cur = redis.call('GET', KEYS[i])
   if redis.call('EXISTS', KEYS[i + 2]) == 1 then
     out[#out + 1] = -2
-  elseif redis.call('EXISTS', KEYS[i]) == 1 then
-    out[#out + 1] = -1
+  elseif cur and (lapsed == '' or cur ~= lapsed or redis.call('PTTL', KEYS[i]) ~= -1) then
+    out[#out + 1] = cur
   else
     local gen = redis.call('INCR', KEYS[i + 1])
-    redis.call('SET', KEYS[i], ARGV[1] .. ':' .. gen, 'PX', ARGV[2])
+    redis.call('SET', KEYS[i], ARGV[1] .. ':' .. gen)
     out[#out + 1] = gen
   end
 end
 return out
 `)
 
-// leaseChunk is the most units one acquire or renew script handles: a
-// heartbeat of 100,000 leases is a few hundred scripts, none of which
-// holds the server for long.
+// leaseChunk is the most units one acquire or check script handles: a
+// pass over 100,000 units is a few hundred scripts, none of which holds
+// the server for long.
 const leaseChunk = 500
 
 // Unit names a unit of a consumer group, for the bulk calls.
 type Unit struct{ Group, Unit string }
 
-// Acquired is the outcome of one unit of AcquireAll: a lease, or an error
-// wrapping ErrLeaseHeld or ErrHalted.
-type Acquired struct {
-	Lease Lease
-	Err   error
+// Want is one unit of AcquireAll: Lapsed, if set, is the token of a
+// holder the caller found lapsed (see Heartbeat), which may be replaced.
+type Want struct {
+	Unit
+	Lapsed string
 }
 
-// Acquire takes the unit's lease for ttl at the next generation. It fails
-// with ErrLeaseHeld when another owner holds it and ErrHalted when the unit
-// is halted.
-func (s *Leases) Acquire(ctx context.Context, group, unit, owner string, ttl time.Duration) (Lease, error) {
-	got, err := s.AcquireAll(ctx, []Unit{{group, unit}}, owner, ttl)
+// Acquired is the outcome of one unit of AcquireAll: a lease, or an error
+// wrapping ErrLeaseHeld (Holder is then the holder's token) or ErrHalted.
+type Acquired struct {
+	Lease  Lease
+	Holder string
+	Err    error
+}
+
+// Acquire takes the unit's lease at the next generation while it is
+// free. It fails with ErrLeaseHeld when another owner holds it and
+// ErrHalted when the unit is halted. The lease holds while owner
+// heartbeats (Heartbeat).
+func (s *Leases) Acquire(ctx context.Context, group, unit, owner string) (Lease, error) {
+	got, err := s.AcquireAll(ctx, []Want{{Unit: Unit{group, unit}}}, owner)
 	if err != nil {
 		return Lease{}, err
 	}
 	return got[0].Lease, got[0].Err
 }
 
-// AcquireAll is Acquire of many units, leaseChunk of them per script: one
-// outcome per unit, in order. The error is the servers' (a chunk that
-// failed); the outcomes before it are kept and returned with it.
-func (s *Leases) AcquireAll(ctx context.Context, units []Unit, owner string, ttl time.Duration) ([]Acquired, error) {
-	out := make([]Acquired, 0, len(units))
-	for from := 0; from < len(units); from += leaseChunk {
-		chunk := units[from:min(from+leaseChunk, len(units))]
+// AcquireAll is Acquire of many units, leaseChunk of them per script, each
+// also taken over from its Lapsed holder: one outcome per unit, in order.
+// The error is the servers' (a chunk that failed); the outcomes before it
+// are kept and returned with it.
+func (s *Leases) AcquireAll(ctx context.Context, wants []Want, owner string) ([]Acquired, error) {
+	out := make([]Acquired, 0, len(wants))
+	for from := 0; from < len(wants); from += leaseChunk {
+		chunk := wants[from:min(from+leaseChunk, len(wants))]
 		keys := make([]string, 0, 3*len(chunk))
-		for _, u := range chunk {
-			keys = append(keys, s.key(LeaseKey(u.Group, u.Unit)), s.key(GenerationKey(u.Group, u.Unit)), s.key(HaltKey(u.Group, u.Unit)))
+		args := make([]any, 0, 1+len(chunk))
+		args = append(args, owner)
+		for _, w := range chunk {
+			keys = append(keys, s.key(LeaseKey(w.Group, w.Unit.Unit)), s.key(GenerationKey(w.Group, w.Unit.Unit)), s.key(HaltKey(w.Group, w.Unit.Unit)))
+			args = append(args, w.Lapsed)
 		}
-		res, err := acquireScript.Run(ctx, s.rdb, keys, owner, ttl.Milliseconds()).Int64Slice()
+		res, err := acquireScript.Run(ctx, s.rdb, keys, args...).Slice()
 		if err == nil && len(res) != len(chunk) {
 			err = fmt.Errorf("unexpected reply of %d for %d units", len(res), len(chunk))
 		}
 		if err != nil {
-			return out, fmt.Errorf("partition: acquire %d units (first %s %s): %w", len(chunk), chunk[0].Group, chunk[0].Unit, err)
+			return out, fmt.Errorf("partition: acquire %d units (first %s %s): %w", len(chunk), chunk[0].Group, chunk[0].Unit.Unit, err)
 		}
-		for i, u := range chunk {
-			switch n := res[i]; n {
-			case -2:
-				out = append(out, Acquired{Err: fmt.Errorf("partition %s %s: %w", u.Group, u.Unit, ErrHalted)})
-			case -1:
-				out = append(out, Acquired{Err: fmt.Errorf("partition %s %s: %w", u.Group, u.Unit, ErrLeaseHeld)})
+		for i, w := range chunk {
+			g, u := w.Group, w.Unit.Unit
+			switch r := res[i].(type) {
+			case string:
+				out = append(out, Acquired{Holder: r, Err: fmt.Errorf("partition %s %s: held by %s: %w", g, u, r, ErrLeaseHeld)})
+			case int64:
+				if r == -2 {
+					out = append(out, Acquired{Err: fmt.Errorf("partition %s %s: %w", g, u, ErrHalted)})
+				} else {
+					out = append(out, Acquired{Lease: Lease{Group: g, Unit: u, Owner: owner, Generation: r}})
+				}
 			default:
-				out = append(out, Acquired{Lease: Lease{Group: u.Group, Unit: u.Unit, Owner: owner, Generation: n}})
+				return out, fmt.Errorf("partition %s %s: acquire: unexpected reply %v", g, u, r)
 			}
 		}
 	}
 	return out, nil
 }
 
-// renewScript: KEYS the leases; ARGV ttl_ms, then each lease's token.
-// Per lease 1 renewed, 0 lost.
-var renewScript = redis.NewScript(`
+// checkScript: KEYS the leases; ARGV each lease's token. Per lease 1 if
+// it is still the token's, 0 if not.
+var checkScript = redis.NewScript(`
 local out = {}
 for i = 1, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[i + 1] then
-    redis.call('PEXPIRE', KEYS[i], ARGV[1])
-    out[i] = 1
-  else
-    out[i] = 0
-  end
+  if redis.call('GET', KEYS[i]) == ARGV[i] then out[i] = 1 else out[i] = 0 end
 end
 return out
 `)
 
-// Renew extends the lease by ttl from now; a lease that was lost cannot be
-// renewed (ErrLeaseLost).
-func (s *Leases) Renew(ctx context.Context, l Lease, ttl time.Duration) error {
-	lost, err := s.RenewAll(ctx, []Lease{l}, ttl)
+// Check reports whether the lease is still the caller's (ErrLeaseLost if
+// not).
+func (s *Leases) Check(ctx context.Context, l Lease) error {
+	lost, err := s.CheckAll(ctx, []Lease{l})
 	if err != nil {
-		return fmt.Errorf("partition %s %s: renew: %w", l.Group, l.Unit, err)
+		return fmt.Errorf("partition %s %s: check: %w", l.Group, l.Unit, err)
 	}
 	if len(lost) > 0 {
-		return s.fenced(l, "renew", 0, nil)
+		return s.fenced(l, "check", 0, nil)
 	}
 	return nil
 }
 
-// RenewAll extends every lease by ttl from now, leaseChunk of them per
-// script, and returns the indexes of those that were lost (expired or
-// taken over). On a server error the leases of the chunks not renewed are
-// neither renewed nor reported lost.
-func (s *Leases) RenewAll(ctx context.Context, leases []Lease, ttl time.Duration) (lost []int, err error) {
+// CheckAll returns the indexes of the leases that are no longer the
+// caller's (taken over after its heartbeat lapsed, or released),
+// leaseChunk of them per script. On a server error the chunks not checked
+// are not reported.
+func (s *Leases) CheckAll(ctx context.Context, leases []Lease) (lost []int, err error) {
 	for from := 0; from < len(leases); from += leaseChunk {
 		chunk := leases[from:min(from+leaseChunk, len(leases))]
 		keys := make([]string, 0, len(chunk))
-		args := make([]any, 0, 1+len(chunk))
-		args = append(args, ttl.Milliseconds())
+		args := make([]any, 0, len(chunk))
 		for _, l := range chunk {
 			keys = append(keys, s.key(LeaseKey(l.Group, l.Unit)))
 			args = append(args, l.Token())
 		}
-		res, err := renewScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+		res, err := checkScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
 		if err == nil && len(res) != len(chunk) {
 			err = fmt.Errorf("unexpected reply of %d for %d leases", len(res), len(chunk))
 		}
 		if err != nil {
-			return lost, fmt.Errorf("partition: renew %d leases: %w", len(chunk), err)
+			return lost, fmt.Errorf("partition: check %d leases: %w", len(chunk), err)
 		}
 		for i, n := range res {
 			if n == 0 {

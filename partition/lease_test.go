@@ -38,61 +38,64 @@ func xadd(t *testing.T, rdb *redis.Client, stream string, n int) []string {
 	return ids
 }
 
-func TestLeaseAcquireRenewRelease(t *testing.T) {
+func TestLeaseAcquireCheckRelease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ls, _, _ := newLeases(t)
-	const ttl = time.Minute
 
-	a, err := ls.Acquire(ctx, "g", "order:c-1", "host-a", ttl)
+	a, err := ls.Acquire(ctx, "g", "order:c-1", "host-a")
 	require.NoError(t, err)
 	require.Equal(t, int64(1), a.Generation)
 	require.Equal(t, "host-a:1", a.Token())
 
-	_, err = ls.Acquire(ctx, "g", "order:c-1", "host-b", ttl)
+	_, err = ls.Acquire(ctx, "g", "order:c-1", "host-b")
 	require.ErrorIs(t, err, partition.ErrLeaseHeld)
 
 	// Another group owns the same partition independently.
-	other, err := ls.Acquire(ctx, "g2", "order:c-1", "host-b", ttl)
+	other, err := ls.Acquire(ctx, "g2", "order:c-1", "host-b")
 	require.NoError(t, err)
 	require.Equal(t, int64(1), other.Generation)
 
-	require.NoError(t, ls.Renew(ctx, a, ttl))
+	require.NoError(t, ls.Check(ctx, a))
 	require.NoError(t, ls.Release(ctx, a))
-	require.ErrorIs(t, ls.Renew(ctx, a, ttl), partition.ErrLeaseLost, "a released lease cannot be renewed")
+	require.ErrorIs(t, ls.Check(ctx, a), partition.ErrLeaseLost, "a released lease is no longer the caller's")
 	require.ErrorIs(t, ls.Release(ctx, a), partition.ErrLeaseLost)
 
-	b, err := ls.Acquire(ctx, "g", "order:c-1", "host-b", ttl)
+	b, err := ls.Acquire(ctx, "g", "order:c-1", "host-b")
 	require.NoError(t, err)
 	require.Equal(t, int64(2), b.Generation, "every acquire gets the next generation")
 }
 
 // The bulk calls span several scripts (more units than one chunk) and give
-// each unit its own outcome: acquired, held by another owner, halted; and
-// renewing reports exactly the leases that were lost.
+// each unit its own outcome: acquired, held by another owner (with its
+// token), halted; and checking reports exactly the leases that were lost.
 func TestLeasesInBulk(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ls, _, _ := newLeases(t)
-	const n, ttl = 1234, time.Minute
+	const n = 1234
 	units := make([]partition.Unit, n)
 	for i := range units {
 		units[i] = partition.Unit{Group: "g", Unit: "order:k" + strconv.Itoa(i)}
 	}
 	// Every 7th held by host-b, every 11th (not 7th) halted.
 	for i := 0; i < n; i += 7 {
-		_, err := ls.Acquire(ctx, "g", units[i].Unit, "host-b", ttl)
+		_, err := ls.Acquire(ctx, "g", units[i].Unit, "host-b")
 		require.NoError(t, err)
 	}
 	for i := 0; i < n; i += 11 {
 		if i%7 == 0 {
 			continue
 		}
-		l, err := ls.Acquire(ctx, "g", units[i].Unit, "host-c", ttl)
+		l, err := ls.Acquire(ctx, "g", units[i].Unit, "host-c")
 		require.NoError(t, err)
 		require.NoError(t, ls.Halt(ctx, l, partition.Halt{Stream: "s", Entry: "1-0", Reason: "x"}))
 	}
-	got, err := ls.AcquireAll(ctx, units, "host-a", ttl)
+	wants := make([]partition.Want, n)
+	for i, u := range units {
+		wants[i] = partition.Want{Unit: u}
+	}
+	got, err := ls.AcquireAll(ctx, wants, "host-a")
 	require.NoError(t, err)
 	require.Len(t, got, n)
 	var mine []partition.Lease
@@ -100,6 +103,7 @@ func TestLeasesInBulk(t *testing.T) {
 		switch {
 		case i%7 == 0:
 			require.ErrorIs(t, a.Err, partition.ErrLeaseHeld, "unit %d", i)
+			require.Equal(t, "host-b:1", a.Holder)
 		case i%11 == 0:
 			require.ErrorIs(t, a.Err, partition.ErrHalted, "unit %d", i)
 		default:
@@ -115,13 +119,13 @@ func TestLeasesInBulk(t *testing.T) {
 	for _, i := range wantLost {
 		require.NoError(t, ls.Release(ctx, mine[i]))
 	}
-	_, err = ls.Acquire(ctx, "g", mine[3].Unit, "host-b", ttl)
+	_, err = ls.Acquire(ctx, "g", mine[3].Unit, "host-b")
 	require.NoError(t, err)
-	lost, err := ls.RenewAll(ctx, mine, ttl)
+	lost, err := ls.CheckAll(ctx, mine)
 	require.NoError(t, err)
 	require.Equal(t, wantLost, lost)
-	require.ErrorIs(t, ls.Renew(ctx, mine[3], ttl), partition.ErrLeaseLost)
-	require.NoError(t, ls.Renew(ctx, mine[1], ttl))
+	require.ErrorIs(t, ls.Check(ctx, mine[3]), partition.ErrLeaseLost)
+	require.NoError(t, ls.Check(ctx, mine[1]))
 }
 
 // One Ack of more ids than the script's inner chunk acks every one and
@@ -132,7 +136,7 @@ func TestAckInBulk(t *testing.T) {
 	ls, rdb, prefix := newLeases(t)
 	const stream = "order:big"
 	ids := xadd(t, rdb, prefix+stream, 2345)
-	l, err := ls.Acquire(ctx, "g", stream, "host-a", time.Minute)
+	l, err := ls.Acquire(ctx, "g", stream, "host-a")
 	require.NoError(t, err)
 	got, err := ls.Read(ctx, l, stream, false, len(ids))
 	require.NoError(t, err)
@@ -152,19 +156,74 @@ func TestAckInBulk(t *testing.T) {
 	require.Zero(t, left)
 }
 
+// A lease holds while its owner heartbeats. Once the owner's heartbeat
+// has lapsed, a successor that names the lapsed token takes the lease
+// over at the next generation, and the stale owner is fenced; a token
+// that is not the holder's, or a lease with a TTL (an older host's), is
+// not taken.
+func TestLapsedOwnersLeaseIsTakenOver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ls, rdb, prefix := newLeases(t)
+	live, lapsed, err := ls.Heartbeat(ctx, "host-a", time.Hour)
+	require.NoError(t, err)
+	require.True(t, lapsed, "a first heartbeat reports the owner new")
+	require.True(t, live["host-a"])
+	a, err := ls.Acquire(ctx, "g", "u", "host-a")
+	require.NoError(t, err)
+	ttl, err := rdb.PTTL(ctx, prefix+partition.LeaseKey("g", "u")).Result()
+	require.NoError(t, err)
+	require.Equal(t, time.Duration(-1), ttl, "a lease key has no TTL")
+
+	_, lapsed, err = ls.Heartbeat(ctx, "host-b", 20*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, lapsed)
+	got, err := ls.AcquireAll(ctx, []partition.Want{{Unit: partition.Unit{Group: "g", Unit: "u"}, Lapsed: "host-a:0"}}, "host-b")
+	require.NoError(t, err)
+	require.ErrorIs(t, got[0].Err, partition.ErrLeaseHeld, "not the holder's token")
+	require.Equal(t, "host-a:1", got[0].Holder)
+
+	// host-a stops heartbeating: once its entry is past, it is not live.
+	require.NoError(t, rdb.ZAdd(ctx, prefix+partition.HostsKey, redis.Z{Score: 1, Member: "host-a"}).Err())
+	live, err = ls.Live(ctx)
+	require.NoError(t, err)
+	require.False(t, live["host-a"])
+	got, err = ls.AcquireAll(ctx, []partition.Want{{Unit: partition.Unit{Group: "g", Unit: "u"}, Lapsed: got[0].Holder}}, "host-b")
+	require.NoError(t, err)
+	require.NoError(t, got[0].Err)
+	require.Equal(t, a.Generation+1, got[0].Lease.Generation)
+	require.ErrorIs(t, ls.Check(ctx, a), partition.ErrLeaseLost)
+	_, err = ls.Read(ctx, a, "s", false, 1)
+	require.ErrorIs(t, err, partition.ErrLeaseLost, "the stale owner is fenced")
+	_, lapsed, err = ls.Heartbeat(ctx, "host-a", time.Hour)
+	require.NoError(t, err)
+	require.True(t, lapsed, "its heartbeat tells the stale owner it had lapsed")
+
+	// A lease with a TTL (written by an older host) expires by itself.
+	require.NoError(t, rdb.Set(ctx, prefix+partition.LeaseKey("g", "v"), "old:3", time.Hour).Err())
+	got, err = ls.AcquireAll(ctx, []partition.Want{{Unit: partition.Unit{Group: "g", Unit: "v"}, Lapsed: "old:3"}}, "host-b")
+	require.NoError(t, err)
+	require.ErrorIs(t, got[0].Err, partition.ErrLeaseHeld)
+
+	require.NoError(t, ls.Leave(ctx, "host-b"))
+	live, err = ls.Live(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]bool{"host-a": true}, live)
+}
+
 func TestLeaseExpiryHandsOverAtTheNextGeneration(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ls, rdb, prefix := newLeases(t)
-	a, err := ls.Acquire(ctx, "g", "u", "host-a", time.Minute)
+	a, err := ls.Acquire(ctx, "g", "u", "host-a")
 	require.NoError(t, err)
 	// Expire it by hand rather than waiting for a TTL.
 	require.NoError(t, rdb.Del(ctx, prefix+partition.LeaseKey("g", "u")).Err())
-	b, err := ls.Acquire(ctx, "g", "u", "host-b", time.Minute)
+	b, err := ls.Acquire(ctx, "g", "u", "host-b")
 	require.NoError(t, err)
 	require.Equal(t, a.Generation+1, b.Generation)
-	require.ErrorIs(t, ls.Renew(ctx, a, time.Minute), partition.ErrLeaseLost)
-	require.NoError(t, ls.Renew(ctx, b, time.Minute))
+	require.ErrorIs(t, ls.Check(ctx, a), partition.ErrLeaseLost)
+	require.NoError(t, ls.Check(ctx, b))
 }
 
 func TestFencedReadAckReclaimRefuseAStaleOwner(t *testing.T) {
@@ -174,7 +233,7 @@ func TestFencedReadAckReclaimRefuseAStaleOwner(t *testing.T) {
 	stream := "order:c-1"
 	ids := xadd(t, rdb, prefix+stream, 3)
 
-	a, err := ls.Acquire(ctx, "g", stream, "host-a", time.Minute)
+	a, err := ls.Acquire(ctx, "g", stream, "host-a")
 	require.NoError(t, err)
 	got, err := ls.Read(ctx, a, stream, false, 2)
 	require.NoError(t, err)
@@ -184,7 +243,7 @@ func TestFencedReadAckReclaimRefuseAStaleOwner(t *testing.T) {
 
 	// a stalls; its lease expires and b takes over.
 	require.NoError(t, rdb.Del(ctx, prefix+partition.LeaseKey("g", stream)).Err())
-	b, err := ls.Acquire(ctx, "g", stream, "host-b", time.Minute)
+	b, err := ls.Acquire(ctx, "g", stream, "host-b")
 	require.NoError(t, err)
 
 	_, err = ls.Read(ctx, a, stream, false, 10)
@@ -223,7 +282,7 @@ func TestHaltIsDurableAndBlocksAcquire(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ls, rdb, prefix := newLeases(t)
-	a, err := ls.Acquire(ctx, "g", "u", "host-a", time.Minute)
+	a, err := ls.Acquire(ctx, "g", "u", "host-a")
 	require.NoError(t, err)
 	n, err := ls.Attempt(ctx, a, "s", "1-0")
 	require.NoError(t, err)
@@ -231,7 +290,7 @@ func TestHaltIsDurableAndBlocksAcquire(t *testing.T) {
 
 	// The attempt count survives a change of owner.
 	require.NoError(t, ls.Release(ctx, a))
-	b, err := ls.Acquire(ctx, "g", "u", "host-b", time.Minute)
+	b, err := ls.Acquire(ctx, "g", "u", "host-b")
 	require.NoError(t, err)
 	n, err = ls.Attempt(ctx, b, "s", "1-0")
 	require.NoError(t, err)
@@ -239,7 +298,7 @@ func TestHaltIsDurableAndBlocksAcquire(t *testing.T) {
 
 	require.ErrorIs(t, ls.Halt(ctx, a, partition.Halt{Stream: "s", Entry: "1-0"}), partition.ErrLeaseLost)
 	require.NoError(t, ls.Halt(ctx, b, partition.Halt{Stream: "s", Entry: "1-0", Reason: "boom", Attempts: 2, HaltedAt: time.Now()}))
-	_, err = ls.Acquire(ctx, "g", "u", "host-c", time.Minute)
+	_, err = ls.Acquire(ctx, "g", "u", "host-c")
 	require.ErrorIs(t, err, partition.ErrHalted)
 	h, err := rdb.HGetAll(ctx, prefix+partition.HaltKey("g", "u")).Result()
 	require.NoError(t, err)
@@ -254,7 +313,7 @@ func TestReapOnlyAnIdleCaughtUpPartition(t *testing.T) {
 	stream := partition.StreamName("order", "c-1")
 	require.NoError(t, rdb.SAdd(ctx, prefix+partition.IndexKey("order"), "c-1").Err())
 	ids := xadd(t, rdb, prefix+stream, 2)
-	l, err := ls.Acquire(ctx, "g", stream, "host-a", time.Minute)
+	l, err := ls.Acquire(ctx, "g", stream, "host-a")
 	require.NoError(t, err)
 
 	// No group has read it: not reapable.
@@ -310,7 +369,7 @@ func TestDropStaleKeepsOneConsumerPerGroup(t *testing.T) {
 		return out
 	}
 
-	prev, err := ls.Acquire(ctx, "g", stream, "host-0", time.Minute)
+	prev, err := ls.Acquire(ctx, "g", stream, "host-0")
 	require.NoError(t, err)
 	got, err := ls.Read(ctx, prev, stream, false, 1)
 	require.NoError(t, err)
@@ -318,7 +377,7 @@ func TestDropStaleKeepsOneConsumerPerGroup(t *testing.T) {
 	for i := 1; i < len(ids); i++ {
 		// prev crashes holding one entry; its lease lapses.
 		require.NoError(t, rdb.Del(ctx, prefix+partition.LeaseKey("g", stream)).Err())
-		l, err := ls.Acquire(ctx, "g", stream, "host-"+strconv.Itoa(i), time.Minute)
+		l, err := ls.Acquire(ctx, "g", stream, "host-"+strconv.Itoa(i))
 		require.NoError(t, err)
 
 		dropped, err := ls.DropStale(ctx, l, stream)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -149,7 +148,7 @@ func TestTrimWithTheLeaseProtocol(t *testing.T) {
 	ls, rdb, prefix := newLeases(t)
 	stream := partition.StreamName("order", "c-1")
 	ids := xaddIndexed(t, rdb, prefix+stream, 0, 6)
-	a, err := ls.Acquire(ctx, "g", stream, "host-a", time.Minute)
+	a, err := ls.Acquire(ctx, "g", stream, "host-a")
 	require.NoError(t, err)
 	got, err := ls.Read(ctx, a, stream, false, 4)
 	require.NoError(t, err)
@@ -163,7 +162,7 @@ func TestTrimWithTheLeaseProtocol(t *testing.T) {
 
 	// host-a dies holding ids[2], ids[3]; its successor gets them back first.
 	require.NoError(t, rdb.Del(ctx, prefix+partition.LeaseKey("g", stream)).Err())
-	b, err := ls.Acquire(ctx, "g", stream, "host-b", time.Minute)
+	b, err := ls.Acquire(ctx, "g", stream, "host-b")
 	require.NoError(t, err)
 	moved, err := ls.Reclaim(ctx, b, stream)
 	require.NoError(t, err)
@@ -213,7 +212,7 @@ func TestReapDeletesTheIDIndex(t *testing.T) {
 	require.NoError(t, rdb.SAdd(ctx, prefix+partition.IndexKey("order"), "c-1").Err())
 	ids := xaddIndexed(t, rdb, prefix+stream, 0, 2)
 	xaddIndexed(t, rdb, prefix+lane, 2, 1)
-	l, err := ls.Acquire(ctx, "g", stream, "host-a", time.Minute)
+	l, err := ls.Acquire(ctx, "g", stream, "host-a")
 	require.NoError(t, err)
 	_, err = ls.Read(ctx, l, stream, false, 10)
 	require.NoError(t, err)

@@ -53,7 +53,8 @@ func ParseUnit(name, backfillSuffix string) (category, key string, err error) {
 // "{pm}:{value}".
 func CorrelationUnit(pm, value string) string { return pm + ":" + value }
 
-// LeaseKey is the unit's lease: a string "{owner}:{generation}" with a TTL.
+// LeaseKey is the unit's lease: a string "{owner}:{generation}", without a
+// TTL: it holds while its owner heartbeats in HostsKey (Leases.Heartbeat).
 func LeaseKey(group, unit string) string { return group + ":" + unit + ":__lease__" }
 
 // GenerationKey is the unit's fencing counter; it is never deleted, so a
@@ -81,3 +82,7 @@ func DLQStreamName(category, key string) string { return LaneStreamName(category
 
 // AuditStream records every operator action on partitions.
 const AuditStream = "protean:audit"
+
+// HostsKey is the sorted set of partition consumers that heartbeat: owner
+// → the time (ms, Redis's clock) its heartbeat lapses.
+const HostsKey = "protean:hosts"

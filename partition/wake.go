@@ -280,7 +280,7 @@ func (c *Consumer) woken(ctx context.Context, wakes []Wake) {
 		keys[cat] = slices.Compact(ks)
 	}
 	for _, s := range c.opts.Subscriptions() {
-		if _, err := c.place(ctx, s, buildUnits(s, keys), true); err != nil && ctx.Err() == nil {
+		if _, err := c.place(ctx, s, buildUnits(s, keys), true, false); err != nil && ctx.Err() == nil {
 			c.leaseOutage.Fail(fmt.Errorf("acquire on wake-up: %w", err), "group", s.Group)
 		}
 	}

@@ -68,7 +68,7 @@ func TestPartitionsCommands(t *testing.T) {
 	// halt plays a worker that takes the unit, reads its head and halts on it.
 	halt := func() string {
 		t.Helper()
-		l, err := leases.Acquire(ctx, group, unit, "host-x", time.Hour)
+		l, err := leases.Acquire(ctx, group, unit, "host-x")
 		require.NoError(t, err)
 		_, err = leases.Reclaim(ctx, l, unit)
 		require.NoError(t, err)
