@@ -117,6 +117,9 @@ type Consumer struct {
 	// held by other hosts.
 	live map[string]bool
 	held map[unitID]heldBy
+	// ownedBy counts owned units per group (the owned gauge), so a spawn
+	// does not walk every owned unit.
+	ownedBy map[string]int
 
 	// life starts discovery and stops it in two phases; soft and work are
 	// its contexts, set when discovery starts and read only by discovery
@@ -194,7 +197,7 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 		opts.Classify = delivery.Classify
 	}
 	outage := opts.Infra.Outage("partition workers", opts.Logger, opts.Clock.Now)
-	return &Consumer{opts: opts, log: opts.Logger, owned: map[unitID]*worker{}, warned: map[string]bool{}, held: map[unitID]heldBy{},
+	return &Consumer{opts: opts, log: opts.Logger, owned: map[unitID]*worker{}, warned: map[string]bool{}, held: map[unitID]heldBy{}, ownedBy: map[string]int{},
 		outage: outage,
 		core: &delivery.Core{Policy: opts.Retry, Classify: opts.Classify, Outage: outage, Clock: opts.Clock,
 			What: "partition", Log: opts.Logger},
@@ -569,8 +572,10 @@ func (c *Consumer) spawn(lease Lease, s Subscription, u unit) {
 		wake: make(chan struct{}, 1)}
 	c.mu.Lock()
 	c.owned[unitID{lease.Group, lease.Unit}] = w
+	c.ownedBy[lease.Group]++
+	n := c.ownedBy[lease.Group]
 	c.mu.Unlock()
-	c.opts.Metrics.setOwned(s.Group, c.countOwned(s.Group))
+	c.opts.Metrics.setOwned(s.Group, n)
 	c.log.Info("partition acquired", "group", lease.Group, "partition", lease.Unit, "generation", lease.Generation)
 	c.wg.Add(1)
 	go func() {
@@ -579,21 +584,11 @@ func (c *Consumer) spawn(lease Lease, s Subscription, u unit) {
 		c.run(w)
 		c.mu.Lock()
 		delete(c.owned, unitID{lease.Group, lease.Unit})
+		c.ownedBy[lease.Group]--
+		n := c.ownedBy[lease.Group]
 		c.mu.Unlock()
-		c.opts.Metrics.setOwned(s.Group, c.countOwned(s.Group))
+		c.opts.Metrics.setOwned(s.Group, n)
 	}()
-}
-
-func (c *Consumer) countOwned(group string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for id := range c.owned {
-		if id.group == group {
-			n++
-		}
-	}
-	return n
 }
 
 // lose marks a worker's lease lost and stops it without a release.
