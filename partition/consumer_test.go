@@ -507,14 +507,7 @@ func TestInfrastructureFailuresNeverHalt(t *testing.T) {
 func TestWorkerRetriesServerFailuresInPlace(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	proxy, err := faultproxy.New(r.rdb.Options().Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = proxy.Close() })
-	opt := *r.rdb.Options()
-	opt.Addr = proxy.Addr()
-	opt.MaxRetries = -1
-	cut := redis.NewClient(&opt)
-	t.Cleanup(func() { _ = cut.Close() })
+	proxy, cut := r.behindProxy()
 	h := newEffects(r.store)
 	c := r.consumer("host-a", h, time.Hour, func(o *partition.ConsumerOptions) {
 		o.Leases = partition.NewLeases(cut, r.prefix)
@@ -605,14 +598,7 @@ func TestGapHaltsTheKeyUntilAnOperatorResumes(t *testing.T) {
 func TestCutOffHostIsTakenOverAndGivesUp(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	proxy, err := faultproxy.New(r.rdb.Options().Addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = proxy.Close() })
-	opt := *r.rdb.Options()
-	opt.Addr = proxy.Addr()
-	opt.MaxRetries = -1
-	cut := redis.NewClient(&opt)
-	t.Cleanup(func() { _ = cut.Close() })
+	proxy, cut := r.behindProxy()
 	h := newEffects(r.store) // both hosts' effects: an overlap across them is caught
 	const ttl = time.Second
 	a := r.consumer("host-a", h, ttl, func(o *partition.ConsumerOptions) { o.Leases = partition.NewLeases(cut, r.prefix) })
@@ -636,4 +622,19 @@ func TestCutOffHostIsTakenOverAndGivesUp(t *testing.T) {
 	gen, err := r.rdb.Get(context.Background(), r.prefix+partition.GenerationKey("proj", partition.PartitionUnit("order", "k"))).Int64()
 	require.NoError(t, err)
 	require.EqualValues(t, 2, gen)
+}
+
+// behindProxy returns a client of the rig's Redis through a fault proxy
+// (no retries of its own), and the proxy that cuts it.
+func (r *rig) behindProxy() (*faultproxy.Proxy, *redis.Client) {
+	r.t.Helper()
+	proxy, err := faultproxy.New(r.rdb.Options().Addr)
+	require.NoError(r.t, err)
+	r.t.Cleanup(func() { _ = proxy.Close() })
+	opt := *r.rdb.Options()
+	opt.Addr = proxy.Addr()
+	opt.MaxRetries = -1
+	cut := redis.NewClient(&opt)
+	r.t.Cleanup(func() { _ = cut.Close() })
+	return proxy, cut
 }
