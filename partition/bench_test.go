@@ -181,7 +181,7 @@ func BenchmarkFailover(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		require.NoError(b, rdb.Del(context.Background(), prefix+partition.IndexKey("order")).Err())
 		// The dead owner heartbeated once: its leases hold for ttl.
-		_, _, err := leases.Heartbeat(context.Background(), "dead", ttl)
+		_, err := leases.Heartbeat(context.Background(), "dead", ttl, nil, nil)
 		require.NoError(b, err)
 		died := map[string]time.Time{}
 		for k := 0; k < keys; k++ {

@@ -1,11 +1,14 @@
 package partition
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -120,6 +123,12 @@ type Consumer struct {
 	// ownedBy counts owned units per group (the owned gauge), so a spawn
 	// does not walk every owned unit.
 	ownedBy map[string]int
+	// members counts each group's live consumers (the last heartbeat's),
+	// total its units (the last discovery pass's): the fair share. joined
+	// are the groups the last heartbeat registered this consumer in.
+	members map[string]int
+	total   map[string]int
+	joined  []string
 
 	// life starts discovery and stops it in two phases; soft and work are
 	// its contexts, set when discovery starts and read only by discovery
@@ -158,6 +167,9 @@ type worker struct {
 	wake chan struct{}
 	// lost is set when the lease was lost: the worker must not release.
 	lost bool
+	// handover is set (under the consumer's mu) when the worker was
+	// stopped to hand its unit to another host (fair share).
+	handover bool
 }
 
 // signal wakes the worker if it is idle; a busy one reads again anyway.
@@ -198,6 +210,7 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	}
 	outage := opts.Infra.Outage("partition workers", opts.Logger, opts.Clock.Now)
 	return &Consumer{opts: opts, log: opts.Logger, owned: map[unitID]*worker{}, warned: map[string]bool{}, held: map[unitID]heldBy{}, ownedBy: map[string]int{},
+		members: map[string]int{}, total: map[string]int{},
 		outage: outage,
 		core: &delivery.Core{Policy: opts.Retry, Classify: opts.Classify, Outage: outage, Clock: opts.Clock,
 			What: "partition", Log: opts.Logger},
@@ -296,7 +309,7 @@ func (c *Consumer) discover(stopListening func()) {
 			// Every lease is released: leaving the hosts set now tells the
 			// others at their next pass (a stop's successors need no lapse).
 			lctx, cancel := context.WithTimeout(context.WithoutCancel(c.work), min(c.opts.LeaseTTL, 2*time.Second))
-			if err := c.opts.Leases.Leave(lctx, c.opts.Owner); err != nil {
+			if err := c.opts.Leases.Leave(lctx, c.opts.Owner, c.joined); err != nil {
 				c.log.Warn("partition consumer: leaving the hosts set failed; it lapses by itself", "error", err)
 			}
 			cancel()
@@ -317,14 +330,20 @@ func (c *Consumer) shutdownWorkers() {
 	}
 }
 
-// pass is one heartbeat: renew held leases (a lost one stops its worker),
-// then find every unit of every subscription and try to acquire those not
-// held here.
+// pass is one heartbeat: register as live (and as a consumer of each
+// subscribed group), stop the workers whose leases were taken over if the
+// heartbeat had lapsed, then find every unit of every subscription, try to
+// acquire those not held here up to this host's fair share, and hand over
+// what it holds beyond that share.
 func (c *Consumer) pass() error {
 	ctx := c.soft
 	subs := c.opts.Subscriptions()
 	wanted := map[string]Subscription{}
+	groups := make([]string, 0, len(subs))
 	for _, s := range subs {
+		if _, ok := wanted[s.Group]; !ok {
+			groups = append(groups, s.Group)
+		}
 		wanted[s.Group] = s
 	}
 	var held []*worker
@@ -335,7 +354,13 @@ func (c *Consumer) pass() error {
 		}
 		held = append(held, w)
 	}
-	live, lapsed, err := c.opts.Leases.Heartbeat(ctx, c.opts.Owner, c.opts.LeaseTTL)
+	var left []string
+	for _, g := range c.joined {
+		if _, ok := wanted[g]; !ok {
+			left = append(left, g)
+		}
+	}
+	beat, err := c.opts.Leases.Heartbeat(ctx, c.opts.Owner, c.opts.LeaseTTL, groups, left)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -343,22 +368,30 @@ func (c *Consumer) pass() error {
 		return err
 	}
 	c.mu.Lock()
-	c.live = live
+	c.live, c.members, c.joined = beat.Live, beat.Members, groups
 	c.mu.Unlock()
-	if lapsed && len(held) > 0 {
+	if beat.Lapsed && len(held) > 0 {
 		c.check(ctx, held)
 	}
 	var errs []error
 	halted := map[string]int{}
 	for _, s := range subs {
-		units, err := c.units(ctx, s)
-		if err != nil {
-			errs = append(errs, err)
+		units, uerr := c.units(ctx, s)
+		if uerr != nil {
+			errs = append(errs, uerr)
+		} else {
+			c.mu.Lock()
+			c.total[s.Group] = len(units)
+			c.mu.Unlock()
 		}
-		n, err := c.place(ctx, s, units, false, true)
+		n, err := c.place(ctx, s, units, len(units), false, true)
 		halted[s.Group] += n
 		if err != nil {
 			errs = append(errs, err)
+		}
+		if uerr == nil && err == nil {
+			// Only on a whole count: a partial one would shed too much.
+			c.shed(s.Group, len(units))
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -368,6 +401,87 @@ func (c *Consumer) pass() error {
 		c.opts.Metrics.setHalted(s.Group, halted[s.Group])
 	}
 	return errors.Join(errs...)
+}
+
+// shareLocked is the most units of group (of total) this consumer holds:
+// all of them while it is the group's only live consumer, else their
+// count over the consumers', plus one. The shares of all the group's
+// consumers then add up to more than its units, so every unit has room
+// somewhere. -1: no limit. c.mu is held.
+func (c *Consumer) shareLocked(group string, total int) int {
+	h := c.members[group]
+	if h <= 1 {
+		return -1
+	}
+	return total/h + 1
+}
+
+// shed hands over the units of group this consumer holds beyond its fair
+// share: each such worker stops at its batch boundary and releases its
+// lease, and once they have, one wake-up entry per category names the
+// released keys, so the consumers with room acquire them at once (a
+// successor that missed it finds them at its next pass). It picks the
+// units to hand over in an order of their own per host (a hash of the
+// owner and the unit), so that hosts do not pass the same units back and
+// forth.
+func (c *Consumer) shed(group string, total int) {
+	c.mu.Lock()
+	share := c.shareLocked(group, total)
+	if share < 0 {
+		c.mu.Unlock()
+		return
+	}
+	var mine []*worker
+	for _, w := range c.owned {
+		if w.lease.Group == group && !w.handover {
+			mine = append(mine, w)
+		}
+	}
+	excess := len(mine) - share
+	if excess <= 0 {
+		c.mu.Unlock()
+		return
+	}
+	rank := func(w *worker) uint64 { return fnv64(c.opts.Owner + "\x00" + w.lease.Unit) }
+	slices.SortFunc(mine, func(a, b *worker) int { return cmp.Compare(rank(b), rank(a)) })
+	out := mine[:excess]
+	for _, w := range out {
+		w.handover = true
+	}
+	c.mu.Unlock()
+	c.log.Info("partitions handed over for a fair share", "group", group, "count", excess, "share", share, "units", total)
+	c.opts.Metrics.handedOver(group, excess)
+	for _, w := range out {
+		w.stop()
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		released := map[string][]string{}
+		for _, w := range out {
+			<-w.done
+			w.mu.Lock()
+			if !w.lost {
+				for _, src := range w.sources {
+					released[w.cat[src]] = append(released[w.cat[src]], w.key)
+				}
+			}
+			w.mu.Unlock()
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.work), c.opts.LeaseTTL)
+		defer cancel()
+		for cat, keys := range released {
+			if err := c.opts.Leases.Released(ctx, cat, keys); err != nil {
+				c.log.Warn("partition handover: announcing the released keys failed; successors find them at their next pass", "category", cat, "error", err)
+			}
+		}
+	}()
+}
+
+func fnv64(s string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum64()
 }
 
 // check stops the workers whose leases were taken over while this
@@ -400,11 +514,12 @@ type heldBy struct {
 // place gives each unit of s to its worker here (adding the streams a
 // correlated unit gained, and waking the worker when wake is set), and
 // tries to acquire the others that no live host was seen holding, in one
-// call per chunk (Leases.AcquireAll), starting a worker on each it gets.
-// On a discovery pass (takeover set) it then takes over the units whose
-// holder's heartbeat has lapsed, judged by a hosts set read after the
-// holder's token. It returns how many units it found halted.
-func (c *Consumer) place(ctx context.Context, s Subscription, units []unit, wake, takeover bool) (halted int, _ error) {
+// call per chunk (Leases.AcquireAll), up to this host's fair share of the
+// group's total units, starting a worker on each it gets. On a discovery
+// pass (takeover set) it then takes over, within the same share, the
+// units whose holder's heartbeat has lapsed, judged by a hosts set read
+// after the holder's token. It returns how many units it found halted.
+func (c *Consumer) place(ctx context.Context, s Subscription, units []unit, total int, wake, takeover bool) (halted int, _ error) {
 	var free []unit
 	now := c.opts.Clock.Now()
 	c.mu.Lock()
@@ -422,6 +537,10 @@ func (c *Consumer) place(ctx context.Context, s Subscription, units []unit, wake
 		}
 		free = append(free, u)
 	}
+	limit := c.shareLocked(s.Group, total)
+	if limit >= 0 {
+		limit = max(limit-c.ownedBy[s.Group], 0)
+	}
 	c.mu.Unlock()
 	if len(free) == 0 {
 		return 0, nil
@@ -430,7 +549,7 @@ func (c *Consumer) place(ctx context.Context, s Subscription, units []unit, wake
 	for i, u := range free {
 		want[i] = Want{Unit: Unit{s.Group, u.unit}}
 	}
-	got, err := c.opts.Leases.AcquireAll(ctx, want, c.opts.Owner)
+	got, err := c.opts.Leases.AcquireAll(ctx, want, c.opts.Owner, limit)
 	var lapsed []int // indexes into free and want
 	for i, a := range got {
 		switch {
@@ -448,9 +567,12 @@ func (c *Consumer) place(ctx context.Context, s Subscription, units []unit, wake
 			}
 		case a.Err == nil:
 			c.won(s, a.Lease, free[i])
+			if limit > 0 {
+				limit--
+			}
 		}
 	}
-	if err != nil || !takeover || len(lapsed) == 0 {
+	if err != nil || !takeover || len(lapsed) == 0 || limit == 0 {
 		return halted, err
 	}
 	live, err := c.opts.Leases.Live(ctx)
@@ -465,7 +587,7 @@ func (c *Consumer) place(ctx context.Context, s Subscription, units []unit, wake
 			units2 = append(units2, free[i])
 		}
 	}
-	got, err = c.opts.Leases.AcquireAll(ctx, again, c.opts.Owner)
+	got, err = c.opts.Leases.AcquireAll(ctx, again, c.opts.Owner, limit)
 	for i, a := range got {
 		if a.Err == nil {
 			c.log.Info("partition taken over from a lapsed host", "group", s.Group, "partition", a.Lease.Unit, "from", again[i].Lapsed)
@@ -480,8 +602,9 @@ func (c *Consumer) won(s Subscription, l Lease, u unit) {
 	c.mu.Lock()
 	delete(c.held, unitID{s.Group, u.unit})
 	c.mu.Unlock()
-	c.opts.Metrics.acquired(s.Group)
-	c.spawn(l, s, u)
+	if c.spawn(l, s, u) {
+		c.opts.Metrics.acquired(s.Group)
+	}
 }
 
 // unit is a discovered unit: its name, key and source streams.
@@ -565,12 +688,19 @@ func (w *worker) snapshot() []string {
 	return append([]string(nil), w.sources...)
 }
 
-// spawn starts the worker of a freshly acquired unit.
-func (c *Consumer) spawn(lease Lease, s Subscription, u unit) {
+// spawn starts the worker of a freshly acquired unit, unless one runs
+// here already (a discovery pass and a wake-up that acquired it at once:
+// Leases.AcquireAll answers the caller's own lease again).
+func (c *Consumer) spawn(lease Lease, s Subscription, u unit) bool {
 	ctx, stop := context.WithCancel(c.soft)
 	w := &worker{lease: lease, sub: s, key: u.key, sources: u.sources, cat: u.cat, stop: stop, ctx: ctx, done: make(chan struct{}),
 		wake: make(chan struct{}, 1)}
 	c.mu.Lock()
+	if c.owned[unitID{lease.Group, lease.Unit}] != nil {
+		c.mu.Unlock()
+		stop()
+		return false
+	}
 	c.owned[unitID{lease.Group, lease.Unit}] = w
 	c.ownedBy[lease.Group]++
 	n := c.ownedBy[lease.Group]
@@ -589,6 +719,7 @@ func (c *Consumer) spawn(lease Lease, s Subscription, u unit) {
 		c.mu.Unlock()
 		c.opts.Metrics.setOwned(s.Group, n)
 	}()
+	return true
 }
 
 // lose marks a worker's lease lost and stops it without a release.

@@ -631,10 +631,137 @@ func (r *rig) behindProxy() (*faultproxy.Proxy, *redis.Client) {
 	proxy, err := faultproxy.New(r.rdb.Options().Addr)
 	require.NoError(r.t, err)
 	r.t.Cleanup(func() { _ = proxy.Close() })
-	opt := *r.rdb.Options()
-	opt.Addr = proxy.Addr()
-	opt.MaxRetries = -1
-	cut := redis.NewClient(&opt)
+	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), DB: r.rdb.Options().DB, MaxRetries: -1})
 	r.t.Cleanup(func() { _ = cut.Close() })
 	return proxy, cut
+}
+
+// Hosts joining under load share the partitions: each holds at most its
+// fair share plus one (its group's units over its live consumers, plus
+// one) once the others' heartbeats are known, the one that held them all
+// hands the excess over at a batch boundary, and nothing is lost, applied
+// twice or reordered meanwhile.
+func TestJoiningHostsTakeAFairShareUnderLoad(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	h := newEffects(r.store)
+	const keys, ttl = 30, time.Second
+	key := func(k int) string { return "c-" + strconv.Itoa(k) }
+	for k := 0; k < keys; k++ {
+		r.pub.publish("order", key(k), 1)
+	}
+	hosts := []*partition.Consumer{r.consumer("host-a", h, ttl)}
+	start(t, hosts[0])
+	testwait.For(t, "host-a owns every partition", func() (bool, string) {
+		return len(hosts[0].Owned()) == keys, fmt.Sprintf("owns %d", len(hosts[0].Owned()))
+	})
+
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r.pub.publish("order", key(i%keys), 1)
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	fair := func(n int) {
+		share := keys/n + 1
+		testwait.For(t, fmt.Sprintf("%d hosts each own at most %d, all %d together", n, share, keys), func() (bool, string) {
+			total, seen := 0, ""
+			ok := true
+			for _, c := range hosts {
+				o := len(c.Owned())
+				total += o
+				seen += fmt.Sprintf(" %d", o)
+				ok = ok && o <= share
+			}
+			return ok && total == keys, "owned:" + seen
+		})
+	}
+	hosts = append(hosts, r.consumer("host-b", h, ttl))
+	start(t, hosts[1])
+	fair(2)
+	hosts = append(hosts, r.consumer("host-c", h, ttl))
+	start(t, hosts[2])
+	fair(3)
+	close(stop)
+	<-stopped
+	r.waitApplied(h)
+	r.requireExactlyOnceInOrder(h)
+}
+
+// A read whose reply is lost and that the client sends again (go-redis
+// retries a command after a timeout or a cut connection) delivered
+// entries the worker never saw: the second read returns them first, so
+// nothing is skipped and no gap is taken for lost messages.
+func TestARetriedReadReturnsWhatTheLostReplyDelivered(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	h := newEffects(r.store)
+	twice := redis.NewClient(&redis.Options{Addr: r.rdb.Options().Addr, DB: r.rdb.Options().DB})
+	t.Cleanup(func() { _ = twice.Close() })
+	var armed, fired sync.Mutex
+	armedOn, firedN := false, 0
+	twice.AddHook(readTwice{armed: func() bool {
+		armed.Lock()
+		defer armed.Unlock()
+		return armedOn
+	}, fire: func() {
+		armed.Lock()
+		armedOn = false
+		armed.Unlock()
+		fired.Lock()
+		firedN++
+		fired.Unlock()
+	}})
+	c := r.consumer("host-a", h, 2*time.Second, func(o *partition.ConsumerOptions) { o.Leases = partition.NewLeases(twice, r.prefix) })
+	r.pub.publish("order", "k", 3)
+	start(t, c)
+	r.waitApplied(h)
+	armed.Lock()
+	armedOn = true
+	armed.Unlock()
+	r.pub.publish("order", "k", 20)
+	r.waitApplied(h)
+	r.requireExactlyOnceInOrder(h)
+	fired.Lock()
+	require.Equal(t, 1, firedN, "one read was sent twice")
+	fired.Unlock()
+}
+
+// readTwice is a go-redis hook that, while armed, runs a fenced read of
+// new entries ('>') that delivers some a second time and returns only the
+// second reply, as a client does after it lost the first.
+type readTwice struct {
+	armed func() bool
+	fire  func()
+}
+
+func (readTwice) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (readTwice) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h readTwice) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) < 2 || args[len(args)-1] != ">" || !h.armed() {
+			return next(ctx, cmd)
+		}
+		if name, _ := args[0].(string); name != "evalsha" && name != "eval" {
+			return next(ctx, cmd)
+		}
+		if err := next(ctx, cmd); err != nil {
+			return err
+		}
+		if res, _ := cmd.(*redis.Cmd).Result(); res == nil {
+			return nil // nothing delivered: nothing to lose
+		}
+		h.fire()
+		return next(ctx, cmd)
+	}
 }

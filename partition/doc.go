@@ -43,8 +43,10 @@
 //
 // [Consumer] heartbeats (one script, however many leases it holds) and
 // discovers units from the category indexes every heartbeat, acquires
-// free ones and takes over those of lapsed hosts in bulk, and runs one worker
-// per owned unit. Workers do not poll: a publish also adds an entry naming
+// free ones and takes over those of lapsed hosts in bulk, up to its fair
+// share of each group while other hosts consume it too (the group's units
+// over its live consumers, plus one, handing the excess over at a batch
+// boundary), and runs one worker per owned unit. Workers do not poll: a publish also adds an entry naming
 // its keys to the category's wake-up stream (WakeKey), on which each
 // consumer blocks with one XREAD ([Listener]); it wakes the worker of each
 // key, or acquires the key's unit at once when it is new. An idle worker

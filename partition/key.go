@@ -183,12 +183,19 @@ func LaneStreamName(category, key, suffix string) string {
 
 // WakeKey is the wake-up stream of category: "{category}:__wake__". Each
 // publish to the category's partitions adds one entry whose field names
-// are the keys it published to; consumers block on it (XREAD) instead of
-// polling their partitions. It is a sentinel-form name, so no key's stream
+// are the keys it published to (value "1"); consumers block on it (XREAD)
+// instead of polling their partitions. A host that hands units over to
+// the others (fair share) adds an entry naming their keys with the value
+// "r" (released), so a successor acquires them at once. It is a sentinel-form name, so no key's stream
 // can take it.
 func WakeKey(category string) string {
 	return category + ":" + wakeSentinel
 }
+
+// WakeMaxLen is about how many entries a category's wake-up stream keeps
+// (XADD MAXLEN ~): far more than a listener falls behind by between two
+// reads; one that falls further behind notices and wakes every worker.
+const WakeMaxLen = 10000
 
 // wakeSentinel names the per-category wake-up stream.
 const wakeSentinel = "__wake__"

@@ -69,18 +69,30 @@ func (s *Leases) key(k string) string { return s.prefix + k }
 // token as before, so an owner that was only stalled is refused from its
 // first step after the takeover, as it was when a lease key expired.
 
-// heartbeatScript: KEYS hosts; ARGV owner, ttl_ms. Registers the owner
-// until now + ttl (the server's clock), drops the lapsed, and returns
-// {1 if the owner had lapsed (or was new), the live owners...}.
+// heartbeatScript: KEYS hosts, then the members sets of the groups the
+// owner consumes (ARGV[3] of them), then those of the groups it left;
+// ARGV owner, ttl_ms, the count of groups consumed. Registers the owner
+// until now + ttl (the server's clock) in the hosts set and in each
+// consumed group's set, drops the lapsed from them, removes the owner from
+// the sets of the groups it left, and returns {1 if the owner had lapsed
+// (or was new), {each consumed group's live member count}, the live
+// owners...}.
 var heartbeatScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local till = now + tonumber(ARGV[2])
 local prev = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local lapsed = 0
 if not prev or tonumber(prev) < now then lapsed = 1 end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
-local out = {lapsed}
+local counts = {}
+local n = tonumber(ARGV[3])
+for i = 1, n + 1 do
+  redis.call('ZADD', KEYS[i], till, ARGV[1])
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. now)
+  if i > 1 then counts[#counts + 1] = redis.call('ZCARD', KEYS[i]) end
+end
+for i = n + 2, #KEYS do redis.call('ZREM', KEYS[i], ARGV[1]) end
+local out = {lapsed, counts}
 for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do out[#out + 1] = m end
 return out
 `)
@@ -92,26 +104,56 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 return redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')
 `)
 
-// Heartbeat registers owner as live for ttl from now and returns the live
-// owners (owner among them). lapsed reports that owner was not live
-// before this call (its first heartbeat, or one after a stall or an
-// outage longer than ttl): its leases may have been taken over meanwhile.
-func (s *Leases) Heartbeat(ctx context.Context, owner string, ttl time.Duration) (live map[string]bool, lapsed bool, err error) {
-	res, err := heartbeatScript.Run(ctx, s.rdb, []string{s.key(HostsKey)}, owner, ttl.Milliseconds()).Slice()
-	if err != nil {
-		return nil, false, fmt.Errorf("partition: heartbeat of %s: %w", owner, err)
+// Beat is what one heartbeat learned.
+type Beat struct {
+	// Live are the owners whose heartbeat has not lapsed (the caller
+	// among them).
+	Live map[string]bool
+	// Lapsed reports that the caller was not live before this heartbeat
+	// (its first, or one after a stall or an outage longer than the TTL):
+	// its leases may have been taken over meanwhile.
+	Lapsed bool
+	// Members counts, per group the caller consumes, the live owners
+	// that consume it (the caller among them): the group's fair share is
+	// its units over this count.
+	Members map[string]int
+}
+
+// Heartbeat registers owner as live for ttl from now, as a consumer of
+// each of groups (MembersKey) and no longer of each of left, and returns
+// what it learned.
+func (s *Leases) Heartbeat(ctx context.Context, owner string, ttl time.Duration, groups, left []string) (Beat, error) {
+	keys := make([]string, 0, 1+len(groups)+len(left))
+	keys = append(keys, s.key(HostsKey))
+	for _, g := range groups {
+		keys = append(keys, s.key(MembersKey(g)))
 	}
-	if len(res) == 0 {
-		return nil, false, fmt.Errorf("partition: heartbeat of %s: empty reply", owner)
+	for _, g := range left {
+		keys = append(keys, s.key(MembersKey(g)))
+	}
+	res, err := heartbeatScript.Run(ctx, s.rdb, keys, owner, ttl.Milliseconds(), len(groups)).Slice()
+	if err != nil {
+		return Beat{}, fmt.Errorf("partition: heartbeat of %s: %w", owner, err)
+	}
+	if len(res) < 2 {
+		return Beat{}, fmt.Errorf("partition: heartbeat of %s: short reply %v", owner, res)
 	}
 	n, _ := res[0].(int64)
-	live = make(map[string]bool, len(res)-1)
-	for _, m := range res[1:] {
+	counts, _ := res[1].([]any)
+	if len(counts) != len(groups) {
+		return Beat{}, fmt.Errorf("partition: heartbeat of %s: %d member counts for %d groups", owner, len(counts), len(groups))
+	}
+	b := Beat{Live: make(map[string]bool, len(res)-2), Lapsed: n == 1, Members: make(map[string]int, len(groups))}
+	for i, g := range groups {
+		c, _ := counts[i].(int64)
+		b.Members[g] = int(c)
+	}
+	for _, m := range res[2:] {
 		if name, ok := m.(string); ok {
-			live[name] = true
+			b.Live[name] = true
 		}
 	}
-	return live, n == 1, nil
+	return b, nil
 }
 
 // Live returns the owners whose heartbeat has not lapsed.
@@ -127,13 +169,30 @@ func (s *Leases) Live(ctx context.Context) (map[string]bool, error) {
 	return live, nil
 }
 
-// Leave removes owner from the hosts set (a host that stops, after
-// releasing its leases).
-func (s *Leases) Leave(ctx context.Context, owner string) error {
-	if err := s.rdb.ZRem(ctx, s.key(HostsKey), owner).Err(); err != nil {
+// Leave removes owner from the hosts set and from the members sets of
+// groups (a host that stops, after releasing its leases).
+func (s *Leases) Leave(ctx context.Context, owner string, groups []string) error {
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, s.key(HostsKey), owner)
+		for _, g := range groups {
+			p.ZRem(ctx, s.key(MembersKey(g)), owner)
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("partition: leave %s: %w", owner, err)
 	}
 	return nil
+}
+
+// ownToken reports whether token is owner's, and its generation.
+func ownToken(token, owner string) (int64, bool) {
+	rest, ok := strings.CutPrefix(token, owner+":")
+	if !ok {
+		return 0, false
+	}
+	gen, err := strconv.ParseInt(rest, 10, 64)
+	return gen, err == nil
 }
 
 // TokenOwner is the owner part of a lease token "{owner}:{generation}".
@@ -145,24 +204,29 @@ func TokenOwner(token string) string {
 }
 
 // acquireScript: KEYS lease, generation, halt of each unit (in threes);
-// ARGV owner, then per unit a token the caller found lapsed ("" for
-// none). Per unit: -2 halted; the new generation when the lease was free,
-// or held by exactly that lapsed token (and has no TTL: a lease of an
-// older host, which expires by itself, is left to expire); else the
-// holder's token.
+// ARGV owner, the most units to take (-1: no limit), then per unit a token
+// the caller found lapsed ("" for none). Per unit: -2 halted; the new
+// generation when the lease was free, or held by exactly that lapsed
+// token (and has no TTL: a lease of an older host, which expires by
+// itself, is left to expire), while the limit allows; -3 when it would
+// have been taken but the limit was reached; else the holder's token.
 var acquireScript = redis.NewScript(`
 local out = {}
+local left = tonumber(ARGV[2])
 for i = 1, #KEYS, 3 do
-  local lapsed = ARGV[(i - 1) / 3 + 2]
+  local lapsed = ARGV[(i - 1) / 3 + 3]
   local cur = redis.call('GET', KEYS[i])
   if redis.call('EXISTS', KEYS[i + 2]) == 1 then
     out[#out + 1] = -2
   elseif cur and (lapsed == '' or cur ~= lapsed or redis.call('PTTL', KEYS[i]) ~= -1) then
     out[#out + 1] = cur
+  elseif left == 0 then
+    out[#out + 1] = -3
   else
     local gen = redis.call('INCR', KEYS[i + 1])
     redis.call('SET', KEYS[i], ARGV[1] .. ':' .. gen)
     out[#out + 1] = gen
+    if left > 0 then left = left - 1 end
   end
 end
 return out
@@ -184,19 +248,25 @@ type Want struct {
 }
 
 // Acquired is the outcome of one unit of AcquireAll: a lease, or an error
-// wrapping ErrLeaseHeld (Holder is then the holder's token) or ErrHalted.
+// wrapping ErrLeaseHeld (Holder is then the holder's token), ErrHalted, or
+// ErrOverLimit (the unit was free, but the call's limit was reached).
 type Acquired struct {
 	Lease  Lease
 	Holder string
 	Err    error
 }
 
+// ErrOverLimit: AcquireAll found the unit free (or its holder lapsed) but
+// had already taken as many units as its limit allows.
+var ErrOverLimit = errors.New("partition lease not taken: the acquire limit was reached")
+
 // Acquire takes the unit's lease at the next generation while it is
-// free. It fails with ErrLeaseHeld when another owner holds it and
+// free, or answers owner's lease if owner holds it already (the call is
+// safe to send again after a lost reply). It fails with ErrLeaseHeld when another owner holds it and
 // ErrHalted when the unit is halted. The lease holds while owner
 // heartbeats (Heartbeat).
 func (s *Leases) Acquire(ctx context.Context, group, unit, owner string) (Lease, error) {
-	got, err := s.AcquireAll(ctx, []Want{{Unit: Unit{group, unit}}}, owner)
+	got, err := s.AcquireAll(ctx, []Want{{Unit: Unit{group, unit}}}, owner, -1)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -204,16 +274,20 @@ func (s *Leases) Acquire(ctx context.Context, group, unit, owner string) (Lease,
 }
 
 // AcquireAll is Acquire of many units, leaseChunk of them per script, each
-// also taken over from its Lapsed holder: one outcome per unit, in order.
-// The error is the servers' (a chunk that failed); the outcomes before it
-// are kept and returned with it.
-func (s *Leases) AcquireAll(ctx context.Context, wants []Want, owner string) ([]Acquired, error) {
+// also taken over from its Lapsed holder, taking at most limit of them
+// (limit < 0: no limit): one outcome per unit, in order. The error is the
+// servers' (a chunk that failed); the outcomes before it are kept and
+// returned with it.
+func (s *Leases) AcquireAll(ctx context.Context, wants []Want, owner string, limit int) ([]Acquired, error) {
 	out := make([]Acquired, 0, len(wants))
+	if limit < 0 {
+		limit = -1
+	}
 	for from := 0; from < len(wants); from += leaseChunk {
 		chunk := wants[from:min(from+leaseChunk, len(wants))]
 		keys := make([]string, 0, 3*len(chunk))
-		args := make([]any, 0, 1+len(chunk))
-		args = append(args, owner)
+		args := make([]any, 0, 2+len(chunk))
+		args = append(args, owner, limit)
 		for _, w := range chunk {
 			keys = append(keys, s.key(LeaseKey(w.Group, w.Unit.Unit)), s.key(GenerationKey(w.Group, w.Unit.Unit)), s.key(HaltKey(w.Group, w.Unit.Unit)))
 			args = append(args, w.Lapsed)
@@ -229,12 +303,27 @@ func (s *Leases) AcquireAll(ctx context.Context, wants []Want, owner string) ([]
 			g, u := w.Group, w.Unit.Unit
 			switch r := res[i].(type) {
 			case string:
+				if gen, ok := ownToken(r, owner); ok {
+					// Ours already: an earlier run of this call took it
+					// and its reply was lost (the client sent it again).
+					out = append(out, Acquired{Lease: Lease{Group: g, Unit: u, Owner: owner, Generation: gen}})
+					if limit > 0 {
+						limit--
+					}
+					continue
+				}
 				out = append(out, Acquired{Holder: r, Err: fmt.Errorf("partition %s %s: held by %s: %w", g, u, r, ErrLeaseHeld)})
 			case int64:
-				if r == -2 {
+				switch {
+				case r == -2:
 					out = append(out, Acquired{Err: fmt.Errorf("partition %s %s: %w", g, u, ErrHalted)})
-				} else {
+				case r == -3:
+					out = append(out, Acquired{Err: fmt.Errorf("partition %s %s: %w", g, u, ErrOverLimit)})
+				default:
 					out = append(out, Acquired{Lease: Lease{Group: g, Unit: u, Owner: owner, Generation: r}})
+					if limit > 0 {
+						limit--
+					}
 				}
 			default:
 				return out, fmt.Errorf("partition %s %s: acquire: unexpected reply %v", g, u, r)
@@ -347,16 +436,29 @@ end
 `
 
 // readScript: KEYS lease, stream; ARGV token, group, count, id ('0' for
-// the owner's pending entries, '>' for new ones).
+// the owner's pending entries, '>' for new ones). A '>' read returns the
+// owner's pending entries instead while it has any: a read whose reply
+// was lost (a timeout, a cut connection) delivered entries the owner never
+// saw, and a client that sends the script again (go-redis retries a
+// command whose reply it did not get) must get those first, not the ones
+// after them.
 var readScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED') end
 ` + ensureGroup + `
-return call_group('XREADGROUP', 'GROUP', ARGV[2], ARGV[1], 'COUNT', ARGV[3], 'STREAMS', KEYS[2], ARGV[4])
+local id = ARGV[4]
+if id == '>' then
+  local p = call_group('XPENDING', KEYS[2], ARGV[2], '-', '+', 1, ARGV[1])
+  if type(p) == 'table' and p.err then return p end
+  if #p > 0 then id = '0' end
+end
+return call_group('XREADGROUP', 'GROUP', ARGV[2], ARGV[1], 'COUNT', ARGV[3], 'STREAMS', KEYS[2], id)
 `)
 
 // Read is a fenced XREADGROUP of up to count entries of stream as the
 // lease's consumer: its own pending entries (retries and reclaimed ones)
-// when pending, new entries otherwise. It never blocks.
+// when pending, new entries otherwise, unless it has pending ones (see
+// readScript): the same call sent twice never skips entries. It never
+// blocks.
 func (s *Leases) Read(ctx context.Context, l Lease, stream string, pending bool, count int) ([]Entry, error) {
 	id := ">"
 	if pending {

@@ -95,7 +95,7 @@ func TestLeasesInBulk(t *testing.T) {
 	for i, u := range units {
 		wants[i] = partition.Want{Unit: u}
 	}
-	got, err := ls.AcquireAll(ctx, wants, "host-a")
+	got, err := ls.AcquireAll(ctx, wants, "host-a", -1)
 	require.NoError(t, err)
 	require.Len(t, got, n)
 	var mine []partition.Lease
@@ -126,6 +126,53 @@ func TestLeasesInBulk(t *testing.T) {
 	require.Equal(t, wantLost, lost)
 	require.ErrorIs(t, ls.Check(ctx, mine[3]), partition.ErrLeaseLost)
 	require.NoError(t, ls.Check(ctx, mine[1]))
+}
+
+// A limit across chunks takes exactly that many free units; the rest are
+// reported free but not taken, and held or halted ones as such.
+func TestAcquireAllStopsAtItsLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ls, _, _ := newLeases(t)
+	const n, limit = 1234, 600
+	wants := make([]partition.Want, n)
+	for i := range wants {
+		wants[i] = partition.Want{Unit: partition.Unit{Group: "g", Unit: "order:k" + strconv.Itoa(i)}}
+	}
+	for i := 0; i < n; i += 5 {
+		_, err := ls.Acquire(ctx, "g", wants[i].Unit.Unit, "host-b")
+		require.NoError(t, err)
+	}
+	got, err := ls.AcquireAll(ctx, wants, "host-a", limit)
+	require.NoError(t, err)
+	taken, over := 0, 0
+	for i, a := range got {
+		switch {
+		case i%5 == 0:
+			require.ErrorIs(t, a.Err, partition.ErrLeaseHeld, "unit %d", i)
+		case a.Err == nil:
+			require.Zero(t, over, "unit %d taken after the limit was reached", i)
+			taken++
+		default:
+			require.ErrorIs(t, a.Err, partition.ErrOverLimit, "unit %d", i)
+			over++
+		}
+	}
+	require.Equal(t, limit, taken)
+	require.Equal(t, n-n/5-1-limit, over)
+	// Sent again (its reply lost), the call answers the caller's own
+	// leases, at the same generations.
+	again, err := ls.AcquireAll(ctx, wants[1:3], "host-a", -1)
+	require.NoError(t, err)
+	for i, a := range again {
+		require.NoError(t, a.Err)
+		require.Equal(t, got[1+i].Lease, a.Lease)
+	}
+	got, err = ls.AcquireAll(ctx, wants[:10], "host-c", 0)
+	require.NoError(t, err)
+	for i, a := range got {
+		require.Error(t, a.Err, "unit %d: a zero limit takes nothing", i)
+	}
 }
 
 // One Ack of more ids than the script's inner chunk acks every one and
@@ -165,47 +212,54 @@ func TestLapsedOwnersLeaseIsTakenOver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ls, rdb, prefix := newLeases(t)
-	live, lapsed, err := ls.Heartbeat(ctx, "host-a", time.Hour)
+	beat, err := ls.Heartbeat(ctx, "host-a", time.Hour, []string{"g"}, nil)
 	require.NoError(t, err)
-	require.True(t, lapsed, "a first heartbeat reports the owner new")
-	require.True(t, live["host-a"])
+	require.True(t, beat.Lapsed, "a first heartbeat reports the owner new")
+	require.True(t, beat.Live["host-a"])
+	require.Equal(t, map[string]int{"g": 1}, beat.Members)
 	a, err := ls.Acquire(ctx, "g", "u", "host-a")
 	require.NoError(t, err)
 	ttl, err := rdb.PTTL(ctx, prefix+partition.LeaseKey("g", "u")).Result()
 	require.NoError(t, err)
 	require.Equal(t, time.Duration(-1), ttl, "a lease key has no TTL")
 
-	_, lapsed, err = ls.Heartbeat(ctx, "host-b", 20*time.Millisecond)
+	beat, err = ls.Heartbeat(ctx, "host-b", 20*time.Millisecond, []string{"g", "h"}, nil)
 	require.NoError(t, err)
-	require.True(t, lapsed)
-	got, err := ls.AcquireAll(ctx, []partition.Want{{Unit: partition.Unit{Group: "g", Unit: "u"}, Lapsed: "host-a:0"}}, "host-b")
+	require.True(t, beat.Lapsed)
+	require.Equal(t, map[string]int{"g": 2, "h": 1}, beat.Members, "each group counts its live consumers")
+	got, err := ls.AcquireAll(ctx, []partition.Want{{Unit: partition.Unit{Group: "g", Unit: "u"}, Lapsed: "host-a:0"}}, "host-b", -1)
 	require.NoError(t, err)
 	require.ErrorIs(t, got[0].Err, partition.ErrLeaseHeld, "not the holder's token")
 	require.Equal(t, "host-a:1", got[0].Holder)
 
 	// host-a stops heartbeating: once its entry is past, it is not live.
 	require.NoError(t, rdb.ZAdd(ctx, prefix+partition.HostsKey, redis.Z{Score: 1, Member: "host-a"}).Err())
-	live, err = ls.Live(ctx)
+	live, err := ls.Live(ctx)
 	require.NoError(t, err)
 	require.False(t, live["host-a"])
-	got, err = ls.AcquireAll(ctx, []partition.Want{{Unit: partition.Unit{Group: "g", Unit: "u"}, Lapsed: got[0].Holder}}, "host-b")
+	got, err = ls.AcquireAll(ctx, []partition.Want{{Unit: partition.Unit{Group: "g", Unit: "u"}, Lapsed: got[0].Holder}}, "host-b", -1)
 	require.NoError(t, err)
 	require.NoError(t, got[0].Err)
 	require.Equal(t, a.Generation+1, got[0].Lease.Generation)
 	require.ErrorIs(t, ls.Check(ctx, a), partition.ErrLeaseLost)
 	_, err = ls.Read(ctx, a, "s", false, 1)
 	require.ErrorIs(t, err, partition.ErrLeaseLost, "the stale owner is fenced")
-	_, lapsed, err = ls.Heartbeat(ctx, "host-a", time.Hour)
+	beat, err = ls.Heartbeat(ctx, "host-a", time.Hour, nil, []string{"g"})
 	require.NoError(t, err)
-	require.True(t, lapsed, "its heartbeat tells the stale owner it had lapsed")
+	require.True(t, beat.Lapsed, "its heartbeat tells the stale owner it had lapsed")
+	require.Empty(t, beat.Members)
+	require.ErrorIs(t, rdb.ZScore(ctx, prefix+partition.MembersKey("g"), "host-a").Err(), redis.Nil, "host-a left g")
 
 	// A lease with a TTL (written by an older host) expires by itself.
 	require.NoError(t, rdb.Set(ctx, prefix+partition.LeaseKey("g", "v"), "old:3", time.Hour).Err())
-	got, err = ls.AcquireAll(ctx, []partition.Want{{Unit: partition.Unit{Group: "g", Unit: "v"}, Lapsed: "old:3"}}, "host-b")
+	got, err = ls.AcquireAll(ctx, []partition.Want{{Unit: partition.Unit{Group: "g", Unit: "v"}, Lapsed: "old:3"}}, "host-b", -1)
 	require.NoError(t, err)
 	require.ErrorIs(t, got[0].Err, partition.ErrLeaseHeld)
 
-	require.NoError(t, ls.Leave(ctx, "host-b"))
+	require.NoError(t, ls.Leave(ctx, "host-b", []string{"h"}))
+	n, err := rdb.ZCard(ctx, prefix+partition.MembersKey("h")).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(0), n)
 	live, err = ls.Live(ctx)
 	require.NoError(t, err)
 	require.Equal(t, map[string]bool{"host-a": true}, live)
@@ -259,12 +313,18 @@ func TestFencedReadAckReclaimRefuseAStaleOwner(t *testing.T) {
 	pend, err := ls.Read(ctx, b, stream, true, 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{ids[0], ids[1]}, entryIDs(pend), "pending first, in order")
+	again, err := ls.Read(ctx, b, stream, false, 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{ids[0], ids[1]}, entryIDs(again), "a read of new entries answers the pending ones while there are any")
+	n, err := ls.Ack(ctx, b, stream, ids[0], ids[1])
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
 	fresh, err := ls.Read(ctx, b, stream, false, 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{ids[2]}, entryIDs(fresh))
-	n, err := ls.Ack(ctx, b, stream, ids...)
+	n, err = ls.Ack(ctx, b, stream, ids...)
 	require.NoError(t, err)
-	require.Equal(t, 3, n)
+	require.Equal(t, 1, n)
 	pend, err = ls.Read(ctx, b, stream, true, 10)
 	require.NoError(t, err)
 	require.Empty(t, pend)

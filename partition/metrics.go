@@ -15,6 +15,7 @@ type Metrics struct {
 	halted       *prometheus.GaugeVec
 	acquisitions *prometheus.CounterVec
 	losses       *prometheus.CounterVec
+	handovers    *prometheus.CounterVec
 	messages     *prometheus.CounterVec
 	latency      *prometheus.HistogramVec
 }
@@ -30,13 +31,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Partition leases this instance acquired, by consumer group."}, []string{"group"}),
 		losses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_partition_lease_losses_total",
 			Help: "Partition leases this instance lost before releasing them (expired, or fenced by a newer owner)."}, []string{"group"}),
+		handovers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_partition_handovers_total",
+			Help: "Partitions this instance released for another host to take, holding more than its fair share."}, []string{"group"}),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_partition_messages_total",
 			Help: "Partitioned messages by outcome: ok (effects committed), duplicate (applied before, acked without handling), failed (an attempt failed on the message's own), gap (a message that follows lost ones)."}, []string{"group", "outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "protean_partition_batch_seconds",
 			Help: "Time to handle and commit one batch of a partition.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"group"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.owned, m.halted, m.acquisitions, m.losses, m.messages, m.latency)
+		reg.MustRegister(m.owned, m.halted, m.acquisitions, m.losses, m.handovers, m.messages, m.latency)
 	}
 	return m
 }
@@ -45,6 +48,9 @@ func (m *Metrics) setOwned(group string, n int)  { m.owned.WithLabelValues(group
 func (m *Metrics) setHalted(group string, n int) { m.halted.WithLabelValues(group).Set(float64(n)) }
 func (m *Metrics) acquired(group string)         { m.acquisitions.WithLabelValues(group).Inc() }
 func (m *Metrics) lost(group string)             { m.losses.WithLabelValues(group).Inc() }
+func (m *Metrics) handedOver(group string, n int) {
+	m.handovers.WithLabelValues(group).Add(float64(n))
+}
 func (m *Metrics) handled(group, outcome string, n int) {
 	m.messages.WithLabelValues(group, outcome).Add(float64(n))
 }

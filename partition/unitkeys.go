@@ -84,5 +84,12 @@ func DLQStreamName(category, key string) string { return LaneStreamName(category
 const AuditStream = "protean:audit"
 
 // HostsKey is the sorted set of partition consumers that heartbeat: owner
-// → the time (ms, Redis's clock) its heartbeat lapses.
-const HostsKey = "protean:hosts"
+// → the time (ms, Redis's clock) its heartbeat lapses. It and every
+// MembersKey share the hash tag {protean}, so a heartbeat is one script
+// on one slot of a cluster.
+const HostsKey = "{protean}:hosts"
+
+// MembersKey is the sorted set of the live consumers of group, as
+// HostsKey: a host takes at most its fair share of the group's units
+// (their count over this set's).
+func MembersKey(group string) string { return "{protean}:members:" + group }

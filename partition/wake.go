@@ -18,6 +18,34 @@ import (
 type Wake struct {
 	Category string
 	Keys     []string
+	// Released are keys whose units a host handed over (Leases.Released):
+	// free now, to be acquired even if seen held.
+	Released []string
+}
+
+// releasedValue marks a released key's field in a wake-up entry; a
+// publish writes "1".
+const releasedValue = "r"
+
+// wakeChunk is the most keys one handover entry names.
+const wakeChunk = 1000
+
+// Released tells the consumers of category that the units of keys were
+// released for another host to take (a fair-share handover): one wake-up
+// entry per wakeChunk keys.
+func (s *Leases) Released(ctx context.Context, category string, keys []string) error {
+	for from := 0; from < len(keys); from += wakeChunk {
+		chunk := keys[from:min(from+wakeChunk, len(keys))]
+		vals := make([]string, 0, 2*len(chunk))
+		for _, k := range chunk {
+			vals = append(vals, k, releasedValue)
+		}
+		err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: s.key(WakeKey(category)), MaxLen: WakeMaxLen, Approx: true, Values: vals}).Err()
+		if err != nil {
+			return fmt.Errorf("partition: announce %d released keys of %s: %w", len(keys), category, err)
+		}
+	}
+	return nil
 }
 
 // Listener reads the wake-up streams of categories, blocking, on a Redis
@@ -99,8 +127,12 @@ func (l *Listener) Read(ctx context.Context, cursors map[string]string, block ti
 		from := cursors[cat]
 		w := Wake{Category: cat}
 		for _, m := range st.Messages {
-			for k := range m.Values {
-				w.Keys = append(w.Keys, k)
+			for k, v := range m.Values {
+				if v == releasedValue {
+					w.Released = append(w.Released, k)
+				} else {
+					w.Keys = append(w.Keys, k)
+				}
 			}
 		}
 		cursors[cat] = st.Messages[len(st.Messages)-1].ID
@@ -266,21 +298,31 @@ func (c *Consumer) follow(ctx context.Context, cursors map[string]string) error 
 }
 
 // woken places the units of the keys published to: their workers here
-// read again; the others are acquired if free.
+// read again; the others are acquired if free. The units of released keys
+// (a handover) are tried even if seen held.
 func (c *Consumer) woken(ctx context.Context, wakes []Wake) {
 	if len(wakes) == 0 {
 		return
 	}
-	keys := map[string][]string{}
+	keys, released := map[string][]string{}, map[string][]string{}
 	for _, w := range wakes {
 		keys[w.Category] = append(keys[w.Category], w.Keys...)
+		keys[w.Category] = append(keys[w.Category], w.Released...)
+		released[w.Category] = append(released[w.Category], w.Released...)
 	}
 	for cat, ks := range keys {
 		slices.Sort(ks)
 		keys[cat] = slices.Compact(ks)
 	}
 	for _, s := range c.opts.Subscriptions() {
-		if _, err := c.place(ctx, s, buildUnits(s, keys), true, false); err != nil && ctx.Err() == nil {
+		c.mu.Lock()
+		for _, u := range buildUnits(s, released) {
+			delete(c.held, unitID{s.Group, u.unit})
+		}
+		total := c.total[s.Group]
+		c.mu.Unlock()
+		units := buildUnits(s, keys)
+		if _, err := c.place(ctx, s, units, total+len(units), true, false); err != nil && ctx.Err() == nil {
 			c.leaseOutage.Fail(fmt.Errorf("acquire on wake-up: %w", err), "group", s.Group)
 		}
 	}

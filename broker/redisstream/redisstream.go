@@ -251,10 +251,8 @@ func (b *Broker) publish(ctx context.Context, epoch string, msgs []broker.Messag
 }
 
 // wakeMaxLen is about how many entries a category's wake-up stream keeps
-// (XADD MAXLEN ~): far more than a listener falls behind by between two
-// reads; one that falls further behind notices and wakes every worker
-// (package partition).
-const wakeMaxLen = 10000
+// (partition.WakeMaxLen).
+const wakeMaxLen = partition.WakeMaxLen
 
 // EpochKey (with Options.Prefix) is the epoch marker: a string the outbox
 // relay sets once it has made sure that everything published before it is
