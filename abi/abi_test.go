@@ -69,6 +69,8 @@ func TestDecodeManifestRejects(t *testing.T) {
 		{"true on a projector", edit(`"sequential_by": "client_id"`, `"sequential_by": true`), "sequential_by = true is for process managers"},
 		{"empty key", edit(`"sequential_by": "client_id"`, `"sequential_by": ""`), "must not be an empty string"},
 		{"numeric key", edit(`"sequential_by": "client_id"`, `"sequential_by": 7`), "must be a field name, true, or null"},
+		{"documents by key without a key", edit(`"handles": ["PlaceOrder"]}`, `"handles": ["PlaceOrder"], "documents_by_key": true}`), "documents_by_key is for a projector with a sequential_by field"},
+		{"documents by key unpartitioned", edit(`"sequential_by": "client_id"}`, `"documents_by_key": true}`), "documents_by_key is for a projector with a sequential_by field"},
 		{"duplicate handler", edit(`"name": "orders"`, `"name": "client_orders"`), "handler client_orders is declared twice"},
 		{"duplicate field", edit(`[{"name": "order_id"}, {"name": "client_id"}]`, `[{"name": "order_id"}, {"name": "order_id"}]`), "field order_id is declared twice"},
 		{"no handlers", `{"abi_version": 1, "module": {"name": "m", "version": "1"}, "messages": [], "handlers": []}`, "declares no handlers"},

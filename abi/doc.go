@@ -86,7 +86,13 @@
 //
 // sequential_by is absent or null (not partitioned), a field name (event
 // handler, projector, command handler), or true (process manager: each
-// category is partitioned by that category's correlate field). Every type
+// category is partitioned by that category's correlate field). A
+// projector with a sequential_by field may add "documents_by_key": true
+// (added within ABI version 1, optional): each of its documents is keyed
+// by the field's value, so an event of key K writes only document K. The
+// host fails a message whose result writes another document of the
+// projector (permanently), and in return a read of document K as of a
+// position waits for K's partition only, not for every key's. Every type
 // a handler handles must be declared in messages, with its category and its
 // top-level fields. Decoding is strict: unknown keys are errors. Names match
 // [A-Za-z_][A-Za-z0-9_.]* (at most MaxNameLength); categories match

@@ -147,6 +147,14 @@ type Handler struct {
 	// Idempotent declares that handling a message twice has the effect of
 	// handling it once.
 	Idempotent bool `json:"idempotent,omitempty"`
+	// DocumentsByKey declares, for a projector with a sequential_by field,
+	// that each of its documents is keyed by that field's value: an event
+	// of key K writes only the document K. The host enforces it (a write
+	// of another document fails the message, permanently) and relies on
+	// it: a read of document K "as of" a position waits for key K's
+	// partition alone. Added within ABI version 1: optional, absent means
+	// false.
+	DocumentsByKey bool `json:"documents_by_key,omitempty"`
 }
 
 // SequentialBy is a handler's partition-key declaration. In JSON it is
@@ -363,6 +371,9 @@ func (h *Handler) check(msgs map[string]Message) error {
 		if err := checkName("sequential_by", h.SequentialBy.Field); err != nil {
 			return err
 		}
+	}
+	if h.DocumentsByKey && (h.Kind != KindProjector || h.SequentialBy.Field == "") {
+		return errors.New("documents_by_key is for a projector with a sequential_by field")
 	}
 	seen := make(map[string]bool, len(h.Handles))
 	for _, typ := range h.Handles {

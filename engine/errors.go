@@ -96,7 +96,11 @@ func checkResults(route host.Route, envs []abi.Envelope, results []abi.Result, s
 			out[i].err = herr(kind, err)
 			break
 		}
-		if err := sc.effects(r.Effects); err != nil {
+		err := sc.effects(r.Effects)
+		if err == nil && route.Handler.DocumentsByKey {
+			err = documentsByKey(route.Handler, envs[i], r.Effects)
+		}
+		if err != nil {
 			out[i].Result = abi.Result{Error: &abi.Error{Kind: abi.ErrorPermanent, Message: err.Error()}}
 			out[i].err = herr(abi.ErrorPermanent, err)
 			break
@@ -104,6 +108,31 @@ func checkResults(route host.Route, envs []abi.Envelope, results []abi.Result, s
 	}
 	return out
 }
+
+// documentsByKey checks that a projector declared documents_by_key wrote
+// only the document its message's key names: a read of that document as
+// of a position waits for that key's partition alone, so a write of
+// another document would be read before it was made.
+func documentsByKey(h abi.Handler, env abi.Envelope, e *abi.Effects) error {
+	if e == nil {
+		return nil
+	}
+	key, ok := fieldKey(env.Data, h.SequentialBy.Field)
+	for _, w := range e.Writes {
+		if w.Kind != abi.RecordProjection || w.Type != h.Name {
+			continue
+		}
+		if !ok || w.ID != key {
+			return fmt.Errorf("%w: projector %s declares documents_by_key, so an event whose %s is %q writes only that document, but it wrote document %q",
+				ErrDocumentKey, h.Name, h.SequentialBy.Field, key, abi.Clip(w.ID, abi.ClipLength))
+		}
+	}
+	return nil
+}
+
+// ErrDocumentKey: a projector declared documents_by_key and wrote another
+// document than its event's key names.
+var ErrDocumentKey = errors.New("write outside the event's document")
 
 // guestError is the error a module returned for a message: its message,
 // and the host's error behind it when the host knows it.

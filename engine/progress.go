@@ -77,6 +77,9 @@ type handled struct {
 	upTo int64
 	// above holds handled positions above upTo not yet walked over.
 	above map[int64]struct{}
+	// keyed holds, per partition key, the position up to which a keyed
+	// check found every event of the key handled (see caughtUp).
+	keyed map[string]int64
 	// walkAt is the size of above that calls for the next walk: it
 	// doubles while a gap keeps the walk from folding them, so a group
 	// stuck behind an unhandled event walks the store rarely, not per
@@ -156,6 +159,36 @@ func (p *progress) has(group, category string, gp int64) bool {
 	return ok || gp <= h.upTo
 }
 
+// maxKeyed bounds the keys whose keyed progress a group keeps per
+// category; past it they are forgotten (a keyed check then starts at the
+// watermark again).
+const maxKeyed = 1 << 16
+
+// keyedAt is the position up to which a keyed check found every event of
+// key handled (0: none known).
+func (p *progress) keyedAt(group, category, key string) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stateLocked(group, category).keyed[key]
+}
+
+// keyedTo records that a keyed check c found every event of its key up
+// to n handled; an unkeyed check records nothing.
+func (p *progress) keyedTo(group, category string, c *check, n int64) {
+	if c == nil || c.field == "" {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := p.stateLocked(group, category)
+	if h.keyed == nil || len(h.keyed) >= maxKeyed {
+		h.keyed = map[string]int64{}
+	}
+	if n > h.keyed[c.key] {
+		h.keyed[c.key] = n
+	}
+}
+
 // advance raises the watermark to w (never lowers it) and forgets the
 // positions it covers; past maxAbove it drops the rest (see maxAbove).
 func (p *progress) advance(group, category string, w int64) {
@@ -214,6 +247,10 @@ type check struct {
 	position   int64
 	rows       map[string]position.Row
 	open       map[string]map[int64]esub.Failure
+	// field and key, when field is set, narrow the wait to the events
+	// whose field holds key (a read of one document of a projector that
+	// declares documents_by_key): the others are not waited for.
+	field, key string
 }
 
 func newCheck(projection string, n int64) *check {
@@ -235,30 +272,55 @@ func (e *Engine) handledEvent(ctx context.Context, group, category string, gp in
 // caughtUp reports whether group has handled every event of category at or
 // below n, advancing its watermark over what it finds handled. rows caches
 // the positions rows a check has read (nil: do not consult them).
+//
+// A keyed check (c.field set) waits only for the events of its key: it
+// starts past the watermark and past what an earlier keyed check found
+// handled for the key, moves the watermark only over a prefix of handled
+// events, and skips the events of other keys, handled or not.
 func (e *Engine) caughtUp(ctx context.Context, group, category string, n int64, c *check) (bool, error) {
 	w := e.progress.watermark(group, category)
 	defer func() { e.progress.advance(group, category, w) }()
-	for w < n {
-		evs, err := e.opts.Events.ReadCategory(ctx, category, w+1, walkBatch)
+	keyed := c != nil && c.field != ""
+	from, prefix := w, true
+	if keyed {
+		from = max(w, e.progress.keyedAt(group, category, c.key))
+		prefix = from == w
+	}
+	for from < n {
+		evs, err := e.opts.Events.ReadCategory(ctx, category, from+1, walkBatch)
 		if err != nil {
 			return false, err
 		}
 		for _, ev := range evs {
 			if ev.GlobalPosition > n {
+				e.progress.keyedTo(group, category, c, n)
 				return true, nil
 			}
-			if !e.progress.has(group, category, ev.GlobalPosition) {
+			handled := e.progress.has(group, category, ev.GlobalPosition)
+			if keyed && !handled {
+				if k, ok := fieldKey(ev.Data, c.field); !ok || k != c.key {
+					prefix = false // another key's: not waited for, and not known handled
+					from = ev.GlobalPosition
+					continue
+				}
+			}
+			if !handled {
 				ok, err := e.handledElsewhere(ctx, group, category, ev, c)
 				if err != nil || !ok {
 					return false, err
 				}
 			}
-			w = ev.GlobalPosition
+			from = ev.GlobalPosition
+			if prefix {
+				w = from
+			}
 		}
 		if len(evs) < walkBatch {
+			e.progress.keyedTo(group, category, c, n)
 			return true, nil // nothing of the category is left at or below n
 		}
 	}
+	e.progress.keyedTo(group, category, c, n)
 	return true, nil
 }
 
@@ -354,6 +416,11 @@ func partitionKey(set *host.Set, category string, data json.RawMessage) (string,
 	if !ok {
 		return "", false
 	}
+	return fieldKey(data, field)
+}
+
+// fieldKey is the partition key a payload's field holds, if it holds one.
+func fieldKey(data json.RawMessage, field string) (string, bool) {
 	var fields map[string]any
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -394,6 +461,33 @@ func (e *CaughtUpError) Unwrap() []error { return []error{ErrNotCaughtUp, e.Err}
 // ErrUnknownProjection; an event at or below n that its event-store
 // subscription recorded as failed or held is a *FailedError (ErrFailed).
 func (e *Engine) WaitHandled(ctx context.Context, name string, n int64) error {
+	return e.waitHandled(ctx, name, n, "", "")
+}
+
+// WaitDocument is WaitHandled for a read of document id of the projector
+// name. When the projector declares documents_by_key (abi.Handler), the
+// document is written only by the events whose partition field holds id,
+// so it waits for those events alone: other keys' events, slow or held
+// by a halted partition, do not hold the read back. Otherwise it waits as
+// WaitHandled does.
+func (e *Engine) WaitDocument(ctx context.Context, name, id string, n int64) error {
+	if r, ok := e.Set().ProjectionRoute(name); ok && r.Handler.DocumentsByKey {
+		return e.waitHandled(ctx, name, n, r.Handler.SequentialBy.Field, id)
+	}
+	return e.WaitHandled(ctx, name, n)
+}
+
+// ReadYourWrites says what a min_position read of the projector name
+// waits for: "key" (the document's partition alone: documents_by_key) or
+// "all" (every event of its categories).
+func ReadYourWrites(h abi.Handler) string {
+	if h.DocumentsByKey {
+		return "key"
+	}
+	return "all"
+}
+
+func (e *Engine) waitHandled(ctx context.Context, name string, n int64, field, key string) error {
 	for {
 		set := e.Set()
 		cats, ok := projectionCategories(set, name)
@@ -403,6 +497,7 @@ func (e *Engine) WaitHandled(ctx context.Context, name string, n int64) error {
 		changed := e.progress.wait()
 		done := true
 		chk := newCheck(name, n)
+		chk.field, chk.key = field, key
 		for _, c := range cats {
 			ok, err := e.caughtUp(ctx, name, c, n, chk)
 			if err != nil && ctx.Err() == nil {

@@ -184,3 +184,69 @@ func TestWaitHandledAfterRestart(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, waitFor(e, "client_orders", res.Events[0].GlobalPosition, 100*time.Millisecond), ErrNotCaughtUp)
 }
+
+// A read of one document of a projector that declares documents_by_key
+// waits for that document's key alone: another key's unhandled event (a
+// slow or halted partition) below the position does not hold it back,
+// while a wait for the whole projection, or for the other key's document,
+// still waits for it.
+func TestWaitDocumentWaitsForItsKeyAlone(t *testing.T) {
+	e, mem, src := examplesEngine(t)
+	ctx := context.Background()
+	place := func(order, client string) int64 {
+		res, err := e.Dispatch(ctx, "PlaceOrder", json.RawMessage(fmt.Sprintf(`{"order_id":%q,"client_id":%q,"total":1}`, order, client)), abi.Metadata{})
+		require.NoError(t, err)
+		return res.Events[0].GlobalPosition
+	}
+	wait := func(id string, n int64, d time.Duration) error {
+		ctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return e.WaitDocument(ctx, "client_orders", id, n)
+	}
+	stuck := place("o-1", "c-stuck") // never published: its partition never handles it
+	p2, p3 := place("o-2", "c-2"), place("o-3", "c-2")
+	require.ErrorIs(t, wait("c-2", p3, 100*time.Millisecond), ErrNotCaughtUp, "c-2's events are not handled yet")
+	publish(t, mem, src, p2)
+	publish(t, mem, src, p3)
+	waited := make(chan error, 1)
+	go func() { waited <- wait("c-2", p3, time.Minute) }()
+	require.NoError(t, testwait.Recv(t, "the wait for c-2's document", waited), "c-stuck's event does not concern c-2's document")
+	require.NoError(t, wait("c-2", p3, time.Minute), "again, from what the first wait found")
+	require.ErrorIs(t, wait("c-stuck", stuck, 100*time.Millisecond), ErrNotCaughtUp)
+	require.ErrorIs(t, waitFor(e, "client_orders", p3, 100*time.Millisecond), ErrNotCaughtUp, "the whole projection waits for every key")
+
+	p4 := place("o-4", "c-2")
+	require.ErrorIs(t, wait("c-2", p4, 100*time.Millisecond), ErrNotCaughtUp, "a later event of the key is waited for")
+	publish(t, mem, src, p4)
+	go func() { waited <- wait("c-2", p4, time.Minute) }()
+	require.NoError(t, testwait.Recv(t, "the wait for c-2's later event", waited))
+
+	publish(t, mem, src, stuck)
+	require.NoError(t, waitFor(e, "client_orders", p4, time.Minute))
+	require.NoError(t, wait("c-stuck", p4, time.Minute))
+}
+
+// A projector that declares documents_by_key and writes another document
+// than its event's key fails that message, permanently.
+func TestDocumentsByKeyRefusesAnotherDocument(t *testing.T) {
+	h := abi.Handler{Name: "client_orders", Kind: abi.KindProjector, Category: "order", DocumentsByKey: true,
+		SequentialBy: abi.SequentialBy{Field: "client_id"}}
+	env := abi.Envelope{Type: "OrderPlaced", Data: json.RawMessage(`{"client_id":"c-1"}`)}
+	write := func(kind abi.RecordKind, typ, id string) *abi.Effects {
+		return &abi.Effects{Writes: []abi.Write{{Kind: kind, Type: typ, ID: id, Data: json.RawMessage(`{}`)}}}
+	}
+	require.NoError(t, documentsByKey(h, env, write(abi.RecordProjection, "client_orders", "c-1")))
+	require.NoError(t, documentsByKey(h, env, write(abi.RecordProjection, "other", "c-2")), "another projection's documents are the scope's business")
+	err := documentsByKey(h, env, write(abi.RecordProjection, "client_orders", "c-2"))
+	require.ErrorIs(t, err, ErrDocumentKey)
+	require.Contains(t, err.Error(), `an event whose client_id is "c-1" writes only that document, but it wrote document "c-2"`)
+	require.ErrorIs(t, documentsByKey(h, abi.Envelope{Data: json.RawMessage(`{}`)}, write(abi.RecordProjection, "client_orders", "c-1")), ErrDocumentKey,
+		"an event without the key writes no document")
+
+	route := host.Route{Module: &host.Module{File: "x.wasm"}, Handler: h}
+	out := checkResults(route, []abi.Envelope{env, env}, []abi.Result{{Effects: write(abi.RecordProjection, "client_orders", "c-1")},
+		{Effects: write(abi.RecordProjection, "client_orders", "c-9")}}, &scope{handlers: map[string]abi.Kind{"client_orders": abi.KindProjector, "other": abi.KindProjector}}, nil)
+	require.NoError(t, out[0].err)
+	require.ErrorIs(t, out[1].err, ErrDocumentKey)
+	require.Equal(t, abi.ErrorPermanent, out[1].Result.Error.Kind)
+}

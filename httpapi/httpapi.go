@@ -35,11 +35,11 @@ type Engine interface {
 
 // HandledWaiter is the optional ability of an Engine behind
 // GET /v1/projections/{name}/{id}?min_position=N: wait until the
-// projection's handler has handled global position N (see
-// engine.Engine.WaitHandled); an error that errors.Is
-// engine.ErrNotCaughtUp when ctx ended first.
+// projection's handler has handled global position N, as far as document
+// id is concerned (see engine.Engine.WaitDocument); an error that
+// errors.Is engine.ErrNotCaughtUp when ctx ended first.
 type HandledWaiter interface {
-	WaitHandled(ctx context.Context, projection string, position int64) error
+	WaitDocument(ctx context.Context, projection, id string, position int64) error
 }
 
 // Options configure the API handler.
@@ -257,7 +257,7 @@ func (a *api) waitHandled(w http.ResponseWriter, r *http.Request, q string) bool
 	name := r.PathValue("name")
 	ctx, cancel := context.WithTimeout(r.Context(), a.readWait)
 	defer cancel()
-	if err := hw.WaitHandled(ctx, name, n); err != nil {
+	if err := hw.WaitDocument(ctx, name, r.PathValue("id"), n); err != nil {
 		if errors.Is(err, engine.ErrNotCaughtUp) {
 			writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("projection %s has not handled global position %d within %s; it is eventually consistent: retry later", name, n, a.readWait))
 			return false

@@ -22,7 +22,7 @@ type stalledEngine struct {
 	waited chan int64
 }
 
-func (s *stalledEngine) WaitHandled(ctx context.Context, name string, n int64) error {
+func (s *stalledEngine) WaitDocument(ctx context.Context, name, _ string, n int64) error {
 	s.waited <- n
 	<-ctx.Done()
 	return &engine.CaughtUpError{Projection: name, Position: n, Err: ctx.Err()}
@@ -60,7 +60,7 @@ func getJSON(t *testing.T, url string) (int, map[string]any) {
 // failedEngine's projector failed an event below every wait.
 type failedEngine struct{ fakeEngine }
 
-func (*failedEngine) WaitHandled(_ context.Context, name string, n int64) error {
+func (*failedEngine) WaitDocument(_ context.Context, name, _ string, n int64) error {
 	return &engine.FailedError{Projection: name, Position: n, Failure: subscription.Failure{GlobalPosition: 5, Type: "OrderPlaced", Stream: "order-o-1", Status: subscription.StatusFailed}}
 }
 

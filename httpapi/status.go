@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/host"
 )
 
@@ -102,6 +103,11 @@ type PluginHandler struct {
 	// PartitionKeys maps each partitioned category of the handler to its
 	// key field.
 	PartitionKeys map[string]string `json:"partition_keys,omitempty"`
+	// ReadYourWrites is what a ?min_position read of a projector's or
+	// process manager's document waits for: "key" (only the events of
+	// the document's partition key: the projector declares
+	// documents_by_key) or "all" (every event of its categories).
+	ReadYourWrites string `json:"read_your_writes,omitempty"`
 }
 
 // Plugins lists the running modules of set, then the files the last
@@ -141,6 +147,9 @@ func Plugins(set *host.Set, reload *host.ReloadStatus) []Plugin {
 
 func handlerOf(set *host.Set, h abi.Handler) PluginHandler {
 	ph := PluginHandler{Handler: h, Categories: []string{}}
+	if h.Kind == abi.KindProjector || h.Kind == abi.KindProcessManager {
+		ph.ReadYourWrites = engine.ReadYourWrites(h)
+	}
 	seen := map[string]bool{}
 	add := func(c string) {
 		if c == "" || seen[c] {

@@ -172,6 +172,15 @@ func (h *Handler) SequentialBy(field string) *Handler {
 	return h
 }
 
+// DocumentsByKey declares that a projector's documents are keyed by its
+// SequentialBy field: an event whose field holds K writes only document K
+// of the projector. The host enforces it, and a read of document K as of
+// a position then waits for K's partition only (see abi.Handler).
+func (h *Handler) DocumentsByKey() *Handler {
+	h.decl.DocumentsByKey = true
+	return h
+}
+
 // SequentialByCorrelation partitions a process manager by its correlation
 // value: each category it handles is partitioned by that category's
 // correlate field.

@@ -51,6 +51,8 @@ func TestEmbeddedReloadTellsAndStatusPage(t *testing.T) {
 	require.Equal(t, "projector", handler["kind"])
 	require.Equal(t, []any{"order"}, handler["categories"])
 	require.Equal(t, map[string]any{"order": "client_id"}, handler["partition_keys"])
+	require.Equal(t, true, handler["documents_by_key"])
+	require.Equal(t, "key", handler["read_your_writes"], "a read of one client's document waits for that client's partition only")
 
 	// SIGHUP with nothing changed (run's SIGHUP calls Reload).
 	h.reloader.Reload(context.Background())

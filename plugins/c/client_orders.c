@@ -36,7 +36,7 @@ static const char MANIFEST[] =
     "{\"name\":\"client_id\",\"type\":\"string\",\"required\":true},"
     "{\"name\":\"total\",\"type\":\"float\",\"required\":true}]}],"
     "\"handlers\":[{\"name\":\"client_orders\",\"kind\":\"projector\",\"category\":\"order\","
-    "\"handles\":[\"OrderPlaced\"],\"sequential_by\":\"client_id\"}]}";
+    "\"handles\":[\"OrderPlaced\"],\"sequential_by\":\"client_id\",\"documents_by_key\":true}]}";
 
 // The host enforces a call's deadline by instrumenting the module at load
 // with periodic calls to WASI's sched_yield, an import every Go module has

@@ -30,7 +30,7 @@ func init() {
 	pdk.Module("client_orders", version)
 	pdk.Event[OrderPlaced]("OrderPlaced", "order")
 
-	h := pdk.Projector(name, "order").SequentialBy("client_id")
+	h := pdk.Projector(name, "order").SequentialBy("client_id").DocumentsByKey()
 	pdk.On(h, "OrderPlaced", onPlaced)
 }
 
