@@ -250,6 +250,10 @@ func (s StreamSubscription) Policy() delivery.Policy {
 type Plugins struct {
 	Dir   string `toml:"dir"`   // where *.wasm modules are loaded from, relative to the working directory
 	Watch bool   `toml:"watch"` // reload when the directory changes
+	// AllowRepartition lets a reload change the partition key of a
+	// category that is running (host.ReloaderOptions.AllowRepartition);
+	// off, such a reload is rejected and the running set stays.
+	AllowRepartition bool `toml:"allow_repartition"`
 	// CacheDir holds compiled modules across restarts, relative to the
 	// working directory. "" compiles in memory only.
 	CacheDir string `toml:"cache_dir"`

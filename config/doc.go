@@ -60,6 +60,7 @@
 //	outbox.published_retention_hours = 168
 //	outbox.restart_republish_seconds = 60
 //	outbox.tick_interval_ms = 10
+//	plugins.allow_repartition = false
 //	plugins.cache_dir = ".cache/wasm"
 //	plugins.dir = "build/plugins"
 //	plugins.limits.compile_timeout_ms = 10000

@@ -3,8 +3,11 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -58,6 +61,10 @@ type Reloader struct {
 	now     func() time.Time
 	after   func(time.Duration) <-chan time.Time
 
+	// allowRepartition lets a reload change a live category's partition
+	// key (ReloaderOptions.AllowRepartition).
+	allowRepartition bool
+
 	mu      sync.Mutex // serialises reloads
 	running *Set       // the set last applied (or given as Running)
 	current string     // fingerprint of the running set
@@ -86,7 +93,16 @@ type ReloaderOptions struct {
 	Apply func(*Set)
 	// Observe sees each reload's outcome.
 	Observe func(Outcome)
-	Logger  *slog.Logger
+	// AllowRepartition lets a reload change the partition key of a
+	// category the running set has (its sequential_by field, or whether
+	// it is partitioned at all). By default such a reload is rejected
+	// (RuleRepartition): on Redis it re-partitions a live category, and
+	// two events of one entity may then sit in two partitions, one under
+	// the old key and one under the new, and run out of order. Allow it
+	// for a deploy whose category is drained: no writes to it, and every
+	// partition of it handled (README, Operations).
+	AllowRepartition bool
+	Logger           *slog.Logger
 	// Quiet is how long the directory must be still before a watched
 	// change reloads (default DefaultQuiet).
 	Quiet time.Duration
@@ -111,7 +127,7 @@ func NewReloader(o ReloaderOptions) *Reloader {
 	}
 	o.Clock = clock.Or(o.Clock)
 	r := &Reloader{loader: o.Loader, dir: o.Dir, broker: o.Broker, apply: o.Apply, log: o.Logger, quiet: o.Quiet,
-		observe: o.Observe, now: o.Clock.Now, after: o.Clock.After, running: o.Running, run: lifecycle.Runner{Name: "plugin reloader", Log: o.Logger}}
+		observe: o.Observe, now: o.Clock.Now, after: o.Clock.After, running: o.Running, allowRepartition: o.AllowRepartition, run: lifecycle.Runner{Name: "plugin reloader", Log: o.Logger}}
 	if o.Running != nil {
 		r.current = fingerprint(o.Running)
 	}
@@ -235,6 +251,10 @@ func (r *Reloader) Reload(ctx context.Context) (Outcome, []error) {
 			_ = set.Close(context.Background())
 		}
 		r.log.Warn("plugin reload canceled; the running set stays", "dir", r.dir, "error", ctx.Err())
+	case len(errs) == 0 && !r.allowRepartition && len(repartitions(r.running, set)) > 0:
+		errs = repartitions(r.running, set)
+		_ = set.Close(context.Background())
+		fallthrough
 	case len(errs) > 0:
 		st.Outcome = Rejected
 		st.Took = r.now().Sub(start)
@@ -248,6 +268,11 @@ func (r *Reloader) Reload(ctx context.Context) (Outcome, []error) {
 		st.Took = r.now().Sub(start)
 		r.log.Info("plugins unchanged", "dir", r.dir, "modules", len(set.Modules()), "took", st.Took)
 	default:
+		for _, err := range repartitions(r.running, set) {
+			p := err.(*Problem)
+			r.log.Warn("plugin reload re-partitions a live category (allow_repartition is set): per-key order across the switch holds only for a drained category",
+				"category", p.Type, "file", p.File, "change", p.Msg)
+		}
 		st.Changes = changes(r.running, set)
 		r.current = fingerprint(set)
 		r.running = set
@@ -270,6 +295,63 @@ func (r *Reloader) Reload(ctx context.Context) (Outcome, []error) {
 		r.observe(st.Outcome)
 	}
 	return st.Outcome, errs
+}
+
+// repartitions lists the categories of the running set whose partition
+// key next changes (a different sequential_by field, or partitioned in one
+// set and not in the other), one *Problem each (RuleRepartition), naming
+// the file that declares the new key (or, for a key dropped, the old one).
+func repartitions(running, next *Set) []error {
+	if running == nil || next == nil {
+		return nil
+	}
+	had := categories(running)
+	has := categories(next)
+	oldKeys, newKeys := running.Keys(), next.Keys()
+	var out []error
+	for _, c := range slices.Sorted(maps.Keys(had)) {
+		if !has[c] {
+			continue // the category leaves the set: nothing runs on it
+		}
+		o, ok1 := oldKeys[c]
+		n, ok2 := newKeys[c]
+		if ok1 == ok2 && o.Field == n.Field {
+			continue
+		}
+		describe := func(k PartitionKey, ok bool) string {
+			if !ok {
+				return "not partitioned"
+			}
+			return fmt.Sprintf("sequential_by %s (handler %s in %s)", k.Field, k.Handler, k.File)
+		}
+		file := n.File
+		if !ok2 {
+			file = o.File
+		}
+		out = append(out, &Problem{Rule: RuleRepartition, File: file, Type: c, Field: n.Field,
+			Msg: fmt.Sprintf("category %s would change its partition key from %s to %s while it runs: on Redis two events of one entity could then sit in two partitions and run out of order; "+
+				"drain the category (stop its writes, let every partition catch up) and reload with [plugins] allow_repartition = true, or keep the key",
+				c, describe(o, ok1), describe(n, ok2))})
+	}
+	return out
+}
+
+// categories lists the stream categories a set's handlers read or write.
+func categories(s *Set) map[string]bool {
+	out := map[string]bool{}
+	for _, m := range s.Modules() {
+		for _, h := range m.Manifest.Handlers {
+			if h.Category != "" {
+				out[h.Category] = true
+			}
+			for _, t := range h.Handles {
+				if msg, ok := s.Message(t); ok && msg.Category != "" {
+					out[msg.Category] = true
+				}
+			}
+		}
+	}
+	return out
 }
 
 func (c ModuleChange) verb() string {

@@ -99,3 +99,58 @@ func module(s *host.Set, file string) *host.Module {
 	}
 	return nil
 }
+
+// A reload that changes the partition key of a running category is
+// rejected (rule repartition), naming the category, both keys and the
+// file, and the running set stays; with AllowRepartition it is applied
+// and logged as a re-partition. A category new to the set, or one that
+// leaves it, is no re-partition.
+func TestReloadRefusesARepartitionUnlessAllowed(t *testing.T) {
+	ctx := context.Background()
+	l := sharedLoader(t)
+	for _, allow := range []bool{false, true} {
+		dir := t.TempDir()
+		wasmbuild.Copy(t, declared(t, "projector"), dir, "projector.wasm")
+		running, errs := host.LoadSet(ctx, l, dir, host.Broker{Name: "default", Provider: "inline"})
+		require.Empty(t, errs)
+		logs := &testlog.Buffer{}
+		applied := make(chan *host.Set, 2)
+		r := host.NewReloader(host.ReloaderOptions{Loader: l, Dir: dir, Broker: host.Broker{Name: "default", Provider: "inline"},
+			Running: running, Apply: func(s *host.Set) { applied <- s }, Logger: slog.New(slog.NewTextHandler(logs, nil)), AllowRepartition: allow})
+
+		// A new category (payment, shipping) is no re-partition.
+		wasmbuild.Copy(t, declared(t, "pm"), dir, "pm.wasm")
+		out, errs := r.Reload(ctx)
+		require.Equal(t, host.Applied, out, "%v", errs)
+		<-applied
+
+		// order goes from client_id to order_id.
+		require.NoError(t, os.Remove(filepath.Join(dir, "projector.wasm")))
+		replace(t, declared(t, "projector_by_order"), dir, "by_order.wasm")
+		out, errs = r.Reload(ctx)
+		if !allow {
+			require.Equal(t, host.Rejected, out)
+			require.Len(t, errs, 1)
+			var p *host.Problem
+			require.ErrorAs(t, errs[0], &p)
+			require.Equal(t, host.RuleRepartition, p.Rule)
+			require.Equal(t, "by_order.wasm", p.File)
+			require.Contains(t, p.Error(), "category order would change its partition key from sequential_by client_id (handler by_client in projector.wasm) to sequential_by order_id (handler by_order in by_order.wasm) while it runs")
+			require.Contains(t, p.Error(), "allow_repartition = true")
+			require.Empty(t, applied, "the running set stays")
+			require.Equal(t, host.Rejected, r.Status().Outcome)
+
+			// The category leaving the set is no re-partition.
+			require.NoError(t, os.Remove(filepath.Join(dir, "by_order.wasm")))
+			out, errs = r.Reload(ctx)
+			require.Equal(t, host.Applied, out, "%v", errs)
+			continue
+		}
+		require.Equal(t, host.Applied, out, "%v", errs)
+		next := <-applied
+		key, ok := next.PartitionField("order")
+		require.True(t, ok)
+		require.Equal(t, "order_id", key)
+		require.Contains(t, logs.Take(), `msg="plugin reload re-partitions a live category (allow_repartition is set)`)
+	}
+}

@@ -20,6 +20,7 @@ const (
 	RuleBroker         Rule = "broker"          // the broker supports partitioning
 	RuleEventKey       Rule = "event_key"       // every declaration of a partitioned event carries the key
 	RuleConsistency    Rule = "consistency"     // names and declarations agree across modules
+	RuleRepartition    Rule = "repartition"     // a reload does not change a live category's partition key
 )
 
 // Problem is one reason a module set cannot run. Its message names the

@@ -345,7 +345,11 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	reg.MustRegister(reloads)
 	h.reloader = host.NewReloader(host.ReloaderOptions{Loader: loader, Dir: cfg.Plugins.Dir, Broker: e.broker(),
 		Running: set, Apply: eng.Swap, Logger: e.log, Clock: clk,
-		Observe: func(o host.Outcome) { reloads.WithLabelValues(string(o)).Inc() }})
+		// Only Redis partitions are re-partitioned mid-flight; event-store
+		// subscriptions finish a batch by the partitioning it started with,
+		// and the inline broker keeps no partitions across a swap.
+		AllowRepartition: cfg.Plugins.AllowRepartition || !partitioned,
+		Observe:          func(o host.Outcome) { reloads.WithLabelValues(string(o)).Inc() }})
 	if cfg.Plugins.Watch {
 		if err := h.reloader.Start(ctx); err != nil {
 			return nil, fmt.Errorf("plugins.watch: %w", err)
