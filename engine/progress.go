@@ -276,7 +276,9 @@ func (e *Engine) handledEvent(ctx context.Context, group, category string, gp in
 // A keyed check (c.field set) waits only for the events of its key: it
 // starts past the watermark and past what an earlier keyed check found
 // handled for the key, moves the watermark only over a prefix of handled
-// events, and skips the events of other keys, handled or not.
+// events (checking other keys' events as an unkeyed check does while it
+// can), and past the first other key's event that is not handled skips
+// the other keys' events unread.
 func (e *Engine) caughtUp(ctx context.Context, group, category string, n int64, c *check) (bool, error) {
 	w := e.progress.watermark(group, category)
 	defer func() { e.progress.advance(group, category, w) }()
@@ -299,8 +301,22 @@ func (e *Engine) caughtUp(ctx context.Context, group, category string, n int64, 
 			handled := e.progress.has(group, category, ev.GlobalPosition)
 			if keyed && !handled {
 				if k, ok := fieldKey(ev.Data, c.field); !ok || k != c.key {
-					prefix = false // another key's: not waited for, and not known handled
+					// Another key's: not waited for. While the watermark
+					// can still move, see whether another host handled
+					// it, as an unkeyed check would; past the first that
+					// is not, skip the other keys' events unread.
+					if prefix {
+						ok, err := e.handledElsewhere(ctx, group, category, ev, c)
+						var failed *FailedError
+						if err != nil && !errors.As(err, &failed) {
+							return false, err
+						}
+						prefix = ok && err == nil // another key's failure is not this read's
+					}
 					from = ev.GlobalPosition
+					if prefix {
+						w = from
+					}
 					continue
 				}
 			}
