@@ -125,6 +125,16 @@ chaos: build plugins ## Fault injection: 3 hosts on a private PostgreSQL and Red
 	./build/chaos -bin build/protean-host -plugins $(PLUGINS_DIR) \
 		$(if $(SEED),-seed $(SEED)) $(if $(FAULTS),-faults $(FAULTS)) $(if $(KINDS),-kinds $(KINDS)) $(CHAOS_FLAGS)
 
+# make load: the end-to-end HTTP measurement (loadgen/, cmd/loadgen) on a
+# private PostgreSQL and Redis: the raw commit-and-publish floor, then each
+# host count of HOSTS, each phase LOAD_DURATION long.
+HOSTS ?= 1,3
+LOAD_DURATION ?= 20s
+
+.PHONY: load
+load: build plugins ## End to end over HTTP: orders/s and accepted -> projection p50/p99 at half load, 1 and 3 hosts, beside the floor
+	$(GO) run ./cmd/loadgen -bin build/protean-host -plugins $(PLUGINS_DIR) -hosts $(HOSTS) -duration $(LOAD_DURATION)
+
 .PHONY: clean
 clean: ## Remove build outputs
 	rm -rf build

@@ -181,6 +181,9 @@ func hostEnv() []string {
 	return env
 }
 
+// Config is the path of the host's config file (for the CLI's commands).
+func (h *Host) Config() string { return h.cfg }
+
 // Alive reports whether the process runs (a stopped one counts).
 func (h *Host) Alive() bool {
 	h.mu.Lock()
@@ -318,9 +321,9 @@ func (h *Host) ModuleVersion(ctx context.Context, file string) string {
 	return ""
 }
 
-// newHost prepares host i's directory: its config and its own copy of
+// NewHost prepares host i's directory: its config and its own copy of
 // the plugins (a reload changes one host's directory at a time).
-func newHost(i int, dir, bin, base, plugins string, c HostConfig, note func(string, ...any)) (*Host, error) {
+func NewHost(i int, dir, bin, base, plugins string, c HostConfig, note func(string, ...any)) (*Host, error) {
 	hdir := filepath.Join(dir, fmt.Sprintf("host-%d", i))
 	c.PluginsDir = filepath.Join(hdir, "plugins")
 	if err := os.MkdirAll(c.PluginsDir, 0o755); err != nil {

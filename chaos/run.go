@@ -366,7 +366,7 @@ func (r *runner) setup(ctx context.Context, dir string) error {
 		if err != nil {
 			return err
 		}
-		h, err := newHost(i, dir, o.Bin, base, o.Plugins, HostConfig{
+		h, err := NewHost(i, dir, o.Bin, base, o.Plugins, HostConfig{
 			DatabaseURL: URL(pp.Addr()), RedisURL: "redis://" + rp.Addr() + "/0",
 			Listen: fmt.Sprintf("127.0.0.1:%d", port), CacheDir: cache, LeaseTTL: o.LeaseTTL,
 		}, r.notef)

@@ -1,0 +1,50 @@
+// Command loadgen measures protean-host end to end over HTTP on a private
+// PostgreSQL and Redis, beside the raw commit-and-publish floor in the same
+// run (package loadgen), and prints a Markdown table of the figures.
+//
+//	make build plugins && go run ./cmd/loadgen -hosts 1,3
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/proteanhq/protean-host/loadgen"
+)
+
+func main() {
+	var o loadgen.Options
+	hosts := flag.String("hosts", "1,3", "comma-separated host counts to measure")
+	flag.StringVar(&o.Bin, "bin", "build/protean-host", "the protean-host binary (make build)")
+	flag.StringVar(&o.Plugins, "plugins", "build/plugins", "the example modules (make plugins)")
+	flag.StringVar(&o.Root, "root", ".", "the repository root (configs/production.toml)")
+	flag.IntVar(&o.Clients, "clients", 64, "concurrent clients")
+	flag.IntVar(&o.KeysPerClient, "orders-per-key", 50, "orders a client places for one client_id before it moves to the next (bounds each document's size)")
+	flag.DurationVar(&o.Duration, "duration", 20*time.Second, "length of each phase (maximum, half load) of each configuration")
+	flag.Parse()
+	for _, h := range strings.Split(*hosts, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(h))
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "loadgen: -hosts %q: want positive integers\n", *hosts)
+			os.Exit(2)
+		}
+		o.Hosts = append(o.Hosts, n)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rows, err := loadgen.Run(ctx, o)
+	if len(rows) > 0 {
+		fmt.Print(loadgen.Table(rows))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,413 @@
+// Package loadgen measures the production path end to end over HTTP, beside
+// its floor in the same run: a private PostgreSQL and Redis (package
+// chaos starts them), then for each configuration (the floor, one host,
+// three hosts) clients that each place an order (POST
+// /v1/commands/PlaceOrder) and read their projection with
+// ?min_position=N, first unpaced (the sustained maximum), then paced at
+// half that rate (the latency at half load).
+//
+// The floor is what the path cannot beat, written directly against the
+// same servers with pgx and go-redis: per order BEGIN, INSERT, COMMIT,
+// XADD to the client's stream; one consumer per stream blocked in
+// XREADGROUP upserts the client's row and XACKs; the client waits for
+// that upsert. "floor+lock" is the same with the one advisory lock per
+// category that the event store takes until commit (MessageDB's
+// discipline, so that a category's commits follow global position
+// order): what PostgreSQL itself allows one category. Accepted → projection is from the command's answer (the
+// floor: its XADD) to the projection read's answer (the floor: the
+// upsert's commit).
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/proteanhq/protean-host/chaos"
+	"github.com/proteanhq/protean-host/internal/testserver"
+)
+
+// Options configure a run.
+type Options struct {
+	Bin     string // the protean-host binary (make build)
+	Plugins string // the example modules (make plugins)
+	Root    string // the repository (configs/production.toml)
+	Hosts   []int  // host counts to measure (default 1 and 3)
+	Clients int    // concurrent clients (default 64)
+	// Duration is how long each phase (maximum, half load) of each
+	// configuration runs (default 20 s).
+	Duration time.Duration
+	// KeysPerClient: a client moves to a new client_id every this many
+	// orders, so no projection document grows without bound (default 50).
+	KeysPerClient int
+	Out           io.Writer
+}
+
+// Row is one configuration's figures.
+type Row struct {
+	Name string
+	// MaxRate is the sustained orders per second, each followed by its
+	// projection read, with unpaced clients.
+	MaxRate float64
+	// HalfRate is the rate the half-load phase reached; P50 and P99 are
+	// accepted → projection there; Misses are reads that ended without
+	// the order (a 504 past the read wait, or an error).
+	HalfRate float64
+	P50, P99 time.Duration
+	Misses   int
+}
+
+// Run starts the servers, measures the floor and each host count, and
+// returns the rows, the floor first.
+func Run(ctx context.Context, o Options) ([]Row, error) {
+	if len(o.Hosts) == 0 {
+		o.Hosts = []int{1, 3}
+	}
+	if o.Clients <= 0 {
+		o.Clients = 64
+	}
+	if o.Duration <= 0 {
+		o.Duration = 20 * time.Second
+	}
+	if o.KeysPerClient <= 0 {
+		o.KeysPerClient = 50
+	}
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	dir, err := os.MkdirTemp("", "protean-loadgen-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil { // PostgreSQL runs as postgres under root
+		return nil, err
+	}
+	pg, err := chaos.StartPostgres(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer pg.Stop(false)
+	rs, err := chaos.StartRedis(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Stop(false)
+	note := func(format string, args ...any) { fmt.Fprintf(o.Out, format+"\n", args...) }
+	note("PostgreSQL on %s, Redis on %s; %d clients, %s per phase", pg.Addr(), rs.Addr(), o.Clients, o.Duration)
+
+	fl, err := newFloor(ctx, chaos.URL(pg.Addr()), "redis://"+rs.Addr()+"/0")
+	if err != nil {
+		return nil, err
+	}
+	defer fl.close()
+	rows := []Row{measure(ctx, o, "floor", fl.order)}
+	note("%s", rows[0])
+	fl.lock = true
+	rows = append(rows, measure(ctx, o, "floor+lock", fl.order))
+	note("%s", rows[1])
+
+	var hosts []*chaos.Host
+	defer func() {
+		for _, h := range hosts {
+			_ = h.Stop()
+		}
+	}()
+	base := filepath.Join(o.Root, "configs", "production.toml")
+	cache := filepath.Join(dir, "wasm-cache")
+	for _, n := range o.Hosts {
+		for len(hosts) < n {
+			port, err := testserver.FreePort()
+			if err != nil {
+				return rows, err
+			}
+			h, err := chaos.NewHost(len(hosts), dir, o.Bin, base, o.Plugins, chaos.HostConfig{
+				DatabaseURL: chaos.URL(pg.Addr()), RedisURL: "redis://" + rs.Addr() + "/0",
+				Listen: fmt.Sprintf("127.0.0.1:%d", port), CacheDir: cache, LeaseTTL: 15 * time.Second,
+			}, note)
+			if err != nil {
+				return rows, err
+			}
+			if len(hosts) == 0 {
+				if out, err := exec.CommandContext(ctx, o.Bin, "migrate", "--config", h.Config()).CombinedOutput(); err != nil {
+					return rows, fmt.Errorf("migrate: %v: %s", err, out)
+				}
+			}
+			if err := h.Start(ctx); err != nil {
+				return rows, err
+			}
+			hosts = append(hosts, h)
+		}
+		addrs := make([]string, n)
+		for i, h := range hosts[:n] {
+			addrs[i] = h.Addr
+		}
+		hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients}, Timeout: 30 * time.Second}
+		row := measure(ctx, o, fmt.Sprintf("%d host(s)", n), func(ctx context.Context, client, key string, seq int) (time.Duration, error) {
+			return httpOrder(ctx, hc, addrs[seq%len(addrs)], client, key, seq)
+		})
+		rows = append(rows, row)
+		note("%s", row)
+	}
+	return rows, nil
+}
+
+// orderFunc places one order of key as client (its seq-th) and waits
+// until its projection has it: the time from accepted to projected.
+type orderFunc func(ctx context.Context, client, key string, seq int) (time.Duration, error)
+
+// measure runs the maximum phase, then the half-load phase, of one
+// configuration.
+func measure(ctx context.Context, o Options, name string, order orderFunc) Row {
+	row := Row{Name: name}
+	n, _, _ := phase(ctx, o, name+"/max", order, 0)
+	row.MaxRate = float64(n) / o.Duration.Seconds()
+	pace := time.Duration(float64(time.Second) * float64(o.Clients) / (row.MaxRate / 2))
+	m, lat, misses := phase(ctx, o, name+"/half", order, pace)
+	row.HalfRate = float64(m) / o.Duration.Seconds()
+	row.Misses = misses
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		row.P50, row.P99 = lat[(len(lat)-1)*50/100], lat[(len(lat)-1)*99/100]
+	}
+	return row
+}
+
+// phase runs o.Clients clients for o.Duration, each starting an order
+// every pace (0: as soon as the last was projected), and returns the
+// orders projected, their latencies and the misses.
+func phase(ctx context.Context, o Options, label string, order orderFunc, pace time.Duration) (int, []time.Duration, int) {
+	var mu sync.Mutex
+	var lat []time.Duration
+	done, misses := 0, 0
+	end := time.Now().Add(o.Duration)
+	var wg sync.WaitGroup
+	for c := 0; c < o.Clients; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := fmt.Sprintf("%s-c%d", strings.NewReplacer(" ", "", "(", "", ")", "", "/", "-").Replace(label), c)
+			next := time.Now().Add(time.Duration(c) * pace / time.Duration(max(o.Clients, 1)))
+			for seq := 0; ctx.Err() == nil; seq++ {
+				if pace > 0 {
+					time.Sleep(time.Until(next))
+					next = next.Add(pace)
+				}
+				if time.Now().After(end) {
+					return
+				}
+				key := fmt.Sprintf("%s-k%d", client, seq/o.KeysPerClient)
+				d, err := order(ctx, client, key, seq)
+				mu.Lock()
+				if err != nil {
+					misses++
+				} else {
+					done++
+					lat = append(lat, d)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return done, lat, misses
+}
+
+// httpOrder is one order through a host's HTTP API.
+func httpOrder(ctx context.Context, hc *http.Client, host, client, key string, seq int) (time.Duration, error) {
+	body := fmt.Sprintf(`{"order_id":"%s-o%d","client_id":%q,"total":1}`, client, seq, key)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+host+"/v1/commands/PlaceOrder", bytes.NewBufferString(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	var answer struct {
+		Events []struct {
+			GlobalPosition int64 `json:"global_position"`
+		} `json:"events"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&answer)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || len(answer.Events) == 0 {
+		return 0, fmt.Errorf("command answered %d (%v)", resp.StatusCode, err)
+	}
+	accepted := time.Now()
+	url := fmt.Sprintf("http://%s/v1/projections/client_orders/%s?min_position=%d", host, key, answer.Events[0].GlobalPosition)
+	req, err = http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err = hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("projection read answered %d", resp.StatusCode)
+	}
+	return time.Since(accepted), nil
+}
+
+func (r Row) String() string {
+	return fmt.Sprintf("%-10s max %7.1f orders/s | half load %7.1f orders/s, accepted → projection p50 %s p99 %s, %d missed",
+		r.Name, r.MaxRate, r.HalfRate, r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.Misses)
+}
+
+// Table renders rows as a Markdown table with each row's throughput as a
+// ratio of the floor's (the first row).
+func Table(rows []Row) string {
+	var b strings.Builder
+	b.WriteString("| | orders/s (max) | × floor | orders/s (half load) | accepted → projection p50 / p99 | missed |\n|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		ratio := 0.0
+		if rows[0].MaxRate > 0 {
+			ratio = r.MaxRate / rows[0].MaxRate
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %.2f× | %.0f | %s / %s | %d |\n", r.Name, r.MaxRate, ratio, r.HalfRate,
+			r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.Misses)
+	}
+	return b.String()
+}
+
+// floor is the raw commit-and-publish path.
+type floor struct {
+	// lock takes the category's advisory lock in the commit, as the
+	// event store does (MessageDB's discipline: commits of one category
+	// follow global position order), so every order of the category
+	// commits one after another: what PostgreSQL itself allows the path.
+	lock bool
+	pool *pgxpool.Pool
+	rdb  *redis.Client
+	mu   sync.Mutex
+	// waiting maps a client's stream to the channel its order waits on.
+	waiting map[string]chan time.Time
+	readers map[string]bool
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+func newFloor(ctx context.Context, pgURL, redisURL string) (*floor, error) {
+	pool, err := pgxpool.New(ctx, pgURL)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS floor_events (id BIGSERIAL PRIMARY KEY, client TEXT NOT NULL, data JSONB NOT NULL);
+		CREATE TABLE IF NOT EXISTS floor_projection (client TEXT PRIMARY KEY, orders BIGINT NOT NULL)`); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	opt.PoolSize = 256
+	f := &floor{pool: pool, rdb: redis.NewClient(opt), waiting: map[string]chan time.Time{}, readers: map[string]bool{}}
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	return f, nil
+}
+
+func (f *floor) close() {
+	f.cancel()
+	f.wg.Wait()
+	_ = f.rdb.Close()
+	f.pool.Close()
+}
+
+// order: BEGIN/INSERT/COMMIT, XADD to the key's stream, then wait for
+// the stream's consumer to upsert the projection row.
+func (f *floor) order(ctx context.Context, client, key string, seq int) (time.Duration, error) {
+	stream := "floor:" + client
+	f.mu.Lock()
+	ch := f.waiting[stream]
+	if ch == nil {
+		ch = make(chan time.Time, 1)
+		f.waiting[stream] = ch
+	}
+	if !f.readers[stream] {
+		f.readers[stream] = true
+		if err := f.rdb.XGroupCreateMkStream(ctx, stream, "proj", "$").Err(); err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
+			f.mu.Unlock()
+			return 0, err
+		}
+		f.wg.Add(1)
+		go f.consume(stream, ch)
+	}
+	f.mu.Unlock()
+	tx, err := f.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if f.lock {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(42)`); err != nil {
+			_ = tx.Rollback(ctx)
+			return 0, err
+		}
+	}
+	var id int64
+	if err := tx.QueryRow(ctx, `INSERT INTO floor_events (client, data) VALUES ($1, $2) RETURNING id`, key,
+		fmt.Sprintf(`{"order":%d}`, seq)).Scan(&id); err != nil {
+		_ = tx.Rollback(ctx)
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, err
+	}
+	if err := f.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"key", key, "id", id}}).Err(); err != nil {
+		return 0, err
+	}
+	accepted := time.Now()
+	select {
+	case at := <-ch:
+		return at.Sub(accepted), nil
+	case <-time.After(5 * time.Second):
+		return 0, errors.New("floor: projection not updated within 5 s")
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// consume is one stream's consumer: XREADGROUP BLOCK, upsert, XACK.
+func (f *floor) consume(stream string, ch chan time.Time) {
+	defer f.wg.Done()
+	for f.ctx.Err() == nil {
+		res, err := f.rdb.XReadGroup(f.ctx, &redis.XReadGroupArgs{Group: "proj", Consumer: "c", Streams: []string{stream, ">"}, Count: 64, Block: time.Second}).Result()
+		if err != nil {
+			continue
+		}
+		for _, st := range res {
+			for _, m := range st.Messages {
+				key, _ := m.Values["key"].(string)
+				if _, err := f.pool.Exec(f.ctx, `INSERT INTO floor_projection (client, orders) VALUES ($1, 1)
+					ON CONFLICT (client) DO UPDATE SET orders = floor_projection.orders + 1`, key); err != nil {
+					continue
+				}
+				_ = f.rdb.XAck(f.ctx, stream, "proj", m.ID).Err()
+				select {
+				case ch <- time.Now():
+				default:
+				}
+			}
+		}
+	}
+}
