@@ -369,24 +369,21 @@ func BenchmarkFirstEvent(b *testing.B) {
 // XREAD on stream, one XADD, the time until the reader has it.
 func rawFirstEvent(b *testing.B, rdb *redis.Client, stream string) time.Duration {
 	ctx := context.Background()
+	// Read after an id, not '$': a reader that blocks late still gets the
+	// entry, so the floor never waits on a race.
+	after, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"k", "start"}}).Result()
+	require.NoError(b, err)
+	blocked := func() int64 { return infoInt(b, rdb, "clients", "blocked_clients") }
+	before := blocked() // the consumer's wake-up listener is one
 	got := make(chan time.Time, 1)
-	ready := make(chan struct{})
 	go func() {
 		conn := rdb.Conn()
 		defer conn.Close()
-		close(ready)
-		if _, err := conn.XRead(ctx, &redis.XReadArgs{Streams: []string{stream, "$"}, Block: time.Minute}).Result(); err == nil {
-			got <- time.Now()
-		}
+		_, _ = conn.XRead(ctx, &redis.XReadArgs{Streams: []string{stream, after}, Block: 0}).Result()
+		got <- time.Now()
 	}()
-	<-ready
-	// The reader is blocked once Redis lists it as such.
-	for {
-		n, err := rdb.Do(ctx, "INFO", "clients").Text()
-		require.NoError(b, err)
-		if strings.Contains(n, "blocked_clients:1") || strings.Contains(n, "blocked_clients:2") {
-			break
-		}
+	// The reader is blocked once Redis counts one more blocked client.
+	for blocked() <= before {
 		time.Sleep(100 * time.Microsecond)
 	}
 	sent := time.Now()
@@ -422,4 +419,78 @@ func processCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkFairShare measures how many heartbeats it takes, after a second
+// and then a third host join, until every host owns at most its fair share
+// (the units over the hosts, plus one) and the hosts together own every
+// unit, with one host holding all of them at first and messages arriving
+// on random keys meanwhile. The issue's bound is 5 heartbeats.
+func BenchmarkFairShare(b *testing.B) {
+	for _, keys := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+			rdb, prefix := benchRedis(b)
+			ctx := context.Background()
+			preload(b, rdb, prefix, keys, keys)
+			const heartbeat = 500 * time.Millisecond
+			consumer := func(owner string) *partition.Consumer {
+				opts := partition.DefaultConsumerOptions()
+				opts.Leases, opts.Positions, opts.Decode, opts.Owner = partition.NewLeases(rdb, prefix), position.NewMemory(nil), redisstream.Decode, owner
+				opts.Handler = &noop{done: make(chan struct{}), want: -1}
+				opts.Subscriptions = func() []partition.Subscription {
+					return []partition.Subscription{{Group: "proj", Categories: []string{"order"}}}
+				}
+				opts.Heartbeat = heartbeat
+				c, err := partition.NewConsumer(opts)
+				require.NoError(b, err)
+				require.NoError(b, c.Start(ctx))
+				b.Cleanup(func() { _ = c.Stop(ctx) })
+				return c
+			}
+			hosts := []*partition.Consumer{consumer("a")}
+			for len(hosts[0].Owned()) < keys {
+				time.Sleep(5 * time.Millisecond)
+			}
+			stop := make(chan struct{})
+			loaded := make(chan struct{})
+			go func() { // load: a message on a random key every millisecond
+				defer close(loaded)
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					case <-time.After(time.Millisecond):
+					}
+					key := "k" + strconv.Itoa(i*7919%keys)
+					msg := broker.Message{ID: "load-" + strconv.Itoa(i), Type: "Happened", Category: "order", EventStream: "order-" + key,
+						Data: []byte(`{}`), GlobalPosition: int64(keys + i + 1), PartitionKey: key}
+					_ = rdb.XAdd(ctx, &redis.XAddArgs{Stream: prefix + partition.StreamName("order", key), Values: redisstream.Encode(msg)}).Err()
+				}
+			}()
+			fair := func() bool {
+				share, total := keys/len(hosts)+1, 0
+				for _, c := range hosts {
+					n := len(c.Owned())
+					if n > share {
+						return false
+					}
+					total += n
+				}
+				return total == keys
+			}
+			b.ResetTimer()
+			for _, name := range []string{"b", "c"} {
+				begin := time.Now()
+				hosts = append(hosts, consumer(name))
+				for !fair() {
+					time.Sleep(5 * time.Millisecond)
+				}
+				b.ReportMetric(float64(time.Since(begin))/float64(heartbeat), "join_"+name+"_heartbeats")
+			}
+			b.StopTimer()
+			close(stop)
+			<-loaded
+			b.ReportMetric(0, "ns/op")
+		})
+	}
 }
