@@ -16,6 +16,15 @@
  *   -DUNFENCED_RECLAIM  XAUTOCLAIM without the lease check
  *   -DNO_GEN_CHECK      the effect transaction ignores the row's generation
  *   -DNO_POS_CHECK      no position check in the transaction, no dedupe
+ *
+ * -DLOST_REPLY adds a counted fault: a read's reply is lost after Redis
+ * ran it (the entries it delivered are in the owner's pending list, the
+ * owner never saw them), and the owner sends the read again, as go-redis
+ * does. The read answers the owner's pending entries first whatever it
+ * asks for (readScript), so the retry is the same step. With
+ * -DSKIP_PENDING_ON_RETRY the retried read goes to new entries only (the
+ * read before that fix, for an owner that had drained its pending list):
+ * it must fail.
  */
 
 #ifndef N
@@ -80,7 +89,7 @@ bool finished;           /* some owner ran to completion */
 #define CRASH \
 	:: res != LOST && faults < MAXFAULTS -> \
 		d_step { faults++; held[me] = false; printf("MSC: owner %d crashes\n", me); \
-		         tok = 0; myPg = 0; myPos = 0; bn = 0; b[0] = 0; b[1] = 0; rn = 0; r[0] = 0; r[1] = 0; k = 0; res = 0 }; \
+		         tok = 0; myPg = 0; myPos = 0; bn = 0; b[0] = 0; b[1] = 0; rn = 0; r[0] = 0; r[1] = 0; k = 0; res = 0; retried = false }; \
 		goto crashed
 
 /* CLAIM the positions row: generation + 1, read the position. By default
@@ -97,6 +106,7 @@ proctype Owner(byte me)
 	byte b[2]; byte bn;  /* the batch a read returned, in id order */
 	byte r[2]; byte rn;  /* its entries past myPos, to hand to the handler */
 	byte k;              /* how many of r this transaction commits */
+	bool retried;        /* the read is sent again after a lost reply */
 	byte res;            /* the outcome of the last step */
 	byte i;
 
@@ -156,7 +166,15 @@ loop:
 		if
 		:: lease != tok -> res = LOST
 		:: else ->
+#ifdef SKIP_PENDING_ON_RETRY
+			if
+			:: retried -> i = N + 1
+			:: else -> i = 1
+			fi;
+#else
 			i = 1;
+#endif
+			retried = false;
 			do
 			:: i <= N && bn < 2 -> if :: pel[i] == tok -> b[bn] = i; bn++ :: else fi; i++
 			:: else -> break
@@ -195,6 +213,16 @@ loop:
 	}
 	fi;
 
+#ifdef LOST_REPLY
+	/* the read's reply is lost: what it delivered stays pending, unseen */
+	if
+	:: res == OK && faults < MAXFAULTS ->
+		d_step { faults++; printf("MSC: owner %d loses the reply of its read [%d %d] and sends it again\n", me, b[0], b[1]);
+		         bn = 0; b[0] = 0; b[1] = 0; rn = 0; r[0] = 0; r[1] = 0; retried = true };
+		goto loop
+	:: true
+	fi;
+#endif
 	/* the run to commit: all of r, or (the guest failed at the second) the first */
 	if
 	:: res == LOST -> goto lost

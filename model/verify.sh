@@ -105,6 +105,10 @@ start protocol.pml protocol-claim-first pass "-DOWNERS=2 -DMAXFAULTS=3 -DCLAIM_F
 start protocol.pml variant-a-unfenced-reclaim 'applied[i]>0' "-DUNFENCED_RECLAIM"
 start protocol.pml variant-b-no-generation-check 'applied[r[i]]==0' "-DNO_GEN_CHECK"
 start protocol.pml variant-c-no-position-check 'applied[r[i]]==0' "-DNO_POS_CHECK"
+# A read's lost reply, sent again (go-redis retries): safe because the read
+# answers pending entries first; the read that skipped them must fail.
+start protocol.pml protocol-lost-reply pass "-DOWNERS=2 -DMAXFAULTS=2 -DLOST_REPLY"
+start protocol.pml variant-j-retried-read-skips-pending 'applied[i]>0' "-DLOST_REPLY -DSKIP_PENDING_ON_RETRY"
 # The relay model: 3 rows of one key, 2 relays, 1 crash or stall, 1 own
 # failure (abandon), 1 Redis restart (relay.pml's defaults).
 start relay.pml relay-fenced pass "" "-DCOLLAPSE"
