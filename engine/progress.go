@@ -251,6 +251,12 @@ type check struct {
 	// whose field holds key (a read of one document of a projector that
 	// declares documents_by_key): the others are not waited for.
 	field, key string
+	// stuck is the event the check stopped at (not handled here nor, by
+	// the positions table, elsewhere), in stuckCategory: until it is
+	// marked handled here, or the remote poll is due, a check again would
+	// stop at it too.
+	stuck         int64
+	stuckCategory string
 }
 
 func newCheck(projection string, n int64) *check {
@@ -323,6 +329,9 @@ func (e *Engine) caughtUp(ctx context.Context, group, category string, n int64, 
 			if !handled {
 				ok, err := e.handledElsewhere(ctx, group, category, ev, c)
 				if err != nil || !ok {
+					if c != nil {
+						c.stuck, c.stuckCategory = ev.GlobalPosition, category
+					}
 					return false, err
 				}
 			}
@@ -531,11 +540,26 @@ func (e *Engine) waitHandled(ctx context.Context, name string, n int64, field, k
 		if e.opts.Positions != nil && (e.opts.Partitioned || e.opts.EventStore) {
 			poll = e.after(remotePoll)
 		}
-		select {
-		case <-ctx.Done():
-			return &CaughtUpError{Projection: name, Position: n, Err: ctx.Err()}
-		case <-changed:
-		case <-poll:
+	sleep:
+		for {
+			select {
+			case <-ctx.Done():
+				return &CaughtUpError{Projection: name, Position: n, Err: ctx.Err()}
+			case <-poll:
+				break sleep
+			case <-changed:
+				// Every mark wakes every waiter: check again only once
+				// the event this check stopped at is marked (another
+				// host's handling shows at the poll), not on every
+				// other event's mark.
+				if chk.stuck == 0 || e.progress.has(name, chk.stuckCategory, chk.stuck) {
+					break sleep
+				}
+				changed = e.progress.wait()
+				if e.progress.has(name, chk.stuckCategory, chk.stuck) {
+					break sleep
+				}
+			}
 		}
 	}
 }

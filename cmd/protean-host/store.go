@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/proteanhq/protean-host/idempotency"
@@ -71,6 +72,14 @@ func postgresURI(cfg config.Config) (string, error) {
 	return db.DatabaseURI, nil
 }
 
+// defaultPoolMaxConns is the connection pool's size unless the URI sets
+// pool_max_conns: pgx's own default, max(4, CPUs), queued 64 concurrent
+// requests behind 4 connections on 2 cores (commands, projection reads,
+// partition workers and the relay share the pool), at 0.08x the raw
+// commit-and-publish floor. PostgreSQL's default max_connections (100)
+// leaves room for several hosts at this size.
+const defaultPoolMaxConns = 16
+
 // openPool connects to the config's PostgreSQL database.
 func openPool(ctx context.Context, cfg config.Config) (*pgxpool.Pool, error) {
 	uri, err := postgresURI(cfg)
@@ -80,6 +89,9 @@ func openPool(ctx context.Context, cfg config.Config) (*pgxpool.Pool, error) {
 	pcfg, err := pgxpool.ParseConfig(uri)
 	if err != nil {
 		return nil, fmt.Errorf("databases.default.database_uri: %w", err)
+	}
+	if !strings.Contains(uri, "pool_max_conns") {
+		pcfg.MaxConns = defaultPoolMaxConns
 	}
 	if _, set := pcfg.ConnConfig.RuntimeParams[idleInTxParam]; !set {
 		pcfg.ConnConfig.RuntimeParams[idleInTxParam] = strconv.FormatInt(idleInTxTimeout(cfg).Milliseconds(), 10)
