@@ -296,11 +296,15 @@ func TestShippedConfigs(t *testing.T) {
 	require.Equal(t, config.EventStore{Provider: "message_db", DatabaseURI: uri}, p.EventStore)
 	// Production relays to Redis Streams, which partitions delivery.
 	require.Equal(t, config.Broker{Provider: "redis", URI: "redis://127.0.0.1:6379/0"}, p.OutboxBroker())
+	// Production runs more instances per module than cores: a command
+	// handler waits on PostgreSQL inside its call.
+	require.Equal(t, 16, p.Plugins.Limits.MaxInstances)
 	// Every other value in production.toml repeats a default.
 	want := config.Default()
 	want.Databases = p.Databases
 	want.EventStore = p.EventStore
 	want.Brokers = p.Brokers
+	want.Plugins.Limits.MaxInstances = p.Plugins.Limits.MaxInstances
 	require.Equal(t, want, p)
 }
 
