@@ -95,11 +95,12 @@ func benchRedis(b *testing.B) (*redis.Client, string) {
 }
 
 // BenchmarkConsumer measures ordered messages per second through the whole
-// partitioned consumer (one instance) with 1, 64 and 1,000 keys, beside
-// BenchmarkRawStreamLoop on the same server. b.N messages are published
+// partitioned consumer (one instance) with 1, 64, 1,000 and 10,000 keys,
+// beside BenchmarkRawStreamLoop and BenchmarkRawKeyedLoop on the same
+// server. b.N messages are published
 // first; the timer covers discovery to the last message handled.
 func BenchmarkConsumer(b *testing.B) {
-	for _, keys := range []int{1, 64, 1000} {
+	for _, keys := range []int{1, 64, 1000, 10000} {
 		for _, kind := range []string{"noop", "fenced"} {
 			b.Run(fmt.Sprintf("handler=%s/keys=%d", kind, keys), func(b *testing.B) {
 				rdb, prefix := benchRedis(b)
@@ -166,6 +167,60 @@ func BenchmarkRawStreamLoop(b *testing.B) {
 		got += len(ids)
 	}
 	b.ReportMetric(float64(got)/time.Since(start).Seconds(), "msgs/s")
+}
+
+// BenchmarkRawKeyedLoop is the per-key-ordered baseline: b.N messages
+// over keys streams, each stream read by one of up to 64 goroutines with
+// XREADGROUP COUNT 64 and acked with one XACK per read, so each key's
+// messages go in order and different keys in parallel; no leases, no
+// decoding.
+func BenchmarkRawKeyedLoop(b *testing.B) {
+	for _, keys := range []int{1, 64, 1000, 10000} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+			rdb, prefix := benchRedis(b)
+			n := max(b.N, keys)
+			preload(b, rdb, prefix, keys, n)
+			ctx := context.Background()
+			streams := make([]string, keys)
+			for k := range streams {
+				streams[k] = prefix + partition.StreamName("order", "k"+strconv.Itoa(k))
+				require.NoError(b, rdb.XGroupCreate(ctx, streams[k], "raw", "0").Err())
+			}
+			workers := min(keys, 64)
+			var got atomic.Int64
+			b.ResetTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			for w := 0; w < workers; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for got.Load() < int64(n) {
+						idle := true
+						for k := w; k < keys; k += workers {
+							res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "raw", Consumer: "c", Streams: []string{streams[k], ">"}, Count: 64, Block: -1}).Result()
+							if err != nil || len(res) == 0 || len(res[0].Messages) == 0 {
+								continue
+							}
+							ids := make([]string, 0, len(res[0].Messages))
+							for _, m := range res[0].Messages {
+								ids = append(ids, m.ID)
+							}
+							if err := rdb.XAck(ctx, streams[k], "raw", ids...).Err(); err == nil {
+								got.Add(int64(len(ids)))
+								idle = false
+							}
+						}
+						if idle && got.Load() >= int64(n) {
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.ReportMetric(float64(got.Load())/time.Since(start).Seconds(), "msgs/s")
+		})
+	}
 }
 
 // BenchmarkFailover measures the time from an owner's death (it holds
