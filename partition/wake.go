@@ -315,14 +315,27 @@ func (c *Consumer) woken(ctx context.Context, wakes []Wake) {
 		keys[cat] = slices.Compact(ks)
 	}
 	for _, s := range c.opts.Subscriptions() {
+		units := buildUnits(s, keys)
+		handed := map[string]bool{}
 		c.mu.Lock()
 		for _, u := range buildUnits(s, released) {
 			delete(c.held, unitID{s.Group, u.unit})
+			handed[u.unit] = true
 		}
+		// The group's unit count grows by the units seen for the first
+		// time (a key never published before), not by every unit woken:
+		// a released unit, or one a publish woke that is owned or held,
+		// is counted already, and counting it again would raise the
+		// share and let a host take back what it just handed over.
 		total := c.total[s.Group]
+		for _, u := range units {
+			id := unitID{s.Group, u.unit}
+			if _, held := c.held[id]; !handed[u.unit] && c.owned[id] == nil && !held {
+				total++
+			}
+		}
 		c.mu.Unlock()
-		units := buildUnits(s, keys)
-		if _, err := c.place(ctx, s, units, total+len(units), true, false); err != nil && ctx.Err() == nil {
+		if _, err := c.place(ctx, s, units, total, true, false); err != nil && ctx.Err() == nil {
 			c.leaseOutage.Fail(fmt.Errorf("acquire on wake-up: %w", err), "group", s.Group)
 		}
 	}
