@@ -285,9 +285,14 @@ func (e *Engine) handledEvent(ctx context.Context, group, category string, gp in
 // events (checking other keys' events as an unkeyed check does while it
 // can), and past the first other key's event that is not handled skips
 // the other keys' events unread.
-func (e *Engine) caughtUp(ctx context.Context, group, category string, n int64, c *check) (bool, error) {
+func (e *Engine) caughtUp(ctx context.Context, group, category string, n int64, c *check) (done bool, _ error) {
 	w := e.progress.watermark(group, category)
-	defer func() { e.progress.advance(group, category, w) }()
+	defer func() {
+		e.progress.advance(group, category, w)
+		if done {
+			e.progress.keyedTo(group, category, c, n)
+		}
+	}()
 	keyed := c != nil && c.field != ""
 	from, prefix := w, true
 	if keyed {
@@ -301,32 +306,24 @@ func (e *Engine) caughtUp(ctx context.Context, group, category string, n int64, 
 		}
 		for _, ev := range evs {
 			if ev.GlobalPosition > n {
-				e.progress.keyedTo(group, category, c, n)
 				return true, nil
 			}
-			handled := e.progress.has(group, category, ev.GlobalPosition)
-			if keyed && !handled {
-				if k, ok := fieldKey(ev.Data, c.field); !ok || k != c.key {
-					// Another key's: not waited for. While the watermark
-					// can still move, see whether another host handled
-					// it, as an unkeyed check would; past the first that
-					// is not, skip the other keys' events unread.
-					if prefix {
-						ok, err := e.handledElsewhere(ctx, group, category, ev, c)
-						var failed *FailedError
-						if err != nil && !errors.As(err, &failed) {
-							return false, err
-						}
-						prefix = ok && err == nil // another key's failure is not this read's
+			switch {
+			case e.progress.has(group, category, ev.GlobalPosition):
+			case keyed && !c.ofKey(ev):
+				// Another key's: not waited for. While the watermark can
+				// still move, see whether another host handled it, as an
+				// unkeyed check would; past the first that is not, skip
+				// the other keys' events unread.
+				if prefix {
+					ok, err := e.handledElsewhere(ctx, group, category, ev, c)
+					var failed *FailedError
+					if err != nil && !errors.As(err, &failed) {
+						return false, err
 					}
-					from = ev.GlobalPosition
-					if prefix {
-						w = from
-					}
-					continue
+					prefix = ok && err == nil // another key's failure is not this read's
 				}
-			}
-			if !handled {
+			default:
 				ok, err := e.handledElsewhere(ctx, group, category, ev, c)
 				if err != nil || !ok {
 					if c != nil {
@@ -341,12 +338,16 @@ func (e *Engine) caughtUp(ctx context.Context, group, category string, n int64, 
 			}
 		}
 		if len(evs) < walkBatch {
-			e.progress.keyedTo(group, category, c, n)
 			return true, nil // nothing of the category is left at or below n
 		}
 	}
-	e.progress.keyedTo(group, category, c, n)
 	return true, nil
+}
+
+// ofKey reports whether ev is an event of the keyed check's key.
+func (c *check) ofKey(ev eventstore.Event) bool {
+	k, ok := fieldKey(ev.Data, c.field)
+	return ok && k == c.key
 }
 
 // handledElsewhere reports whether another host instance has committed
@@ -552,10 +553,10 @@ func (e *Engine) waitHandled(ctx context.Context, name string, n int64, field, k
 				// the event this check stopped at is marked (another
 				// host's handling shows at the poll), not on every
 				// other event's mark.
-				if chk.stuck == 0 || e.progress.has(name, chk.stuckCategory, chk.stuck) {
+				if chk.stuck == 0 {
 					break sleep
 				}
-				changed = e.progress.wait()
+				changed = e.progress.wait() // before the look, so no mark is missed
 				if e.progress.has(name, chk.stuckCategory, chk.stuck) {
 					break sleep
 				}

@@ -243,6 +243,10 @@ func (r *Reloader) Reload(ctx context.Context) (Outcome, []error) {
 	st := &ReloadStatus{At: start, Outcome: Applied}
 	prev := r.Status()
 	wasRejected := prev != nil && prev.Outcome == Rejected
+	var moved []error // running categories whose partition key the new set changes
+	if len(errs) == 0 && set != nil {
+		moved = repartitions(r.running, set)
+	}
 	switch {
 	case ctx.Err() != nil:
 		st.Outcome = Canceled
@@ -251,8 +255,8 @@ func (r *Reloader) Reload(ctx context.Context) (Outcome, []error) {
 			_ = set.Close(context.Background())
 		}
 		r.log.Warn("plugin reload canceled; the running set stays", "dir", r.dir, "error", ctx.Err())
-	case len(errs) == 0 && !r.allowRepartition && len(repartitions(r.running, set)) > 0:
-		errs = repartitions(r.running, set)
+	case len(moved) > 0 && !r.allowRepartition:
+		errs = moved
 		_ = set.Close(context.Background())
 		fallthrough
 	case len(errs) > 0:
@@ -268,7 +272,7 @@ func (r *Reloader) Reload(ctx context.Context) (Outcome, []error) {
 		st.Took = r.now().Sub(start)
 		r.log.Info("plugins unchanged", "dir", r.dir, "modules", len(set.Modules()), "took", st.Took)
 	default:
-		for _, err := range repartitions(r.running, set) {
+		for _, err := range moved {
 			p := err.(*Problem)
 			r.log.Warn("plugin reload re-partitions a live category (allow_repartition is set): per-key order across the switch holds only for a drained category",
 				"category", p.Type, "file", p.File, "change", p.Msg)
