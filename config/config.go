@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/proteanhq/protean-host/idempotency"
+	"github.com/proteanhq/protean-host/partition/redispartition"
 
 	"github.com/BurntSushi/toml"
 
@@ -393,7 +394,7 @@ func (h HTTP) ReadWait() time.Duration { return ms(h.ReadWaitMS) }
 func Default() Config {
 	relay := outbox.DefaultRelayOptions()
 	sub := broker.DefaultOptions()
-	part := partition.DefaultConsumerOptions()
+	part := redispartition.DefaultConsumerOptions()
 	lim := host.DefaultLimits()
 	return Config{
 		Databases:  map[string]Database{DefaultName: {Provider: ProviderMemory}},

@@ -14,7 +14,7 @@ import (
 	"github.com/proteanhq/protean-host/config"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/outbox"
-	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/partition/redispartition"
 )
 
 // Default is built from the packages' defaults; converting back to
@@ -36,7 +36,7 @@ func TestDefaultAgreesWithPackages(t *testing.T) {
 	require.Equal(t, relay.PublishedRetention, o.PublishedRetention())
 	require.Equal(t, relay.AbandonedRetention, o.AbandonedRetention())
 
-	part := partition.DefaultConsumerOptions()
+	part := redispartition.DefaultConsumerOptions()
 	p := cfg.Server.Partitioning
 	require.Equal(t, part.LeaseTTL, p.LeaseTTL())
 	require.Equal(t, part.Heartbeat, p.HeartbeatInterval())

@@ -20,6 +20,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/partition/redispartition"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
 
@@ -44,8 +45,8 @@ func (c *counting) Handle(ctx context.Context, b partition.Batch) (int, error) {
 // whole partitioned consumer with a trivial WASM projector (a Go guest that
 // decodes each event and does nothing, deadline enforced), committing the
 // fenced position in the memory stores, with 1 and 64 keys. Compare with
-// partition.BenchmarkConsumer (the same consumer with a native no-op
-// handler) and partition.BenchmarkRawStreamLoop from the same run.
+// redispartition.BenchmarkConsumer (the same consumer with a native no-op
+// handler) and redispartition.BenchmarkRawStreamLoop from the same run.
 func BenchmarkPartitionedWASM(b *testing.B) {
 	ctx := context.Background()
 	l, err := host.NewLoader(host.LoaderOptions{CacheDir: wasmbuild.CacheDir(b)})
@@ -74,13 +75,13 @@ func BenchmarkPartitionedWASM(b *testing.B) {
 					EventStream: "order-o" + strconv.Itoa(i), GlobalPosition: int64(i + 1), PartitionKey: key,
 					Data: []byte(fmt.Sprintf(`{"order_id":"o%d","client_id":%q,"total":1.5}`, i, key))}
 				pipe.XAdd(ctx, &redis.XAddArgs{Stream: prefix + partition.StreamName("order", key), Values: redisstream.Encode(msg)})
-				pipe.SAdd(ctx, prefix+partition.IndexKey("order"), key)
+				pipe.SAdd(ctx, prefix+redispartition.IndexKey("order"), key)
 			}
 			_, err = pipe.Exec(ctx)
 			require.NoError(b, err)
 			h := &counting{Handler: e.Partitions(), want: int64(n), done: make(chan struct{})}
-			c, err := partition.NewConsumer(partition.ConsumerOptions{
-				Leases: partition.NewLeases(rdb, prefix), Positions: mem.Positions, Handler: h, Decode: redisstream.Decode,
+			c, err := redispartition.NewConsumer(redispartition.ConsumerOptions{
+				Leases: redispartition.NewLeases(rdb, prefix), Positions: mem.Positions, Handler: h, Decode: redisstream.Decode,
 				Owner: "bench", Subscriptions: e.PartitionSubscriptions,
 				LeaseTTL: 10 * time.Second, Heartbeat: time.Second, Poll: 250 * time.Millisecond, ReapIdle: time.Hour, Retry: delivery.Policy{MaxRetries: 3},
 				Logger: benchLogger(),

@@ -20,6 +20,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/partition/redispartition"
 	"github.com/proteanhq/protean-host/position"
 	esub "github.com/proteanhq/protean-host/subscription"
 	"github.com/proteanhq/protean-host/unitofwork"
@@ -170,9 +171,9 @@ func runPartitionRetries(t *testing.T, pol delivery.Policy, p *pauses, op string
 	m.Category, m.PartitionKey = "ops", "u"
 	ctx := context.Background()
 	require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: prefix + partition.StreamName("ops", "u"), Values: redisstream.Encode(m)}).Err())
-	require.NoError(t, rdb.SAdd(ctx, prefix+partition.IndexKey("ops"), "u").Err())
-	c, err := partition.NewConsumer(partition.ConsumerOptions{
-		Leases: partition.NewLeases(rdb, prefix), Positions: mem.Positions, Handler: e.Partitions(), Decode: redisstream.Decode,
+	require.NoError(t, rdb.SAdd(ctx, prefix+redispartition.IndexKey("ops"), "u").Err())
+	c, err := redispartition.NewConsumer(redispartition.ConsumerOptions{
+		Leases: redispartition.NewLeases(rdb, prefix), Positions: mem.Positions, Handler: e.Partitions(), Decode: redisstream.Decode,
 		Owner: "policy", Subscriptions: func() []partition.Subscription {
 			return []partition.Subscription{{Group: "behave", Categories: []string{"ops"}}}
 		},
@@ -184,7 +185,7 @@ func runPartitionRetries(t *testing.T, pol delivery.Policy, p *pauses, op string
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 	var halted string
 	testwait.For(t, "the partition halted", func() (bool, string) {
-		h, err := rdb.HGetAll(ctx, prefix+partition.HaltKey("behave", partition.PartitionUnit("ops", "u"))).Result()
+		h, err := rdb.HGetAll(ctx, prefix+redispartition.HaltKey("behave", partition.PartitionUnit("ops", "u"))).Result()
 		require.NoError(t, err)
 		if len(h) == 0 {
 			return false, "not halted"

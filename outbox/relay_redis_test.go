@@ -21,6 +21,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/partition/redispartition"
 	"github.com/proteanhq/protean-host/position"
 )
 
@@ -292,7 +293,7 @@ func TestRelayRepublishesTheLastWritesAfterARestart(t *testing.T) {
 		m, err := redisstream.Decode(x.ID, x.Values)
 		require.NoError(t, err)
 		require.NoError(t, rdb.XDel(ctx, prefix+"order:A", x.ID).Err())
-		require.NoError(t, rdb.HDel(ctx, prefix+partition.IDIndexKey("order:A"), m.ID).Err())
+		require.NoError(t, rdb.HDel(ctx, prefix+redispartition.IDIndexKey("order:A"), m.ID).Err())
 	}
 	epoch := k.restarted()
 	_, restarted, err := b.Epoch(ctx)

@@ -25,9 +25,6 @@ const DLQToken = "dlq"
 // backfill_suffix: the lane that low-priority messages of a key go to.
 const DefaultBackfillSuffix = "backfill"
 
-// indexSentinel names the per-category set of live keys.
-const indexSentinel = "__partitions__"
-
 // ErrInvalidKey is the condition behind every [*KeyError]; test for it with
 // errors.Is.
 var ErrInvalidKey = errors.New("invalid partition key")
@@ -179,29 +176,4 @@ func StreamName(category, key string) string {
 // low-priority lane; with [DLQToken] it is the partition's DLQ.
 func LaneStreamName(category, key, suffix string) string {
 	return category + ":" + key + ":" + suffix
-}
-
-// WakeKey is the wake-up stream of category: "{category}:__wake__". Each
-// publish to the category's partitions adds one entry whose field names
-// are the keys it published to (value "1"); consumers block on it (XREAD)
-// instead of polling their partitions. A host that hands units over to
-// the others (fair share) adds an entry naming their keys with the value
-// "r" (released), so a successor acquires them at once. It is a sentinel-form name, so no key's stream
-// can take it.
-func WakeKey(category string) string {
-	return category + ":" + wakeSentinel
-}
-
-// WakeMaxLen is about how many entries a category's wake-up stream keeps
-// (XADD MAXLEN ~): far more than a listener falls behind by between two
-// reads; one that falls further behind notices and wakes every worker.
-const WakeMaxLen = 10000
-
-// wakeSentinel names the per-category wake-up stream.
-const wakeSentinel = "__wake__"
-
-// IndexKey is the set of live partition keys of category:
-// "{category}:__partitions__".
-func IndexKey(category string) string {
-	return category + ":" + indexSentinel
 }

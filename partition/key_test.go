@@ -206,7 +206,6 @@ func TestStreamNames(t *testing.T) {
 	require.Equal(t, "test::order:client-1:backfill",
 		partition.LaneStreamName("test::order", "client-1", partition.DefaultBackfillSuffix))
 	require.Equal(t, "order:7:dlq", partition.LaneStreamName("order", "7", partition.DLQToken))
-	require.Equal(t, "test::order:__partitions__", partition.IndexKey("test::order"))
 
 	// A valid key can never produce the index name or another key's lane:
 	// that is what the colon and sentinel rules buy.
@@ -272,7 +271,7 @@ func Example() {
 	key, err := partition.Validate(msg["client_id"], partition.DefaultBackfillSuffix)
 	fmt.Println(partition.StreamName("order", key), err)
 	fmt.Println(partition.LaneStreamName("order", key, partition.DefaultBackfillSuffix))
-	fmt.Println(partition.IndexKey("order"))
+	fmt.Println(partition.DLQStreamName("order", key))
 
 	_, err = partition.Validate(msg["region"], partition.DefaultBackfillSuffix)
 	fmt.Println(err)
@@ -280,7 +279,7 @@ func Example() {
 	// Output:
 	// order:7 <nil>
 	// order:7:backfill
-	// order:__partitions__
+	// order:7:dlq
 	// invalid partition key: partition key is null or empty
 	// partition key '__lease__' uses the reserved '__name__' sentinel form
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/internal/owner"
-	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/partition/redispartition"
 )
 
 // Options configure a Broker.
@@ -76,7 +76,7 @@ type Broker struct {
 	now   func() time.Time
 	after func(time.Duration) <-chan time.Time
 	log   *slog.Logger
-	trim  *partition.Leases // Trim's script, on the same client and prefix
+	trim  *redispartition.Leases // Trim's script, on the same client and prefix
 
 	acksMu sync.Mutex
 	acks   map[string]int // successful Acks per stream since its last trim
@@ -119,7 +119,7 @@ func New(client redis.UniversalClient, opts Options) (*Broker, error) {
 		opts.ConsumerIdle = consumerIdleFactor * opts.MessageTimeout
 	}
 	b := &Broker{rdb: client, opts: opts, now: clock.Or(opts.Clock).Now, after: clock.Or(opts.Clock).After, log: opts.Logger, done: make(chan struct{}),
-		trim: partition.NewLeases(client, opts.Prefix), acks: make(map[string]int), swept: make(map[string]time.Time)}
+		trim: redispartition.NewLeases(client, opts.Prefix), acks: make(map[string]int), swept: make(map[string]time.Time)}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
 	}
@@ -166,7 +166,7 @@ func (b *Broker) check(ctx context.Context) error {
 
 // Key names (without Prefix). The stream is the caller's name; the rest
 // sit beside it.
-func idsKey(stream string) string          { return partition.IDIndexKey(stream) }
+func idsKey(stream string) string          { return redispartition.IDIndexKey(stream) }
 func dlqKey(stream string) string          { return stream + ":dlq" }
 func groupKey(stream, group string) string { return stream + ":__group__:" + group }
 
@@ -226,7 +226,7 @@ func (b *Broker) publish(ctx context.Context, epoch string, msgs []broker.Messag
 			if c == "" {
 				return nil, fmt.Errorf("redisstream: publish: message %s: %w: partition key %q without a category", m.ID, broker.ErrInvalid, m.PartitionKey)
 			}
-			idx, wake = b.opts.Prefix+partition.IndexKey(c), b.opts.Prefix+partition.WakeKey(c)
+			idx, wake = b.opts.Prefix+redispartition.IndexKey(c), b.opts.Prefix+redispartition.WakeKey(c)
 		}
 		keys = append(keys, b.opts.Prefix+m.Stream, b.opts.Prefix+idsKey(m.Stream), idx, wake)
 		f := Encode(m)
@@ -251,8 +251,8 @@ func (b *Broker) publish(ctx context.Context, epoch string, msgs []broker.Messag
 }
 
 // wakeMaxLen is about how many entries a category's wake-up stream keeps
-// (partition.WakeMaxLen).
-const wakeMaxLen = partition.WakeMaxLen
+// (redispartition.WakeMaxLen).
+const wakeMaxLen = redispartition.WakeMaxLen
 
 // EpochKey (with Options.Prefix) is the epoch marker: a string the outbox
 // relay sets once it has made sure that everything published before it is

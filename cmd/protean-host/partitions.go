@@ -18,6 +18,7 @@ import (
 	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/partition/redispartition"
 	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/schema"
 )
@@ -105,7 +106,7 @@ func cmdPartitions(ctx context.Context, e *env, args []string) error {
 	if *by == "" {
 		*by = "operator"
 	}
-	return partitionsAct(ctx, e, adm, sub, *group, pos[0], pos[1], partition.Operator{By: *by, Reason: *reason})
+	return partitionsAct(ctx, e, adm, sub, *group, pos[0], pos[1], redispartition.Operator{By: *by, Reason: *reason})
 }
 
 // parseMixed parses flags that may come before, between or after the
@@ -126,7 +127,7 @@ func parseMixed(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // openAdmin connects to the config's Redis broker and, when the config has
 // one, the PostgreSQL database holding the consumer positions.
-func openAdmin(ctx context.Context, e *env) (*partition.Admin, func(), error) {
+func openAdmin(ctx context.Context, e *env) (*redispartition.Admin, func(), error) {
 	cfg := e.cfg
 	b := cfg.OutboxBroker()
 	if b.Provider != config.ProviderRedis {
@@ -164,7 +165,7 @@ func openAdmin(ctx context.Context, e *env) (*partition.Admin, func(), error) {
 		closeAll()
 		return nil, nil, err
 	}
-	adm, err := partition.NewAdmin(partition.AdminOptions{Redis: rdb, Prefix: b.KeyPrefix, Positions: positions,
+	adm, err := redispartition.NewAdmin(redispartition.AdminOptions{Redis: rdb, Prefix: b.KeyPrefix, Positions: positions,
 		BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix, Decode: redisstream.Decode})
 	if err != nil {
 		closeAll()
@@ -202,19 +203,19 @@ func dash(s string) string {
 	return s
 }
 
-func haltLine(h *partition.Halt) string {
+func haltLine(h *redispartition.Halt) string {
 	return fmt.Sprintf("entry %s of %s (message %s) after %d attempt(s), halted at %s (generation %d): %s",
 		h.Entry, h.Stream, dash(h.MessageID), h.Attempts, h.HaltedAt.Format(time.RFC3339), h.Generation, h.Reason)
 }
 
-func partitionsList(ctx context.Context, e *env, adm *partition.Admin, subs []partition.Subscription, group string) error {
+func partitionsList(ctx context.Context, e *env, adm *redispartition.Admin, subs []partition.Subscription, group string) error {
 	sts, err := adm.List(ctx, subs)
 	if err != nil {
 		return err
 	}
 	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "CATEGORY\tKEY\tGROUP\tOWNER\tGEN\tPENDING\tLAG\tSTATE")
-	var halted []partition.Status
+	var halted []redispartition.Status
 	n := 0
 	for _, s := range sts {
 		if group != "" && s.Group != group {
@@ -275,7 +276,7 @@ func containsString(s []string, v string) bool {
 	return false
 }
 
-func partitionsInspect(ctx context.Context, e *env, adm *partition.Admin, subs []partition.Subscription, group, category, key string) error {
+func partitionsInspect(ctx context.Context, e *env, adm *redispartition.Admin, subs []partition.Subscription, group, category, key string) error {
 	unit, err := unitOf(category, key, e.cfg.Server.PriorityLanes.BackfillSuffix)
 	if err != nil {
 		return err
@@ -351,7 +352,7 @@ func partitionsInspect(ctx context.Context, e *env, adm *partition.Admin, subs [
 	return nil
 }
 
-func partitionsAct(ctx context.Context, e *env, adm *partition.Admin, action, group, category, key string, op partition.Operator) error {
+func partitionsAct(ctx context.Context, e *env, adm *redispartition.Admin, action, group, category, key string, op redispartition.Operator) error {
 	unit, err := unitOf(category, key, e.cfg.Server.PriorityLanes.BackfillSuffix)
 	if err != nil {
 		return err
@@ -370,7 +371,7 @@ func partitionsAct(ctx context.Context, e *env, adm *partition.Admin, action, gr
 			return fmt.Errorf("partition %s is halted in groups %s: choose one with --group", unit, strings.Join(groups, ", "))
 		}
 	}
-	var out partition.Outcome
+	var out redispartition.Outcome
 	switch action {
 	case "skip":
 		out, err = adm.Skip(ctx, group, unit, op)
@@ -391,6 +392,6 @@ func partitionsAct(ctx context.Context, e *env, adm *partition.Admin, action, gr
 	default:
 		fmt.Fprintf(e.stdout, "resumed %s for group %s: entry %s (message %s) is retried with fresh attempts\n", unit, group, h.Entry, dash(h.MessageID))
 	}
-	fmt.Fprintf(e.stdout, "partition %s released for group %s; audit record %s on %s\n", unit, group, out.AuditEntry, partition.AuditStream)
+	fmt.Fprintf(e.stdout, "partition %s released for group %s; audit record %s on %s\n", unit, group, out.AuditEntry, redispartition.AuditStream)
 	return nil
 }

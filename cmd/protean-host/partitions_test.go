@@ -18,7 +18,7 @@ import (
 	"github.com/proteanhq/protean-host/config"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
-	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/partition/redispartition"
 	"github.com/proteanhq/protean-host/position"
 )
 
@@ -63,8 +63,8 @@ func TestPartitionsCommands(t *testing.T) {
 			Data: []byte(`{"order_id":"o-1","client_id":"c-1","total":1}`), GlobalPosition: int64(i), PartitionKey: "c-1"}
 		require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: prefix + unit, Values: redisstream.Encode(msg)}).Err())
 	}
-	require.NoError(t, rdb.SAdd(ctx, prefix+partition.IndexKey("order"), "c-1").Err())
-	leases := partition.NewLeases(rdb, prefix)
+	require.NoError(t, rdb.SAdd(ctx, prefix+redispartition.IndexKey("order"), "c-1").Err())
+	leases := redispartition.NewLeases(rdb, prefix)
 	// halt plays a worker that takes the unit, reads its head and halts on it.
 	halt := func() string {
 		t.Helper()
@@ -80,7 +80,7 @@ func TestPartitionsCommands(t *testing.T) {
 		}
 		require.NotEmpty(t, es)
 		id, _ := es[0].Values["id"].(string)
-		require.NoError(t, leases.Halt(ctx, l, partition.Halt{Stream: unit, Entry: es[0].ID, MessageID: id, Reason: "boom", Attempts: 3, HaltedAt: time.Now()}))
+		require.NoError(t, leases.Halt(ctx, l, redispartition.Halt{Stream: unit, Entry: es[0].ID, MessageID: id, Reason: "boom", Attempts: 3, HaltedAt: time.Now()}))
 		return es[0].ID
 	}
 	pool, err := pgxpool.New(ctx, pgURL)
@@ -134,14 +134,14 @@ func TestPartitionsCommands(t *testing.T) {
 	code, out, errs = cli(t, "partitions", "resume", "order", "c-1", "--group", group, "--config", cfg)
 	require.Equal(t, 0, code, errs)
 	require.Contains(t, out, "resumed order:c-1 for group client_orders: entry "+third+" (message m-3)")
-	n, err := rdb.Exists(ctx, prefix+partition.HaltKey(group, unit)).Result()
+	n, err := rdb.Exists(ctx, prefix+redispartition.HaltKey(group, unit)).Result()
 	require.NoError(t, err)
 	require.Zero(t, n)
 	p, err = rdb.XPending(ctx, prefix+unit, group).Result()
 	require.NoError(t, err)
 	require.Equal(t, int64(1), p.Count, "resume leaves the head pending for a retry")
 
-	audit, err := rdb.XRange(ctx, prefix+partition.AuditStream, "-", "+").Result()
+	audit, err := rdb.XRange(ctx, prefix+redispartition.AuditStream, "-", "+").Result()
 	require.NoError(t, err)
 	var actions []string
 	for _, a := range audit {

@@ -22,6 +22,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/partition/redispartition"
 )
 
 // redisDeployment is a migrated PostgreSQL database and a Redis key prefix
@@ -330,7 +331,7 @@ func TestRedisFailoverAfterKill(t *testing.T) {
 	log.projected(procs[0])
 
 	// Find and kill the owner of c-1's client_orders partition.
-	leaseKey := d.prefix + partition.LeaseKey("client_orders", partition.PartitionUnit("order", "c-1"))
+	leaseKey := d.prefix + redispartition.LeaseKey("client_orders", partition.PartitionUnit("order", "c-1"))
 	token, err := rdb.Get(context.Background(), leaseKey).Result()
 	require.NoError(t, err)
 	victim, survivor := procs[0], procs[1]
@@ -360,7 +361,7 @@ func TestRedisStalledOwnerResumes(t *testing.T) {
 	log := &orderLog{t: t}
 	log.place(procs[0], "o-0")
 	log.projected(procs[0])
-	leaseKey := d.prefix + partition.LeaseKey("client_orders", partition.PartitionUnit("order", "c-1"))
+	leaseKey := d.prefix + redispartition.LeaseKey("client_orders", partition.PartitionUnit("order", "c-1"))
 	token, err := rdb.Get(context.Background(), leaseKey).Result()
 	require.NoError(t, err)
 	owner, other := procs[0], procs[1]

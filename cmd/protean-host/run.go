@@ -27,6 +27,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/owner"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/partition/redispartition"
 	"github.com/proteanhq/protean-host/subscription"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
@@ -175,7 +176,7 @@ type hostProcess struct {
 	eng      *engine.Engine
 	relay    *outbox.Relay
 	// partitions is the partitioned consumer; nil without a Redis broker.
-	partitions *partition.Consumer
+	partitions *redispartition.Consumer
 	// subs runs the event-store subscriptions; nil unless the delivery is
 	// event_store (config.Config.SubscriptionType).
 	subs     *subscription.Consumer
@@ -298,13 +299,13 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	if partitioned {
 		p := cfg.Server.Partitioning
 		lanes := cfg.Server.PriorityLanes
-		h.partitions, err = partition.NewConsumer(partition.ConsumerOptions{
-			Leases: partition.NewLeases(br.redis, br.prefix), Positions: st.positions, Handler: eng.Partitions(),
+		h.partitions, err = redispartition.NewConsumer(redispartition.ConsumerOptions{
+			Leases: redispartition.NewLeases(br.redis, br.prefix), Positions: st.positions, Handler: eng.Partitions(),
 			Decode: redisstream.Decode, Subscriptions: eng.PartitionSubscriptions, Owner: owner,
 			LeaseTTL: p.LeaseTTL(), Heartbeat: p.HeartbeatInterval(), Poll: p.PollInterval(), ReapIdle: p.ReapIdle(),
 			Retry: cfg.Server.StreamSubscription.Policy(), Classify: engine.Classify, Infra: infra,
 			Lanes: lanes.Enabled, BackfillSuffix: lanes.BackfillSuffix, WarnLivePartitions: p.WarnLivePartitions,
-			Metrics: partition.NewMetrics(reg), Logger: e.log, Clock: clk,
+			Metrics: redispartition.NewMetrics(reg), Logger: e.log, Clock: clk,
 		})
 		if err != nil {
 			return nil, err

@@ -12,7 +12,7 @@ import (
 	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/httpapi"
-	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/partition/redispartition"
 	"github.com/proteanhq/protean-host/position"
 )
 
@@ -26,8 +26,8 @@ type hostStatus struct {
 	st        *stores
 	eng       *engine.Engine
 	reloader  func() *host.ReloadStatus
-	inspector broker.Inspector // nil: the broker cannot tell
-	admin     *partition.Admin // nil: partitions are off
+	inspector broker.Inspector      // nil: the broker cannot tell
+	admin     *redispartition.Admin // nil: partitions are off
 	fromStore bool
 	now       func() time.Time
 }
@@ -39,7 +39,7 @@ func newHostStatus(cfg config.Config, st *stores, br *openedBroker, eng *engine.
 	s.inspector, _ = br.source.(broker.Inspector)
 	if br.redis != nil {
 		ps, _ := st.positions.(position.Store)
-		adm, err := partition.NewAdmin(partition.AdminOptions{Redis: br.redis, Prefix: br.prefix, Positions: ps,
+		adm, err := redispartition.NewAdmin(redispartition.AdminOptions{Redis: br.redis, Prefix: br.prefix, Positions: ps,
 			BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix, Decode: redisstream.Decode})
 		if err != nil {
 			return nil, err

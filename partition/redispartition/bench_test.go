@@ -1,4 +1,4 @@
-package partition_test
+package redispartition_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/partition/redispartition"
 	"github.com/proteanhq/protean-host/position"
 )
 
@@ -72,7 +73,7 @@ func preload(b *testing.B, rdb *redis.Client, prefix string, keys, n int) {
 			Data: []byte(`{"client_id":"` + key + `"}`), GlobalPosition: int64(i + 1), PartitionKey: key}
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: prefix + partition.StreamName("order", key), Values: redisstream.Encode(msg)})
 		if i < keys {
-			pipe.SAdd(ctx, prefix+partition.IndexKey("order"), key)
+			pipe.SAdd(ctx, prefix+redispartition.IndexKey("order"), key)
 		}
 		if pipe.Len() >= 1000 {
 			_, err := pipe.Exec(ctx)
@@ -117,8 +118,8 @@ func BenchmarkConsumer(b *testing.B) {
 					fh := &fenced{noop: noop{done: make(chan struct{}), want: int64(n)}, store: store}
 					h, done = fh, fh.done
 				}
-				c, err := partition.NewConsumer(partition.ConsumerOptions{
-					Leases: partition.NewLeases(rdb, prefix), Positions: store, Handler: h,
+				c, err := redispartition.NewConsumer(redispartition.ConsumerOptions{
+					Leases: redispartition.NewLeases(rdb, prefix), Positions: store, Handler: h,
 					Decode: redisstream.Decode, Owner: "bench",
 					Subscriptions: func() []partition.Subscription {
 						return []partition.Subscription{{Group: "proj", Categories: []string{"order"}}}
@@ -231,10 +232,10 @@ func BenchmarkRawKeyedLoop(b *testing.B) {
 func BenchmarkFailover(b *testing.B) {
 	const ttl, keys = 2 * time.Second, 20
 	rdb, prefix := benchRedis(b)
-	leases := partition.NewLeases(rdb, prefix)
+	leases := redispartition.NewLeases(rdb, prefix)
 	var samples []time.Duration
 	for i := 0; i < b.N; i++ {
-		require.NoError(b, rdb.Del(context.Background(), prefix+partition.IndexKey("order")).Err())
+		require.NoError(b, rdb.Del(context.Background(), prefix+redispartition.IndexKey("order")).Err())
 		// The dead owner heartbeated once: its leases hold for ttl.
 		_, err := leases.Heartbeat(context.Background(), "dead", ttl, nil, nil)
 		require.NoError(b, err)
@@ -247,7 +248,7 @@ func BenchmarkFailover(b *testing.B) {
 			died[partition.PartitionUnit("order", key)] = time.Now()
 		}
 		h := &firstSeen{at: map[string]time.Time{}, done: make(chan struct{}), want: keys}
-		c, err := partition.NewConsumer(partition.ConsumerOptions{
+		c, err := redispartition.NewConsumer(redispartition.ConsumerOptions{
 			Leases: leases, Positions: position.NewMemory(nil), Handler: h, Decode: redisstream.Decode, Owner: "survivor",
 			Subscriptions: func() []partition.Subscription {
 				return []partition.Subscription{{Group: "proj", Categories: []string{"order"}}}
@@ -299,7 +300,7 @@ func preload1(b *testing.B, rdb *redis.Client, prefix, key string, gp int64) {
 	ctx := context.Background()
 	msg := broker.Message{ID: key, Type: "Happened", Category: "order", GlobalPosition: gp, PartitionKey: key, Data: []byte(`{}`)}
 	require.NoError(b, rdb.XAdd(ctx, &redis.XAddArgs{Stream: prefix + partition.StreamName("order", key), Values: redisstream.Encode(msg)}).Err())
-	require.NoError(b, rdb.SAdd(ctx, prefix+partition.IndexKey("order"), key).Err())
+	require.NoError(b, rdb.SAdd(ctx, prefix+redispartition.IndexKey("order"), key).Err())
 }
 
 func handled(h partition.Handler) int64 {
@@ -327,13 +328,13 @@ func BenchmarkIdle(b *testing.B) {
 			preload(b, rdb, prefix, keys, keys)
 			nh := &noop{done: make(chan struct{}), want: int64(keys)}
 			const heartbeat = 500 * time.Millisecond
-			opts := partition.DefaultConsumerOptions()
-			opts.Leases, opts.Positions, opts.Handler, opts.Decode, opts.Owner = partition.NewLeases(rdb, prefix), position.NewMemory(nil), nh, redisstream.Decode, "idle"
+			opts := redispartition.DefaultConsumerOptions()
+			opts.Leases, opts.Positions, opts.Handler, opts.Decode, opts.Owner = redispartition.NewLeases(rdb, prefix), position.NewMemory(nil), nh, redisstream.Decode, "idle"
 			opts.Subscriptions = func() []partition.Subscription {
 				return []partition.Subscription{{Group: "proj", Categories: []string{"order"}}}
 			}
 			opts.Heartbeat = heartbeat
-			c, err := partition.NewConsumer(opts)
+			c, err := redispartition.NewConsumer(opts)
 			require.NoError(b, err)
 			b.ResetTimer()
 			begin := time.Now()
@@ -374,12 +375,12 @@ func BenchmarkFirstEvent(b *testing.B) {
 	const idle, samples = 1000, 200
 	preload(b, rdb, prefix, idle, idle)
 	h := &firstSeen{at: map[string]time.Time{}, done: make(chan struct{}), want: idle + samples}
-	opts := partition.DefaultConsumerOptions()
-	opts.Leases, opts.Positions, opts.Handler, opts.Decode, opts.Owner = partition.NewLeases(rdb, prefix), position.NewMemory(nil), h, redisstream.Decode, "first"
+	opts := redispartition.DefaultConsumerOptions()
+	opts.Leases, opts.Positions, opts.Handler, opts.Decode, opts.Owner = redispartition.NewLeases(rdb, prefix), position.NewMemory(nil), h, redisstream.Decode, "first"
 	opts.Subscriptions = func() []partition.Subscription {
 		return []partition.Subscription{{Group: "proj", Categories: []string{"order"}}}
 	}
-	c, err := partition.NewConsumer(opts)
+	c, err := redispartition.NewConsumer(opts)
 	require.NoError(b, err)
 	require.NoError(b, c.Start(ctx))
 	defer func() { require.NoError(b, c.Stop(ctx)) }()
@@ -488,21 +489,21 @@ func BenchmarkFairShare(b *testing.B) {
 			ctx := context.Background()
 			preload(b, rdb, prefix, keys, keys)
 			const heartbeat = 500 * time.Millisecond
-			consumer := func(owner string) *partition.Consumer {
-				opts := partition.DefaultConsumerOptions()
-				opts.Leases, opts.Positions, opts.Decode, opts.Owner = partition.NewLeases(rdb, prefix), position.NewMemory(nil), redisstream.Decode, owner
+			consumer := func(owner string) *redispartition.Consumer {
+				opts := redispartition.DefaultConsumerOptions()
+				opts.Leases, opts.Positions, opts.Decode, opts.Owner = redispartition.NewLeases(rdb, prefix), position.NewMemory(nil), redisstream.Decode, owner
 				opts.Handler = &noop{done: make(chan struct{}), want: -1}
 				opts.Subscriptions = func() []partition.Subscription {
 					return []partition.Subscription{{Group: "proj", Categories: []string{"order"}}}
 				}
 				opts.Heartbeat = heartbeat
-				c, err := partition.NewConsumer(opts)
+				c, err := redispartition.NewConsumer(opts)
 				require.NoError(b, err)
 				require.NoError(b, c.Start(ctx))
 				b.Cleanup(func() { _ = c.Stop(ctx) })
 				return c
 			}
-			hosts := []*partition.Consumer{consumer("a")}
+			hosts := []*redispartition.Consumer{consumer("a")}
 			for len(hosts[0].Owned()) < keys {
 				time.Sleep(5 * time.Millisecond)
 			}

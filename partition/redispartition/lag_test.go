@@ -1,4 +1,4 @@
-package partition_test
+package redispartition_test
 
 import (
 	"context"

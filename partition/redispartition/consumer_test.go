@@ -1,4 +1,4 @@
-package partition_test
+package redispartition_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/faultproxy"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/partition/redispartition"
 	"github.com/proteanhq/protean-host/position"
 )
 
@@ -135,7 +136,7 @@ func (p *publisher) publish(category, key string, n int) {
 		ctx := context.Background()
 		_, err := p.rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.prefix + partition.StreamName(category, key), Values: redisstream.Encode(msg)}).Result()
 		require.NoError(p.t, err)
-		require.NoError(p.t, p.rdb.SAdd(ctx, p.prefix+partition.IndexKey(category), key).Err())
+		require.NoError(p.t, p.rdb.SAdd(ctx, p.prefix+redispartition.IndexKey(category), key).Err())
 		p.mu.Lock()
 		unit := partition.PartitionUnit(category, key)
 		p.sent[unit] = append(p.sent[unit], gp)
@@ -161,7 +162,7 @@ type rig struct {
 	t      *testing.T
 	rdb    *redis.Client
 	prefix string
-	leases *partition.Leases
+	leases *redispartition.Leases
 	store  *position.Memory
 	pub    *publisher
 }
@@ -172,8 +173,8 @@ func newRig(t *testing.T) *rig {
 		pub: &publisher{t: t, rdb: rdb, prefix: prefix, sent: map[string][]int64{}}}
 }
 
-func (r *rig) consumer(owner string, h partition.Handler, ttl time.Duration, tweak ...func(*partition.ConsumerOptions)) *partition.Consumer {
-	opts := partition.ConsumerOptions{
+func (r *rig) consumer(owner string, h partition.Handler, ttl time.Duration, tweak ...func(*redispartition.ConsumerOptions)) *redispartition.Consumer {
+	opts := redispartition.ConsumerOptions{
 		Leases: r.leases, Positions: r.store, Handler: h, Decode: redisstream.Decode, Owner: owner,
 		Subscriptions: func() []partition.Subscription {
 			return []partition.Subscription{{Group: "proj", Categories: []string{"order"}}}
@@ -184,12 +185,12 @@ func (r *rig) consumer(owner string, h partition.Handler, ttl time.Duration, twe
 	for _, f := range tweak {
 		f(&opts)
 	}
-	c, err := partition.NewConsumer(opts)
+	c, err := redispartition.NewConsumer(opts)
 	require.NoError(r.t, err)
 	return c
 }
 
-func start(t *testing.T, c *partition.Consumer) {
+func start(t *testing.T, c *redispartition.Consumer) {
 	t.Helper()
 	require.NoError(t, c.Start(context.Background()))
 	t.Cleanup(func() {
@@ -298,7 +299,7 @@ func TestStalledOwnerIsFencedOutOfRedisAndThePositions(t *testing.T) {
 	testwait.Recv(t, "host-a stalls inside its first batch", stalled)
 	// The whole instance freezes (a GC pause, a stopped VM): its lease
 	// lapses. Deleting the key plays the expiry without waiting for it.
-	require.NoError(t, r.rdb.Del(context.Background(), r.prefix+partition.LeaseKey("proj", "order:c-1")).Err())
+	require.NoError(t, r.rdb.Del(context.Background(), r.prefix+redispartition.LeaseKey("proj", "order:c-1")).Err())
 	b := r.consumer("host-b", hb, ttl)
 	start(t, b)
 	r.waitApplied(hb)
@@ -339,7 +340,7 @@ func TestRedeliveredAfterCommitIsNotAppliedTwice(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	// The crash: the lease lapses.
-	require.NoError(t, r.rdb.Del(context.Background(), r.prefix+partition.LeaseKey("proj", "order:c-1")).Err())
+	require.NoError(t, r.rdb.Del(context.Background(), r.prefix+redispartition.LeaseKey("proj", "order:c-1")).Err())
 
 	c := r.consumer("host-b", h, time.Hour)
 	start(t, c)
@@ -367,7 +368,7 @@ func TestPoisonHaltsOnlyItsKeyDurably(t *testing.T) {
 	a := r.consumer("host-a", h, time.Hour)
 	require.NoError(t, a.Start(context.Background()))
 	testwait.For(t, "the bad key halts", func() (bool, string) {
-		n, err := r.rdb.Exists(context.Background(), r.prefix+partition.HaltKey("proj", "order:bad")).Result()
+		n, err := r.rdb.Exists(context.Background(), r.prefix+redispartition.HaltKey("proj", "order:bad")).Result()
 		return err == nil && n == 1, fmt.Sprintf("halt key exists: %d %v", n, err)
 	})
 	testwait.For(t, "the good key flows", func() (bool, string) {
@@ -379,7 +380,7 @@ func TestPoisonHaltsOnlyItsKeyDurably(t *testing.T) {
 	h.mu.Lock()
 	require.Equal(t, 3, h.calls["m-2"], "the first attempt and max_retries (2) retries, then halt")
 	h.mu.Unlock()
-	halt, err := r.rdb.HGetAll(context.Background(), r.prefix+partition.HaltKey("proj", "order:bad")).Result()
+	halt, err := r.rdb.HGetAll(context.Background(), r.prefix+redispartition.HaltKey("proj", "order:bad")).Result()
 	require.NoError(t, err)
 	require.Contains(t, halt["reason"], "boom")
 	require.Equal(t, "3", halt["attempts"])
@@ -403,7 +404,7 @@ func TestPoisonHaltsOnlyItsKeyDurably(t *testing.T) {
 
 func TestConsumerOptionsAreChecked(t *testing.T) {
 	t.Parallel()
-	_, err := partition.NewConsumer(partition.ConsumerOptions{})
+	_, err := redispartition.NewConsumer(redispartition.ConsumerOptions{})
 	require.Error(t, err)
 }
 
@@ -485,13 +486,13 @@ func TestInfrastructureFailuresNeverHalt(t *testing.T) {
 		return nil
 	}
 	r.pub.publish("order", "k", 3)
-	a := r.consumer("host-a", h, time.Hour, func(o *partition.ConsumerOptions) {
+	a := r.consumer("host-a", h, time.Hour, func(o *redispartition.ConsumerOptions) {
 		o.Retry = delivery.Policy{MaxRetries: 1, Delay: time.Millisecond}
 	})
 	start(t, a)
 	r.waitApplied(h)
 	r.requireExactlyOnceInOrder(h)
-	n, err := r.rdb.Exists(context.Background(), r.prefix+partition.HaltKey("proj", "order:k")).Result()
+	n, err := r.rdb.Exists(context.Background(), r.prefix+redispartition.HaltKey("proj", "order:k")).Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "no halt on infrastructure failures")
 	h.mu.Lock()
@@ -509,8 +510,8 @@ func TestWorkerRetriesServerFailuresInPlace(t *testing.T) {
 	r := newRig(t)
 	proxy, cut := r.behindProxy()
 	h := newEffects(r.store)
-	c := r.consumer("host-a", h, time.Hour, func(o *partition.ConsumerOptions) {
-		o.Leases = partition.NewLeases(cut, r.prefix)
+	c := r.consumer("host-a", h, time.Hour, func(o *redispartition.ConsumerOptions) {
+		o.Leases = redispartition.NewLeases(cut, r.prefix)
 		o.Heartbeat = 20 * time.Millisecond
 	})
 	r.pub.publish("order", "k", 3)
@@ -525,7 +526,7 @@ func TestWorkerRetriesServerFailuresInPlace(t *testing.T) {
 	proxy.Resume()
 	r.waitApplied(h)
 	r.requireExactlyOnceInOrder(h)
-	gen, err := r.rdb.Get(context.Background(), r.prefix+partition.GenerationKey("proj", partition.PartitionUnit("order", "k"))).Int64()
+	gen, err := r.rdb.Get(context.Background(), r.prefix+redispartition.GenerationKey("proj", partition.PartitionUnit("order", "k"))).Int64()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, gen, "the lease was kept: no new generation")
 }
@@ -547,11 +548,11 @@ func TestGapHaltsTheKeyUntilAnOperatorResumes(t *testing.T) {
 		}
 		return nil
 	}
-	admin, err := partition.NewAdmin(partition.AdminOptions{Redis: r.rdb, Prefix: r.prefix, Positions: r.store, Decode: redisstream.Decode})
+	admin, err := redispartition.NewAdmin(redispartition.AdminOptions{Redis: r.rdb, Prefix: r.prefix, Positions: r.store, Decode: redisstream.Decode})
 	require.NoError(t, err)
 	r.pub.publish("order", "k", 2)
 	// Discovery every 50 ms: a resumed unit is acquired at the next pass.
-	start(t, r.consumer("host-a", h, time.Hour, func(o *partition.ConsumerOptions) { o.Heartbeat = 50 * time.Millisecond }))
+	start(t, r.consumer("host-a", h, time.Hour, func(o *redispartition.ConsumerOptions) { o.Heartbeat = 50 * time.Millisecond }))
 	applied := func(want ...int64) {
 		t.Helper()
 		testwait.For(t, fmt.Sprintf("order:k applied %v", want), func() (bool, string) {
@@ -563,7 +564,7 @@ func TestGapHaltsTheKeyUntilAnOperatorResumes(t *testing.T) {
 		t.Helper()
 		var halt map[string]string
 		testwait.For(t, "order:k halts", func() (bool, string) {
-			halt, err = r.rdb.HGetAll(ctx, r.prefix+partition.HaltKey("proj", "order:k")).Result()
+			halt, err = r.rdb.HGetAll(ctx, r.prefix+redispartition.HaltKey("proj", "order:k")).Result()
 			return err == nil && len(halt) > 0, fmt.Sprint(halt, err)
 		})
 		return halt
@@ -578,7 +579,7 @@ func TestGapHaltsTheKeyUntilAnOperatorResumes(t *testing.T) {
 	require.Equal(t, "3", halt["gap"])
 	applied(1, 2)
 
-	_, err = admin.Resume(ctx, "proj", "order:k", partition.Operator{By: "test", Reason: "message 3 is gone"})
+	_, err = admin.Resume(ctx, "proj", "order:k", redispartition.Operator{By: "test", Reason: "message 3 is gone"})
 	require.NoError(t, err)
 	applied(1, 2, 4, 5)
 
@@ -586,7 +587,7 @@ func TestGapHaltsTheKeyUntilAnOperatorResumes(t *testing.T) {
 	halt = halted()
 	require.Contains(t, halt["reason"], "poison")
 	require.Contains(t, []string{"", "0"}, halt["gap"], "a poison halt is no gap")
-	_, err = admin.Skip(ctx, "proj", "order:k", partition.Operator{By: "test", Reason: "poison"})
+	_, err = admin.Skip(ctx, "proj", "order:k", redispartition.Operator{By: "test", Reason: "poison"})
 	require.NoError(t, err)
 	applied(1, 2, 4, 5, 7)
 }
@@ -601,7 +602,7 @@ func TestCutOffHostIsTakenOverAndGivesUp(t *testing.T) {
 	proxy, cut := r.behindProxy()
 	h := newEffects(r.store) // both hosts' effects: an overlap across them is caught
 	const ttl = time.Second
-	a := r.consumer("host-a", h, ttl, func(o *partition.ConsumerOptions) { o.Leases = partition.NewLeases(cut, r.prefix) })
+	a := r.consumer("host-a", h, ttl, func(o *redispartition.ConsumerOptions) { o.Leases = redispartition.NewLeases(cut, r.prefix) })
 	r.pub.publish("order", "k", 3)
 	start(t, a)
 	r.waitApplied(h)
@@ -619,7 +620,7 @@ func TestCutOffHostIsTakenOverAndGivesUp(t *testing.T) {
 	r.pub.publish("order", "k", 2)
 	r.waitApplied(h)
 	r.requireExactlyOnceInOrder(h)
-	gen, err := r.rdb.Get(context.Background(), r.prefix+partition.GenerationKey("proj", partition.PartitionUnit("order", "k"))).Int64()
+	gen, err := r.rdb.Get(context.Background(), r.prefix+redispartition.GenerationKey("proj", partition.PartitionUnit("order", "k"))).Int64()
 	require.NoError(t, err)
 	require.EqualValues(t, 2, gen)
 }
@@ -650,7 +651,7 @@ func TestJoiningHostsTakeAFairShareUnderLoad(t *testing.T) {
 	for k := 0; k < keys; k++ {
 		r.pub.publish("order", key(k), 1)
 	}
-	hosts := []*partition.Consumer{r.consumer("host-a", h, ttl)}
+	hosts := []*redispartition.Consumer{r.consumer("host-a", h, ttl)}
 	start(t, hosts[0])
 	testwait.For(t, "host-a owns every partition", func() (bool, string) {
 		return len(hosts[0].Owned()) == keys, fmt.Sprintf("owns %d", len(hosts[0].Owned()))
@@ -696,7 +697,7 @@ func TestJoiningHostsTakeAFairShareUnderLoad(t *testing.T) {
 	// Each partition changed hands at most twice (to the second host, then
 	// to the third): a host never takes back what it handed over.
 	for k := 0; k < keys; k++ {
-		gen, err := r.rdb.Get(context.Background(), r.prefix+partition.GenerationKey("proj", partition.PartitionUnit("order", key(k)))).Int64()
+		gen, err := r.rdb.Get(context.Background(), r.prefix+redispartition.GenerationKey("proj", partition.PartitionUnit("order", key(k)))).Int64()
 		require.NoError(t, err)
 		require.LessOrEqual(t, gen, int64(3), "partition %s was acquired %d times", key(k), gen)
 	}
@@ -726,7 +727,7 @@ func TestARetriedReadReturnsWhatTheLostReplyDelivered(t *testing.T) {
 		firedN++
 		fired.Unlock()
 	}})
-	c := r.consumer("host-a", h, 2*time.Second, func(o *partition.ConsumerOptions) { o.Leases = partition.NewLeases(twice, r.prefix) })
+	c := r.consumer("host-a", h, 2*time.Second, func(o *redispartition.ConsumerOptions) { o.Leases = redispartition.NewLeases(twice, r.prefix) })
 	r.pub.publish("order", "k", 3)
 	start(t, c)
 	r.waitApplied(h)

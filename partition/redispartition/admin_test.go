@@ -1,4 +1,4 @@
-package partition_test
+package redispartition_test
 
 import (
 	"context"
@@ -15,13 +15,14 @@ import (
 	"github.com/proteanhq/protean-host/broker/redisstream"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/partition/redispartition"
 )
 
 var projSubs = []partition.Subscription{{Group: "proj", Categories: []string{"order"}}}
 
-func (r *rig) admin() *partition.Admin {
+func (r *rig) admin() *redispartition.Admin {
 	r.t.Helper()
-	a, err := partition.NewAdmin(partition.AdminOptions{Redis: r.rdb, Prefix: r.prefix, Positions: r.store, Decode: redisstream.Decode})
+	a, err := redispartition.NewAdmin(redispartition.AdminOptions{Redis: r.rdb, Prefix: r.prefix, Positions: r.store, Decode: redisstream.Decode})
 	require.NoError(r.t, err)
 	return a
 }
@@ -29,7 +30,7 @@ func (r *rig) admin() *partition.Admin {
 // haltedRig publishes m-1..m-4 to order:bad (m-2 fails while failing is
 // set) and m-5, m-6 to order:good, starts host-a and waits for order:bad to
 // halt after max_retries (3) attempts at m-2.
-func haltedRig(t *testing.T) (*rig, *effects, *partition.Consumer, *atomic.Bool) {
+func haltedRig(t *testing.T) (*rig, *effects, *redispartition.Consumer, *atomic.Bool) {
 	r := newRig(t)
 	h := newEffects(r.store)
 	var failing atomic.Bool
@@ -57,7 +58,7 @@ func haltedRig(t *testing.T) (*rig, *effects, *partition.Consumer, *atomic.Bool)
 func (r *rig) waitHalted(group, unit string) {
 	r.t.Helper()
 	testwait.For(r.t, unit+" halts", func() (bool, string) {
-		n, err := r.rdb.Exists(context.Background(), r.prefix+partition.HaltKey(group, unit)).Result()
+		n, err := r.rdb.Exists(context.Background(), r.prefix+redispartition.HaltKey(group, unit)).Result()
 		return err == nil && n == 1, fmt.Sprintf("halt key exists: %d %v", n, err)
 	})
 }
@@ -72,7 +73,7 @@ func (r *rig) waitAppliedLog(h *effects, unit string, want []int64) {
 
 func (r *rig) audit() []redis.XMessage {
 	r.t.Helper()
-	es, err := r.rdb.XRange(context.Background(), r.prefix+partition.AuditStream, "-", "+").Result()
+	es, err := r.rdb.XRange(context.Background(), r.prefix+redispartition.AuditStream, "-", "+").Result()
 	require.NoError(r.t, err)
 	return es
 }
@@ -83,7 +84,7 @@ func (h *effects) callsOf(id string) int {
 	return h.calls[id]
 }
 
-func statusOf(t *testing.T, sts []partition.Status, group, unit string) partition.Status {
+func statusOf(t *testing.T, sts []redispartition.Status, group, unit string) redispartition.Status {
 	t.Helper()
 	for _, s := range sts {
 		if s.Group == group && s.Unit == unit {
@@ -91,7 +92,7 @@ func statusOf(t *testing.T, sts []partition.Status, group, unit string) partitio
 		}
 	}
 	require.Failf(t, "unit not listed", "%s %s in %+v", group, unit, sts)
-	return partition.Status{}
+	return redispartition.Status{}
 }
 
 func TestAdminListsHaltedAndOwnedUnits(t *testing.T) {
@@ -125,7 +126,7 @@ func TestAdminListsHaltedAndOwnedUnits(t *testing.T) {
 
 	// A halted unit whose key left the index, of a group no subscription
 	// names, still shows (found by its halt record).
-	require.NoError(t, r.rdb.SRem(ctx, r.prefix+partition.IndexKey("order"), "bad").Err())
+	require.NoError(t, r.rdb.SRem(ctx, r.prefix+redispartition.IndexKey("order"), "bad").Err())
 	sts, err = r.admin().List(ctx, nil)
 	require.NoError(t, err)
 	require.Len(t, sts, 1)
@@ -201,9 +202,9 @@ func TestAdminSkipAcksTheHeadAndFlowResumes(t *testing.T) {
 	r, h, _, _ := haltedRig(t)
 	ctx := context.Background()
 	adm := r.admin()
-	halt := r.rdb.HGetAll(ctx, r.prefix+partition.HaltKey("proj", "order:bad")).Val()
+	halt := r.rdb.HGetAll(ctx, r.prefix+redispartition.HaltKey("proj", "order:bad")).Val()
 
-	out, err := adm.Skip(ctx, "proj", "order:bad", partition.Operator{By: "ops", Reason: "bad data"})
+	out, err := adm.Skip(ctx, "proj", "order:bad", redispartition.Operator{By: "ops", Reason: "bad data"})
 	require.NoError(t, err)
 	require.True(t, out.Acked)
 	require.Equal(t, "m-2", out.Halt.MessageID)
@@ -224,7 +225,7 @@ func TestAdminSkipAcksTheHeadAndFlowResumes(t *testing.T) {
 	r.pub.publish("order", "bad", 1)
 	r.waitAppliedLog(h, "order:bad", []int64{1, 3, 4, 7})
 	require.Equal(t, 3, h.callsOf("m-2"))
-	n, err := r.rdb.HLen(ctx, r.prefix+partition.AttemptsKey("proj", "order:bad")).Result()
+	n, err := r.rdb.HLen(ctx, r.prefix+redispartition.AttemptsKey("proj", "order:bad")).Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "the skipped entry's attempts are cleared")
 	got, _ := h.snapshot()
@@ -232,15 +233,15 @@ func TestAdminSkipAcksTheHeadAndFlowResumes(t *testing.T) {
 
 	// Skipping again is refused, naming the state.
 	testwait.For(t, "order:bad owned again", func() (bool, string) {
-		v, _ := r.rdb.Get(ctx, r.prefix+partition.LeaseKey("proj", "order:bad")).Result()
+		v, _ := r.rdb.Get(ctx, r.prefix+redispartition.LeaseKey("proj", "order:bad")).Result()
 		return v == "host-a:2", v
 	})
-	_, err = adm.Skip(ctx, "proj", "order:bad", partition.Operator{})
-	require.ErrorIs(t, err, partition.ErrNotHalted)
-	var se *partition.StateError
+	_, err = adm.Skip(ctx, "proj", "order:bad", redispartition.Operator{})
+	require.ErrorIs(t, err, redispartition.ErrNotHalted)
+	var se *redispartition.StateError
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, "owned by host-a at generation 2", se.State)
-	_, err = adm.Resume(ctx, "proj", "order:nobody", partition.Operator{})
+	_, err = adm.Resume(ctx, "proj", "order:nobody", redispartition.Operator{})
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, "not halted", se.State)
 	require.Len(t, r.audit(), 1, "a refused action is not audited")
@@ -250,9 +251,9 @@ func TestAdminDLQMovesTheHeadAndFlowResumes(t *testing.T) {
 	t.Parallel()
 	r, h, _, _ := haltedRig(t)
 	ctx := context.Background()
-	halt := r.rdb.HGetAll(ctx, r.prefix+partition.HaltKey("proj", "order:bad")).Val()
+	halt := r.rdb.HGetAll(ctx, r.prefix+redispartition.HaltKey("proj", "order:bad")).Val()
 
-	out, err := r.admin().DLQ(ctx, "proj", "order:bad", partition.Operator{By: "ops", Reason: "park it"})
+	out, err := r.admin().DLQ(ctx, "proj", "order:bad", redispartition.Operator{By: "ops", Reason: "park it"})
 	require.NoError(t, err)
 	require.True(t, out.Acked)
 	require.Equal(t, "order:bad:dlq", out.DLQStream)
@@ -300,12 +301,12 @@ func TestAdminDLQRefusesWhenTheHeadIsGone(t *testing.T) {
 	require.NoError(t, err)
 	es, err := r.leases.Read(ctx, l, "order:c-1", false, 1)
 	require.NoError(t, err)
-	require.NoError(t, r.leases.Halt(ctx, l, partition.Halt{Stream: "order:c-1", Entry: es[0].ID, MessageID: "m-1", Reason: "boom", Attempts: 3, HaltedAt: time.Now()}))
+	require.NoError(t, r.leases.Halt(ctx, l, redispartition.Halt{Stream: "order:c-1", Entry: es[0].ID, MessageID: "m-1", Reason: "boom", Attempts: 3, HaltedAt: time.Now()}))
 	require.NoError(t, r.rdb.XDel(ctx, r.prefix+"order:c-1", es[0].ID).Err())
 
-	_, err = r.admin().DLQ(ctx, "proj", "order:c-1", partition.Operator{})
-	require.ErrorIs(t, err, partition.ErrEntryGone)
-	n, err := r.rdb.Exists(ctx, r.prefix+partition.HaltKey("proj", "order:c-1")).Result()
+	_, err = r.admin().DLQ(ctx, "proj", "order:c-1", redispartition.Operator{})
+	require.ErrorIs(t, err, redispartition.ErrEntryGone)
+	n, err := r.rdb.Exists(ctx, r.prefix+redispartition.HaltKey("proj", "order:c-1")).Result()
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n, "the halt stays")
 	p, err := r.rdb.XPending(ctx, r.prefix+"order:c-1", "proj").Result()
@@ -316,7 +317,7 @@ func TestAdminDLQRefusesWhenTheHeadIsGone(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 	// Skip still gets the unit going.
-	out, err := r.admin().Skip(ctx, "proj", "order:c-1", partition.Operator{})
+	out, err := r.admin().Skip(ctx, "proj", "order:c-1", redispartition.Operator{})
 	require.NoError(t, err)
 	require.True(t, out.Acked)
 }
@@ -329,19 +330,19 @@ func TestAdminResumeRetriesAfresh(t *testing.T) {
 	require.Equal(t, 3, h.callsOf("m-2"))
 
 	// Still failing: max_retries fresh attempts, then the unit halts again.
-	_, err := adm.Resume(ctx, "proj", "order:bad", partition.Operator{By: "ops"})
+	_, err := adm.Resume(ctx, "proj", "order:bad", redispartition.Operator{By: "ops"})
 	require.NoError(t, err)
 	testwait.For(t, "three fresh attempts at m-2", func() (bool, string) {
 		return h.callsOf("m-2") == 6, fmt.Sprint(h.callsOf("m-2"))
 	})
 	r.waitHalted("proj", "order:bad")
-	halt := r.rdb.HGetAll(ctx, r.prefix+partition.HaltKey("proj", "order:bad")).Val()
+	halt := r.rdb.HGetAll(ctx, r.prefix+redispartition.HaltKey("proj", "order:bad")).Val()
 	require.Equal(t, "3", halt["attempts"], "attempts were reset by the resume")
 	require.Equal(t, "2", halt["generation"])
 
 	// Fixed: the head is handled and everything after it flows.
 	failing.Store(false)
-	out, err := adm.Resume(ctx, "proj", "order:bad", partition.Operator{By: "ops", Reason: "fixed"})
+	out, err := adm.Resume(ctx, "proj", "order:bad", redispartition.Operator{By: "ops", Reason: "fixed"})
 	require.NoError(t, err)
 	require.False(t, out.Acked, "resume acks nothing")
 	r.waitAppliedLog(h, "order:bad", []int64{1, 2, 3, 4})

@@ -1,4 +1,4 @@
-package partition
+package redispartition
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
 )
 
@@ -83,7 +84,7 @@ func NewAdmin(opts AdminOptions) (*Admin, error) {
 		return nil, errors.New("partition: admin needs a Redis client")
 	}
 	if opts.BackfillSuffix == "" {
-		opts.BackfillSuffix = DefaultBackfillSuffix
+		opts.BackfillSuffix = partition.DefaultBackfillSuffix
 	}
 	if opts.InspectLimit <= 0 {
 		opts.InspectLimit = 10
@@ -168,10 +169,10 @@ type Detail struct {
 // List returns every unit of subs (from their categories' indexes) with its
 // state, plus every halted unit under the prefix that none of them names,
 // ordered by category, key, group.
-func (a *Admin) List(ctx context.Context, subs []Subscription) ([]Status, error) {
+func (a *Admin) List(ctx context.Context, subs []partition.Subscription) ([]Status, error) {
 	var out []Status
 	seen := map[unitID]bool{}
-	bySub := map[string]Subscription{}
+	bySub := map[string]partition.Subscription{}
 	for _, s := range subs {
 		bySub[s.Group] = s
 		units, err := a.units(ctx, s)
@@ -223,7 +224,7 @@ func (a *Admin) List(ctx context.Context, subs []Subscription) ([]Status, error)
 // its streams. sub names the group and, for a correlated unit, the
 // categories it spans; a sub with no categories reads the unit's own
 // stream.
-func (a *Admin) Inspect(ctx context.Context, sub Subscription, unit string) (Detail, error) {
+func (a *Admin) Inspect(ctx context.Context, sub partition.Subscription, unit string) (Detail, error) {
 	u, err := a.resolve(sub, sub.Group, unit)
 	if err != nil {
 		return Detail{}, err
@@ -259,25 +260,25 @@ func (a *Admin) Inspect(ctx context.Context, sub Subscription, unit string) (Det
 // "{category}:{key}" with one stream (or one of its lane streams; see
 // ParseUnit). A halted unit also reads the stream it
 // halted on.
-func (a *Admin) resolve(sub Subscription, group, name string) (unit, error) {
+func (a *Admin) resolve(sub partition.Subscription, group, name string) (unit, error) {
 	u := unit{unit: name, cat: map[string]string{}}
 	if sub.Correlated && strings.HasPrefix(name, group+":") {
 		u.key, u.label = strings.TrimPrefix(name, group+":"), group
 		for _, c := range sub.Categories {
-			s := StreamName(c, u.key)
+			s := partition.StreamName(c, u.key)
 			u.sources = append(u.sources, s)
 			u.cat[s] = c
 		}
 		return u, nil
 	}
-	cat, key, err := ParseUnit(name, a.suffix)
+	cat, key, err := partition.ParseUnit(name, a.suffix)
 	if err != nil {
 		return unit{}, fmt.Errorf("partition %s: %w", group, err)
 	}
-	u.unit = PartitionUnit(cat, key)
+	u.unit = partition.PartitionUnit(cat, key)
 	u.label = cat
 	u.key = key
-	s := StreamName(cat, key)
+	s := partition.StreamName(cat, key)
 	u.sources = []string{s}
 	u.cat[s] = cat
 	return u, nil
@@ -285,7 +286,7 @@ func (a *Admin) resolve(sub Subscription, group, name string) (unit, error) {
 
 // units lists a subscription's units from its categories' indexes, as the
 // consumer's discovery does.
-func (a *Admin) units(ctx context.Context, s Subscription) ([]unit, error) {
+func (a *Admin) units(ctx context.Context, s partition.Subscription) ([]unit, error) {
 	keys := map[string][]string{}
 	for _, cat := range s.Categories {
 		ks, err := a.rdb.SMembers(ctx, a.key(IndexKey(cat))).Result()
@@ -727,7 +728,7 @@ func (a *Admin) act(ctx context.Context, action string, s *redis.Script, group, 
 	args := []any{h.Stream, h.Entry, group, unit, action, a.now().UTC().Format(time.RFC3339Nano), op.By, op.Reason}
 	out := Outcome{Action: action, Halt: *h}
 	if action == "dlq" {
-		out.DLQStream = h.Stream + ":" + DLQToken
+		out.DLQStream = h.Stream + ":" + partition.DLQToken
 		keys = append(keys, a.key(out.DLQStream))
 		at := h.HaltedAt
 		if at.IsZero() {

@@ -1,4 +1,4 @@
-package partition_test
+package redispartition_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/partition/redispartition"
 )
 
 // xaddIndexed appends n entries with an "id" field (as the broker's codec
@@ -21,7 +22,7 @@ func xaddIndexed(t *testing.T, rdb *redis.Client, stream string, from, n int) []
 		mid := "m" + strconv.Itoa(i)
 		id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"id", mid}}).Result()
 		require.NoError(t, err)
-		require.NoError(t, rdb.HSet(ctx, partition.IDIndexKey(stream), mid, id).Err())
+		require.NoError(t, rdb.HSet(ctx, redispartition.IDIndexKey(stream), mid, id).Err())
 		ids = append(ids, id)
 	}
 	return ids
@@ -55,7 +56,7 @@ func streamIDs(t *testing.T, rdb *redis.Client, stream string) []string {
 // indexed returns the message ids the stream's id index holds.
 func indexed(t *testing.T, rdb *redis.Client, stream string) []string {
 	t.Helper()
-	keys, err := rdb.HKeys(context.Background(), partition.IDIndexKey(stream)).Result()
+	keys, err := rdb.HKeys(context.Background(), redispartition.IDIndexKey(stream)).Result()
 	require.NoError(t, err)
 	return keys
 }
@@ -161,7 +162,7 @@ func TestTrimWithTheLeaseProtocol(t *testing.T) {
 	require.EqualValues(t, 2, n)
 
 	// host-a dies holding ids[2], ids[3]; its successor gets them back first.
-	require.NoError(t, rdb.Del(ctx, prefix+partition.LeaseKey("g", stream)).Err())
+	require.NoError(t, rdb.Del(ctx, prefix+redispartition.LeaseKey("g", stream)).Err())
 	b, err := ls.Acquire(ctx, "g", stream, "host-b")
 	require.NoError(t, err)
 	moved, err := ls.Reclaim(ctx, b, stream)
@@ -186,7 +187,7 @@ func TestTrimInBatches(t *testing.T) {
 		for i := range total {
 			mid := "m" + strconv.Itoa(i)
 			p.XAdd(ctx, &redis.XAddArgs{Stream: s, ID: "1-" + strconv.Itoa(i+1), Values: []any{"id", mid}})
-			p.HSet(ctx, partition.IDIndexKey(s), mid, "1-"+strconv.Itoa(i+1))
+			p.HSet(ctx, redispartition.IDIndexKey(s), mid, "1-"+strconv.Itoa(i+1))
 		}
 		return nil
 	})
@@ -198,7 +199,7 @@ func TestTrimInBatches(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, total-1, n)
 	require.EqualValues(t, 1, rdb.XLen(ctx, s).Val())
-	require.EqualValues(t, 1, rdb.HLen(ctx, partition.IDIndexKey(s)).Val())
+	require.EqualValues(t, 1, rdb.HLen(ctx, redispartition.IDIndexKey(s)).Val())
 }
 
 // TestReapDeletesTheIDIndex: reaping a partition deletes the broker's id
@@ -209,7 +210,7 @@ func TestReapDeletesTheIDIndex(t *testing.T) {
 	ls, rdb, prefix := newLeases(t)
 	stream := partition.StreamName("order", "c-1")
 	lane := partition.LaneStreamName("order", "c-1", "backfill")
-	require.NoError(t, rdb.SAdd(ctx, prefix+partition.IndexKey("order"), "c-1").Err())
+	require.NoError(t, rdb.SAdd(ctx, prefix+redispartition.IndexKey("order"), "c-1").Err())
 	ids := xaddIndexed(t, rdb, prefix+stream, 0, 2)
 	xaddIndexed(t, rdb, prefix+lane, 2, 1)
 	l, err := ls.Acquire(ctx, "g", stream, "host-a")
@@ -227,7 +228,7 @@ func TestReapDeletesTheIDIndex(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	n, err := rdb.Exists(ctx, prefix+stream, prefix+lane,
-		prefix+partition.IDIndexKey(stream), prefix+partition.IDIndexKey(lane)).Result()
+		prefix+redispartition.IDIndexKey(stream), prefix+redispartition.IDIndexKey(lane)).Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "streams and their id indexes are gone")
 }

@@ -1,4 +1,4 @@
-package partition
+package redispartition
 
 import (
 	"cmp"
@@ -17,61 +17,22 @@ import (
 	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/lifecycle"
+	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
 )
-
-// Subscription is one consumer group (a handler) reading partitioned
-// categories.
-type Subscription struct {
-	Group      string
-	Categories []string
-	// Correlated makes one unit per key value across all Categories (a
-	// process manager with sequential_by = true, whose categories are all
-	// partitioned by its correlate field); otherwise each category's keys
-	// are units of their own.
-	Correlated bool
-}
-
-// Batch is a run of one unit's messages from one source stream, in publish
-// order, for one consumer group.
-type Batch struct {
-	Group, Unit string
-	// Source is the stream the messages come from (a partition stream or
-	// its backfill lane), as the positions row names it.
-	Source string
-	// Generation is the unit's positions-row generation this owner claimed:
-	// the fence of every effect transaction.
-	Generation int64
-	Messages   []broker.Message
-}
-
-// Handler handles batches. Handle commits the effects of a prefix of the
-// batch's messages, each message's together with the unit's position
-// (fenced by Generation), and returns how many it committed and, when that
-// is not all of them, the error of the next one. An error wrapping
-// position.ErrFenced means a newer owner claimed the unit.
-type Handler interface {
-	Handle(ctx context.Context, b Batch) (done int, err error)
-}
-
-// Positions is the consumer-positions store a new owner claims its unit in.
-type Positions interface {
-	Claim(ctx context.Context, group, unit string) (position.Row, error)
-	Get(ctx context.Context, group, unit string) (position.Row, bool, error)
-}
 
 // ConsumerOptions configure a Consumer. Leases, Positions, Handler, Decode
 // and Subscriptions are required.
 type ConsumerOptions struct {
 	Leases    *Leases
-	Positions Positions
-	Handler   Handler
+	Positions partition.Positions
+	Handler   partition.Handler
 	// Decode turns a stream entry back into a message; an entry it fails
 	// on is poison (it halts its unit at once).
 	Decode func(id string, values map[string]any) (broker.Message, error)
 	// Subscriptions lists the groups to run; it is called on every
 	// discovery pass, so a plugin reload takes effect on the next one.
-	Subscriptions func() []Subscription
+	Subscriptions func() []partition.Subscription
 	// Owner identifies this host instance in lease tokens.
 	Owner string
 
@@ -150,7 +111,7 @@ type unitID struct{ group, unit string }
 // worker is one owned unit.
 type worker struct {
 	lease Lease
-	sub   Subscription
+	sub   partition.Subscription
 	// key is the partition key or correlation value.
 	key string
 	mu  sync.Mutex
@@ -184,7 +145,7 @@ func (w *worker) signal() {
 func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	switch {
 	case opts.Leases == nil, opts.Positions == nil, opts.Handler == nil, opts.Decode == nil, opts.Subscriptions == nil:
-		return nil, errors.New("partition: consumer needs Leases, Positions, Handler, Decode and Subscriptions")
+		return nil, errors.New("partition: consumer needs Leases, partition.Positions, partition.Handler, Decode and Subscriptions")
 	case opts.Owner == "":
 		return nil, errors.New("partition: consumer needs an Owner")
 	case opts.LeaseTTL <= 0 || opts.Heartbeat <= 0 || opts.Heartbeat >= opts.LeaseTTL:
@@ -196,7 +157,7 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 		opts.BatchSize = DefaultBatchSize
 	}
 	if opts.BackfillSuffix == "" {
-		opts.BackfillSuffix = DefaultBackfillSuffix
+		opts.BackfillSuffix = partition.DefaultBackfillSuffix
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -338,7 +299,7 @@ func (c *Consumer) shutdownWorkers() {
 func (c *Consumer) pass() error {
 	ctx := c.soft
 	subs := c.opts.Subscriptions()
-	wanted := map[string]Subscription{}
+	wanted := map[string]partition.Subscription{}
 	groups := make([]string, 0, len(subs))
 	for _, s := range subs {
 		if _, ok := wanted[s.Group]; !ok {
@@ -519,7 +480,7 @@ type heldBy struct {
 // pass (takeover set) it then takes over, within the same share, the
 // units whose holder's heartbeat has lapsed, judged by a hosts set read
 // after the holder's token. It returns how many units it found halted.
-func (c *Consumer) place(ctx context.Context, s Subscription, units []unit, total int, wake, takeover bool) (halted int, _ error) {
+func (c *Consumer) place(ctx context.Context, s partition.Subscription, units []unit, total int, wake, takeover bool) (halted int, _ error) {
 	var free []unit
 	now := c.opts.Clock.Now()
 	c.mu.Lock()
@@ -598,7 +559,7 @@ func (c *Consumer) place(ctx context.Context, s Subscription, units []unit, tota
 }
 
 // won starts the worker of a unit whose lease this consumer acquired.
-func (c *Consumer) won(s Subscription, l Lease, u unit) {
+func (c *Consumer) won(s partition.Subscription, l Lease, u unit) {
 	c.mu.Lock()
 	delete(c.held, unitID{s.Group, u.unit})
 	c.mu.Unlock()
@@ -622,16 +583,16 @@ type unit struct {
 // lists them, into units in a stable order: each key of each category is a
 // unit of its own, or, for a correlated subscription, one unit per value
 // spanning every category that has it.
-func buildUnits(s Subscription, keys map[string][]string) []unit {
+func buildUnits(s partition.Subscription, keys map[string][]string) []unit {
 	byName := map[string]*unit{}
 	var order []string
 	for _, cat := range s.Categories {
 		ks := append([]string(nil), keys[cat]...)
 		sort.Strings(ks)
 		for _, k := range ks {
-			name, label := PartitionUnit(cat, k), cat
+			name, label := partition.PartitionUnit(cat, k), cat
 			if s.Correlated {
-				name, label = CorrelationUnit(s.Group, k), s.Group
+				name, label = partition.CorrelationUnit(s.Group, k), s.Group
 			}
 			u := byName[name]
 			if u == nil {
@@ -639,7 +600,7 @@ func buildUnits(s Subscription, keys map[string][]string) []unit {
 				byName[name] = u
 				order = append(order, name)
 			}
-			st := StreamName(cat, k)
+			st := partition.StreamName(cat, k)
 			u.sources = append(u.sources, st)
 			u.cat[st] = cat
 		}
@@ -653,7 +614,7 @@ func buildUnits(s Subscription, keys map[string][]string) []unit {
 
 // units lists a subscription's units from its categories' indexes; a
 // category whose index cannot be read is skipped this pass.
-func (c *Consumer) units(ctx context.Context, s Subscription) ([]unit, error) {
+func (c *Consumer) units(ctx context.Context, s partition.Subscription) ([]unit, error) {
 	keys := map[string][]string{}
 	var errs []error
 	for _, cat := range s.Categories {
@@ -691,7 +652,7 @@ func (w *worker) snapshot() []string {
 // spawn starts the worker of a freshly acquired unit, unless one runs
 // here already (a discovery pass and a wake-up that acquired it at once:
 // Leases.AcquireAll answers the caller's own lease again).
-func (c *Consumer) spawn(lease Lease, s Subscription, u unit) bool {
+func (c *Consumer) spawn(lease Lease, s partition.Subscription, u unit) bool {
 	ctx, stop := context.WithCancel(c.soft)
 	w := &worker{lease: lease, sub: s, key: u.key, sources: u.sources, cat: u.cat, stop: stop, ctx: ctx, done: make(chan struct{}),
 		wake: make(chan struct{}, 1)}
@@ -1081,8 +1042,8 @@ type run struct {
 	ids    []string
 }
 
-func (r *run) batch(from, to int) Batch {
-	return Batch{Group: r.w.lease.Group, Unit: r.w.lease.Unit, Source: r.stream, Generation: r.st.generation, Messages: r.msgs[from:to]}
+func (r *run) batch(from, to int) partition.Batch {
+	return partition.Batch{Group: r.w.lease.Group, Unit: r.w.lease.Unit, Source: r.stream, Generation: r.st.generation, Messages: r.msgs[from:to]}
 }
 
 func (r *run) Handle(ctx context.Context, from, to int) (int, error) {

@@ -1,4 +1,4 @@
-package partition_test
+package redispartition_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/proteanhq/protean-host/broker/redisstream"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/partition/redispartition"
 )
 
 // publishVia publishes n messages to key of category "order" through the
@@ -48,7 +49,7 @@ func TestWakeUpsStartNewKeysAndIdleWorkers(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	h := newEffects(r.store)
-	c := r.consumer("a", h, 2*time.Hour, func(o *partition.ConsumerOptions) { o.Heartbeat, o.Poll = time.Hour, time.Hour })
+	c := r.consumer("a", h, 2*time.Hour, func(o *redispartition.ConsumerOptions) { o.Heartbeat, o.Poll = time.Hour, time.Hour })
 	start(t, c)
 	b := r.broker()
 	// The first discovery pass found nothing: this key is new.
@@ -66,7 +67,7 @@ func TestWakeUpsStartNewKeysAndIdleWorkers(t *testing.T) {
 func TestStopInterruptsTheWakeUpListener(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	c := r.consumer("a", newEffects(r.store), 2*time.Hour, func(o *partition.ConsumerOptions) { o.Heartbeat, o.Poll = time.Hour, time.Hour })
+	c := r.consumer("a", newEffects(r.store), 2*time.Hour, func(o *redispartition.ConsumerOptions) { o.Heartbeat, o.Poll = time.Hour, time.Hour })
 	require.NoError(t, c.Start(context.Background()))
 	// Let the listener block.
 	testwait.For(t, "the listener blocked", func() (bool, string) {
@@ -103,7 +104,7 @@ func TestListenerNoticesATrimPastItsCursor(t *testing.T) {
 	t.Parallel()
 	ls, rdb, prefix := newLeases(t)
 	ctx := context.Background()
-	wake := prefix + partition.WakeKey("order")
+	wake := prefix + redispartition.WakeKey("order")
 	add := func(n int) {
 		for i := 0; i < n; i++ {
 			require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: wake, Values: []any{"k" + strconv.Itoa(i), "1"}}).Err())

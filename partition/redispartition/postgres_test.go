@@ -1,4 +1,4 @@
-package partition_test
+package redispartition_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/partition/redispartition"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
 
@@ -55,13 +56,13 @@ func TestStalledOwnersLateCommitIsRejectedByPostgres(t *testing.T) {
 	ha := &pgEffects{uow: uow, gate: stall}
 	hb := &pgEffects{uow: uow}
 	r.pub.publish("order", "c-1", 4)
-	cons := func(owner string, h partition.Handler) *partition.Consumer {
-		return r.consumer(owner, h, 300*time.Millisecond, func(o *partition.ConsumerOptions) { o.Positions = pg.Positions })
+	cons := func(owner string, h partition.Handler) *redispartition.Consumer {
+		return r.consumer(owner, h, 300*time.Millisecond, func(o *redispartition.ConsumerOptions) { o.Positions = pg.Positions })
 	}
 	a := cons("host-a", ha)
 	start(t, a)
 	testwait.Recv(t, "host-a stalls inside its first batch", stalled)
-	require.NoError(t, r.rdb.Del(context.Background(), r.prefix+partition.LeaseKey("proj", "order:c-1")).Err())
+	require.NoError(t, r.rdb.Del(context.Background(), r.prefix+redispartition.LeaseKey("proj", "order:c-1")).Err())
 	b := cons("host-b", hb)
 	start(t, b)
 	logged := func() []int64 {

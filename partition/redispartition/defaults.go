@@ -1,10 +1,11 @@
-package partition
+package redispartition
 
 import (
 	"time"
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/delivery"
+	"github.com/proteanhq/protean-host/partition"
 )
 
 // DefaultConsumerOptions returns the consumer's timing and limits by
@@ -24,7 +25,7 @@ func DefaultConsumerOptions() ConsumerOptions {
 		Retry: delivery.Policy{MaxRetries: b.MaxRetries, Delay: b.RetryDelay, MaxDelay: b.MaxRetryDelay,
 			Jitter: delivery.DefaultJitter},
 		BatchSize:          DefaultBatchSize,
-		BackfillSuffix:     DefaultBackfillSuffix,
+		BackfillSuffix:     partition.DefaultBackfillSuffix,
 		WarnLivePartitions: 1000,
 	}
 }

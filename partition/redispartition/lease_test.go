@@ -1,4 +1,4 @@
-package partition_test
+package redispartition_test
 
 import (
 	"context"
@@ -11,20 +11,21 @@ import (
 
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/partition/redispartition"
 )
 
 func TestMain(m *testing.M) { testserver.Main(m) }
 
 // newLeases returns the protocol on a test's own key prefix, and a client
 // for arranging state by hand.
-func newLeases(t *testing.T) (*partition.Leases, *redis.Client, string) {
+func newLeases(t *testing.T) (*redispartition.Leases, *redis.Client, string) {
 	t.Helper()
 	url, prefix := testserver.Redis(t)
 	opt, err := redis.ParseURL(url)
 	require.NoError(t, err)
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
-	return partition.NewLeases(rdb, prefix), rdb, prefix
+	return redispartition.NewLeases(rdb, prefix), rdb, prefix
 }
 
 func xadd(t *testing.T, rdb *redis.Client, stream string, n int) []string {
@@ -49,7 +50,7 @@ func TestLeaseAcquireCheckRelease(t *testing.T) {
 	require.Equal(t, "host-a:1", a.Token())
 
 	_, err = ls.Acquire(ctx, "g", "order:c-1", "host-b")
-	require.ErrorIs(t, err, partition.ErrLeaseHeld)
+	require.ErrorIs(t, err, redispartition.ErrLeaseHeld)
 
 	// Another group owns the same partition independently.
 	other, err := ls.Acquire(ctx, "g2", "order:c-1", "host-b")
@@ -58,8 +59,8 @@ func TestLeaseAcquireCheckRelease(t *testing.T) {
 
 	require.NoError(t, ls.Check(ctx, a))
 	require.NoError(t, ls.Release(ctx, a))
-	require.ErrorIs(t, ls.Check(ctx, a), partition.ErrLeaseLost, "a released lease is no longer the caller's")
-	require.ErrorIs(t, ls.Release(ctx, a), partition.ErrLeaseLost)
+	require.ErrorIs(t, ls.Check(ctx, a), redispartition.ErrLeaseLost, "a released lease is no longer the caller's")
+	require.ErrorIs(t, ls.Release(ctx, a), redispartition.ErrLeaseLost)
 
 	b, err := ls.Acquire(ctx, "g", "order:c-1", "host-b")
 	require.NoError(t, err)
@@ -74,9 +75,9 @@ func TestLeasesInBulk(t *testing.T) {
 	ctx := context.Background()
 	ls, _, _ := newLeases(t)
 	const n = 1234
-	units := make([]partition.Unit, n)
+	units := make([]redispartition.Unit, n)
 	for i := range units {
-		units[i] = partition.Unit{Group: "g", Unit: "order:k" + strconv.Itoa(i)}
+		units[i] = redispartition.Unit{Group: "g", Unit: "order:k" + strconv.Itoa(i)}
 	}
 	// Every 7th held by host-b, every 11th (not 7th) halted.
 	for i := 0; i < n; i += 7 {
@@ -89,23 +90,23 @@ func TestLeasesInBulk(t *testing.T) {
 		}
 		l, err := ls.Acquire(ctx, "g", units[i].Unit, "host-c")
 		require.NoError(t, err)
-		require.NoError(t, ls.Halt(ctx, l, partition.Halt{Stream: "s", Entry: "1-0", Reason: "x"}))
+		require.NoError(t, ls.Halt(ctx, l, redispartition.Halt{Stream: "s", Entry: "1-0", Reason: "x"}))
 	}
-	wants := make([]partition.Want, n)
+	wants := make([]redispartition.Want, n)
 	for i, u := range units {
-		wants[i] = partition.Want{Unit: u}
+		wants[i] = redispartition.Want{Unit: u}
 	}
 	got, err := ls.AcquireAll(ctx, wants, "host-a", -1)
 	require.NoError(t, err)
 	require.Len(t, got, n)
-	var mine []partition.Lease
+	var mine []redispartition.Lease
 	for i, a := range got {
 		switch {
 		case i%7 == 0:
-			require.ErrorIs(t, a.Err, partition.ErrLeaseHeld, "unit %d", i)
+			require.ErrorIs(t, a.Err, redispartition.ErrLeaseHeld, "unit %d", i)
 			require.Equal(t, "host-b:1", a.Holder)
 		case i%11 == 0:
-			require.ErrorIs(t, a.Err, partition.ErrHalted, "unit %d", i)
+			require.ErrorIs(t, a.Err, redispartition.ErrHalted, "unit %d", i)
 		default:
 			require.NoError(t, a.Err, "unit %d", i)
 			require.Equal(t, units[i].Unit, a.Lease.Unit)
@@ -124,7 +125,7 @@ func TestLeasesInBulk(t *testing.T) {
 	lost, err := ls.CheckAll(ctx, mine)
 	require.NoError(t, err)
 	require.Equal(t, wantLost, lost)
-	require.ErrorIs(t, ls.Check(ctx, mine[3]), partition.ErrLeaseLost)
+	require.ErrorIs(t, ls.Check(ctx, mine[3]), redispartition.ErrLeaseLost)
 	require.NoError(t, ls.Check(ctx, mine[1]))
 }
 
@@ -135,9 +136,9 @@ func TestAcquireAllStopsAtItsLimit(t *testing.T) {
 	ctx := context.Background()
 	ls, _, _ := newLeases(t)
 	const n, limit = 1234, 600
-	wants := make([]partition.Want, n)
+	wants := make([]redispartition.Want, n)
 	for i := range wants {
-		wants[i] = partition.Want{Unit: partition.Unit{Group: "g", Unit: "order:k" + strconv.Itoa(i)}}
+		wants[i] = redispartition.Want{Unit: redispartition.Unit{Group: "g", Unit: "order:k" + strconv.Itoa(i)}}
 	}
 	for i := 0; i < n; i += 5 {
 		_, err := ls.Acquire(ctx, "g", wants[i].Unit.Unit, "host-b")
@@ -149,12 +150,12 @@ func TestAcquireAllStopsAtItsLimit(t *testing.T) {
 	for i, a := range got {
 		switch {
 		case i%5 == 0:
-			require.ErrorIs(t, a.Err, partition.ErrLeaseHeld, "unit %d", i)
+			require.ErrorIs(t, a.Err, redispartition.ErrLeaseHeld, "unit %d", i)
 		case a.Err == nil:
 			require.Zero(t, over, "unit %d taken after the limit was reached", i)
 			taken++
 		default:
-			require.ErrorIs(t, a.Err, partition.ErrOverLimit, "unit %d", i)
+			require.ErrorIs(t, a.Err, redispartition.ErrOverLimit, "unit %d", i)
 			over++
 		}
 	}
@@ -198,7 +199,7 @@ func TestAckInBulk(t *testing.T) {
 	pending, err := rdb.XPending(ctx, prefix+stream, "g").Result()
 	require.NoError(t, err)
 	require.Zero(t, pending.Count)
-	left, err := rdb.HLen(ctx, prefix+partition.AttemptsKey("g", stream)).Result()
+	left, err := rdb.HLen(ctx, prefix+redispartition.AttemptsKey("g", stream)).Result()
 	require.NoError(t, err)
 	require.Zero(t, left)
 }
@@ -219,7 +220,7 @@ func TestLapsedOwnersLeaseIsTakenOver(t *testing.T) {
 	require.Equal(t, map[string]int{"g": 1}, beat.Members)
 	a, err := ls.Acquire(ctx, "g", "u", "host-a")
 	require.NoError(t, err)
-	ttl, err := rdb.PTTL(ctx, prefix+partition.LeaseKey("g", "u")).Result()
+	ttl, err := rdb.PTTL(ctx, prefix+redispartition.LeaseKey("g", "u")).Result()
 	require.NoError(t, err)
 	require.Equal(t, time.Duration(-1), ttl, "a lease key has no TTL")
 
@@ -227,37 +228,37 @@ func TestLapsedOwnersLeaseIsTakenOver(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, beat.Lapsed)
 	require.Equal(t, map[string]int{"g": 2, "h": 1}, beat.Members, "each group counts its live consumers")
-	got, err := ls.AcquireAll(ctx, []partition.Want{{Unit: partition.Unit{Group: "g", Unit: "u"}, Lapsed: "host-a:0"}}, "host-b", -1)
+	got, err := ls.AcquireAll(ctx, []redispartition.Want{{Unit: redispartition.Unit{Group: "g", Unit: "u"}, Lapsed: "host-a:0"}}, "host-b", -1)
 	require.NoError(t, err)
-	require.ErrorIs(t, got[0].Err, partition.ErrLeaseHeld, "not the holder's token")
+	require.ErrorIs(t, got[0].Err, redispartition.ErrLeaseHeld, "not the holder's token")
 	require.Equal(t, "host-a:1", got[0].Holder)
 
 	// host-a stops heartbeating: once its entry is past, it is not live.
-	require.NoError(t, rdb.ZAdd(ctx, prefix+partition.HostsKey, redis.Z{Score: 1, Member: "host-a"}).Err())
+	require.NoError(t, rdb.ZAdd(ctx, prefix+redispartition.HostsKey, redis.Z{Score: 1, Member: "host-a"}).Err())
 	live, err := ls.Live(ctx)
 	require.NoError(t, err)
 	require.False(t, live["host-a"])
-	got, err = ls.AcquireAll(ctx, []partition.Want{{Unit: partition.Unit{Group: "g", Unit: "u"}, Lapsed: got[0].Holder}}, "host-b", -1)
+	got, err = ls.AcquireAll(ctx, []redispartition.Want{{Unit: redispartition.Unit{Group: "g", Unit: "u"}, Lapsed: got[0].Holder}}, "host-b", -1)
 	require.NoError(t, err)
 	require.NoError(t, got[0].Err)
 	require.Equal(t, a.Generation+1, got[0].Lease.Generation)
-	require.ErrorIs(t, ls.Check(ctx, a), partition.ErrLeaseLost)
+	require.ErrorIs(t, ls.Check(ctx, a), redispartition.ErrLeaseLost)
 	_, err = ls.Read(ctx, a, "s", false, 1)
-	require.ErrorIs(t, err, partition.ErrLeaseLost, "the stale owner is fenced")
+	require.ErrorIs(t, err, redispartition.ErrLeaseLost, "the stale owner is fenced")
 	beat, err = ls.Heartbeat(ctx, "host-a", time.Hour, nil, []string{"g"})
 	require.NoError(t, err)
 	require.True(t, beat.Lapsed, "its heartbeat tells the stale owner it had lapsed")
 	require.Empty(t, beat.Members)
-	require.ErrorIs(t, rdb.ZScore(ctx, prefix+partition.MembersKey("g"), "host-a").Err(), redis.Nil, "host-a left g")
+	require.ErrorIs(t, rdb.ZScore(ctx, prefix+redispartition.MembersKey("g"), "host-a").Err(), redis.Nil, "host-a left g")
 
 	// A lease with a TTL (written by an older host) expires by itself.
-	require.NoError(t, rdb.Set(ctx, prefix+partition.LeaseKey("g", "v"), "old:3", time.Hour).Err())
-	got, err = ls.AcquireAll(ctx, []partition.Want{{Unit: partition.Unit{Group: "g", Unit: "v"}, Lapsed: "old:3"}}, "host-b", -1)
+	require.NoError(t, rdb.Set(ctx, prefix+redispartition.LeaseKey("g", "v"), "old:3", time.Hour).Err())
+	got, err = ls.AcquireAll(ctx, []redispartition.Want{{Unit: redispartition.Unit{Group: "g", Unit: "v"}, Lapsed: "old:3"}}, "host-b", -1)
 	require.NoError(t, err)
-	require.ErrorIs(t, got[0].Err, partition.ErrLeaseHeld)
+	require.ErrorIs(t, got[0].Err, redispartition.ErrLeaseHeld)
 
 	require.NoError(t, ls.Leave(ctx, "host-b", []string{"h"}))
-	n, err := rdb.ZCard(ctx, prefix+partition.MembersKey("h")).Result()
+	n, err := rdb.ZCard(ctx, prefix+redispartition.MembersKey("h")).Result()
 	require.NoError(t, err)
 	require.Equal(t, int64(0), n)
 	live, err = ls.Live(ctx)
@@ -272,11 +273,11 @@ func TestLeaseExpiryHandsOverAtTheNextGeneration(t *testing.T) {
 	a, err := ls.Acquire(ctx, "g", "u", "host-a")
 	require.NoError(t, err)
 	// Expire it by hand rather than waiting for a TTL.
-	require.NoError(t, rdb.Del(ctx, prefix+partition.LeaseKey("g", "u")).Err())
+	require.NoError(t, rdb.Del(ctx, prefix+redispartition.LeaseKey("g", "u")).Err())
 	b, err := ls.Acquire(ctx, "g", "u", "host-b")
 	require.NoError(t, err)
 	require.Equal(t, a.Generation+1, b.Generation)
-	require.ErrorIs(t, ls.Check(ctx, a), partition.ErrLeaseLost)
+	require.ErrorIs(t, ls.Check(ctx, a), redispartition.ErrLeaseLost)
 	require.NoError(t, ls.Check(ctx, b))
 }
 
@@ -296,16 +297,16 @@ func TestFencedReadAckReclaimRefuseAStaleOwner(t *testing.T) {
 	require.Equal(t, "0", got[0].Values["seq"])
 
 	// a stalls; its lease expires and b takes over.
-	require.NoError(t, rdb.Del(ctx, prefix+partition.LeaseKey("g", stream)).Err())
+	require.NoError(t, rdb.Del(ctx, prefix+redispartition.LeaseKey("g", stream)).Err())
 	b, err := ls.Acquire(ctx, "g", stream, "host-b")
 	require.NoError(t, err)
 
 	_, err = ls.Read(ctx, a, stream, false, 10)
-	require.ErrorIs(t, err, partition.ErrLeaseLost)
+	require.ErrorIs(t, err, redispartition.ErrLeaseLost)
 	_, err = ls.Ack(ctx, a, stream, ids[0])
-	require.ErrorIs(t, err, partition.ErrLeaseLost)
+	require.ErrorIs(t, err, redispartition.ErrLeaseLost)
 	_, err = ls.Reclaim(ctx, a, stream)
-	require.ErrorIs(t, err, partition.ErrLeaseLost, "a stale owner must not steal its successor's pending entries")
+	require.ErrorIs(t, err, redispartition.ErrLeaseLost, "a stale owner must not steal its successor's pending entries")
 
 	moved, err := ls.Reclaim(ctx, b, stream)
 	require.NoError(t, err)
@@ -330,7 +331,7 @@ func TestFencedReadAckReclaimRefuseAStaleOwner(t *testing.T) {
 	require.Empty(t, pend)
 }
 
-func entryIDs(es []partition.Entry) []string {
+func entryIDs(es []redispartition.Entry) []string {
 	var out []string
 	for _, e := range es {
 		out = append(out, e.ID)
@@ -356,11 +357,11 @@ func TestHaltIsDurableAndBlocksAcquire(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 
-	require.ErrorIs(t, ls.Halt(ctx, a, partition.Halt{Stream: "s", Entry: "1-0"}), partition.ErrLeaseLost)
-	require.NoError(t, ls.Halt(ctx, b, partition.Halt{Stream: "s", Entry: "1-0", Reason: "boom", Attempts: 2, HaltedAt: time.Now()}))
+	require.ErrorIs(t, ls.Halt(ctx, a, redispartition.Halt{Stream: "s", Entry: "1-0"}), redispartition.ErrLeaseLost)
+	require.NoError(t, ls.Halt(ctx, b, redispartition.Halt{Stream: "s", Entry: "1-0", Reason: "boom", Attempts: 2, HaltedAt: time.Now()}))
 	_, err = ls.Acquire(ctx, "g", "u", "host-c")
-	require.ErrorIs(t, err, partition.ErrHalted)
-	h, err := rdb.HGetAll(ctx, prefix+partition.HaltKey("g", "u")).Result()
+	require.ErrorIs(t, err, redispartition.ErrHalted)
+	h, err := rdb.HGetAll(ctx, prefix+redispartition.HaltKey("g", "u")).Result()
 	require.NoError(t, err)
 	require.Equal(t, "boom", h["reason"])
 	require.Equal(t, "1-0", h["entry"])
@@ -371,7 +372,7 @@ func TestReapOnlyAnIdleCaughtUpPartition(t *testing.T) {
 	ctx := context.Background()
 	ls, rdb, prefix := newLeases(t)
 	stream := partition.StreamName("order", "c-1")
-	require.NoError(t, rdb.SAdd(ctx, prefix+partition.IndexKey("order"), "c-1").Err())
+	require.NoError(t, rdb.SAdd(ctx, prefix+redispartition.IndexKey("order"), "c-1").Err())
 	ids := xadd(t, rdb, prefix+stream, 2)
 	l, err := ls.Acquire(ctx, "g", stream, "host-a")
 	require.NoError(t, err)
@@ -402,7 +403,7 @@ func TestReapOnlyAnIdleCaughtUpPartition(t *testing.T) {
 	members, err := ls.Members(ctx, "order")
 	require.NoError(t, err)
 	require.Empty(t, members)
-	n, err := rdb.Exists(ctx, prefix+stream, prefix+partition.GenerationKey("g", stream)).Result()
+	n, err := rdb.Exists(ctx, prefix+stream, prefix+redispartition.GenerationKey("g", stream)).Result()
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n, "the stream is gone, the generation counter stays")
 }
@@ -436,7 +437,7 @@ func TestDropStaleKeepsOneConsumerPerGroup(t *testing.T) {
 	require.Len(t, got, 1)
 	for i := 1; i < len(ids); i++ {
 		// prev crashes holding one entry; its lease lapses.
-		require.NoError(t, rdb.Del(ctx, prefix+partition.LeaseKey("g", stream)).Err())
+		require.NoError(t, rdb.Del(ctx, prefix+redispartition.LeaseKey("g", stream)).Err())
 		l, err := ls.Acquire(ctx, "g", stream, "host-"+strconv.Itoa(i))
 		require.NoError(t, err)
 
@@ -449,7 +450,7 @@ func TestDropStaleKeepsOneConsumerPerGroup(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, moved)
 		_, err = ls.DropStale(ctx, prev, stream)
-		require.ErrorIs(t, err, partition.ErrLeaseLost, "a stale owner deletes nothing")
+		require.ErrorIs(t, err, redispartition.ErrLeaseLost, "a stale owner deletes nothing")
 		dropped, err = ls.DropStale(ctx, l, stream)
 		require.NoError(t, err)
 		require.Equal(t, []string{prev.Token()}, dropped)
@@ -473,4 +474,14 @@ func TestDropStaleKeepsOneConsumerPerGroup(t *testing.T) {
 	dropped, err := ls.DropStale(ctx, prev, "order:c-2")
 	require.NoError(t, err)
 	require.Empty(t, dropped)
+}
+
+func TestKeyLayout(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "test::order:__partitions__", redispartition.IndexKey("test::order"))
+	require.Equal(t, "test::order:__wake__", redispartition.WakeKey("test::order"))
+	// A valid key can never produce the index or wake-up name.
+	for _, key := range []string{"__partitions__", "__wake__"} {
+		require.NotEmpty(t, partition.KeyReason(key, partition.DefaultBackfillSuffix), key)
+	}
 }
