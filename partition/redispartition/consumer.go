@@ -85,10 +85,12 @@ type Consumer struct {
 	// does not walk every owned unit.
 	ownedBy map[string]int
 	// members counts each group's live consumers (the last heartbeat's),
-	// total its units (the last discovery pass's): the fair share. joined
-	// are the groups the last heartbeat registered this consumer in.
+	// total its units (the last discovery pass's, plus those first seen on
+	// a wake-up since, which fresh holds): the fair share. joined are the
+	// groups the last heartbeat registered this consumer in.
 	members map[string]int
 	total   map[string]int
+	fresh   map[unitID]bool
 	joined  []string
 
 	// life starts discovery and stops it in two phases; soft and work are
@@ -171,7 +173,7 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	}
 	outage := opts.Infra.Outage("partition workers", opts.Logger, opts.Clock.Now)
 	return &Consumer{opts: opts, log: opts.Logger, owned: map[unitID]*worker{}, warned: map[string]bool{}, held: map[unitID]heldBy{}, ownedBy: map[string]int{},
-		members: map[string]int{}, total: map[string]int{},
+		members: map[string]int{}, total: map[string]int{}, fresh: map[unitID]bool{},
 		outage: outage,
 		core: &delivery.Core{Policy: opts.Retry, Classify: opts.Classify, Outage: outage, Clock: opts.Clock,
 			What: "partition", Log: opts.Logger},
@@ -343,6 +345,11 @@ func (c *Consumer) pass() error {
 		} else {
 			c.mu.Lock()
 			c.total[s.Group] = len(units)
+			for id := range c.fresh {
+				if id.group == s.Group {
+					delete(c.fresh, id)
+				}
+			}
 			c.mu.Unlock()
 		}
 		n, err := c.place(ctx, s, units, len(units), false, true)

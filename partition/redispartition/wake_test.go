@@ -140,3 +140,42 @@ func TestListenerNoticesATrimPastItsCursor(t *testing.T) {
 		}
 	}
 }
+
+// Keys first published one at a time, with three hosts sharing the group
+// and discovery an hour away, are each started by their wake-up: every
+// new key raises the count the share is taken of until the next pass, so
+// some host always has room. Fails on a count kept only for the one
+// wake-up: once each host held the share the last pass allowed, a new
+// key waited for the next pass (here an hour; with the default heartbeat
+// a p99 of over a second for 3 hosts under key churn).
+func TestNewKeysOneAtATimeFindRoomOnSomeHost(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	h := newEffects(r.store)
+	owners := []string{"host-a", "host-b", "host-c"}
+	// Each host's only heartbeat (at its start) must see all three.
+	for _, o := range owners {
+		_, err := r.leases.Heartbeat(context.Background(), o, 2*time.Hour, []string{"proj"}, nil)
+		require.NoError(t, err)
+	}
+	var hosts []*redispartition.Consumer
+	for _, o := range owners {
+		c := r.consumer(o, h, 2*time.Hour, func(o *redispartition.ConsumerOptions) { o.Heartbeat, o.Poll = time.Hour, time.Hour })
+		start(t, c)
+		hosts = append(hosts, c)
+	}
+	b := r.broker()
+	const keys = 30
+	for k := 0; k < keys; k++ {
+		r.publishVia(b, "new-"+strconv.Itoa(k), 1)
+	}
+	r.waitApplied(h)
+	r.requireExactlyOnceInOrder(h)
+	total := 0
+	for i, c := range hosts {
+		n := len(c.Owned())
+		total += n
+		require.LessOrEqual(t, n, keys/len(hosts)+1, "%s owns more than its share", owners[i])
+	}
+	require.Equal(t, keys, total)
+}
