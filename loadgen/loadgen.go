@@ -69,6 +69,10 @@ type Row struct {
 	HalfRate float64
 	P50, P99 time.Duration
 	Misses   int
+	// CmdP50 and CmdP99 are the commands' own latency (the POST's round
+	// trip; the floor: BEGIN to XADD) in the maximum phase: where an
+	// order's time goes when the path is saturated.
+	CmdP50, CmdP99 time.Duration
 }
 
 // Run starts the servers, measures the floor and each host count, and
@@ -157,7 +161,7 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 			addrs[i] = h.Addr
 		}
 		hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients}, Timeout: 30 * time.Second}
-		row := measure(ctx, o, fmt.Sprintf("%d host(s)", n), func(ctx context.Context, client, key string, seq int) (time.Duration, error) {
+		row := measure(ctx, o, fmt.Sprintf("%d host(s)", n), func(ctx context.Context, client, key string, seq int) (time.Duration, time.Duration, error) {
 			return httpOrder(ctx, hc, addrs[seq%len(addrs)], client, key, seq)
 		})
 		rows = append(rows, row)
@@ -167,17 +171,22 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 }
 
 // orderFunc places one order of key as client (its seq-th) and waits
-// until its projection has it: the time from accepted to projected.
-type orderFunc func(ctx context.Context, client, key string, seq int) (time.Duration, error)
+// until its projection has it: the time from accepted to projected, and
+// the command's own.
+type orderFunc func(ctx context.Context, client, key string, seq int) (projected, command time.Duration, _ error)
 
 // measure runs the maximum phase, then the half-load phase, of one
 // configuration.
 func measure(ctx context.Context, o Options, name string, order orderFunc) Row {
 	row := Row{Name: name}
-	n, _, _ := phase(ctx, o, name+"/max", order, 0)
+	n, _, cmds, _ := phase(ctx, o, name+"/max", order, 0)
 	row.MaxRate = float64(n) / o.Duration.Seconds()
+	if len(cmds) > 0 {
+		slices.Sort(cmds)
+		row.CmdP50, row.CmdP99 = cmds[(len(cmds)-1)*50/100], cmds[(len(cmds)-1)*99/100]
+	}
 	pace := time.Duration(float64(time.Second) * float64(o.Clients) / (row.MaxRate / 2))
-	m, lat, misses := phase(ctx, o, name+"/half", order, pace)
+	m, lat, _, misses := phase(ctx, o, name+"/half", order, pace)
 	row.HalfRate = float64(m) / o.Duration.Seconds()
 	row.Misses = misses
 	if len(lat) > 0 {
@@ -189,10 +198,11 @@ func measure(ctx context.Context, o Options, name string, order orderFunc) Row {
 
 // phase runs o.Clients clients for o.Duration, each starting an order
 // every pace (0: as soon as the last was projected), and returns the
-// orders projected, their latencies and the misses.
-func phase(ctx context.Context, o Options, label string, order orderFunc, pace time.Duration) (int, []time.Duration, int) {
+// orders projected, their latencies (accepted → projected, and the
+// commands') and the misses.
+func phase(ctx context.Context, o Options, label string, order orderFunc, pace time.Duration) (int, []time.Duration, []time.Duration, int) {
 	var mu sync.Mutex
-	var lat []time.Duration
+	var lat, cmds []time.Duration
 	done, misses := 0, 0
 	end := time.Now().Add(o.Duration)
 	var wg sync.WaitGroup
@@ -211,33 +221,34 @@ func phase(ctx context.Context, o Options, label string, order orderFunc, pace t
 					return
 				}
 				key := fmt.Sprintf("%s-k%d", client, seq/o.KeysPerClient)
-				d, err := order(ctx, client, key, seq)
+				d, cmd, err := order(ctx, client, key, seq)
 				mu.Lock()
 				if err != nil {
 					misses++
 				} else {
 					done++
-					lat = append(lat, d)
+					lat, cmds = append(lat, d), append(cmds, cmd)
 				}
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	return done, lat, misses
+	return done, lat, cmds, misses
 }
 
 // httpOrder is one order through a host's HTTP API.
-func httpOrder(ctx context.Context, hc *http.Client, host, client, key string, seq int) (time.Duration, error) {
+func httpOrder(ctx context.Context, hc *http.Client, host, client, key string, seq int) (time.Duration, time.Duration, error) {
 	body := fmt.Sprintf(`{"order_id":"%s-o%d","client_id":%q,"total":1}`, client, seq, key)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+host+"/v1/commands/PlaceOrder", bytes.NewBufferString(body))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	sent := time.Now()
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var answer struct {
 		Events []struct {
@@ -247,42 +258,45 @@ func httpOrder(ctx context.Context, hc *http.Client, host, client, key string, s
 	err = json.NewDecoder(resp.Body).Decode(&answer)
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != http.StatusOK || len(answer.Events) == 0 {
-		return 0, fmt.Errorf("command answered %d (%v)", resp.StatusCode, err)
+		return 0, 0, fmt.Errorf("command answered %d (%v)", resp.StatusCode, err)
 	}
 	accepted := time.Now()
+	command := accepted.Sub(sent)
 	url := fmt.Sprintf("http://%s/v1/projections/client_orders/%s?min_position=%d", host, key, answer.Events[0].GlobalPosition)
 	req, err = http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	resp, err = hc.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("projection read answered %d", resp.StatusCode)
+		return 0, 0, fmt.Errorf("projection read answered %d", resp.StatusCode)
 	}
-	return time.Since(accepted), nil
+	return time.Since(accepted), command, nil
 }
 
 func (r Row) String() string {
-	return fmt.Sprintf("%-10s max %7.1f orders/s | half load %7.1f orders/s, accepted → projection p50 %s p99 %s, %d missed",
-		r.Name, r.MaxRate, r.HalfRate, r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.Misses)
+	return fmt.Sprintf("%-10s max %7.1f orders/s (command p50 %s p99 %s) | half load %7.1f orders/s, accepted → projection p50 %s p99 %s, %d missed",
+		r.Name, r.MaxRate, r.CmdP50.Round(10*time.Microsecond), r.CmdP99.Round(10*time.Microsecond), r.HalfRate,
+		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.Misses)
 }
 
 // Table renders rows as a Markdown table with each row's throughput as a
 // ratio of the floor's (the first row).
 func Table(rows []Row) string {
 	var b strings.Builder
-	b.WriteString("| | orders/s (max) | × floor | orders/s (half load) | accepted → projection p50 / p99 | missed |\n|---|---|---|---|---|---|\n")
+	b.WriteString("| | orders/s (max) | × floor | command p50 / p99 at max | orders/s (half load) | accepted → projection p50 / p99 | missed |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		ratio := 0.0
 		if rows[0].MaxRate > 0 {
 			ratio = r.MaxRate / rows[0].MaxRate
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %.2f× | %.0f | %s / %s | %d |\n", r.Name, r.MaxRate, ratio, r.HalfRate,
+		fmt.Fprintf(&b, "| %s | %.0f | %.2f× | %s / %s | %.0f | %s / %s | %d |\n", r.Name, r.MaxRate, ratio,
+			r.CmdP50.Round(10*time.Microsecond), r.CmdP99.Round(10*time.Microsecond), r.HalfRate,
 			r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.Misses)
 	}
 	return b.String()
@@ -336,7 +350,7 @@ func (f *floor) close() {
 
 // order: BEGIN/INSERT/COMMIT, XADD to the key's stream, then wait for
 // the stream's consumer to upsert the projection row.
-func (f *floor) order(ctx context.Context, client, key string, seq int) (time.Duration, error) {
+func (f *floor) order(ctx context.Context, client, key string, seq int) (time.Duration, time.Duration, error) {
 	stream := "floor:" + client
 	f.mu.Lock()
 	ch := f.waiting[stream]
@@ -348,42 +362,43 @@ func (f *floor) order(ctx context.Context, client, key string, seq int) (time.Du
 		f.readers[stream] = true
 		if err := f.rdb.XGroupCreateMkStream(ctx, stream, "proj", "$").Err(); err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
 			f.mu.Unlock()
-			return 0, err
+			return 0, 0, err
 		}
 		f.wg.Add(1)
 		go f.consume(stream, ch)
 	}
 	f.mu.Unlock()
+	sent := time.Now()
 	tx, err := f.pool.Begin(ctx)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if f.lock {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(42)`); err != nil {
 			_ = tx.Rollback(ctx)
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	var id int64
 	if err := tx.QueryRow(ctx, `INSERT INTO floor_events (client, data) VALUES ($1, $2) RETURNING id`, key,
 		fmt.Sprintf(`{"order":%d}`, seq)).Scan(&id); err != nil {
 		_ = tx.Rollback(ctx)
-		return 0, err
+		return 0, 0, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := f.rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"key", key, "id", id}}).Err(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	accepted := time.Now()
 	select {
 	case at := <-ch:
-		return at.Sub(accepted), nil
+		return at.Sub(accepted), accepted.Sub(sent), nil
 	case <-time.After(5 * time.Second):
-		return 0, errors.New("floor: projection not updated within 5 s")
+		return 0, 0, errors.New("floor: projection not updated within 5 s")
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, 0, ctx.Err()
 	}
 }
 
