@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
+	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
 
@@ -249,4 +252,72 @@ func TestDocumentsByKeyRefusesAnotherDocument(t *testing.T) {
 	require.NoError(t, out[0].err)
 	require.ErrorIs(t, out[1].err, ErrDocumentKey)
 	require.Equal(t, abi.ErrorPermanent, out[1].Result.Error.Kind)
+}
+
+// countingEvents counts the category reads a wait makes.
+type countingEvents struct {
+	eventstore.Store
+	reads atomic.Int64
+}
+
+func (c *countingEvents) ReadCategory(ctx context.Context, category string, from int64, n int) ([]eventstore.Event, error) {
+	c.reads.Add(1)
+	return c.Store.ReadCategory(ctx, category, from, n)
+}
+
+// With partition workers on other hosts, a read of one document asks the
+// positions table for its key's unit alone: the key's events are handled
+// once that unit's position (its stream's or lane's) reaches the last of
+// them at or below the position asked for, whatever other keys' units
+// have done. The wait finds that last event with one walk of the store;
+// its later checks (the remote polls) read the positions row alone. Fails
+// on the walk per check (every poll read the category again).
+func TestWaitDocumentAsksTheKeysUnit(t *testing.T) {
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{}), CacheDir: wasmbuild.CacheDir(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	set, errs := host.LoadSet(context.Background(), l, wasmbuild.Examples(t), host.Broker{Name: "default", Provider: "inline"})
+	require.Empty(t, errs)
+	mem := unitofwork.NewMemory()
+	events := &countingEvents{Store: mem.Events}
+	positions := position.NewMemory(nil)
+	e := New(set, Options{Events: events, Records: mem.Records, Partitioned: true, Positions: positions,
+		UnitOfWork: unitofwork.New(mem, unitofwork.Options{Broker: "default"})})
+	src, err := broker.NewInline(broker.DefaultOptions())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = src.Close() })
+	require.NoError(t, e.Start(context.Background(), src))
+	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
+	ctx := context.Background()
+	place := func(order, client string) int64 {
+		res, err := e.Dispatch(ctx, "PlaceOrder", json.RawMessage(fmt.Sprintf(`{"order_id":%q,"client_id":%q,"total":1}`, order, client)), abi.Metadata{})
+		require.NoError(t, err)
+		return res.Events[0].GlobalPosition
+	}
+	wait := func(id string, n int64, d time.Duration) error {
+		ctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return e.WaitDocument(ctx, "client_orders", id, n)
+	}
+	handled := func(client string, source string, gp int64) {
+		require.NoError(t, positions.Set(ctx, "client_orders", partition.PartitionUnit("order", client), source, gp))
+	}
+	p1 := place("o-1", "c-1")
+	p2 := place("o-2", "c-2") // c-2's is never handled
+	p3 := place("o-3", "c-1")
+
+	before := events.reads.Load()
+	require.ErrorIs(t, wait("c-1", p3, 300*time.Millisecond), ErrNotCaughtUp, "nothing handled yet")
+	require.LessOrEqual(t, events.reads.Load()-before, int64(1), "one walk for the wait, however many polls")
+
+	handled("c-1", "order:c-1", p1)
+	require.ErrorIs(t, wait("c-1", p3, 100*time.Millisecond), ErrNotCaughtUp, "c-1's later event is not handled")
+	handled("c-1", "order:c-1", p3)
+	require.NoError(t, wait("c-1", p3, time.Minute), "c-2's unhandled event does not concern c-1's document")
+	require.NoError(t, wait("c-1", p2, time.Minute), "c-1's last event at or below p2 is p1")
+
+	require.ErrorIs(t, wait("c-2", p3, 100*time.Millisecond), ErrNotCaughtUp)
+	handled("c-2", "order:c-2:backfill", p2) // the lane's position counts as the stream's
+	require.NoError(t, wait("c-2", p3, time.Minute))
+	require.NoError(t, wait("c-none", p3, time.Minute), "a key with no event at or below the position waits for nothing")
 }
