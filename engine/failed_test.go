@@ -10,9 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/abi"
-	"github.com/proteanhq/protean-host/broker"
-	"github.com/proteanhq/protean-host/host"
-	"github.com/proteanhq/protean-host/internal/wasmbuild"
 	"github.com/proteanhq/protean-host/position"
 	esub "github.com/proteanhq/protean-host/subscription"
 	"github.com/proteanhq/protean-host/unitofwork"
@@ -24,21 +21,14 @@ import (
 // *FailedError naming the event. Set to retry, it is waited for; resolved
 // or skipped, it counts as handled.
 func TestWaitHandledFailedEvent(t *testing.T) {
-	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{}), CacheDir: wasmbuild.CacheDir(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close(context.Background()) })
-	set, errs := host.LoadSet(context.Background(), l, wasmbuild.Examples(t), host.Broker{Name: "default", Provider: "inline"})
-	require.Empty(t, errs)
-	mem := unitofwork.NewMemory()
-	failures := &esub.MemoryFailures{Positions: mem.Positions}
-	uow := unitofwork.New(mem, unitofwork.Options{Broker: "default"})
-	e := New(set, Options{Events: mem.Events, Records: mem.Records, UnitOfWork: uow,
-		EventStore: true, Positions: mem.Positions, Failures: failures})
-	src, err := broker.NewInline(broker.DefaultOptions())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = src.Close() })
-	require.NoError(t, e.Start(context.Background(), src))
-	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
+	var failures *esub.MemoryFailures
+	var uow *unitofwork.UnitOfWork
+	e, mem, _ := startExamples(t, func(mem *unitofwork.Memory) Options {
+		failures = &esub.MemoryFailures{Positions: mem.Positions}
+		uow = unitofwork.New(mem, unitofwork.Options{Broker: "default"})
+		return Options{Events: mem.Events, Records: mem.Records, UnitOfWork: uow,
+			EventStore: true, Positions: mem.Positions, Failures: failures}
+	})
 
 	ctx := context.Background()
 	place := func(i int) int64 {

@@ -27,22 +27,46 @@ import (
 // decides when the projector gets an event.
 func examplesEngine(t *testing.T, beforeStart ...func(*unitofwork.Memory)) (*Engine, *unitofwork.Memory, *broker.Inline) {
 	t.Helper()
+	return startExamples(t, func(mem *unitofwork.Memory) Options {
+		for _, f := range beforeStart {
+			f(mem)
+		}
+		return Options{Events: mem.Events, Records: mem.Records, UnitOfWork: unitofwork.New(mem, unitofwork.Options{Broker: "default", Keys: nil})}
+	})
+}
+
+// startExamples starts an engine on the example modules with the options
+// opts gives for a fresh memory backend, its consumers on an inline broker.
+func startExamples(t *testing.T, opts func(*unitofwork.Memory) Options) (*Engine, *unitofwork.Memory, *broker.Inline) {
+	t.Helper()
 	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{}), CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	set, errs := host.LoadSet(context.Background(), l, wasmbuild.Examples(t), host.Broker{Name: "default", Provider: "inline"})
 	require.Empty(t, errs)
 	mem := unitofwork.NewMemory()
-	e := New(set, Options{Events: mem.Events, Records: mem.Records, UnitOfWork: unitofwork.New(mem, unitofwork.Options{Broker: "default", Keys: nil})})
+	e := New(set, opts(mem))
 	src, err := broker.NewInline(broker.DefaultOptions())
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	t.Cleanup(func() { _ = src.Close() })
 	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
-	for _, f := range beforeStart {
-		f(mem)
-	}
 	require.NoError(t, e.Start(context.Background(), src))
 	return e, mem, src
+}
+
+// placeOrder places order for client and answers its event's position.
+func placeOrder(t *testing.T, e *Engine, order, client string) int64 {
+	t.Helper()
+	res, err := e.Dispatch(context.Background(), "PlaceOrder", json.RawMessage(fmt.Sprintf(`{"order_id":%q,"client_id":%q,"total":1}`, order, client)), abi.Metadata{})
+	require.NoError(t, err)
+	return res.Events[0].GlobalPosition
+}
+
+// waitDocument waits up to d for client_orders' document id as of n.
+func waitDocument(e *Engine, id string, n int64, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return e.WaitDocument(ctx, "client_orders", id, n)
 }
 
 // publish hands the stored event at global position gp to the broker, as
@@ -195,17 +219,8 @@ func TestWaitHandledAfterRestart(t *testing.T) {
 // still waits for it.
 func TestWaitDocumentWaitsForItsKeyAlone(t *testing.T) {
 	e, mem, src := examplesEngine(t)
-	ctx := context.Background()
-	place := func(order, client string) int64 {
-		res, err := e.Dispatch(ctx, "PlaceOrder", json.RawMessage(fmt.Sprintf(`{"order_id":%q,"client_id":%q,"total":1}`, order, client)), abi.Metadata{})
-		require.NoError(t, err)
-		return res.Events[0].GlobalPosition
-	}
-	wait := func(id string, n int64, d time.Duration) error {
-		ctx, cancel := context.WithTimeout(ctx, d)
-		defer cancel()
-		return e.WaitDocument(ctx, "client_orders", id, n)
-	}
+	place := func(order, client string) int64 { return placeOrder(t, e, order, client) }
+	wait := func(id string, n int64, d time.Duration) error { return waitDocument(e, id, n, d) }
 	stuck := place("o-1", "c-stuck") // never published: its partition never handles it
 	p2, p3 := place("o-2", "c-2"), place("o-3", "c-2")
 	require.ErrorIs(t, wait("c-2", p3, 100*time.Millisecond), ErrNotCaughtUp, "c-2's events are not handled yet")
@@ -273,32 +288,16 @@ func (c *countingEvents) ReadCategory(ctx context.Context, category string, from
 // its later checks (the remote polls) read the positions row alone. Fails
 // on the walk per check (every poll read the category again).
 func TestWaitDocumentAsksTheKeysUnit(t *testing.T) {
-	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{}), CacheDir: wasmbuild.CacheDir(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close(context.Background()) })
-	set, errs := host.LoadSet(context.Background(), l, wasmbuild.Examples(t), host.Broker{Name: "default", Provider: "inline"})
-	require.Empty(t, errs)
-	mem := unitofwork.NewMemory()
-	events := &countingEvents{Store: mem.Events}
 	positions := position.NewMemory(nil)
-	e := New(set, Options{Events: events, Records: mem.Records, Partitioned: true, Positions: positions,
-		UnitOfWork: unitofwork.New(mem, unitofwork.Options{Broker: "default"})})
-	src, err := broker.NewInline(broker.DefaultOptions())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = src.Close() })
-	require.NoError(t, e.Start(context.Background(), src))
-	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
+	var events *countingEvents
+	e, _, _ := startExamples(t, func(mem *unitofwork.Memory) Options {
+		events = &countingEvents{Store: mem.Events}
+		return Options{Events: events, Records: mem.Records, Partitioned: true, Positions: positions,
+			UnitOfWork: unitofwork.New(mem, unitofwork.Options{Broker: "default"})}
+	})
 	ctx := context.Background()
-	place := func(order, client string) int64 {
-		res, err := e.Dispatch(ctx, "PlaceOrder", json.RawMessage(fmt.Sprintf(`{"order_id":%q,"client_id":%q,"total":1}`, order, client)), abi.Metadata{})
-		require.NoError(t, err)
-		return res.Events[0].GlobalPosition
-	}
-	wait := func(id string, n int64, d time.Duration) error {
-		ctx, cancel := context.WithTimeout(ctx, d)
-		defer cancel()
-		return e.WaitDocument(ctx, "client_orders", id, n)
-	}
+	place := func(order, client string) int64 { return placeOrder(t, e, order, client) }
+	wait := func(id string, n int64, d time.Duration) error { return waitDocument(e, id, n, d) }
 	handled := func(client string, source string, gp int64) {
 		require.NoError(t, positions.Set(ctx, "client_orders", partition.PartitionUnit("order", client), source, gp))
 	}
