@@ -319,4 +319,16 @@ func TestWaitDocumentAsksTheKeysUnit(t *testing.T) {
 	handled("c-2", "order:c-2:backfill", p2) // the lane's position counts as the stream's
 	require.NoError(t, wait("c-2", p3, time.Minute))
 	require.NoError(t, wait("c-none", p3, time.Minute), "a key with no event at or below the position waits for nothing")
+
+	// A new key's last event is found searching back from the position:
+	// one read, not a walk over every event before it.
+	for i := 0; i < 3*walkBatch; i++ {
+		place(fmt.Sprintf("o-x%d", i), "c-x")
+	}
+	p4 := place("o-4", "c-new")
+	before = events.reads.Load()
+	require.ErrorIs(t, wait("c-new", p4, 100*time.Millisecond), ErrNotCaughtUp)
+	require.Equal(t, int64(1), events.reads.Load()-before, "one read for a new key's wait")
+	handled("c-new", "order:c-new", p4)
+	require.NoError(t, wait("c-new", p4, time.Minute))
 }
