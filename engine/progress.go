@@ -50,8 +50,9 @@ import (
 // travel one lane; the check takes the highest position recorded for the
 // partition stream or its lane. A read of one document of a projector
 // partitioned by the document's key (documents_by_key) asks that key's
-// unit alone (keyCaughtUp): one walk per wait finds the key's last event
-// at or below N, then each check is one read of the unit's row.
+// unit alone (keyCaughtUp): once per wait a search back from N finds the
+// key's last event at or below N, then each check is one read of the
+// unit's row.
 //
 // With event-store subscriptions the unit is the category, and its
 // position also passes an event the subscription recorded as failed (or
@@ -261,8 +262,8 @@ type check struct {
 	stuck         int64
 	stuckCategory string
 	// lastOfKey holds, per category, the position of the key's last event
-	// at or below position (0: it has none there), once a walk found it;
-	// it lives as long as the wait, across its checks (see keyCaughtUp).
+	// at or below position (0: it has none there), once a search found
+	// it; it lives as long as the wait, across its checks (keyCaughtUp).
 	lastOfKey map[string]int64
 }
 
@@ -360,7 +361,7 @@ func (e *Engine) caughtUp(ctx context.Context, group, category string, n int64, 
 // in publish order on one lane (the engine gives a partition's events one
 // priority), and that unit's position says which of them are handled.
 func (e *Engine) keyedByUnit(category string, c *check) bool {
-	if e.opts.EventStore || !e.opts.Partitioned || e.opts.Positions == nil || c.lastOfKey == nil {
+	if e.opts.EventStore || !e.opts.Partitioned || e.opts.Positions == nil {
 		return false
 	}
 	field, ok := e.Set().PartitionField(category)
@@ -376,13 +377,11 @@ func (e *Engine) keyedByUnit(category string, c *check) bool {
 // positions read each. Before, each check walked from the
 // watermark and read the positions row of every other key it passed,
 // about a third of a loaded host's CPU with 3 hosts.
-func (e *Engine) keyCaughtUp(ctx context.Context, group, category string, n int64, c *check) (done bool, _ error) {
-	defer func() {
-		if done {
-			e.progress.keyedTo(group, category, c, n)
-		}
-	}()
-	if e.progress.keyedAt(group, category, c.key) >= n {
+//
+// caughtUp, its only caller, records what a done check found (keyedTo).
+func (e *Engine) keyCaughtUp(ctx context.Context, group, category string, n int64, c *check) (bool, error) {
+	keyedAt := e.progress.keyedAt(group, category, c.key)
+	if keyedAt >= n {
 		return true, nil
 	}
 	unit, stream := keyUnit(e.Set(), group, category, c.key)
@@ -398,7 +397,7 @@ func (e *Engine) keyCaughtUp(ctx context.Context, group, category string, n int6
 	if !known {
 		// Every event at or below the watermark is handled: only the
 		// key's events above it and the unit's position matter.
-		floor := max(at, e.progress.keyedAt(group, category, c.key), e.progress.watermark(group, category))
+		floor := max(at, keyedAt, e.progress.watermark(group, category))
 		last, err = e.lastOfKey(ctx, category, floor, n, c)
 		if err != nil {
 			return false, err
@@ -631,10 +630,7 @@ func ReadYourWrites(h abi.Handler) string {
 }
 
 func (e *Engine) waitHandled(ctx context.Context, name string, n int64, field, key string) error {
-	var lastOfKey map[string]int64
-	if field != "" {
-		lastOfKey = map[string]int64{}
-	}
+	lastOfKey := map[string]int64{} // what keyed checks found, for the whole wait
 	for {
 		set := e.Set()
 		cats, ok := projectionCategories(set, name)
