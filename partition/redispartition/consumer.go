@@ -90,7 +90,7 @@ type Consumer struct {
 	// groups the last heartbeat registered this consumer in.
 	members map[string]int
 	total   map[string]int
-	fresh   map[unitID]bool
+	fresh   map[string]map[string]bool // group → unit → seen since the last pass
 	joined  []string
 
 	// life starts discovery and stops it in two phases; soft and work are
@@ -173,7 +173,7 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	}
 	outage := opts.Infra.Outage("partition workers", opts.Logger, opts.Clock.Now)
 	return &Consumer{opts: opts, log: opts.Logger, owned: map[unitID]*worker{}, warned: map[string]bool{}, held: map[unitID]heldBy{}, ownedBy: map[string]int{},
-		members: map[string]int{}, total: map[string]int{}, fresh: map[unitID]bool{},
+		members: map[string]int{}, total: map[string]int{}, fresh: map[string]map[string]bool{},
 		outage: outage,
 		core: &delivery.Core{Policy: opts.Retry, Classify: opts.Classify, Outage: outage, Clock: opts.Clock,
 			What: "partition", Log: opts.Logger},
@@ -344,12 +344,7 @@ func (c *Consumer) pass() error {
 			errs = append(errs, uerr)
 		} else {
 			c.mu.Lock()
-			c.total[s.Group] = len(units)
-			for id := range c.fresh {
-				if id.group == s.Group {
-					delete(c.fresh, id)
-				}
-			}
+			c.total[s.Group] = len(units) + c.carryFreshLocked(s.Group, units)
 			c.mu.Unlock()
 		}
 		n, err := c.place(ctx, s, units, len(units), false, true)
@@ -369,6 +364,32 @@ func (c *Consumer) pass() error {
 		c.opts.Metrics.setHalted(s.Group, halted[s.Group])
 	}
 	return errors.Join(errs...)
+}
+
+// carryFreshLocked settles the units first seen on wake-ups into a
+// discovery pass's count of group's units: those the pass found are
+// counted by it; one it did not find (published after its index read,
+// woken before the pass ended) is carried over once, to be found by the
+// next pass. Dropping those undercounted the group until the next pass,
+// and a new key could then find no host with room. It answers how many
+// are carried. c.mu is held.
+func (c *Consumer) carryFreshLocked(group string, units []unit) int {
+	fresh := c.fresh[group]
+	if len(fresh) == 0 {
+		return 0
+	}
+	found := make(map[string]bool, len(units))
+	for _, u := range units {
+		found[u.unit] = true
+	}
+	for u, young := range fresh {
+		if found[u] || !young {
+			delete(fresh, u)
+		} else {
+			fresh[u] = false // carried once
+		}
+	}
+	return len(fresh)
 }
 
 // shareLocked is the most units of group (of total) this consumer holds:
