@@ -327,7 +327,7 @@ func TestWaitDocumentAsksTheKeysUnit(t *testing.T) {
 	}
 	p4 := place("o-4", "c-new")
 	before = events.reads.Load()
-	require.ErrorIs(t, wait("c-new", p4, 100*time.Millisecond), ErrNotCaughtUp)
+	require.ErrorIs(t, wait("c-new", p4, time.Second), ErrNotCaughtUp) // a second: the first check runs in it even on a busy machine
 	require.Equal(t, int64(1), events.reads.Load()-before, "one read for a new key's wait")
 	handled("c-new", "order:c-new", p4)
 	require.NoError(t, wait("c-new", p4, time.Minute))
