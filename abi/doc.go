@@ -174,7 +174,18 @@
 //     the batch's earlier successful messages on what the host returns.
 //   - protean_read_stream (HostReadStream): ReadStreamRequest
 //     {"stream","from","limit"} → ReadStreamResponse {"messages"} or
-//     {"error","error_kind"}.
+//     {"error","error_kind"}. One answer is a page: at most limit events
+//     (the host caps it at 1,000) and at most the host's max_read_bytes
+//     of event data and metadata (1 MiB by default; an event larger than
+//     that comes alone). A short page is not the stream's end: read on
+//     from the last position plus one until a page comes back empty.
+//
+// What the host does for one protean_handle call is bounded (the same in
+// ABI v2): at most max_host_calls calls of load and read_stream, at most
+// max_host_bytes in all their answers, and the answers the host holds
+// count against the instance's memory. A call past one of these is ended
+// by the host (the batch fails; no result is committed), so a module that
+// reads a whole long stream in one call should expect to be stopped.
 //
 // error_kind (HostErrorKind) says whether a retry can help: scope (the
 // request is outside what the module may touch: another module's record,

@@ -266,7 +266,8 @@ func (k HostErrorKind) HandlerKind() ErrorKind {
 
 // ReadStreamRequest is the input of the protean_read_stream host function:
 // events of Stream from position From (inclusive), at most Limit of them
-// (the host caps Limit).
+// (the host caps Limit, and bounds a page by bytes too: a page shorter
+// than Limit is not the end of the stream; an empty one is).
 type ReadStreamRequest struct {
 	Stream string `json:"stream"`
 	From   int64  `json:"from"`

@@ -292,6 +292,23 @@ type Limits struct {
 	// A module's shape, checked before it is compiled so a compile bomb
 	// is refused without compiling (docs/deadline.md, Compile bombs).
 	ShapeLimits
+	// What the host does on a guest's behalf in one call (host/budget.go).
+	CallLimits
+}
+
+// CallLimits bound what the host does on a guest's behalf during one
+// protean_handle call (host.Limits): a call over one is stopped.
+type CallLimits struct {
+	MaxHostCalls int `toml:"max_host_calls"` // load and read_stream calls
+	MaxHostBytes int `toml:"max_host_bytes"` // bytes their answers hold, in all
+	MaxReadBytes int `toml:"max_read_bytes"` // bytes of events in one read_stream page (one event alone may be larger)
+}
+
+// TenantCallLimits are a tenant's overrides of CallLimits; nil inherits.
+type TenantCallLimits struct {
+	MaxHostCalls *int `toml:"max_host_calls"`
+	MaxHostBytes *int `toml:"max_host_bytes"`
+	MaxReadBytes *int `toml:"max_read_bytes"`
 }
 
 // ShapeLimits bound a module's shape (host.Limits, instrument.Limits).
@@ -314,19 +331,23 @@ type TenantShapeLimits struct {
 	MaxNestingCost    *int `toml:"max_nesting_cost"`
 }
 
-// shapeField is one shape limit: its key, a tenant's override (nil:
-// none) and the limit it overrides.
-type shapeField struct {
+// intLimit is one positive integer limit: its key, a tenant's override
+// (nil: none) and the limit it overrides.
+type intLimit struct {
 	key     string
 	set, to *int
 }
 
-// fields pairs each override with the limit it overrides.
-func (t *TenantShapeLimits) fields(l *ShapeLimits) []shapeField {
-	return []shapeField{
-		{"max_functions", t.MaxFunctions, &l.MaxFunctions}, {"max_function_bytes", t.MaxFunctionBytes, &l.MaxFunctionBytes},
-		{"max_function_locals", t.MaxFunctionLocals, &l.MaxFunctionLocals}, {"max_module_locals", t.MaxModuleLocals, &l.MaxModuleLocals},
-		{"max_nesting_depth", t.MaxNestingDepth, &l.MaxNestingDepth}, {"max_nesting_cost", t.MaxNestingCost, &l.MaxNestingCost},
+// intLimits pairs each of a tenant's overrides of the shape and call
+// limits with the limit it overrides in l.
+func (t *Tenant) intLimits(l *Limits) []intLimit {
+	s, c := &t.TenantShapeLimits, &t.TenantCallLimits
+	return []intLimit{
+		{"max_functions", s.MaxFunctions, &l.MaxFunctions}, {"max_function_bytes", s.MaxFunctionBytes, &l.MaxFunctionBytes},
+		{"max_function_locals", s.MaxFunctionLocals, &l.MaxFunctionLocals}, {"max_module_locals", s.MaxModuleLocals, &l.MaxModuleLocals},
+		{"max_nesting_depth", s.MaxNestingDepth, &l.MaxNestingDepth}, {"max_nesting_cost", s.MaxNestingCost, &l.MaxNestingCost},
+		{"max_host_calls", c.MaxHostCalls, &l.MaxHostCalls}, {"max_host_bytes", c.MaxHostBytes, &l.MaxHostBytes},
+		{"max_read_bytes", c.MaxReadBytes, &l.MaxReadBytes},
 	}
 }
 
@@ -355,6 +376,7 @@ type Tenant struct {
 	CompileTimeoutMS *int     `toml:"compile_timeout_ms"`
 	MaxInstances     *int     `toml:"max_instances"`
 	TenantShapeLimits
+	TenantCallLimits
 	// GrantRead lets other tenants read categories this tenant owns:
 	// reader tenant → categories. Their modules may subscribe handlers to
 	// the category's events, read its streams and load its aggregates,
@@ -459,6 +481,7 @@ func Default() Config {
 				ShapeLimits: ShapeLimits{MaxFunctions: lim.MaxFunctions, MaxFunctionBytes: lim.MaxFunctionBytes,
 					MaxFunctionLocals: lim.MaxFunctionLocals, MaxModuleLocals: lim.MaxModuleLocals,
 					MaxNestingDepth: lim.MaxNestingDepth, MaxNestingCost: lim.MaxNestingCost},
+				CallLimits: CallLimits{MaxHostCalls: lim.MaxHostCalls, MaxHostBytes: lim.MaxHostBytes, MaxReadBytes: lim.MaxReadBytes},
 			},
 		},
 		Tenants: map[string]Tenant{},
@@ -622,7 +645,7 @@ func (c Config) ModuleLimits(module string) Limits {
 	if t.MaxInstances != nil {
 		l.MaxInstances = *t.MaxInstances
 	}
-	for _, f := range t.TenantShapeLimits.fields(&l.ShapeLimits) {
+	for _, f := range t.intLimits(&l) {
 		if f.set != nil {
 			*f.to = *f.set
 		}

@@ -70,7 +70,8 @@ func TestDefault(t *testing.T) {
 		Limits: config.Limits{MemoryMB: 64, TimeoutMS: 5000, MaxOutputBytes: 16 << 20, ManifestTimeoutMS: 2000, Interruptible: true,
 			MaxTableElements: 100000, MaxModuleBytes: 32 << 20, CompileTimeoutMS: 10000, RecycleAboveMB: 32, LogLinesPerSecond: 10, LogBurst: 100, MaxCascadeDepth: 16, MaxFollowUps: 256,
 			ShapeLimits: config.ShapeLimits{MaxFunctions: 100_000, MaxFunctionBytes: 1 << 20, MaxFunctionLocals: 50_000, MaxModuleLocals: 1_000_000,
-				MaxNestingDepth: 8192, MaxNestingCost: 100_000_000}},
+				MaxNestingDepth: 8192, MaxNestingCost: 100_000_000},
+			CallLimits: config.CallLimits{MaxHostCalls: 10_000, MaxHostBytes: 64 << 20, MaxReadBytes: 1 << 20}},
 	}, c.Plugins)
 	require.Empty(t, c.Tenants)
 	require.Equal(t, "127.0.0.1:8080", c.HTTP.Listen)
@@ -549,7 +550,8 @@ func TestHelpers(t *testing.T) {
 	c.Brokers["events"] = config.Broker{Provider: "redis", URI: "redis://h/0"}
 	c.Outbox.Broker = "events"
 	c.Tenants["acme"] = config.Tenant{Modules: []string{"orders"}, MemoryMB: ptr(128), MaxOutputBytes: ptr[int64](1024),
-		TenantShapeLimits: config.TenantShapeLimits{MaxNestingDepth: ptr(20000)}}
+		TenantShapeLimits: config.TenantShapeLimits{MaxNestingDepth: ptr(20000)},
+		TenantCallLimits:  config.TenantCallLimits{MaxHostCalls: ptr(500)}}
 	c.Tenants["beta"] = config.Tenant{Modules: []string{"billing"}}
 	c.Tenants["trusted"] = config.Tenant{Modules: []string{"ledger"}, Interruptible: ptr(false)}
 
@@ -569,7 +571,8 @@ func TestHelpers(t *testing.T) {
 	require.Equal(t, config.Limits{MemoryMB: 128, TimeoutMS: 5000, MaxOutputBytes: 1024, ManifestTimeoutMS: 2000, Interruptible: true,
 		MaxTableElements: 100000, MaxModuleBytes: 32 << 20, CompileTimeoutMS: 10000, RecycleAboveMB: 32, LogLinesPerSecond: 10, LogBurst: 100, MaxCascadeDepth: 16, MaxFollowUps: 256,
 		ShapeLimits: config.ShapeLimits{MaxFunctions: 100_000, MaxFunctionBytes: 1 << 20, MaxFunctionLocals: 50_000, MaxModuleLocals: 1_000_000,
-			MaxNestingDepth: 20000, MaxNestingCost: 100_000_000}},
+			MaxNestingDepth: 20000, MaxNestingCost: 100_000_000},
+		CallLimits: config.CallLimits{MaxHostCalls: 500, MaxHostBytes: 64 << 20, MaxReadBytes: 1 << 20}},
 		c.ModuleLimits("orders"))
 	require.False(t, c.ModuleLimits("ledger").Interruptible, "a trusted tenant opts out")
 	require.Equal(t, c.Plugins.Limits, c.ModuleLimits("billing"), "a tenant without overrides inherits")
@@ -590,17 +593,19 @@ func ExampleConfig_Validate() {
 	// server.partitioning.heartbeat_interval_seconds must be < server.partitioning.lease_ttl_ms (got 5s >= 3s)
 }
 
-// The shape limits are read from [plugins.limits] and a tenant's table
-// (embedded structs: their keys are the table's own), and must be
-// positive.
+// The shape and call limits are read from [plugins.limits] and a
+// tenant's table (embedded structs: their keys are the table's own), and
+// must be positive.
 func TestLoadShapeLimits(t *testing.T) {
 	c, err := config.Load(writeFile(t, `
 [plugins.limits]
 max_nesting_depth = 1000
 max_functions = 7
+max_host_calls = 99
 [tenants.big]
 modules = ["gen"]
 max_nesting_depth = 30000
+max_read_bytes = 4096
 `))
 	require.NoError(t, err)
 	require.Equal(t, 1000, c.Plugins.Limits.MaxNestingDepth)
@@ -608,14 +613,21 @@ max_nesting_depth = 30000
 	require.Equal(t, 50_000, c.Plugins.Limits.MaxFunctionLocals, "unset keys keep their defaults")
 	require.Equal(t, 30000, c.ModuleLimits("gen").MaxNestingDepth)
 	require.Equal(t, 7, c.ModuleLimits("gen").MaxFunctions)
+	require.Equal(t, 99, c.ModuleLimits("gen").MaxHostCalls)
+	require.Equal(t, 4096, c.ModuleLimits("gen").MaxReadBytes)
+	require.Equal(t, 1<<20, c.Plugins.Limits.MaxReadBytes)
 
 	_, err = config.Load(writeFile(t, `
 [plugins.limits]
 max_nesting_cost = 0
+max_host_bytes = 0
 [tenants.big]
 modules = ["gen"]
 max_function_locals = -1
+max_host_calls = -1
 `))
 	require.ErrorContains(t, err, "plugins.limits.max_nesting_cost")
 	require.ErrorContains(t, err, "tenants.big.max_function_locals")
+	require.ErrorContains(t, err, "plugins.limits.max_host_bytes")
+	require.ErrorContains(t, err, "tenants.big.max_host_calls")
 }

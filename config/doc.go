@@ -27,10 +27,11 @@
 //	                          max_table_elements, max_module_bytes, compile_timeout_ms, recycle_above_mb,
 //	                          log_lines_per_second, log_burst, max_cascade_depth, max_follow_ups, max_instances,
 //	                          max_functions, max_function_bytes, max_function_locals, max_module_locals,
-//	                          max_nesting_depth, max_nesting_cost (a module's shape, checked before compiling)
+//	                          max_nesting_depth, max_nesting_cost (a module's shape, checked before compiling),
+//	                          max_host_calls, max_host_bytes, max_read_bytes (what the host does for one call)
 //	[tenants.NAME]            modules (file names without .wasm), memory_mb / timeout_ms / max_output_bytes / interruptible /
 //	                          max_table_elements / max_module_bytes / compile_timeout_ms / max_instances overrides,
-//	                          and the six shape limits (max_functions ... max_nesting_cost),
+//	                          the six shape limits (max_functions ... max_nesting_cost) and the three call limits,
 //	                          grant_read = { READER = ["category", ...] }, grant_dispatch = { READER = ["CommandType", ...] }
 //	[http]                    listen, read_wait_ms, idempotency_ttl_seconds
 //
@@ -73,12 +74,15 @@
 //	plugins.limits.max_function_bytes = 1048576
 //	plugins.limits.max_function_locals = 50000
 //	plugins.limits.max_functions = 100000
+//	plugins.limits.max_host_bytes = 67108864
+//	plugins.limits.max_host_calls = 10000
 //	plugins.limits.max_instances = 0
 //	plugins.limits.max_module_bytes = 33554432
 //	plugins.limits.max_module_locals = 1000000
 //	plugins.limits.max_nesting_cost = 100000000
 //	plugins.limits.max_nesting_depth = 8192
 //	plugins.limits.max_output_bytes = 16777216
+//	plugins.limits.max_read_bytes = 1048576
 //	plugins.limits.max_table_elements = 100000
 //	plugins.limits.memory_mb = 64
 //	plugins.limits.recycle_above_mb = 32

@@ -132,7 +132,7 @@ func (c Config) Validate() error {
 	v.positive("plugins.limits.log_burst", l.LogBurst)
 	v.positive("plugins.limits.max_cascade_depth", l.MaxCascadeDepth)
 	v.positive("plugins.limits.max_follow_ups", l.MaxFollowUps)
-	for _, f := range (&TenantShapeLimits{}).fields(&l.ShapeLimits) {
+	for _, f := range (&Tenant{}).intLimits(&l) {
 		v.positive("plugins.limits."+f.key, *f.to)
 	}
 	if l.MaxInstances < 0 {
@@ -248,7 +248,7 @@ func (v *validator) tenants(tenants map[string]Tenant) {
 		if t.MaxInstances != nil {
 			v.positive(pre+"max_instances", *t.MaxInstances)
 		}
-		for _, f := range t.TenantShapeLimits.fields(&ShapeLimits{}) {
+		for _, f := range t.intLimits(&Limits{}) {
 			if f.set != nil {
 				v.positive(pre+f.key, *f.set)
 			}

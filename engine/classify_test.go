@@ -24,7 +24,7 @@ type downEvents struct{ eventstore.Store }
 
 var errDown = errors.New("failed to connect to `host=127.0.0.1`: dial error: connection refused")
 
-func (downEvents) ReadStream(context.Context, string, int64, int) ([]eventstore.Event, error) {
+func (downEvents) ReadStreamBytes(context.Context, string, int64, int, int) ([]eventstore.Event, error) {
 	return nil, errDown
 }
 
@@ -110,7 +110,7 @@ type flakyEvents struct {
 	n  int
 }
 
-func (f *flakyEvents) ReadStream(ctx context.Context, stream string, from int64, limit int) ([]eventstore.Event, error) {
+func (f *flakyEvents) ReadStreamBytes(ctx context.Context, stream string, from int64, limit, maxBytes int) ([]eventstore.Event, error) {
 	f.mu.Lock()
 	down := f.n > 0
 	f.n--
@@ -118,7 +118,7 @@ func (f *flakyEvents) ReadStream(ctx context.Context, stream string, from int64,
 	if down {
 		return nil, errDown
 	}
-	return f.Store.ReadStream(ctx, stream, from, limit)
+	return f.Store.ReadStreamBytes(ctx, stream, from, limit, maxBytes)
 }
 
 // A broker consumer group retries an infrastructure failure in place,

@@ -394,7 +394,7 @@ func (e *Engine) handleOne(ctx context.Context, l *loaded, route host.Route, env
 func (e *Engine) call(ctx context.Context, l *loaded, route host.Route, envs []abi.Envelope) ([]result, error) {
 	sc := l.scopes[route.Module]
 	start := e.now()
-	sess := &session{e: e, scope: sc}
+	sess := &session{e: e, scope: sc, stall: route.Module.Limits.Timeout / stallShare}
 	end := e.opts.Metrics.begin(route)
 	results, err := route.Module.Handle(ctx, route.Handler.Name, envs, sess)
 	end()

@@ -27,7 +27,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_handler_calls_total",
-			Help: "Calls into handler modules, by outcome (ok, timeout, trap, failed, output, canceled, no_instance)."}, []string{"module", "handler", "outcome"}),
+			Help: "Calls into handler modules, by outcome (ok, timeout, trap, failed, output, canceled, no_instance, host_limit, guest_memory, error)."}, []string{"module", "handler", "outcome"}),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_handler_messages_total",
 			Help: "Messages passed to handler modules."}, []string{"module", "handler"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "protean_handler_call_seconds",
@@ -69,6 +69,10 @@ func (m *Metrics) call(r host.Route, d time.Duration, n int, err error) {
 		outcome = "canceled"
 	case errors.Is(err, host.ErrNoInstance):
 		outcome = "no_instance"
+	case errors.Is(err, host.ErrHostLimit):
+		outcome = "host_limit"
+	case errors.Is(err, host.ErrGuestMemory):
+		outcome = "guest_memory"
 	default:
 		outcome = "error"
 	}

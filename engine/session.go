@@ -38,10 +38,19 @@ type session struct {
 	// the guest made of it.
 	storeFailed error
 	// storeWait is the time the guest spent waiting on the stores in host
-	// functions: a call that runs out of time mostly waiting on a slow
-	// database ran out of the database's time, not its own.
+	// functions, in calls of stall or longer: a call that runs out of
+	// time mostly waiting on a stalled database ran out of the database's
+	// time, not its own. Quicker store calls do not count, however many:
+	// a guest that spends its deadline on thousands of quick loads, or on
+	// pages of a long stream, spent its own time, and is charged for it
+	// (otherwise it would be retried as an outage without end).
 	storeWait time.Duration
+	stall     time.Duration
 }
+
+// stallShare is the share of a call's deadline one store call must take
+// to count as a stall of the store (session.stall).
+const stallShare = 8
 
 // Invalid implements host.InvalidObserver.
 func (s *session) Invalid(err error) {
@@ -58,14 +67,14 @@ func (s *session) Load(ctx context.Context, req *abi.LoadRequest) abi.LoadRespon
 	}
 	start := time.Now()
 	r, err := s.e.opts.Records.Load(ctx, record.Key{Kind: string(req.Kind), Type: req.Type, ID: req.ID})
-	s.storeWait += time.Since(start)
+	s.waited(start)
 	if err != nil {
-		return abi.LoadResponse{Error: err.Error(), ErrorKind: s.storeErrorKind(err)}
+		return abi.LoadResponse{Error: err.Error(), ErrorKind: s.storeErrorKind(ctx, err)}
 	}
 	return abi.LoadResponse{Found: r.Exists(), Version: r.Version, Data: r.Data}
 }
 
-func (s *session) ReadStream(ctx context.Context, req *abi.ReadStreamRequest) abi.ReadStreamResponse {
+func (s *session) ReadStream(ctx context.Context, req *abi.ReadStreamRequest, maxBytes int) abi.ReadStreamResponse {
 	if err := s.scope.stream(req.Stream); err != nil {
 		s.refused = err
 		return abi.ReadStreamResponse{Error: err.Error(), ErrorKind: abi.HostScope}
@@ -75,10 +84,10 @@ func (s *session) ReadStream(ctx context.Context, req *abi.ReadStreamRequest) ab
 		limit = maxReadLimit
 	}
 	start := time.Now()
-	evs, err := s.e.opts.Events.ReadStream(ctx, req.Stream, req.From, limit)
-	s.storeWait += time.Since(start)
+	evs, err := s.e.opts.Events.ReadStreamBytes(ctx, req.Stream, req.From, limit, maxBytes)
+	s.waited(start)
 	if err != nil {
-		return abi.ReadStreamResponse{Error: err.Error(), ErrorKind: s.storeErrorKind(err)}
+		return abi.ReadStreamResponse{Error: err.Error(), ErrorKind: s.storeErrorKind(ctx, err)}
 	}
 	out := abi.ReadStreamResponse{Messages: make([]abi.Envelope, len(evs))}
 	for i, ev := range evs {
@@ -87,16 +96,25 @@ func (s *session) ReadStream(ctx context.Context, req *abi.ReadStreamRequest) ab
 	return out
 }
 
+// waited adds a store call that began at start to the session's store
+// wait, if it was slow enough to be a stall (see stall).
+func (s *session) waited(start time.Time) {
+	if d := time.Since(start); d >= s.stall {
+		s.storeWait += d
+	}
+}
+
 // storeErrorKind classifies a store's failure for the guest: a version
 // conflict may clear on a retry, and so may anything else a store reports
 // on a read (an unreachable server, a canceled call). A failure that is
 // not the request's own is remembered as the session's infrastructure
-// failure.
-func (s *session) storeErrorKind(err error) abi.HostErrorKind {
+// failure; a read the call's own deadline cut is not such a failure (a
+// guest that reads until its deadline is not the database's doing).
+func (s *session) storeErrorKind(ctx context.Context, err error) abi.HostErrorKind {
 	if unitofwork.Conflict(err) {
 		return abi.HostConflict
 	}
-	if Classify(err) == delivery.Infrastructure {
+	if ctx.Err() == nil && Classify(err) == delivery.Infrastructure {
 		s.storeFailed = err
 	}
 	return abi.HostTransient

@@ -51,7 +51,9 @@ func (u *untilRecords) Load(ctx context.Context, k record.Key) (record.Record, e
 // uninterruptible module returns anyway, reporting the abandoned work; the
 // work, once it returns, commits nothing, and the engine then ends.
 func TestStopReturnsAtItsDeadlineWhileUninterruptibleGuestsSpin(t *testing.T) {
-	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{Uninterruptible: true, Timeout: time.Hour}),
+	// The guests poll a load until released: more host calls than a
+	// call's default budget.
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{Uninterruptible: true, Timeout: time.Hour, MaxHostCalls: 1 << 30}),
 		Instances: 2, CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
 	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./host/testdata/plugins/behave"))

@@ -73,6 +73,15 @@ type Store interface {
 	// ReadStream returns up to limit events of stream with position >=
 	// fromPosition, ascending.
 	ReadStream(ctx context.Context, stream string, fromPosition int64, limit int) ([]Event, error)
+	// ReadStreamBytes is ReadStream bounded by size as well: it stops
+	// before the event that would take the data and metadata of the
+	// events it returns past maxBytes (their lengths as the store returns
+	// them), but returns the first event however large, so that a reader
+	// paging through a stream always moves on (events are bounded where
+	// they are written: a handler's output limit). maxBytes <= 0 bounds
+	// nothing. The store bounds the read itself: it never holds the events
+	// it does not return.
+	ReadStreamBytes(ctx context.Context, stream string, fromPosition int64, limit, maxBytes int) ([]Event, error)
 	// ReadCategory returns up to limit events of category with global
 	// position >= fromGlobal, ascending.
 	ReadCategory(ctx context.Context, category string, fromGlobal int64, limit int) ([]Event, error)
@@ -242,6 +251,10 @@ func canonicalUUID(s string) (string, bool) {
 	}
 	return strings.ToLower(s), true
 }
+
+// Size is what an event counts for against a read's byte bound
+// (ReadStreamBytes): the length of its data and metadata.
+func (e Event) Size() int { return len(e.Data) + len(e.Metadata) }
 
 func limitOrDefault(limit int) int {
 	if limit <= 0 {

@@ -73,6 +73,11 @@ func (m *Memory) Append(ctx context.Context, events []NewEvent) ([]Event, error)
 
 // ReadStream implements Store.
 func (m *Memory) ReadStream(ctx context.Context, stream string, fromPosition int64, limit int) ([]Event, error) {
+	return m.ReadStreamBytes(ctx, stream, fromPosition, limit, 0)
+}
+
+// ReadStreamBytes implements Store.
+func (m *Memory) ReadStreamBytes(ctx context.Context, stream string, fromPosition int64, limit, maxBytes int) ([]Event, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -81,11 +86,17 @@ func (m *Memory) ReadStream(ctx context.Context, stream string, fromPosition int
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return m.streamLocked(stream, fromPosition, limitOrDefault(limit)), nil
+	return m.streamLockedBytes(stream, fromPosition, limitOrDefault(limit), maxBytes), nil
 }
 
 // streamLocked returns events of stream from fromPosition; m.mu is held.
 func (m *Memory) streamLocked(stream string, fromPosition int64, limit int) []Event {
+	return m.streamLockedBytes(stream, fromPosition, limit, 0)
+}
+
+// streamLockedBytes is streamLocked within maxBytes (see
+// Store.ReadStreamBytes); m.mu is held.
+func (m *Memory) streamLockedBytes(stream string, fromPosition int64, limit, maxBytes int) []Event {
 	idx := m.streams[stream]
 	fromPosition = max(fromPosition, 0)
 	if fromPosition >= int64(len(idx)) {
@@ -93,6 +104,15 @@ func (m *Memory) streamLocked(stream string, fromPosition int64, limit int) []Ev
 	}
 	idx = idx[fromPosition:]
 	idx = idx[:min(len(idx), limit)]
+	if maxBytes > 0 {
+		size := 0
+		for i, at := range idx {
+			if size += m.events[at].Size(); size > maxBytes && i > 0 {
+				idx = idx[:i]
+				break
+			}
+		}
+	}
 	return m.copyAt(idx)
 }
 

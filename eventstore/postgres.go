@@ -69,6 +69,38 @@ func (p *Postgres) ReadStream(ctx context.Context, stream string, fromPosition i
 	return pgReadStream(ctx, p.pool, stream, fromPosition, limit)
 }
 
+// ReadStreamBytes implements Store. The bound is applied in the database,
+// which walks the stream an event at a time, summing sizes, and stops
+// before the event that would pass it: neither the host nor the database
+// reads the events past the page (a page of a stream of large events
+// would otherwise cost the database the whole of limit's events).
+func (p *Postgres) ReadStreamBytes(ctx context.Context, stream string, fromPosition int64, limit, maxBytes int) ([]Event, error) {
+	if maxBytes <= 0 {
+		return pgReadStream(ctx, p.pool, stream, fromPosition, limit)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := validStream(stream); err != nil {
+		return nil, err
+	}
+	// size is the length of data and metadata as read (jsonb's text
+	// form), upto the page's running sum; the first event (n = 1) is in
+	// the page however large.
+	const size = `(coalesce(octet_length(data::text), 0) + coalesce(octet_length(metadata::text), 0))::bigint`
+	return pgRead(ctx, p.pool, `WITH RECURSIVE page AS (
+			(SELECT position, `+size+` AS upto, 1 AS n FROM message_store.messages
+				WHERE stream_name = $1 AND position >= $2 ORDER BY position LIMIT 1)
+			UNION ALL
+			SELECT next.position, page.upto + next.size, page.n + 1 FROM page, LATERAL (
+				SELECT position, `+size+` AS size FROM message_store.messages
+				WHERE stream_name = $1 AND position > page.position ORDER BY position LIMIT 1) next
+			WHERE page.n < $3 AND page.upto + next.size <= $4)
+		SELECT `+eventColumns+` FROM message_store.messages
+		WHERE stream_name = $1 AND position IN (SELECT position FROM page) ORDER BY position`,
+		stream, fromPosition, limitOrDefault(limit), maxBytes)
+}
+
 // ReadCategory implements Store.
 func (p *Postgres) ReadCategory(ctx context.Context, category string, fromGlobal int64, limit int) ([]Event, error) {
 	if err := ctx.Err(); err != nil {

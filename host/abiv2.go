@@ -193,7 +193,7 @@ func HostFunctionsV2() []extism.HostFunction {
 			}),
 		hostFunctionV2(abi.V2Load, []extism.ValueType{i32, i32, i32, i32}, []extism.ValueType{i32},
 			func(ctx context.Context, c *callV2, mem api.Memory, stack []uint64) {
-				serveV2(c, mem, abi.V2Load, stack, func(b []byte, reqErr error) []byte {
+				serveV2(ctx, c, mem, abi.V2Load, stack, func(b []byte, reqErr error) []byte {
 					var resp abi.LoadResponse
 					if c == nil || c.session == nil {
 						resp = abi.LoadResponse{Error: "host functions are available only while a message is handled", ErrorKind: abi.HostInvalid}
@@ -210,7 +210,7 @@ func HostFunctionsV2() []extism.HostFunction {
 			}),
 		hostFunctionV2(abi.V2ReadStream, []extism.ValueType{i32, i32, i32, i32}, []extism.ValueType{i32},
 			func(ctx context.Context, c *callV2, mem api.Memory, stack []uint64) {
-				serveV2(c, mem, abi.V2ReadStream, stack, func(b []byte, reqErr error) []byte {
+				serveV2(ctx, c, mem, abi.V2ReadStream, stack, func(b []byte, reqErr error) []byte {
 					var resp abi.ReadStreamResponse
 					if c == nil || c.session == nil {
 						resp = abi.ReadStreamResponse{Error: "host functions are available only while a message is handled", ErrorKind: abi.HostInvalid}
@@ -220,13 +220,13 @@ func HostFunctionsV2() []extism.HostFunction {
 						invalid(c.session, err)
 						resp = abi.ReadStreamResponse{Error: err.Error(), ErrorKind: abi.HostInvalid}
 					} else {
-						resp = c.session.ReadStream(ctx, req)
+						resp = c.session.ReadStream(ctx, req, budgetFrom(ctx).readBytes())
 					}
 					return abi.AppendReadStreamResponseV2(scratch(c), &resp)
 				})
 			}),
 		hostFunctionV2(abi.V2Response, []extism.ValueType{i32, i32}, []extism.ValueType{i32},
-			func(_ context.Context, c *callV2, mem api.Memory, stack []uint64) {
+			func(ctx context.Context, c *callV2, mem api.Memory, stack []uint64) {
 				var pending []byte
 				if c != nil {
 					pending = c.pending
@@ -235,6 +235,7 @@ func HostFunctionsV2() []extism.HostFunction {
 				if c != nil && uint32(len(pending)) <= capacity {
 					guestWrite(mem, abi.V2Response, ptr, pending)
 					c.pending = nil
+					budgetFrom(ctx).release()
 				}
 				stack[0] = api.EncodeU32(uint32(len(pending)))
 			}),
@@ -279,27 +280,49 @@ func scratch(c *callV2) []byte {
 // serveV2 reads a request at (stack[0], stack[1]) bounded by
 // abi.MaxHostRequestBytes, answers it, and writes the answer to the
 // guest's buffer (stack[2], stack[3]) if it fits, keeping it for
-// V2Response otherwise. It returns the answer's length.
-func serveV2(c *callV2, mem api.Memory, fn string, stack []uint64, serve func([]byte, error) []byte) {
+// V2Response otherwise. It returns the answer's length. The call's budget
+// (budget.go) counts the call and the answer, and holds a kept answer
+// against the instance's memory until the guest takes it.
+func serveV2(ctx context.Context, c *callV2, mem api.Memory, fn string, stack []uint64, serve func([]byte, error) []byte) {
 	ptr, n := api.DecodeU32(stack[0]), api.DecodeU32(stack[1])
 	buf, capacity := api.DecodeU32(stack[2]), api.DecodeU32(stack[3])
+	b := budgetFrom(ctx)
+	var late error
+	if c != nil && c.session != nil {
+		late = b.enter(ctx, fn)
+	}
 	var out []byte
-	if n > abi.MaxHostRequestBytes {
+	switch {
+	case late != nil:
+		out = serve(nil, late)
+	case n > abi.MaxHostRequestBytes:
 		out = serve(nil, fmt.Errorf("%w: request of %d bytes exceeds the %d-byte host-function request limit", abi.ErrResponse, n, abi.MaxHostRequestBytes))
-	} else {
+	default:
 		out = serve(guestSlice(mem, fn, ptr, n), nil)
 	}
+	fits := uint32(len(out)) <= capacity
+	b.answer(fn, len(out), !fits)
 	if c != nil {
-		c.scratch = out
 		c.pending = nil
+		// The scratch buffer is kept for the next answer unless it grew
+		// large: the host does not hold a big answer's memory for the
+		// rest of the call.
+		c.scratch = out
+		if cap(out) > maxScratch {
+			c.scratch = nil
+		}
 	}
-	if uint32(len(out)) <= capacity {
+	if fits {
 		guestWrite(mem, fn, buf, out)
 	} else if c != nil {
-		c.pending = append([]byte(nil), out...)
+		c.pending = out // no copy: a scratch this large is not reused
+		c.scratch = nil
 	}
 	stack[0] = api.EncodeU32(uint32(len(out)))
 }
+
+// maxScratch is the largest answer buffer a v2 call keeps for reuse.
+const maxScratch = 64 << 10
 
 // errMainModule: the Extism SDK's layout is not the one mainModule knows.
 var errMainModule = errors.New("cannot reach the guest's module through the Extism SDK (see mainModule)")

@@ -31,7 +31,7 @@ func (s *docSession) Load(context.Context, *abi.LoadRequest) abi.LoadResponse {
 	return abi.LoadResponse{Found: true, Version: 3, Data: s.doc}
 }
 
-func (s *docSession) ReadStream(context.Context, *abi.ReadStreamRequest) abi.ReadStreamResponse {
+func (s *docSession) ReadStream(context.Context, *abi.ReadStreamRequest, int) abi.ReadStreamResponse {
 	return abi.ReadStreamResponse{}
 }
 

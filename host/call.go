@@ -138,7 +138,8 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 		v2  *callV2 // set for a module of ABI v2 (abiv2.go)
 		err error
 	)
-	sessCtx := withSession(ctx, s)
+	budget := &callBudget{lim: m.Limits}
+	sessCtx := withBudget(withSession(ctx, s), budget)
 	if m.Manifest != nil && m.Manifest.ABIVersion >= 2 {
 		sessCtx, v2 = m.handleV2(sessCtx, handler, msgs, s)
 	} else if in, err = json.Marshal(abi.HandleRequest{Handler: handler, Messages: msgs}); err != nil {
@@ -158,6 +159,7 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 		rc  uint32
 		out []byte
 	)
+	budget.meter = inst.mem
 	release := inst.guard(callCtx)
 	if v2 != nil {
 		rc, err = m.callV2(callCtx, inst.Plugin, v2)
@@ -165,7 +167,11 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 		rc, out, err = inst.CallWithContext(callCtx, abi.ExportHandle, in)
 	}
 	raised := release()
-	var memErr *GuestMemoryError
+	budget.release()
+	var (
+		memErr   *GuestMemoryError
+		limitErr *HostLimitError
+	)
 	switch {
 	case ctx.Err() != nil:
 		m.discard(inst)
@@ -178,6 +184,9 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 	case errors.As(err, &memErr):
 		m.discard(inst)
 		return fail(memErr)
+	case errors.As(err, &limitErr):
+		m.discard(inst)
+		return fail(limitErr)
 	case v2 != nil && v2.outErr != nil:
 		m.discard(inst)
 		return fail(fmt.Errorf("%w: %v", ErrOutput, v2.outErr))

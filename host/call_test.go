@@ -31,7 +31,7 @@ func (s *memSession) Load(_ context.Context, r *abi.LoadRequest) abi.LoadRespons
 	return s.records[r.Type+"/"+r.ID]
 }
 
-func (s *memSession) ReadStream(_ context.Context, r *abi.ReadStreamRequest) abi.ReadStreamResponse {
+func (s *memSession) ReadStream(_ context.Context, r *abi.ReadStreamRequest, _ int) abi.ReadStreamResponse {
 	return abi.ReadStreamResponse{Messages: []abi.Envelope{{ID: "1", Type: "Op", Stream: r.Stream, Data: json.RawMessage(`{}`)}}}
 }
 

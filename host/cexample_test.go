@@ -29,7 +29,7 @@ func (s *mapSession) Load(_ context.Context, r *abi.LoadRequest) abi.LoadRespons
 	return s.docs[r.ID]
 }
 
-func (s *mapSession) ReadStream(context.Context, *abi.ReadStreamRequest) abi.ReadStreamResponse {
+func (s *mapSession) ReadStream(context.Context, *abi.ReadStreamRequest, int) abi.ReadStreamResponse {
 	return abi.ReadStreamResponse{Error: "no streams", ErrorKind: abi.HostInvalid}
 }
 

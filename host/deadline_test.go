@@ -180,7 +180,7 @@ func (s *signalSession) Load(context.Context, *abi.LoadRequest) abi.LoadResponse
 	return abi.LoadResponse{}
 }
 
-func (s *signalSession) ReadStream(context.Context, *abi.ReadStreamRequest) abi.ReadStreamResponse {
+func (s *signalSession) ReadStream(context.Context, *abi.ReadStreamRequest, int) abi.ReadStreamResponse {
 	return abi.ReadStreamResponse{}
 }
 

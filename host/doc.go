@@ -48,6 +48,15 @@
 // deadline or an unusable output is a *CallError; the instance is then
 // discarded, because a trapped instance is dead even if it looks open.
 //
+// What the host does on a guest's behalf is counted against the guest
+// (budget.go): each call may make at most Limits.MaxHostCalls load and
+// read_stream calls, their answers may hold Limits.MaxHostBytes in all, a
+// read_stream page holds at most Limits.MaxReadBytes of events (the
+// Session reads the store within it), and an answer the host holds is
+// charged to the instance's memory meter. A call past one of these ends
+// with a *HostLimitError naming the function and the limit. A host
+// function called after the call's deadline answers an error unread.
+//
 // The deadline (deadline.go, docs/deadline.md) is enforced by instrumenting
 // the module at load (package instrument): a fuel counter checked at every
 // loop header and at the entry of functions on a call-graph cycle, calling

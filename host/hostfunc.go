@@ -14,7 +14,11 @@ import (
 // module may see.
 type Session interface {
 	Load(ctx context.Context, req *abi.LoadRequest) abi.LoadResponse
-	ReadStream(ctx context.Context, req *abi.ReadStreamRequest) abi.ReadStreamResponse
+	// ReadStream answers one page of a stream: at most req.Limit events
+	// (the session caps it too) and at most maxBytes of their data and
+	// metadata, the first event however large (eventstore's
+	// ReadStreamBytes); maxBytes <= 0 bounds nothing.
+	ReadStream(ctx context.Context, req *abi.ReadStreamRequest, maxBytes int) abi.ReadStreamResponse
 }
 
 // InvalidObserver is an optional ability of a Session: it is told of each
@@ -53,7 +57,7 @@ func sessionFrom(ctx context.Context) Session {
 func HostFunctions(fallback Session) []extism.HostFunction {
 	load := extism.NewHostFunctionWithStack(abi.HostLoad,
 		func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
-			stack[0] = answer(ctx, p, stack[0], func(s Session, b []byte) any {
+			stack[0] = answer(ctx, p, abi.HostLoad, stack[0], func(s Session, b []byte) any {
 				req, err := abi.DecodeLoadRequest(b)
 				if err != nil {
 					invalid(s, err)
@@ -65,13 +69,13 @@ func HostFunctions(fallback Session) []extism.HostFunction {
 	load.SetNamespace(abi.HostNamespace)
 	read := extism.NewHostFunctionWithStack(abi.HostReadStream,
 		func(ctx context.Context, p *extism.CurrentPlugin, stack []uint64) {
-			stack[0] = answer(ctx, p, stack[0], func(s Session, b []byte) any {
+			stack[0] = answer(ctx, p, abi.HostReadStream, stack[0], func(s Session, b []byte) any {
 				req, err := abi.DecodeReadStreamRequest(b)
 				if err != nil {
 					invalid(s, err)
 					return abi.ReadStreamResponse{Error: err.Error(), ErrorKind: abi.HostInvalid}
 				}
-				return s.ReadStream(ctx, req)
+				return s.ReadStream(ctx, req, budgetFrom(ctx).readBytes())
 			}, func(msg string) any { return abi.ReadStreamResponse{Error: msg, ErrorKind: abi.HostInvalid} }, fallback)
 		}, []extism.ValueType{extism.ValueTypePTR}, []extism.ValueType{extism.ValueTypePTR})
 	read.SetNamespace(abi.HostNamespace)
@@ -79,17 +83,24 @@ func HostFunctions(fallback Session) []extism.HostFunction {
 }
 
 // answer reads a guest's JSON request at offset, bounded by
-// abi.MaxHostRequestBytes, and writes back the JSON of the response. It
-// never panics into the guest: a bad offset or oversized request gets an
-// error response.
-func answer(ctx context.Context, p *extism.CurrentPlugin, offset uint64,
+// abi.MaxHostRequestBytes, and writes back the JSON of the response. A bad
+// offset or oversized request gets an error response; the call's budget
+// (budget.go) ends the call past its host calls or bytes.
+func answer(ctx context.Context, p *extism.CurrentPlugin, fn string, offset uint64,
 	serve func(Session, []byte) any, errResp func(string) any, fallback Session) uint64 {
 	s := sessionFrom(ctx)
 	if s == nil {
 		s = fallback
 	}
+	b := budgetFrom(ctx)
+	var late error
+	if s != nil {
+		late = b.enter(ctx, fn)
+	}
 	var resp any
 	switch n, err := p.Length(offset); {
+	case late != nil:
+		resp = errResp(late.Error())
 	case err != nil:
 		resp = errResp("bad request offset: " + err.Error())
 	case n > abi.MaxHostRequestBytes:
@@ -108,6 +119,7 @@ func answer(ctx context.Context, p *extism.CurrentPlugin, offset uint64,
 	if err != nil {
 		out, _ = json.Marshal(errResp("encode response: " + err.Error()))
 	}
+	b.answer(fn, len(out), false)
 	off, err := p.WriteBytes(out)
 	if err != nil {
 		return 0

@@ -177,7 +177,7 @@ func (s *blockingSession) Load(context.Context, *abi.LoadRequest) abi.LoadRespon
 	return abi.LoadResponse{Found: true, Version: 1, Data: json.RawMessage(`{}`)}
 }
 
-func (s *blockingSession) ReadStream(context.Context, *abi.ReadStreamRequest) abi.ReadStreamResponse {
+func (s *blockingSession) ReadStream(context.Context, *abi.ReadStreamRequest, int) abi.ReadStreamResponse {
 	return abi.ReadStreamResponse{}
 }
 

@@ -65,6 +65,11 @@ type Limits struct {
 	// LogsPerSecond and LogBurst bound the guest log lines a module may
 	// forward to the host log; the rest are dropped and counted.
 	LogsPerSecond, LogBurst int
+	// MaxHostCalls bounds the host-function calls (load, read_stream)
+	// of one protean_handle call; MaxHostBytes the bytes they answer in
+	// all; MaxReadBytes the bytes of events one read_stream page holds
+	// (budget.go).
+	MaxHostCalls, MaxHostBytes, MaxReadBytes int
 	// Instances caps the module's instances alive at once, and so its
 	// concurrent calls (0: the loader's Instances, GOMAXPROCS by
 	// default); a call beyond waits for one within its deadline.
@@ -87,6 +92,9 @@ func DefaultLimits() Limits {
 	return Limits{MemoryMB: 64, Timeout: 5 * time.Second, ManifestTimeout: 2 * time.Second, MaxOutputBytes: abi.DefaultMaxOutputBytes,
 		MaxTableElements: 100_000, MaxModuleBytes: 32 << 20, CompileTimeout: 10 * time.Second, RecycleAboveMB: 32,
 		LogsPerSecond: 10, LogBurst: 100,
+		// A batch of a few hundred messages loading a few records each,
+		// and reading a few long streams.
+		MaxHostCalls: 10_000, MaxHostBytes: 64 << 20, MaxReadBytes: 1 << 20,
 		// Measured (docs/deadline.md, Compile bombs): Go wasip1 modules
 		// have ~2,500 functions, bodies up to 50 KiB, 20 locals (10,600
 		// in all), nesting 549 and a nesting cost of 4.6M; Haskell 1,706
@@ -142,7 +150,8 @@ func (l Limits) withDefaults() Limits {
 		d int
 	}{{&l.MaxFunctions, d.MaxFunctions}, {&l.MaxFunctionBytes, d.MaxFunctionBytes},
 		{&l.MaxFunctionLocals, d.MaxFunctionLocals}, {&l.MaxModuleLocals, d.MaxModuleLocals},
-		{&l.MaxNestingDepth, d.MaxNestingDepth}, {&l.MaxNestingCost, d.MaxNestingCost}} {
+		{&l.MaxNestingDepth, d.MaxNestingDepth}, {&l.MaxNestingCost, d.MaxNestingCost},
+		{&l.MaxHostCalls, d.MaxHostCalls}, {&l.MaxHostBytes, d.MaxHostBytes}, {&l.MaxReadBytes, d.MaxReadBytes}} {
 		if *f.v <= 0 {
 			*f.v = f.d
 		}

@@ -12,7 +12,7 @@ import (
 type nopSession struct{}
 
 func (nopSession) Load(context.Context, *abi.LoadRequest) abi.LoadResponse { return abi.LoadResponse{} }
-func (nopSession) ReadStream(context.Context, *abi.ReadStreamRequest) abi.ReadStreamResponse {
+func (nopSession) ReadStream(context.Context, *abi.ReadStreamRequest, int) abi.ReadStreamResponse {
 	return abi.ReadStreamResponse{}
 }
 

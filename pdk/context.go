@@ -193,7 +193,10 @@ func (c *Context) Dispatch(typ string, data any) error {
 	return nil
 }
 
-// ReadStream reads up to limit events of stream from position from.
+// ReadStream reads up to limit events of stream from position from: one
+// page, which the host also bounds by bytes, so a page shorter than limit
+// is not the end of the stream; read on from the last position plus one
+// until a page is empty.
 func (c *Context) ReadStream(stream string, from int64, limit int) ([]abi.Envelope, error) {
 	resp, err := c.host.readStream(&abi.ReadStreamRequest{Stream: stream, From: from, Limit: limit})
 	if err != nil {

@@ -160,7 +160,8 @@ func (e *env) loader(funcs host.Session) (*host.Loader, error) {
 			RecycleAboveMB: l.RecycleAboveMB, LogsPerSecond: l.LogLinesPerSecond, LogBurst: l.LogBurst,
 			Instances: l.MaxInstances, MaxFunctions: l.MaxFunctions, MaxFunctionBytes: l.MaxFunctionBytes,
 			MaxFunctionLocals: l.MaxFunctionLocals, MaxModuleLocals: l.MaxModuleLocals,
-			MaxNestingDepth: l.MaxNestingDepth, MaxNestingCost: l.MaxNestingCost}
+			MaxNestingDepth: l.MaxNestingDepth, MaxNestingCost: l.MaxNestingCost,
+			MaxHostCalls: l.MaxHostCalls, MaxHostBytes: l.MaxHostBytes, MaxReadBytes: l.MaxReadBytes}
 	}
 	return host.NewLoader(host.LoaderOptions{
 		Limits:        limits(""),

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -122,32 +121,8 @@ modules = ["behave", "intruder"]
 	base := "http://" + p.addr
 
 	// The shop's traffic, all along: every command must answer 200.
-	var (
-		mu      sync.Mutex
-		placed  int
-		refused []string
-	)
-	stop := make(chan struct{})
-	flowing := make(chan struct{})
-	go func() {
-		defer close(flowing)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			r, err := send("POST", base+"/v1/commands/PlaceOrder", fmt.Sprintf(`{"order_id":"o-%d","client_id":"c-1","total":1}`, i))
-			mu.Lock()
-			if err != nil || r.code != 200 {
-				refused = append(refused, fmt.Sprintf("%v %v", r, err))
-			} else {
-				placed++
-			}
-			mu.Unlock()
-		}
-	}()
-	count := func() int { mu.Lock(); defer mu.Unlock(); return placed }
+	shop := startShopTraffic(base)
+	count := shop.count
 	before := count()
 
 	cmd := func(typ, body string) reply {
@@ -198,28 +173,16 @@ modules = ["behave", "intruder"]
 		n := count()
 		return n > before+10, fmt.Sprintf("%d placed (%d before the hostile work)", n, before)
 	})
-	close(stop)
-	<-flowing
-	mu.Lock()
-	require.Empty(t, refused, "the shop's commands answered 200 throughout")
-	mu.Unlock()
+	require.Empty(t, shop.stop(), "the shop's commands answered 200 throughout")
 
 	// Resident memory: per module at most `instances` instances, each
 	// within memory_mb plus twice max_output_bytes (the Extism kernel's
 	// memory), plus a fixed overhead (the Go runtime, compiled code, the
 	// stores).
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	require.NoError(t, err)
-	var rssKB int64
-	for _, l := range strings.Split(string(status), "\n") {
-		if strings.HasPrefix(l, "VmHWM:") { // the peak, not just now
-			_, err := fmt.Sscanf(strings.TrimPrefix(l, "VmHWM:"), "%d", &rssKB)
-			require.NoError(t, err)
-		}
-	}
+	peak := peakRSS(t, p.cmd.Process.Pid)
 	bound := int64(modules*instances*(memoryMB<<20+2*outputMB<<20) + overhead)
-	t.Logf("host peak RSS %d MiB, bound %d MiB", rssKB>>10, bound>>20)
-	require.Less(t, rssKB<<10, bound, "peak RSS within the configured per-instance bounds plus overhead")
+	t.Logf("host peak RSS %d MiB, bound %d MiB", peak>>20, bound>>20)
+	require.Less(t, peak, bound, "peak RSS within the configured per-instance bounds plus overhead")
 	require.Equal(t, 200, cmd("PlaceOrder", `{"order_id":"last","client_id":"c-1","total":1}`).code, "the host is still up")
 }
 

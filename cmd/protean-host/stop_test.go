@@ -34,6 +34,7 @@ cache_dir = %q
 [plugins.limits]
 interruptible = false
 timeout_ms = 600000
+max_host_calls = 1000000000 # the delivery polls a load forever
 `, dir, wasmbuild.CacheDir(t)), "500ms")
 	addr := p.addr
 

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 
@@ -50,6 +51,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		"InclusiveReads":                testInclusiveReads,
 		"Limits":                        testLimits,
 		"DefaultLimit":                  testDefaultLimit,
+		"ByteBoundedReads":              testByteBoundedReads,
 		"CategoryIsolation":             testCategoryIsolation,
 		"InvalidInput":                  testInvalidInput,
 		"CancelledContext":              testCancelledContext,
@@ -333,6 +335,70 @@ func testLimits(t *testing.T, h Harness) {
 		}
 		requireSameEvents(t, all, paged)
 	}
+}
+
+// testByteBoundedReads: ReadStreamBytes stops before the event that would
+// take a page past its byte bound, always returns the first event, and
+// paging by it visits every event once.
+func testByteBoundedReads(t *testing.T, h Harness) {
+	ctx := t.Context()
+	for i := range 12 {
+		ev := newEvent("order-1", "Happened", eventstore.AnyVersion, i)
+		// Sizes vary: 1, 4 and 16 KiB of payload.
+		ev.Data = json.RawMessage(fmt.Sprintf(`{"n": %d, "pad": %q}`, i, strings.Repeat("x", 1<<(10+2*(i%3)))))
+		appendOK(t, h.Store, ev)
+	}
+	all, err := h.Store.ReadStream(ctx, "order-1", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, all, 12)
+
+	// want is the page the rule gives, from the sizes as the store
+	// returns them (jsonb does not keep the bytes).
+	want := func(from, limit, maxBytes int) []eventstore.Event {
+		page, size := []eventstore.Event{}, 0
+		for _, e := range all[from:min(len(all), from+limit)] {
+			if size += e.Size(); size > maxBytes && len(page) > 0 {
+				break
+			}
+			page = append(page, e)
+		}
+		return page
+	}
+	for _, tc := range []struct{ from, limit, maxBytes int }{
+		{0, 12, 1}, // smaller than any event: the first alone
+		{0, 12, all[0].Size() + all[1].Size()},
+		{0, 12, all[0].Size() + all[1].Size() - 1},
+		{2, 12, 40 << 10},
+		{0, 3, 1 << 30}, // the count bounds first
+		{0, 12, 1 << 30},
+		{11, 12, 1},
+	} {
+		got, err := h.Store.ReadStreamBytes(ctx, "order-1", int64(tc.from), tc.limit, tc.maxBytes)
+		require.NoError(t, err)
+		requireSameEvents(t, want(tc.from, tc.limit, tc.maxBytes), got)
+	}
+	got, err := h.Store.ReadStreamBytes(ctx, "order-1", 12, 0, 1)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	got, err = h.Store.ReadStreamBytes(ctx, "order-1", 0, 0, 0)
+	require.NoError(t, err)
+	requireSameEvents(t, all, got)
+
+	// Paging by bytes from the last position plus one visits every event
+	// once.
+	var paged []eventstore.Event
+	for from := int64(0); ; {
+		page, err := h.Store.ReadStreamBytes(ctx, "order-1", from, 0, 20<<10)
+		require.NoError(t, err)
+		if len(page) == 0 {
+			break
+		}
+		paged = append(paged, page...)
+		from = page[len(page)-1].Position + 1
+	}
+	requireSameEvents(t, all, paged)
+	_, err = h.Store.ReadStreamBytes(ctx, "order", 0, 0, 1)
+	require.ErrorIs(t, err, eventstore.ErrInvalid)
 }
 
 func testDefaultLimit(t *testing.T, h Harness) {

@@ -56,6 +56,16 @@ type Slow struct {
 	Until string `json:"until,omitempty"`
 }
 
+type Fill struct {
+	ID   string `json:"id"`
+	N    int    `json:"n"`
+	Size int    `json:"size"`
+}
+
+type Padded struct {
+	Pad string `json:"pad"`
+}
+
 func init() {
 	pdk.Module("behave", "1.0.0")
 	pdk.Command[Slow]("Slow", "slow")
@@ -106,6 +116,18 @@ func init() {
 			return err
 		}
 		return ctx.Dispatch("Again", cmd)
+	})
+	// Fill appends N events of Size bytes each to stream pad-ID: a tenant
+	// filling its own stream, for the read floods.
+	pdk.Command[Fill]("Fill", "pad")
+	pdk.Event[Padded]("Padded", "pad")
+	pdk.On(pdk.CommandHandler("fill", "pad"), "Fill", func(ctx *pdk.Context, f Fill) error {
+		for range f.N {
+			if err := ctx.Emit("pad-"+f.ID, "Padded", Padded{Pad: strings.Repeat("x", f.Size)}); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	pdk.Event[Op]("Op", "ops")
 	// EmitOp appends its Op as an event, so a process-level test can put
@@ -201,6 +223,36 @@ func init() {
 			var d doc
 			_, err := ctx.Load(pdk.Aggregate, "order", m.ID, &d)
 			return err
+		case "load_flood": // Arg loads, whatever they answer; then the count that succeeded
+			n, _ := strconv.Atoi(m.Arg)
+			ok := 0
+			for range n {
+				var d doc
+				if _, err := ctx.Load(pdk.Projection, "behave", m.ID, &d); err == nil {
+					ok++
+				}
+			}
+			return ctx.Emit("ops-"+m.ID, "Op", Op{Op: "done", ID: m.ID, Arg: strconv.Itoa(ok)})
+		case "read_pages": // stream Arg from its start, page by page, to its end: "events/pages"
+			events, pages := 0, 0
+			for from := int64(0); ; pages++ {
+				evs, err := ctx.ReadStream(m.Arg, from, 1000)
+				if err != nil {
+					return err
+				}
+				if len(evs) == 0 {
+					break
+				}
+				events += len(evs)
+				from = evs[len(evs)-1].Position + 1
+			}
+			return ctx.Emit("ops-"+m.ID, "Op", Op{Op: "done", ID: m.ID, Arg: strconv.Itoa(events) + "/" + strconv.Itoa(pages)})
+		case "read_flood": // stream Arg from its start, again and again
+			for {
+				if _, err := ctx.ReadStream(m.Arg, 0, 1000); err != nil {
+					return err
+				}
+			}
 		case "read":
 			evs, err := ctx.ReadStream(m.Arg, 0, 10)
 			if err != nil {
