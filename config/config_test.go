@@ -66,7 +66,7 @@ func TestDefault(t *testing.T) {
 	require.Equal(t, time.Second, c.Server.StreamSubscription.RetryDelay())
 
 	require.Equal(t, config.Plugins{
-		Dir: "build/plugins", CacheDir: ".cache/wasm",
+		Dir: "build/plugins", CacheDir: ".cache/wasm", FollowLinks: true,
 		Limits: config.Limits{MemoryMB: 64, TimeoutMS: 5000, MaxOutputBytes: 16 << 20, ManifestTimeoutMS: 2000, Interruptible: true,
 			MaxTableElements: 100000, MaxModuleBytes: 32 << 20, CompileTimeoutMS: 10000, RecycleAboveMB: 32, LogLinesPerSecond: 10, LogBurst: 100, MaxCascadeDepth: 16, MaxFollowUps: 256,
 			ShapeLimits: config.ShapeLimits{MaxFunctions: 100_000, MaxFunctionBytes: 1 << 20, MaxFunctionLocals: 50_000, MaxModuleLocals: 1_000_000,

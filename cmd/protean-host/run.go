@@ -103,6 +103,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if *drain <= 0 {
 		return fmt.Errorf("--shutdown-timeout %s: must be positive", *drain)
 	}
+	if err := e.checkConfigFile(); err != nil {
+		return err
+	}
 	if *listen != "" {
 		e.cfg.HTTP.Listen = *listen
 	}

@@ -15,6 +15,9 @@ func cmdValidate(ctx context.Context, e *env, args []string) error {
 	if err := e.parse(e.flags("validate"), args); err != nil {
 		return err
 	}
+	if err := e.checkConfigFile(); err != nil {
+		return err
+	}
 	l, err := e.loader(nil)
 	if err != nil {
 		return err
