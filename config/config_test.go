@@ -619,3 +619,13 @@ max_function_locals = -1
 	require.ErrorContains(t, err, "plugins.limits.max_nesting_cost")
 	require.ErrorContains(t, err, "tenants.big.max_function_locals")
 }
+
+func TestLoadPluginFileRules(t *testing.T) {
+	c, err := config.Load(writeFile(t, "[plugins]\nfollow_links = false\nrefuse_writable = true\n"))
+	require.NoError(t, err)
+	require.False(t, c.Plugins.FollowLinks)
+	require.True(t, c.Plugins.RefuseWritable)
+
+	_, err = config.Load(writeFile(t, "[plugins]\nfollow_links = \"inside\"\n"))
+	require.ErrorContains(t, err, "follow_links")
+}

@@ -94,3 +94,35 @@ func TestValidateRefusesANamedPipe(t *testing.T) {
 	require.Contains(t, out.String(), "zz.wasm: is a named pipe, not a regular file")
 	require.Contains(t, out.String(), "1 problem(s) in "+dir)
 }
+
+// A config file or plugins directory that others may write draws a WARN
+// naming it and its mode; [plugins] refuse_writable = true refuses each,
+// naming the path.
+func TestValidateWritableByOthers(t *testing.T) {
+	dir := t.TempDir()
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./host/testdata/plugins/declared", "variant=projector"), dir, "projector.wasm")
+	require.NoError(t, os.Chmod(dir, 0o777))
+	cfg := configFile(t, "inline")
+	require.NoError(t, os.Chmod(cfg, 0o666))
+	code, out, errs := cli(t, "validate", "--config", cfg, "--plugins", dir)
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "1 modules, 1 handlers: valid")
+	require.Regexp(t, `level=WARN msg="writable by other users[^"]*" path=`+cfg+` mode=0666`, errs)
+	require.Regexp(t, `level=WARN msg="writable by other users[^"]*" path=`+dir+` mode=0777`, errs)
+
+	refuse := func(cfg string) string {
+		b, err := os.ReadFile(cfg)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(cfg, bytes.Replace(b, []byte("[plugins]\n"), []byte("[plugins]\nrefuse_writable = true\n"), 1), 0o644))
+		return cfg
+	}
+	cfg = refuse(configFile(t, "inline"))
+	code, _, errs = cli(t, "validate", "--config", cfg, "--plugins", dir)
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, "plugins directory "+dir+" is writable by other users (mode 0777)")
+
+	require.NoError(t, os.Chmod(cfg, 0o666))
+	code, _, errs = cli(t, "validate", "--config", cfg, "--plugins", dir)
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, "protean-host validate: config "+cfg+" is writable by other users (mode 0666)")
+}
