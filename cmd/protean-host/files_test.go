@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -125,4 +127,19 @@ func TestValidateWritableByOthers(t *testing.T) {
 	code, _, errs = cli(t, "validate", "--config", cfg, "--plugins", dir)
 	require.Equal(t, 1, code)
 	require.Contains(t, errs, "protean-host validate: config "+cfg+" is writable by other users (mode 0666)")
+}
+
+// validate interrupted while it loads (main cancels the context on SIGINT
+// and SIGTERM) stops loading and says so, instead of listing the modules
+// it did not load as problems.
+func TestValidateInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bomb.wasm"), wasmbuild.CompileBomb(150000), 0o644))
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("terminated signal received"))
+	var out, errb bytes.Buffer
+	code := run(ctx, []string{"validate", "--config", configFile(t, "inline"), "--plugins", dir}, &out, &errb)
+	require.Equal(t, 1, code)
+	require.Contains(t, errb.String(), "protean-host validate: loading "+dir+": terminated signal received")
+	require.NotContains(t, errb.String(), "problem(s)")
 }
