@@ -258,7 +258,17 @@ type Plugins struct {
 	// CacheDir holds compiled modules across restarts, relative to the
 	// working directory. "" compiles in memory only.
 	CacheDir string `toml:"cache_dir"`
-	Limits   Limits `toml:"limits"`
+	// FollowLinks follows a symbolic link in dir whose target stays
+	// within dir (a Kubernetes ConfigMap or Secret volume, a deploy that
+	// swaps a link); false refuses every link. A link out of dir is
+	// refused either way (host.LoaderOptions.RefuseLinks).
+	FollowLinks bool `toml:"follow_links"`
+	// RefuseWritable refuses to load from a plugins directory, a module
+	// file or a config file that users other than its owner and group may
+	// write; false logs it (WARN) at start and at each reload
+	// (host.LoaderOptions.RefuseWritable).
+	RefuseWritable bool   `toml:"refuse_writable"`
+	Limits         Limits `toml:"limits"`
 }
 
 // Limits is [plugins.limits]: the sandbox bounds of every module, unless its
@@ -418,6 +428,7 @@ func Default() Config {
 	sub := broker.DefaultOptions()
 	part := redispartition.DefaultConsumerOptions()
 	lim := host.DefaultLimits()
+	var loaderDefaults host.LoaderOptions // its zero value: links within followed, writable logged
 	return Config{
 		Databases:  map[string]Database{DefaultName: {Provider: ProviderMemory}},
 		EventStore: EventStore{Provider: ProviderMemory},
@@ -461,9 +472,11 @@ func Default() Config {
 			},
 		},
 		Plugins: Plugins{
-			Dir:      "build/plugins",
-			Watch:    false,
-			CacheDir: ".cache/wasm",
+			Dir:            "build/plugins",
+			Watch:          false,
+			CacheDir:       ".cache/wasm",
+			FollowLinks:    !loaderDefaults.RefuseLinks,
+			RefuseWritable: loaderDefaults.RefuseWritable,
 			Limits: Limits{
 				MemoryMB:          lim.MemoryMB,
 				TimeoutMS:         toMS(lim.Timeout),

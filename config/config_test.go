@@ -66,7 +66,7 @@ func TestDefault(t *testing.T) {
 	require.Equal(t, time.Second, c.Server.StreamSubscription.RetryDelay())
 
 	require.Equal(t, config.Plugins{
-		Dir: "build/plugins", CacheDir: ".cache/wasm",
+		Dir: "build/plugins", CacheDir: ".cache/wasm", FollowLinks: true,
 		Limits: config.Limits{MemoryMB: 64, TimeoutMS: 5000, MaxOutputBytes: 16 << 20, ManifestTimeoutMS: 2000, Interruptible: true,
 			MaxTableElements: 100000, MaxModuleBytes: 32 << 20, CompileTimeoutMS: 10000, RecycleAboveMB: 32, LogLinesPerSecond: 10, LogBurst: 100, MaxCascadeDepth: 16, MaxFollowUps: 256,
 			ShapeLimits: config.ShapeLimits{MaxFunctions: 100_000, MaxFunctionBytes: 1 << 20, MaxFunctionLocals: 50_000, MaxModuleLocals: 1_000_000,
@@ -630,4 +630,14 @@ max_host_calls = -1
 	require.ErrorContains(t, err, "tenants.big.max_function_locals")
 	require.ErrorContains(t, err, "plugins.limits.max_host_bytes")
 	require.ErrorContains(t, err, "tenants.big.max_host_calls")
+}
+
+func TestLoadPluginFileRules(t *testing.T) {
+	c, err := config.Load(writeFile(t, "[plugins]\nfollow_links = false\nrefuse_writable = true\n"))
+	require.NoError(t, err)
+	require.False(t, c.Plugins.FollowLinks)
+	require.True(t, c.Plugins.RefuseWritable)
+
+	_, err = config.Load(writeFile(t, "[plugins]\nfollow_links = \"inside\"\n"))
+	require.ErrorContains(t, err, "follow_links")
 }

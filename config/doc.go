@@ -22,7 +22,7 @@
 //	[server]                  default_subscription_type = "stream" | "event_store" (unset: event_store with
 //	                          PostgreSQL stores and the inline broker, stream otherwise; Config.SubscriptionType)
 //	[server.event_store_subscription]  batch_size, poll_interval_ms, gap_timeout_ms, key_workers
-//	[plugins]                 dir, watch, cache_dir
+//	[plugins]                 dir, watch, cache_dir, allow_repartition, follow_links, refuse_writable
 //	[plugins.limits]          memory_mb, timeout_ms, max_output_bytes, manifest_timeout_ms, interruptible,
 //	                          max_table_elements, max_module_bytes, compile_timeout_ms, recycle_above_mb,
 //	                          log_lines_per_second, log_burst, max_cascade_depth, max_follow_ups, max_instances,
@@ -64,6 +64,7 @@
 //	plugins.allow_repartition = false
 //	plugins.cache_dir = ".cache/wasm"
 //	plugins.dir = "build/plugins"
+//	plugins.follow_links = true
 //	plugins.limits.compile_timeout_ms = 10000
 //	plugins.limits.interruptible = true
 //	plugins.limits.log_burst = 100
@@ -87,6 +88,7 @@
 //	plugins.limits.memory_mb = 64
 //	plugins.limits.recycle_above_mb = 32
 //	plugins.limits.timeout_ms = 5000
+//	plugins.refuse_writable = false
 //	plugins.watch = false
 //	server.default_subscription_type = ""
 //	server.event_store_subscription.batch_size = 100
@@ -112,6 +114,14 @@
 // file: `make run` runs from the repository root with configs/domain.toml
 // saying dir = "build/plugins". Use absolute paths in deployments that start
 // the host elsewhere.
+//
+// Plugin files: only regular files named *.wasm are read from plugins.dir,
+// never more of one than max_module_bytes. A symbolic link out of the
+// directory is refused; follow_links decides about one that stays within.
+// A plugins directory, module file or config file that users other than
+// its owner and group may write is logged at start and at each reload, or
+// refused with refuse_writable (group-writable is not: a deploy group or a
+// Kubernetes fsGroup makes it so on purpose).
 //
 // Tables keyed by a name (databases, brokers, tenants) are replaced entry by
 // entry: a file that writes [brokers.default] replaces the whole default

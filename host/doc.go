@@ -1,5 +1,17 @@
 // Package host loads handler modules and runs them in a sandbox.
 //
+// Files (file.go): only a regular file named *.wasm is read from the
+// plugins directory. Each is opened non-blocking beneath the directory
+// (os.Root), fstatted, and sized against its max_module_bytes before a
+// byte is read, then read through a bound of that plus one: a named pipe
+// once blocked every reload for ever, a link to /dev/urandom ran a host
+// out of memory, and a link out of the directory read /etc/shadow. A
+// named pipe, device, socket or directory is refused by name
+// (ErrNotRegular), so is a link out of the directory (ErrLinkOut), and a
+// link within it unless LoaderOptions.RefuseLinks ([plugins] follow_links
+// = false; ErrSymlink). A directory or file others may write is logged,
+// or refused under RefuseWritable (ErrWritable).
+//
 // A Loader compiles each *.wasm file of the plugins directory through the
 // Extism SDK on wazero (with a compilation cache, on disk when
 // [plugins] cache_dir is set), instantiates it once to call

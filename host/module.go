@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -263,6 +264,9 @@ type Loader struct {
 	// compiles counts the compilations started (tests: a module refused
 	// before compiling starts none).
 	compiles atomic.Int64
+	// refuseLinks, refuseWritable: LoaderOptions.RefuseLinks and
+	// RefuseWritable.
+	refuseLinks, refuseWritable bool
 }
 
 // LoaderOptions configure a Loader.
@@ -282,13 +286,24 @@ type LoaderOptions struct {
 	// Instances caps the instances of one module alive at once (calls
 	// beyond it wait); 0 means GOMAXPROCS.
 	Instances int
-	Logger    *slog.Logger
+	// RefuseLinks refuses every symbolic link in the plugins directory
+	// ([plugins] follow_links = false). By default a link that resolves
+	// within the directory is followed (a Kubernetes ConfigMap or Secret
+	// volume is made of such links, and so is a deploy that swaps
+	// orders.wasm -> releases/42/orders.wasm); a link out of it is always
+	// refused (ErrLinkOut).
+	RefuseLinks bool
+	// RefuseWritable refuses a plugins directory, or a module file, that
+	// users other than its owner and group may write ([plugins]
+	// refuse_writable); by default each load logs it (WARN).
+	RefuseWritable bool
+	Logger         *slog.Logger
 }
 
 // NewLoader returns a Loader. Close it to release the compilation cache.
 func NewLoader(opts LoaderOptions) (*Loader, error) {
 	l := &Loader{limits: opts.Limits.withDefaults(), tenantLim: opts.TenantLimits, tenancy: opts.Tenancy, funcs: opts.HostFunctions,
-		poolSize: opts.Instances, log: opts.Logger}
+		poolSize: opts.Instances, log: opts.Logger, refuseLinks: opts.RefuseLinks, refuseWritable: opts.RefuseWritable}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -340,51 +355,37 @@ func (l *Loader) Close(ctx context.Context) error {
 var wasmMagic = []byte{0x00, 'a', 's', 'm'}
 
 // LoadFile loads one module file. Every failure is a *LoadError naming the
-// file.
+// file. Links in path are followed (the caller named it), but only a
+// regular file is read, and no more of it than MaxModuleBytes.
 func (l *Loader) LoadFile(ctx context.Context, path string) (*Module, error) {
-	file := filepath.Base(path)
-	fail := func(err error) (*Module, error) { return nil, &LoadError{File: file, Err: err} }
-	stat, err := os.Stat(path) // before the read: a later write changes it
-	if err != nil {
-		return fail(err)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fail(err)
-	}
-	m, err := l.load(ctx, file, b)
-	if err != nil {
-		return fail(err)
-	}
-	m.Path, m.stat = path, stat
-	return m, nil
+	return l.loadOrReuse(ctx, path, func() (*os.File, fs.FileInfo, error) { return openFile(path) }, nil)
 }
 
-// loadOrReuse loads the file at path, or returns old, retained, if the
-// file still holds old's bytes: the same file unmodified, or a file with
-// the same SHA-256.
-func (l *Loader) loadOrReuse(ctx context.Context, path string, old *Module) (*Module, error) {
-	if old == nil {
-		return l.LoadFile(ctx, path)
-	}
-	fail := func(err error) (*Module, error) { return nil, &LoadError{File: filepath.Base(path), Err: err} }
-	stat, err := os.Stat(path)
+// loadOrReuse loads the module file open opens, or returns old, retained,
+// if the file still holds old's bytes: the same file unmodified (by the
+// fstat of the opened file), or a file with the same SHA-256.
+func (l *Loader) loadOrReuse(ctx context.Context, path string, open func() (*os.File, fs.FileInfo, error), old *Module) (*Module, error) {
+	file := filepath.Base(path)
+	fail := func(err error) (*Module, error) { return nil, &LoadError{File: file, Err: err} }
+	f, stat, err := open()
 	if err != nil {
 		return fail(err)
 	}
-	if old.stat != nil && os.SameFile(stat, old.stat) && stat.Size() == old.stat.Size() &&
+	defer f.Close()
+	if old != nil && old.stat != nil && os.SameFile(stat, old.stat) && stat.Size() == old.stat.Size() &&
 		stat.ModTime().Equal(old.stat.ModTime()) && old.retain() {
 		return old, nil
 	}
-	b, err := os.ReadFile(path)
+	lim := l.limitsOf(strings.TrimSuffix(file, filepath.Ext(file)))
+	b, err := readModule(f, stat, lim.MaxModuleBytes)
 	if err != nil {
 		return fail(err)
 	}
 	sum := sha256.Sum256(b)
-	if hex.EncodeToString(sum[:]) == old.SHA256 && old.retain() {
+	if old != nil && hex.EncodeToString(sum[:]) == old.SHA256 && old.retain() {
 		return old, nil
 	}
-	m, err := l.load(ctx, filepath.Base(path), b)
+	m, err := l.load(ctx, file, b, sum, lim)
 	if err != nil {
 		return fail(err)
 	}
@@ -392,22 +393,25 @@ func (l *Loader) loadOrReuse(ctx context.Context, path string, old *Module) (*Mo
 	return m, nil
 }
 
-func (l *Loader) load(ctx context.Context, file string, b []byte) (*Module, error) {
+// limitsOf returns the limits of the module named name (its file name
+// without .wasm): its tenant's, when there are tenant limits.
+func (l *Loader) limitsOf(name string) Limits {
+	if l.tenantLim != nil {
+		return l.tenantLim(name).withDefaults()
+	}
+	return l.limits
+}
+
+// load compiles b, the bytes of file (at most lim.MaxModuleBytes, with
+// their SHA-256 sum), and reads its manifest.
+func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Size]byte, lim Limits) (*Module, error) {
 	if len(b) == 0 {
 		return nil, ErrEmptyFile
 	}
 	if len(b) < 8 || string(b[:4]) != string(wasmMagic) {
 		return nil, fmt.Errorf("%w: bad magic number", ErrNotWASM)
 	}
-	sum := sha256.Sum256(b)
 	name := strings.TrimSuffix(file, filepath.Ext(file))
-	lim := l.limits
-	if l.tenantLim != nil {
-		lim = l.tenantLim(name).withDefaults()
-	}
-	if len(b) > lim.MaxModuleBytes {
-		return nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrModuleTooLarge, len(b), lim.MaxModuleBytes)
-	}
 	b, err := boundTables(b, lim.MaxTableElements)
 	if err != nil {
 		return nil, err
@@ -544,7 +548,10 @@ func slogLevel(l extism.LogLevel) slog.Level {
 
 // LoadDir loads every *.wasm file of dir, in name order. It returns the
 // modules that loaded and one error per file that did not; the caller
-// decides whether a partial set may run (the host never runs one).
+// decides whether a partial set may run (the host never runs one). Only
+// regular files are read (file.go): an entry named *.wasm that is a named
+// pipe, a device, a socket, a directory or a link out of dir is refused by
+// name, and a dir others may write is logged or refused (RefuseWritable).
 func (l *Loader) LoadDir(ctx context.Context, dir string) ([]*Module, []error) {
 	return l.loadDir(ctx, dir, nil)
 }
@@ -554,13 +561,23 @@ func (l *Loader) LoadDir(ctx context.Context, dir string) ([]*Module, []error) {
 // SHA-256): a reload of one changed module compiles and instantiates that
 // one only. A carried module is retained; closing it drops that hold.
 func (l *Loader) loadDir(ctx context.Context, dir string, running *Set) ([]*Module, []error) {
+	if err := l.checkDir(dir); err != nil {
+		return nil, []error{err}
+	}
+	d, err := openPluginDir(dir)
+	if err != nil {
+		return nil, []error{fmt.Errorf("plugins directory %s: %w", dir, err)}
+	}
+	defer d.Close()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, []error{fmt.Errorf("plugins directory %s: %w", dir, err)}
 	}
 	var names []string
 	for _, e := range entries {
-		if !e.IsDir() && strings.HasSuffix(e.Name(), ".wasm") {
+		// Every entry named *.wasm, a directory too: what is not a
+		// regular file is refused by name, not passed over in silence.
+		if strings.HasSuffix(e.Name(), ".wasm") {
 			names = append(names, e.Name())
 		}
 	}
@@ -577,7 +594,12 @@ func (l *Loader) loadDir(ctx context.Context, dir string, running *Set) ([]*Modu
 		}
 	}
 	for _, n := range names {
-		m, err := l.loadOrReuse(ctx, filepath.Join(dir, n), reuse[n])
+		if ctx.Err() != nil { // a shutdown: the files left are not opened
+			errs = append(errs, fmt.Errorf("plugins directory %s: loading stopped before %s: %w", dir, n, ctx.Err()))
+			break
+		}
+		open := func() (*os.File, fs.FileInfo, error) { return l.open(d, n) }
+		m, err := l.loadOrReuse(ctx, filepath.Join(dir, n), open, reuse[n])
 		if err != nil {
 			errs = append(errs, err)
 			continue

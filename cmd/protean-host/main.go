@@ -164,13 +164,31 @@ func (e *env) loader(funcs host.Session) (*host.Loader, error) {
 			MaxHostCalls: l.MaxHostCalls, MaxHostBytes: l.MaxHostBytes, MaxReadBytes: l.MaxReadBytes}
 	}
 	return host.NewLoader(host.LoaderOptions{
-		Limits:        limits(""),
-		TenantLimits:  limits,
-		Tenancy:       cfg.Tenancy(),
-		CacheDir:      cfg.Plugins.CacheDir,
-		HostFunctions: host.HostFunctions(funcs),
-		Logger:        e.log,
+		Limits:         limits(""),
+		TenantLimits:   limits,
+		Tenancy:        cfg.Tenancy(),
+		CacheDir:       cfg.Plugins.CacheDir,
+		HostFunctions:  host.HostFunctions(funcs),
+		RefuseLinks:    !cfg.Plugins.FollowLinks,
+		RefuseWritable: cfg.Plugins.RefuseWritable,
+		Logger:         e.log,
 	})
+}
+
+// checkConfigFile checks the config file as the loader checks the plugins
+// directory (host.CheckWritable): whoever may write it decides what the
+// host loads and where it connects. It is read once, at start, so it is
+// checked then. (Under refuse_writable a writer could also turn the
+// setting off: the refusal guards against a mistake, not an attacker who
+// already writes the file.)
+func (e *env) checkConfigFile() error {
+	if e.configPath == "" {
+		return nil
+	}
+	if err := host.CheckWritable(e.log, e.configPath, e.cfg.Plugins.RefuseWritable); err != nil {
+		return fmt.Errorf("config %w", err)
+	}
+	return nil
 }
 
 func (e *env) broker() host.Broker {

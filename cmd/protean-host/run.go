@@ -103,6 +103,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if *drain <= 0 {
 		return fmt.Errorf("--shutdown-timeout %s: must be positive", *drain)
 	}
+	if err := e.checkConfigFile(); err != nil {
+		return err
+	}
 	if *listen != "" {
 		e.cfg.HTTP.Listen = *listen
 	}
@@ -233,6 +236,12 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		return loader.Close(context.Background())
 	})
 	set, errs := host.LoadSet(ctx, loader, cfg.Plugins.Dir, e.broker())
+	if ctx.Err() != nil { // SIGINT or SIGTERM while loading
+		if set != nil {
+			_ = set.Close(context.Background())
+		}
+		return nil, fmt.Errorf("loading %s: %w; nothing started", cfg.Plugins.Dir, context.Cause(ctx))
+	}
 	if len(errs) > 0 {
 		for _, err := range errs {
 			fmt.Fprintln(e.stderr, err)

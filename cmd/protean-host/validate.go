@@ -15,12 +15,21 @@ func cmdValidate(ctx context.Context, e *env, args []string) error {
 	if err := e.parse(e.flags("validate"), args); err != nil {
 		return err
 	}
+	if err := e.checkConfigFile(); err != nil {
+		return err
+	}
 	l, err := e.loader(nil)
 	if err != nil {
 		return err
 	}
 	defer l.Close(ctx)
 	set, errs := host.LoadSet(ctx, l, e.cfg.Plugins.Dir, e.broker())
+	if ctx.Err() != nil { // SIGINT or SIGTERM: what was not loaded is no problem of the files
+		if set != nil {
+			_ = set.Close(context.Background())
+		}
+		return fmt.Errorf("loading %s: %w", e.cfg.Plugins.Dir, context.Cause(ctx))
+	}
 	if len(errs) > 0 {
 		for _, err := range errs {
 			fmt.Fprintln(e.stderr, err)
