@@ -194,7 +194,7 @@ func New(set *host.Set, opts Options) *Engine {
 func (e *Engine) Swap(set *host.Set) {
 	l := &loaded{set: set, scopes: map[*host.Module]*scope{}, users: newGate()}
 	for _, m := range set.Modules() {
-		l.scopes[m] = newScope(set, m)
+		l.scopes[m] = newScope(set, m, e.scopeRefused)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -376,6 +376,14 @@ func callFailure(err error, storeWait time.Duration, storeFailed error, timeout 
 		return abi.ErrorTransient, delivery.MarkInfrastructure(fmt.Errorf("%w (after a store call failed: %v)", err, storeFailed))
 	}
 	return abi.ErrorPermanent, err
+}
+
+// scopeRefused tells the operator, never the guest or client, whose data
+// a refused request reached for: a WARN line and a metric naming the other
+// tenant.
+func (e *Engine) scopeRefused(err *ScopeError) {
+	e.opts.Metrics.refusals.WithLabelValues(err.File, err.Tenant, err.Owner).Inc()
+	e.log.Warn("refused: outside the module's scope", "module", err.File, "tenant", err.Tenant, "owner", err.Owner, "refused", err.What)
 }
 
 // handleOne runs one message through a route and returns its result, or

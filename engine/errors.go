@@ -54,7 +54,12 @@ type ScopeError struct {
 	File string
 	// Tenant is the module's tenant.
 	Tenant string
-	What   string
+	// What says what was refused. It never names another tenant: the
+	// guest and the client read it.
+	What string
+	// Owner is the other tenant whose data or command the request
+	// reached for ("" for none): for the operator's log and metrics only.
+	Owner string
 }
 
 func (e *ScopeError) Error() string {

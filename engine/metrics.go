@@ -20,6 +20,10 @@ type Metrics struct {
 	// inFlight is the calls into each handler now running: a call that
 	// outlives a stop, or a stuck guest, shows here.
 	inFlight *prometheus.GaugeVec
+	// refusals counts scope refusals by module, its tenant and the
+	// tenant whose data it reached for (what a guest or client is never
+	// told).
+	refusals *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors and registers them with reg (nil: not
@@ -38,9 +42,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Broker deliveries to event handlers, projectors and process managers, by outcome (ack, nack, reject, skip, release)."}, []string{"handler", "outcome"}),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "protean_handler_calls_in_flight",
 			Help: "Calls into handler modules now running."}, []string{"module", "handler"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_scope_refusals_total",
+			Help: "Host functions and effects refused as outside the module's scope, by module file, its tenant, and the tenant whose data or command it reached for (owner; empty for none)."},
+			[]string{"module", "tenant", "owner"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.calls, m.messages, m.duration, m.commits, m.delivered, m.inFlight)
+		reg.MustRegister(m.calls, m.messages, m.duration, m.commits, m.delivered, m.inFlight, m.refusals)
 	}
 	return m
 }

@@ -20,6 +20,9 @@ import (
 type scope struct {
 	file   string
 	tenant string
+	// refused is told of every refusal (the engine logs it and counts
+	// it, naming the other tenant for the operator).
+	refused func(*ScopeError)
 	// write and read: categories the module may write and read.
 	write, read map[string]bool
 	handlers    map[string]abi.Kind
@@ -27,12 +30,12 @@ type scope struct {
 	set         *host.Set
 }
 
-func newScope(set *host.Set, m *host.Module) *scope {
+func newScope(set *host.Set, m *host.Module, refused func(*ScopeError)) *scope {
 	tenant := m.Tenant
 	if tenant == "" {
 		tenant = host.DefaultTenant
 	}
-	s := &scope{file: m.File, tenant: tenant, write: map[string]bool{}, read: map[string]bool{},
+	s := &scope{file: m.File, tenant: tenant, refused: refused, write: map[string]bool{}, read: map[string]bool{},
 		handlers: map[string]abi.Kind{}, events: map[string]string{}, set: set}
 	owners := set.Owners()
 	grants := owners.Grants()
@@ -61,7 +64,22 @@ func newScope(set *host.Set, m *host.Module) *scope {
 }
 
 func (s *scope) refuse(format string, args ...any) error {
-	return &ScopeError{File: s.file, Tenant: s.tenant, What: fmt.Sprintf(format, args...)}
+	return s.refuseFor("", format, args...)
+}
+
+// refuseFor is refuse of a request that reached into owner's data (""
+// for none or the module's own tenant). The refusal's text, which the
+// guest and the client see, never names another tenant: only the
+// operator's log and metrics do (ScopeError.Owner).
+func (s *scope) refuseFor(owner, format string, args ...any) error {
+	if owner == s.tenant {
+		owner = ""
+	}
+	err := &ScopeError{File: s.file, Tenant: s.tenant, What: fmt.Sprintf(format, args...), Owner: owner}
+	if s.refused != nil {
+		s.refused(err)
+	}
+	return err
 }
 
 // load checks a host-function load of a record.
@@ -70,12 +88,13 @@ func (s *scope) load(kind abi.RecordKind, typ string) error {
 		if s.read[typ] {
 			return nil
 		}
-		return s.refuse("may not read aggregates of category %s: %s", typ, s.whose(typ))
+		return s.refuseFor(s.owner(typ), "may not read aggregates of category %s: %s", typ, s.whose(typ))
 	}
 	return s.record(kind, typ)
 }
 
-// whose explains why a category is out of reach.
+// whose explains why a category is out of reach, without naming another
+// tenant.
 func (s *scope) whose(cat string) string {
 	owner, ok := s.set.Owners().Owner(cat)
 	switch {
@@ -84,7 +103,7 @@ func (s *scope) whose(cat string) string {
 	case owner == s.tenant:
 		return fmt.Sprintf("the module declares no messages on it (it belongs to its tenant %s; declare them to use it)", owner)
 	}
-	return fmt.Sprintf("it belongs to tenant %s", owner)
+	return "it belongs to another tenant"
 }
 
 // record checks a write of a record (or a load of a projection or
@@ -96,9 +115,9 @@ func (s *scope) record(kind abi.RecordKind, typ string) error {
 			return nil
 		}
 		if s.read[typ] {
-			return s.refuse("may not write aggregates of category %s: it belongs to tenant %s, which grants tenant %s read only", typ, s.owner(typ), s.tenant)
+			return s.refuseFor(s.owner(typ), "may not write aggregates of category %s: it belongs to another tenant, which grants tenant %s read only", typ, s.tenant)
 		}
-		return s.refuse("may not write aggregates of category %s: %s", typ, s.whose(typ))
+		return s.refuseFor(s.owner(typ), "may not write aggregates of category %s: %s", typ, s.whose(typ))
 	case abi.RecordProjection:
 		if k := s.handlers[typ]; k == abi.KindProjector || k == abi.KindProcessManager {
 			return nil
@@ -125,7 +144,7 @@ func (s *scope) stream(stream string) error {
 		return s.refuse("%v", err)
 	}
 	if !s.read[cat] {
-		return s.refuse("may not read stream %s of category %s: %s", stream, cat, s.whose(cat))
+		return s.refuseFor(s.owner(cat), "may not read stream %s of category %s: %s", stream, cat, s.whose(cat))
 	}
 	return nil
 }
@@ -145,8 +164,7 @@ func (s *scope) command(typ string) error {
 	if owner == s.tenant || s.set.Owners().Grants().CanDispatch(owner, s.tenant, typ) {
 		return nil
 	}
-	return s.refuse("may not dispatch command %s: it belongs to tenant %s (handler %s in %s), which does not grant it to tenant %s",
-		typ, owner, route.Handler.Name, route.Module.File, s.tenant)
+	return s.refuseFor(owner, "may not dispatch command %s: it belongs to another tenant, which does not grant it to tenant %s", typ, s.tenant)
 }
 
 // effects checks every effect of a result against the scope.
@@ -172,7 +190,7 @@ func (s *scope) effects(e *abi.Effects) error {
 			return s.refuse("appends %s to stream %s, but %s is declared on category %s", ev.Type, ev.Stream, ev.Type, cat)
 		}
 		if !s.write[cat] {
-			return s.refuse("may not append %s to stream %s: category %s belongs to tenant %s", ev.Type, ev.Stream, cat, s.owner(cat))
+			return s.refuseFor(s.owner(cat), "may not append %s to stream %s: category %s belongs to another tenant", ev.Type, ev.Stream, cat)
 		}
 	}
 	for _, c := range e.Commands {

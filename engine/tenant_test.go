@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/abi"
@@ -50,8 +51,9 @@ func tenantEngine(t *testing.T, dispatch bool) (*Engine, *unitofwork.Memory) {
 // time against a module that lies: every host function (load, read_stream)
 // and every effect (aggregate write, projection write, event append,
 // follow-up command) outside its tenant's ownership and grants is refused
-// with a *ScopeError naming the module, its tenant and the owner, and the
-// owner's data is unchanged; what the owner granted works.
+// with a *ScopeError naming the module and its tenant (the owner only in
+// the operator's metric and log, never in what the guest or client
+// reads), and the owner's data is unchanged; what the owner granted works.
 func TestTenantCannotTouchAnotherTenant(t *testing.T) {
 	e, mem := tenantEngine(t, false)
 	ctx := context.Background()
@@ -76,16 +78,22 @@ func TestTenantCannotTouchAnotherTenant(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res.Events, 1)
 
-	for _, tc := range []struct{ op, want string }{
-		{"load_payment", "may not read aggregates of category payment"},
-		{"read_payment", "may not read stream payment-o1 of category payment"},
-		{"write", "may not write aggregates of category order: it belongs to tenant shop, which grants tenant intruder read only"},
-		{"emit", "may not append OrderPlaced to stream order-o1: category order belongs to tenant shop"},
-		{"emit_undeclared", "emits event OrderCancelled, which the module does not declare"},
-		{"projection", "projection client_orders is not a projector or process manager of the module"},
-		{"dispatch", "may not dispatch command CancelOrder: it belongs to tenant shop (handler orders in orders.wasm), which does not grant it to tenant intruder"},
+	for _, tc := range []struct{ op, want, owner string }{
+		{"load_payment", "may not read aggregates of category payment", ""},
+		{"read_payment", "may not read stream payment-o1 of category payment", ""},
+		{"write", "may not write aggregates of category order: it belongs to another tenant, which grants tenant intruder read only", "shop"},
+		{"emit", "may not append OrderPlaced to stream order-o1: category order belongs to another tenant", "shop"},
+		{"emit_undeclared", "emits event OrderCancelled, which the module does not declare", ""},
+		{"projection", "projection client_orders is not a projector or process manager of the module", ""},
+		{"dispatch", "may not dispatch command CancelOrder: it belongs to another tenant, which does not grant it to tenant intruder", "shop"},
 	} {
 		t.Run(tc.op, func(t *testing.T) {
+			refusals := func() float64 {
+				var m dto.Metric
+				require.NoError(t, e.opts.Metrics.refusals.WithLabelValues("intruder.wasm", "intruder", tc.owner).Write(&m))
+				return m.GetCounter().GetValue()
+			}
+			before := refusals()
 			res, err := intrude(tc.op)
 			require.Nil(t, res)
 			var se *ScopeError
@@ -93,6 +101,12 @@ func TestTenantCannotTouchAnotherTenant(t *testing.T) {
 			require.Equal(t, "intruder.wasm", se.File)
 			require.Equal(t, "intruder", se.Tenant)
 			require.Contains(t, err.Error(), tc.want)
+			// What the guest and the client read never names the other
+			// tenant (nor its modules); the operator's metric does.
+			require.NotContains(t, err.Error(), "shop")
+			require.NotContains(t, err.Error(), "orders.wasm")
+			require.Equal(t, tc.owner, se.Owner)
+			require.Equal(t, before+1, refusals())
 			var he *HandlerError
 			require.ErrorAs(t, err, &he)
 			require.False(t, he.Retryable())

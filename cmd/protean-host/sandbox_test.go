@@ -83,8 +83,8 @@ func runHostEnv(t *testing.T, body, drain string, env ...string) *process {
 // TestHostileTenantIsContained runs the real host with two tenants: shop
 // (the example orders module) and evil (the behave and intruder test
 // modules). While evil's modules run away, exhaust memory, overflow their
-// stack, return huge output, exit, cascade without end and reach into the
-// shop's data, every one is refused or stopped with an error naming the
+// stack, return huge output, exit, cascade without end, call the host a
+// million times and reach into the shop's data, every one is refused or stopped with an error naming the
 // module and the limit or the rule, the shop's commands keep answering
 // (counted, not timed), and the process's resident memory stays within
 // the sum of the configured per-instance bounds plus a fixed overhead.
@@ -133,14 +133,15 @@ modules = ["behave", "intruder"]
 	for _, tc := range []struct{ typ, body, want string }{
 		{"Slow", `{"id":"a","ms":600000}`, "behave.wasm: handler slow: call exceeded its deadline (limit 3s)"},
 		{"Trespass", `{"op":"write","id":"x"}`, "(tenant evil): projection client_orders is not a projector or process manager of the module"},
-		{"Intrude", `{"op":"emit","id":"o-1"}`, "intruder.wasm (tenant evil): may not append OrderPlaced to stream order-o-1: category order belongs to tenant shop"},
-		{"Intrude", `{"op":"write","id":"o-1"}`, "may not write aggregates of category order: it belongs to tenant shop"},
-		{"Intrude", `{"op":"dispatch","id":"o-1"}`, "may not dispatch command CancelOrder: it belongs to tenant shop"},
+		{"Intrude", `{"op":"emit","id":"o-1"}`, "intruder.wasm (tenant evil): may not append OrderPlaced to stream order-o-1: category order belongs to another tenant"},
+		{"Intrude", `{"op":"write","id":"o-1"}`, "may not write aggregates of category order: it belongs to another tenant"},
+		{"Intrude", `{"op":"dispatch","id":"o-1"}`, "may not dispatch command CancelOrder: it belongs to another tenant"},
 		{"Intrude", `{"op":"read_payment","id":"o-1"}`, "may not read stream payment-o-1"},
 	} {
 		r := cmd(tc.typ, tc.body)
 		require.NotEqual(t, 200, r.code, "%s %s", tc.typ, tc.body)
 		require.Contains(t, r.raw, tc.want, "%s %s", tc.typ, tc.body)
+		require.NotContains(t, r.raw, "shop", "a refusal does not name another tenant: %s %s", tc.typ, tc.body)
 	}
 	// A cascade that feeds itself ends at the budget.
 	require.Equal(t, 200, cmd("Again", `{"id":"x"}`).code)
@@ -148,6 +149,8 @@ modules = ["behave", "intruder"]
 	for _, op := range []string{"loop", "oom", "stack", "big", "exit0"} {
 		require.Equal(t, 200, cmd("EmitOp", fmt.Sprintf(`{"op":%q,"id":%q}`, op, op)).code, op)
 	}
+	// A million loads in one call: stopped at max_host_calls.
+	require.Equal(t, 200, cmd("EmitOp", `{"op":"load_flood","id":"flood","arg":"1000000"}`).code)
 	testwait.For(t, "every hostile delivery contained", func() (bool, string) {
 		r, err := send("GET", base+"/metrics", "")
 		if err != nil {
@@ -161,12 +164,13 @@ modules = ["behave", "intruder"]
 		}
 		all := strings.Join(seen, "\n")
 		return strings.Contains(all, `outcome="timeout"`) && strings.Contains(all, `outcome="trap"`) &&
-			strings.Contains(all, `outcome="output"`), all
+			strings.Contains(all, `outcome="output"`) && strings.Contains(all, `outcome="host_limit"`), all
 	})
 	log := p.Tail()
 	full, err := os.ReadFile(p.log)
 	require.NoError(t, err)
 	require.Contains(t, string(full), "max_cascade_depth 16", "the cascade was cut at its budget:\n%s", log)
+	require.Contains(t, string(full), "behave.wasm: handler behave: host-function budget exceeded: load: 10001 host calls (limit max_host_calls = 10000)")
 
 	// The shop kept flowing while all that ran.
 	testwait.For(t, "the shop's commands to keep answering", func() (bool, string) {
