@@ -7,12 +7,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
@@ -21,6 +23,9 @@ import (
 // passes (eventstore's ReadStreamBytes), and records what it was asked.
 type storeSession struct {
 	events *eventstore.Memory
+	// slowReads makes every stream read wait for the call's context to
+	// end, as a long read of a slow store that the deadline cancels.
+	slowReads bool
 
 	mu       sync.Mutex
 	loads    int
@@ -37,6 +42,13 @@ func (s *storeSession) Load(context.Context, *abi.LoadRequest) abi.LoadResponse 
 }
 
 func (s *storeSession) ReadStream(ctx context.Context, r *abi.ReadStreamRequest, maxBytes int) abi.ReadStreamResponse {
+	if s.slowReads {
+		<-ctx.Done()
+		s.mu.Lock()
+		s.reads++
+		s.mu.Unlock()
+		return abi.ReadStreamResponse{Error: ctx.Err().Error(), ErrorKind: abi.HostTransient}
+	}
 	evs, err := s.events.ReadStreamBytes(ctx, r.Stream, r.From, r.Limit, maxBytes)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -141,6 +153,23 @@ func TestHostBudgets(t *testing.T) {
 				// Four pages of 1 MiB, then pages of what is left (one
 				// event at least), then the call ends.
 				require.LessOrEqual(t, s.reads, 8)
+			})
+
+			t.Run("deadline", func(t *testing.T) {
+				// The deadline covers the time in host functions: a read
+				// that outlasts it is canceled through its context, and
+				// the call ends as out of time.
+				m := load(t, host.Limits{Timeout: 300 * time.Millisecond})
+				// An instance made ahead (one per module here), so the
+				// deadline is spent in the read, not in creating it.
+				testwait.For(t, "a call within the deadline", func() (bool, string) {
+					_, err := m.Handle(ctx, "behave", op("ok", ""), &storeSession{})
+					return err == nil, fmt.Sprint(err)
+				})
+				s := &storeSession{slowReads: true}
+				_, err := m.Handle(ctx, "behave", op("read_pages", "pad-1"), s)
+				require.ErrorIs(t, err, host.ErrTimeout)
+				require.Equal(t, 1, s.reads, "one read, canceled at the deadline")
 			})
 
 			t.Run("host memory", func(t *testing.T) {
