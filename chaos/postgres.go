@@ -14,7 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/proteanhq/protean-host/internal/testserver"
+	"github.com/proteanhq/protean-host/internal/serverbin"
 )
 
 // Postgres is a private PostgreSQL 15 cluster run with pg_ctl, so that a
@@ -37,11 +37,11 @@ type Postgres struct {
 // StartPostgres initialises a cluster in a new directory under parent and
 // starts it on a free loopback port.
 func StartPostgres(ctx context.Context, parent string) (*Postgres, error) {
-	binDir, err := testserver.PostgresBinDir()
+	binDir, err := serverbin.PostgresBinDir()
 	if err != nil {
 		return nil, err
 	}
-	cred, uid, gid, err := testserver.PostgresCredential()
+	cred, uid, gid, err := serverbin.PostgresCredential()
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +54,7 @@ func StartPostgres(ctx context.Context, parent string) (*Postgres, error) {
 			return nil, err
 		}
 	}
-	port, err := testserver.FreePort()
+	port, err := serverbin.FreePort()
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/proteanhq/protean-host/internal/testserver"
+	"github.com/proteanhq/protean-host/internal/serverbin"
 )
 
 // Redis is a private redis-server with the append-only file on and
@@ -35,7 +35,7 @@ type Redis struct {
 // StartRedis starts redis-server in a new directory under parent on a
 // free loopback port.
 func StartRedis(ctx context.Context, parent string) (*Redis, error) {
-	bin, err := testserver.RedisServer()
+	bin, err := serverbin.RedisServer()
 	if err != nil {
 		return nil, err
 	}
@@ -43,7 +43,7 @@ func StartRedis(ctx context.Context, parent string) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := testserver.FreePort()
+	port, err := serverbin.FreePort()
 	if err != nil {
 		return nil, err
 	}

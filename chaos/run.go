@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/proteanhq/protean-host/internal/faultproxy"
-	"github.com/proteanhq/protean-host/internal/testserver"
+	"github.com/proteanhq/protean-host/internal/serverbin"
 )
 
 // reloadModule is the module a hot reload swaps: the projector the checks
@@ -362,7 +362,7 @@ func (r *runner) setup(ctx context.Context, dir string) error {
 			return err
 		}
 		r.redisProxies = append(r.redisProxies, rp)
-		port, err := testserver.FreePort()
+		port, err := serverbin.FreePort()
 		if err != nil {
 			return err
 		}

@@ -38,7 +38,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/proteanhq/protean-host/chaos"
-	"github.com/proteanhq/protean-host/internal/testserver"
+	"github.com/proteanhq/protean-host/internal/serverbin"
 )
 
 // Options configure a run.
@@ -135,7 +135,7 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 	cache := filepath.Join(dir, "wasm-cache")
 	for _, n := range o.Hosts {
 		for len(hosts) < n {
-			port, err := testserver.FreePort()
+			port, err := serverbin.FreePort()
 			if err != nil {
 				return rows, err
 			}

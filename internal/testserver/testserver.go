@@ -29,11 +29,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -44,6 +42,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/proteanhq/protean-host/internal/serverbin"
 )
 
 // Environment variables naming shared servers.
@@ -70,8 +70,6 @@ var (
 	pg        *server
 	redisOnce sync.Once
 	rds       *server
-
-	installMu sync.Mutex
 )
 
 // Stop stops the private servers this test binary started, by their own
@@ -216,19 +214,24 @@ func redisBase() (string, error) {
 	return rds.url, rds.err
 }
 
+// hint adds to a missing binary's error how tests can use a running
+// server instead.
+func hint(err error) error {
+	if errors.Is(err, serverbin.ErrNotFound) {
+		return fmt.Errorf("testserver: %w (or set %s / %s to a running server)", err, EnvDatabaseURL, EnvRedisURL)
+	}
+	return err
+}
+
 // startPostgres initialises a cluster in a temporary directory and starts
 // it on a free loopback port. When running as root it runs both as the
 // postgres user, which PostgreSQL requires.
 func startPostgres() *server {
-	bin, err := findBinary("initdb", postgresBinDirs(), "postgresql")
+	binDir, err := serverbin.PostgresBinDir()
 	if err != nil {
-		return &server{err: err}
+		return &server{err: hint(err)}
 	}
-	if real, err := filepath.EvalSymlinks(bin); err == nil {
-		bin = real // the other binaries lie beside the real initdb
-	}
-	binDir := filepath.Dir(bin)
-	cred, uid, gid, err := postgresUser()
+	cred, uid, gid, err := serverbin.PostgresCredential()
 	if err != nil {
 		return &server{err: err}
 	}
@@ -255,7 +258,7 @@ func startPostgres() *server {
 	}
 	var last error
 	for range 3 { // a free port can be taken between probe and listen
-		port, err := freePort()
+		port, err := serverbin.FreePort()
 		if err != nil {
 			return fail(err)
 		}
@@ -290,9 +293,9 @@ func startPostgres() *server {
 // startRedis starts redis-server on a free loopback port, without
 // persistence.
 func startRedis() *server {
-	bin, err := findBinary("redis-server", nil, "redis-server")
+	bin, err := serverbin.RedisServer()
 	if err != nil {
-		return &server{err: err}
+		return &server{err: hint(err)}
 	}
 	dir, err := os.MkdirTemp("", "protean-redis-")
 	if err != nil {
@@ -300,7 +303,7 @@ func startRedis() *server {
 	}
 	var last error
 	for range 3 {
-		port, err := freePort()
+		port, err := serverbin.FreePort()
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return &server{err: err}
@@ -382,85 +385,4 @@ func (s *server) waitReady(ping func(ctx context.Context) error, logPath string)
 			return fmt.Errorf("server not ready after %s: %v\n%s", startTimeout, err, out)
 		}
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("testserver: find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// postgresBinDirs are where Debian and Ubuntu packages put the server
-// binaries, newest first; they are not on PATH.
-func postgresBinDirs() []string {
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	for i, j := 0, len(dirs)-1; i < j; i, j = i+1, j-1 {
-		dirs[i], dirs[j] = dirs[j], dirs[i]
-	}
-	return dirs
-}
-
-// findBinary looks name up on PATH and in extra; when it is missing it
-// installs pkg with apt-get if running as root, or explains how to.
-func findBinary(name string, extra []string, pkg string) (string, error) {
-	look := func() (string, bool) {
-		if p, err := exec.LookPath(name); err == nil {
-			return p, true
-		}
-		for _, d := range extra {
-			p := filepath.Join(d, name)
-			if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
-				return p, true
-			}
-		}
-		return "", false
-	}
-	if p, ok := look(); ok {
-		return p, nil
-	}
-	install := "apt-get update && apt-get install -y " + pkg
-	if os.Geteuid() != 0 {
-		return "", fmt.Errorf("testserver: %s not found: install it with `sudo sh -c '%s'`, or set %s / %s to a running server",
-			name, install, EnvDatabaseURL, EnvRedisURL)
-	}
-	installMu.Lock()
-	defer installMu.Unlock()
-	if p, ok := look(); ok {
-		return p, nil
-	}
-	for _, args := range [][]string{
-		{"-o", "DPkg::Lock::Timeout=300", "update"},
-		{"-o", "DPkg::Lock::Timeout=300", "install", "-y", "--no-install-recommends", pkg},
-	} {
-		cmd := exec.Command("apt-get", args...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("testserver: %s not found, and `apt-get %s` failed: %v\n%s", name, strings.Join(args, " "), err, out)
-		}
-	}
-	// The package may have started a system server of its own; it is not
-	// ours, and tests do not use it.
-	extra = append(extra, postgresBinDirs()...)
-	if p, ok := look(); ok {
-		return p, nil
-	}
-	return "", fmt.Errorf("testserver: %s still not found after installing %s", name, pkg)
-}
-
-// postgresUser returns the credential to run PostgreSQL with: the postgres
-// user's when running as root (PostgreSQL refuses root), nil otherwise.
-func postgresUser() (cred *syscall.Credential, uid, gid int, err error) {
-	if os.Geteuid() != 0 {
-		return nil, 0, 0, nil
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, 0, 0, fmt.Errorf("testserver: running as root, PostgreSQL needs a non-root user: %w (create one with `useradd --system postgres`)", err)
-	}
-	uid, _ = strconv.Atoi(u.Uid)
-	gid, _ = strconv.Atoi(u.Gid)
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, uid, gid, nil
 }
