@@ -1,0 +1,39 @@
+package main
+
+import (
+	"log/slog"
+	"net"
+	"net/http"
+
+	"github.com/proteanhq/protean-host/config"
+	"github.com/proteanhq/protean-host/internal/connlimit"
+)
+
+// fdReserve is how many file descriptors http.max_connections leaves for
+// the stores, the plugins and the logs (at most half the limit).
+const fdReserve = 1024
+
+// maxConnections is http.max_connections, lowered with a warning when the
+// process's open-file limit would not leave fdReserve beside it: past the
+// limit accept fails and every new client waits, which the bound is there
+// to prevent.
+func maxConnections(want int, log *slog.Logger) int {
+	limit, ok := openFileLimit()
+	if !ok {
+		return want
+	}
+	room := max(limit-min(fdReserve, limit/2), 1)
+	if want > room {
+		log.Warn("http.max_connections lowered to fit the open-file limit", "max_connections", want, "open_file_limit", limit, "lowered_to", room)
+		return room
+	}
+	return want
+}
+
+// newServer builds the HTTP server of cfg's [http] table over ln.
+func newServer(cfg config.HTTP, ln net.Listener, h http.Handler, log *slog.Logger) (*http.Server, net.Listener) {
+	l := connlimit.New(ln, maxConnections(cfg.MaxConnections, log))
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: cfg.ReadHeaderTimeout(), WriteTimeout: cfg.WriteTimeout(),
+		IdleTimeout: cfg.IdleTimeout(), MaxHeaderBytes: cfg.MaxHeaderBytes, ConnState: l.ConnState}
+	return srv, l
+}
