@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/proteanhq/protean-host/config"
 	"github.com/proteanhq/protean-host/internal/connlimit"
 )
@@ -30,9 +32,16 @@ func maxConnections(want int, log *slog.Logger) int {
 	return want
 }
 
-// newServer builds the HTTP server of cfg's [http] table over ln.
-func newServer(cfg config.HTTP, ln net.Listener, h http.Handler, log *slog.Logger) (*http.Server, net.Listener) {
+// newServer builds the HTTP server of cfg's [http] table over ln, and
+// registers its connection metrics.
+func newServer(cfg config.HTTP, ln net.Listener, h http.Handler, reg prometheus.Registerer, log *slog.Logger) (*http.Server, net.Listener) {
 	l := connlimit.New(ln, maxConnections(cfg.MaxConnections, log))
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "protean_http_connections_open",
+			Help: "HTTP connections open (at most http.max_connections)."}, func() float64 { return float64(l.Open()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "protean_http_connections_evicted_total",
+			Help: "Idle HTTP connections closed to make room for a new one at http.max_connections."},
+			func() float64 { return float64(l.Evicted()) }))
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: cfg.ReadHeaderTimeout(), WriteTimeout: cfg.WriteTimeout(),
 		IdleTimeout: cfg.IdleTimeout(), MaxHeaderBytes: cfg.MaxHeaderBytes, ConnState: l.ConnState}
 	return srv, l

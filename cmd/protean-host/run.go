@@ -363,7 +363,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	api := httpapi.New(eng, httpapi.Options{Logger: e.log, Registry: reg, ReadWait: cfg.HTTP.ReadWait(),
 		BodyTimeout: cfg.HTTP.ReadBodyTimeout(), Idempotency: st.idempotency, Status: status})
 	var limited net.Listener
-	h.srv, limited = newServer(cfg.HTTP, ln, api, e.log)
+	h.srv, limited = newServer(cfg.HTTP, ln, api, reg, e.log)
 	served = true
 	go func() { h.served <- h.srv.Serve(limited) }()
 	e.log.Info("listening", "addr", h.addr, "config", e.configPath)
