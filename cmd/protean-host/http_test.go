@@ -6,8 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,19 +25,11 @@ import (
 func TestIdleConnectionsDoNotShutOutANewClient(t *testing.T) {
 	dir := t.TempDir()
 	wasmbuild.Copy(t, wasmbuild.Build(t, "./host/testdata/plugins/behave"), dir, "behave.wasm")
-	addr := freeAddr(t)
-	tmp := t.TempDir()
-	cfg := filepath.Join(tmp, "host.toml")
-	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
+	p := runHostHTTP(t, fmt.Sprintf(`
 [plugins]
 dir = %q
 cache_dir = %q
-[http]
-listen = %q
-max_connections = 100
-read_body_timeout_ms = 200
-`, dir, wasmbuild.CacheDir(t), addr)), 0o644))
-	p := startProcess(t, addr, cfg, tmp, nil)
+`, dir, wasmbuild.CacheDir(t)), "max_connections = 100\nread_body_timeout_ms = 200\n", "2s")
 
 	dial := func() (net.Conn, *bufio.Reader) {
 		c, err := net.Dial("tcp", p.addr)
