@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proteanhq/protean-host/httpapi"
 	"github.com/proteanhq/protean-host/idempotency"
 	"github.com/proteanhq/protean-host/partition/redispartition"
 
@@ -406,7 +407,39 @@ type HTTP struct {
 	// IdempotencyTTLSeconds is how long the answer of a command sent with
 	// an Idempotency-Key is kept (package idempotency).
 	IdempotencyTTLSeconds int `toml:"idempotency_ttl_seconds"`
+	// ReadHeaderTimeoutMS bounds reading a request's header, from the
+	// connection's first byte (or the end of the last request).
+	ReadHeaderTimeoutMS int `toml:"read_header_timeout_ms"`
+	// ReadBodyTimeoutMS bounds reading a command's body (408 past it).
+	ReadBodyTimeoutMS int `toml:"read_body_timeout_ms"`
+	// WriteTimeoutMS bounds a request from the end of its header to the
+	// end of its answer: it must exceed ReadWaitMS (a ?min_position wait)
+	// and ReadBodyTimeoutMS. A command still running past it completes,
+	// but its answer is lost (send an Idempotency-Key to get it again).
+	WriteTimeoutMS int `toml:"write_timeout_ms"`
+	// IdleTimeoutMS closes a keep-alive connection idle that long.
+	IdleTimeoutMS int `toml:"idle_timeout_ms"`
+	// MaxHeaderBytes bounds a request's header (431 past it).
+	MaxHeaderBytes int `toml:"max_header_bytes"`
+	// MaxConnections bounds the open connections. At the bound a new
+	// connection closes the oldest idle one; it waits only when every
+	// open one is busy (internal/connlimit). The host lowers it, with a
+	// warning, to leave 1,024 file descriptors (or half the limit, if
+	// less) for its stores, plugins and logs.
+	MaxConnections int `toml:"max_connections"`
 }
+
+// ReadHeaderTimeout is ReadHeaderTimeoutMS as a duration.
+func (h HTTP) ReadHeaderTimeout() time.Duration { return ms(h.ReadHeaderTimeoutMS) }
+
+// ReadBodyTimeout is ReadBodyTimeoutMS as a duration.
+func (h HTTP) ReadBodyTimeout() time.Duration { return ms(h.ReadBodyTimeoutMS) }
+
+// WriteTimeout is WriteTimeoutMS as a duration.
+func (h HTTP) WriteTimeout() time.Duration { return ms(h.WriteTimeoutMS) }
+
+// IdleTimeout is IdleTimeoutMS as a duration.
+func (h HTTP) IdleTimeout() time.Duration { return ms(h.IdleTimeoutMS) }
 
 // IdempotencyTTL is IdempotencyTTLSeconds as a duration.
 func (h HTTP) IdempotencyTTL() time.Duration {
@@ -498,8 +531,10 @@ func Default() Config {
 			},
 		},
 		Tenants: map[string]Tenant{},
-		HTTP: HTTP{Listen: "127.0.0.1:8080", ReadWaitMS: 5000,
-			IdempotencyTTLSeconds: int(idempotency.DefaultTTL / time.Second)},
+		HTTP: HTTP{Listen: "127.0.0.1:8080", ReadWaitMS: toMS(httpapi.DefaultReadWait),
+			IdempotencyTTLSeconds: int(idempotency.DefaultTTL / time.Second),
+			ReadHeaderTimeoutMS:   10000, ReadBodyTimeoutMS: toMS(httpapi.DefaultBodyTimeout),
+			WriteTimeoutMS: 60000, IdleTimeoutMS: 60000, MaxHeaderBytes: 64 << 10, MaxConnections: 10000},
 	}
 }
 

@@ -507,6 +507,18 @@ func TestValidate(t *testing.T) {
 			[]string{`http.listen has a bad port "70000" (want 0..65535)`}},
 		{"listen any port", func(c *config.Config) { c.HTTP.Listen = ":0" }, nil},
 		{"listen ipv6", func(c *config.Config) { c.HTTP.Listen = "[::1]:8080" }, nil},
+		{"write timeout within the read wait", func(c *config.Config) { c.HTTP.ReadBodyTimeoutMS, c.HTTP.WriteTimeoutMS = 1000, 5000 },
+			[]string{"http.write_timeout_ms must be > http.read_wait_ms, or it cuts a ?min_position wait (got 5000 <= 5000)"}},
+		{"write timeout within the body timeout", func(c *config.Config) { c.HTTP.ReadBodyTimeoutMS, c.HTTP.WriteTimeoutMS = 9000, 8000 },
+			[]string{"http.write_timeout_ms must be > http.read_body_timeout_ms, or it cuts a command whose body came in time (got 8000 <= 9000)"}},
+		{"http limits zero", func(c *config.Config) {
+			c.HTTP.ReadHeaderTimeoutMS, c.HTTP.ReadBodyTimeoutMS, c.HTTP.IdleTimeoutMS = 0, 0, 0
+			c.HTTP.MaxHeaderBytes, c.HTTP.MaxConnections = 0, -1
+		}, []string{
+			"http.read_header_timeout_ms must be > 0 (got 0)", "http.read_body_timeout_ms must be > 0 (got 0)",
+			"http.idle_timeout_ms must be > 0 (got 0)", "http.max_header_bytes must be > 0 (got 0)",
+			"http.max_connections must be > 0 (got -1)",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

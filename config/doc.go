@@ -33,7 +33,9 @@
 //	                          max_table_elements / max_module_bytes / compile_timeout_ms / max_instances overrides,
 //	                          the six shape limits (max_functions ... max_nesting_cost) and the three call limits,
 //	                          grant_read = { READER = ["category", ...] }, grant_dispatch = { READER = ["CommandType", ...] }
-//	[http]                    listen, read_wait_ms, idempotency_ttl_seconds
+//	[http]                    listen, read_wait_ms, idempotency_ttl_seconds, read_header_timeout_ms,
+//	                          read_body_timeout_ms, write_timeout_ms (> read_wait_ms and read_body_timeout_ms),
+//	                          idle_timeout_ms, max_header_bytes, max_connections
 //
 // Defaults (generated from Default, which reads them from the packages that
 // own them: outbox.DefaultRelayOptions, broker.DefaultOptions,
@@ -48,8 +50,14 @@
 //	event_store.database_uri = ""
 //	event_store.provider = "memory"
 //	http.idempotency_ttl_seconds = 86400
+//	http.idle_timeout_ms = 60000
 //	http.listen = "127.0.0.1:8080"
+//	http.max_connections = 10000
+//	http.max_header_bytes = 65536
+//	http.read_body_timeout_ms = 30000
+//	http.read_header_timeout_ms = 10000
 //	http.read_wait_ms = 5000
+//	http.write_timeout_ms = 60000
 //	outbox.abandoned_retention_hours = 720
 //	outbox.backoff_jitter = 0.1
 //	outbox.base_retry_delay_ms = 1000

@@ -141,15 +141,35 @@ func (c Config) Validate() error {
 
 	v.tenants(c.Tenants)
 
-	v.ms("http.read_wait_ms", c.HTTP.ReadWaitMS, false)
-	v.positive("http.idempotency_ttl_seconds", c.HTTP.IdempotencyTTLSeconds)
-	if _, port, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
-		v.add("http.listen", "must be host:port, e.g. 127.0.0.1:8080 (got %q)", c.HTTP.Listen)
+	v.http(c.HTTP)
+	return errors.Join(v.errs...)
+}
+
+// http checks the [http] table. The write timeout runs from the end of a
+// request's header to the end of its answer, so it must outlast a
+// ?min_position wait and a body's reading.
+func (v *validator) http(h HTTP) {
+	okWait := v.ms("http.read_wait_ms", h.ReadWaitMS, false)
+	v.positive("http.idempotency_ttl_seconds", h.IdempotencyTTLSeconds)
+	if _, port, err := net.SplitHostPort(h.Listen); err != nil {
+		v.add("http.listen", "must be host:port, e.g. 127.0.0.1:8080 (got %q)", h.Listen)
 	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
 		v.add("http.listen", "has a bad port %q (want 0..65535)", port)
 	}
-
-	return errors.Join(v.errs...)
+	v.ms("http.read_header_timeout_ms", h.ReadHeaderTimeoutMS, false)
+	okBody := v.ms("http.read_body_timeout_ms", h.ReadBodyTimeoutMS, false)
+	v.ms("http.idle_timeout_ms", h.IdleTimeoutMS, false)
+	if v.ms("http.write_timeout_ms", h.WriteTimeoutMS, false) {
+		if okWait && h.WriteTimeoutMS <= h.ReadWaitMS {
+			v.add("http.write_timeout_ms", "must be > http.read_wait_ms, or it cuts a ?min_position wait (got %d <= %d)", h.WriteTimeoutMS, h.ReadWaitMS)
+		}
+		if okBody && h.WriteTimeoutMS <= h.ReadBodyTimeoutMS {
+			v.add("http.write_timeout_ms", "must be > http.read_body_timeout_ms, or it cuts a command whose body came in time (got %d <= %d)",
+				h.WriteTimeoutMS, h.ReadBodyTimeoutMS)
+		}
+	}
+	v.positive("http.max_header_bytes", h.MaxHeaderBytes)
+	v.positive("http.max_connections", h.MaxConnections)
 }
 
 func (v *validator) outbox(c Config) {

@@ -16,11 +16,23 @@
 //	GET  /metrics                     Prometheus text format
 //
 // Errors are JSON {"error": "..."}: 400 malformed body, 404 unknown command
-// type, projection or document, 405 a known path with another method, 409
-// expected-version conflict, 413 body over MaxBodyBytes, 422 validation (a
-// rejected partition key, or a handler's rejection), 500 handler failure,
-// 503 stopping. A command body that does not match its declared fields
+// type, projection or document, 405 a known path with another method, 408
+// a body not read within Options.BodyTimeout, 409 expected-version
+// conflict, 413 body over MaxBodyBytes, 422 validation (a rejected
+// partition key, or a handler's rejection), 500 handler failure, 503
+// stopping. A command body that does not match its declared fields
 // (abi.Message.CheckPayload) answers 422 with {"error", "fields"}, fields
 // naming the offending fields. Error messages are cut at MaxErrorBytes, so
 // an answer stays short whatever the client sent.
+//
+// Text is refused, never changed (input.go): X-Correlation-ID and
+// Idempotency-Key over MaxHeaderValueBytes or not printable ASCII answer
+// 400 naming the header; a path that is not UTF-8 or holds a NUL, 400; a
+// body that is not UTF-8, 400 naming the byte offset; a string holding
+// \u0000 or a lone surrogate escape, or a number literal over
+// MaxNumberDigits digits, 422 naming the field by its path
+// (order.lines[1].sku). A Content-Length over MaxBodyBytes answers 413
+// before any 100 Continue; a chunked body over it is read and dropped up
+// to a bound, then answered 413, so the client reads the answer instead of
+// a reset.
 package httpapi

@@ -56,20 +56,32 @@ type Options struct {
 	// Status feeds the status page (GET /) and the reload part of GET
 	// /v1/plugins. Optional.
 	Status Status
+	// BodyTimeout bounds the reading of a command body (DefaultBodyTimeout
+	// if zero); past it the command answers 408 ([http]
+	// read_body_timeout_ms). It is a read deadline on the connection set
+	// for the body alone: http.Server.ReadTimeout would also cancel the
+	// request's context once it passed, cutting a ?min_position wait or a
+	// long command.
+	BodyTimeout time.Duration
 }
+
+// DefaultBodyTimeout is the bound on reading a command body when Options
+// set none.
+const DefaultBodyTimeout = 30 * time.Second
 
 // DefaultReadWait is the bound of a ?min_position wait when Options set
 // none ([http] read_wait_ms).
 const DefaultReadWait = 5 * time.Second
 
 type api struct {
-	e        Engine
-	log      *slog.Logger
-	readWait time.Duration
-	idem     idempotency.Store
-	status   Status
-	requests *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
+	e           Engine
+	log         *slog.Logger
+	readWait    time.Duration
+	bodyTimeout time.Duration
+	idem        idempotency.Store
+	status      Status
+	requests    *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
 }
 
 // New returns the HTTP API of a running host.
@@ -83,7 +95,10 @@ func New(e Engine, opts Options) http.Handler {
 	if opts.ReadWait <= 0 {
 		opts.ReadWait = DefaultReadWait
 	}
-	a := &api{e: e, log: opts.Logger, readWait: opts.ReadWait, idem: opts.Idempotency, status: opts.Status,
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
+	}
+	a := &api{e: e, log: opts.Logger, readWait: opts.ReadWait, bodyTimeout: opts.BodyTimeout, idem: opts.Idempotency, status: opts.Status,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_http_requests_total",
 			Help: "HTTP requests, by route and status code."}, []string{"route", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "protean_http_request_seconds",
@@ -107,7 +122,15 @@ func New(e Engine, opts Options) http.Handler {
 		}
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})
-	return mux
+	// A path that is not UTF-8 or holds a NUL names no command,
+	// projection or document: 400 before any route sees it.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if why := checkPath(r.URL.Path); why != "" {
+			writeError(w, http.StatusBadRequest, why)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // allowed returns the method a known path takes, or "".
@@ -133,6 +156,9 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.code = code
 	w.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (a *api) route(mux *http.ServeMux, pattern string, h http.HandlerFunc) {
 	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
@@ -182,8 +208,12 @@ func status(err error) int {
 
 func (a *api) command(w http.ResponseWriter, r *http.Request) {
 	typ := r.PathValue("type")
-	body, ok := readBody(w, r)
+	body, ok := a.readBody(w, r)
 	if !ok {
+		return
+	}
+	if at := invalidUTF8(body); at >= 0 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("request body is not valid UTF-8 at byte offset %d", at))
 		return
 	}
 	var fields map[string]json.RawMessage
@@ -195,7 +225,11 @@ func (a *api) command(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
-	md := abi.Metadata{CorrelationID: r.Header.Get("X-Correlation-ID")}
+	if ie := checkValues(typ, body); ie != nil {
+		writeInputError(w, ie)
+		return
+	}
+	md := abi.Metadata{CorrelationID: r.Header.Get(CorrelationHeader)}
 	res, err := a.e.Dispatch(r.Context(), typ, body, md)
 	if err != nil {
 		code := status(err)

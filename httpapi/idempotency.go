@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"strings"
+	"time"
 
 	"github.com/proteanhq/protean-host/idempotency"
 	"github.com/proteanhq/protean-host/unitofwork"
@@ -29,16 +32,16 @@ const ReplayedHeader = "Idempotent-Replayed"
 // key is written in the command's own unit of work (so effects and key
 // commit together), then replaced by the full answer.
 func (a *api) idempotentCommand(w http.ResponseWriter, r *http.Request) {
+	if why := checkHeaders(r.Header.Get); why != "" {
+		writeError(w, http.StatusBadRequest, why)
+		return
+	}
 	key := r.Header.Get(IdempotencyHeader)
 	if key == "" || a.idem == nil {
 		a.command(w, r)
 		return
 	}
-	if len(key) > idempotency.MaxKeyLength {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s longer than %d bytes", IdempotencyHeader, idempotency.MaxKeyLength))
-		return
-	}
-	body, ok := readBody(w, r)
+	body, ok := a.readBody(w, r)
 	if !ok {
 		return
 	}
@@ -102,13 +105,41 @@ func (r *recorder) Header() http.Header         { return r.header }
 func (r *recorder) WriteHeader(code int)        { r.code = code }
 func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
 
-// readBody reads a command body, answering 413 past MaxBodyBytes or 400.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+// drainBytes bounds what is read and dropped of a body over MaxBodyBytes
+// before the 413 is sent: a client still sending when the connection
+// closes would get a reset and lose the answer.
+const drainBytes = 4 << 20
+
+// readBody reads a command body within the body timeout: 413 past
+// MaxBodyBytes (at once from Content-Length, before any 100 Continue),
+// 408 past the timeout, else 400 on a read error.
+func (a *api) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	tooLarge := func() ([]byte, bool) {
+		w.Header().Set("Connection", "close")
+		if !strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+			_, _ = io.CopyN(io.Discard, r.Body, drainBytes)
+		}
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", MaxBodyBytes))
+		return nil, false
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(a.bodyTimeout))
+	if r.ContentLength > MaxBodyBytes {
+		return tooLarge()
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
+	if len(body) > MaxBodyBytes {
+		return tooLarge()
+	}
+	// The deadline is for the body only: past it the server's background
+	// read would end the request's context.
+	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds %d bytes", MaxBodyBytes))
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// The rest of the body may still come: the connection is
+			// not reused (the server would try to read the rest first).
+			w.Header().Set("Connection", "close")
+			writeError(w, http.StatusRequestTimeout, fmt.Sprintf("request body not read within %s", a.bodyTimeout))
 			return nil, false
 		}
 		writeError(w, http.StatusBadRequest, "reading request body: "+err.Error())

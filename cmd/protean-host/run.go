@@ -369,10 +369,12 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	if err != nil {
 		return nil, err
 	}
-	h.srv = &http.Server{Handler: httpapi.New(eng, httpapi.Options{Logger: e.log, Registry: reg, ReadWait: cfg.HTTP.ReadWait(),
-		Idempotency: st.idempotency, Status: status}), ReadHeaderTimeout: 10 * time.Second}
+	api := httpapi.New(eng, httpapi.Options{Logger: e.log, Registry: reg, ReadWait: cfg.HTTP.ReadWait(),
+		BodyTimeout: cfg.HTTP.ReadBodyTimeout(), Idempotency: st.idempotency, Status: status})
+	var limited net.Listener
+	h.srv, limited = newServer(cfg.HTTP, ln, api, reg, e.log)
 	served = true
-	go func() { h.served <- h.srv.Serve(ln) }()
+	go func() { h.served <- h.srv.Serve(limited) }()
 	e.log.Info("listening", "addr", h.addr, "config", e.configPath)
 	return h, nil
 }

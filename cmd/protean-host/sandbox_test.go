@@ -73,10 +73,16 @@ func runHost(t *testing.T, body, drain string) *process {
 // runHostEnv is runHost with extra environment variables (KEY=VALUE).
 func runHostEnv(t *testing.T, body, drain string, env ...string) *process {
 	t.Helper()
+	return runHostHTTP(t, body, "", drain, env...)
+}
+
+// runHostHTTP is runHostEnv with more keys of the [http] table (lines).
+func runHostHTTP(t *testing.T, body, http, drain string, env ...string) *process {
+	t.Helper()
 	addr := freeAddr(t)
 	tmp := t.TempDir()
 	cfg := filepath.Join(tmp, "host.toml")
-	require.NoError(t, os.WriteFile(cfg, []byte(body+fmt.Sprintf("\n[http]\nlisten = %q\n", addr)), 0o644))
+	require.NoError(t, os.WriteFile(cfg, []byte(body+fmt.Sprintf("\n[http]\nlisten = %q\n%s", addr, http)), 0o644))
 	return startProcess(t, addr, cfg, tmp, []string{"--shutdown-timeout", drain}, env...)
 }
 
