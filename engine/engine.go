@@ -293,6 +293,22 @@ var (
 	ErrFollowUps = errors.New("too many follow-ups for one message")
 )
 
+// MaxMetadataBytes caps the metadata a command carries (its JSON form):
+// the metadata travels with every event the command causes, so a client
+// cannot make every one of them large. Over HTTP a correlation id is at
+// most 255 bytes already; this bounds every other way in (plugin test
+// files, follow-up commands of a module with long names).
+const MaxMetadataBytes = 2048
+
+// metadataSize is the length of md's JSON form.
+func metadataSize(md abi.Metadata) int {
+	b, err := json.Marshal(md)
+	if err != nil {
+		return 0 // strings and ints only: cannot fail
+	}
+	return len(b)
+}
+
 // dispatch is Dispatch without the gate: follow-up commands of work already
 // admitted run even while the engine drains.
 func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage, md abi.Metadata) (*CommandResult, error) {
@@ -307,6 +323,9 @@ func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage,
 	}
 	if !isObject(data) {
 		return nil, fmt.Errorf("%w: command %s: body must be a JSON object", ErrBadInput, typ)
+	}
+	if n := metadataSize(md); n > MaxMetadataBytes {
+		return nil, fmt.Errorf("%w: command %s: metadata of %d bytes exceeds the %d-byte limit", ErrBadInput, typ, n, MaxMetadataBytes)
 	}
 	if err := checkCommand(route, typ, data); err != nil {
 		return nil, err

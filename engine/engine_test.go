@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -224,6 +225,12 @@ func TestDispatchErrors(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnknownCommand)
 	_, err = e.Dispatch(ctx, "Increment", json.RawMessage(`[]`), abi.Metadata{})
 	require.ErrorIs(t, err, ErrBadInput)
+	// Metadata travels with every event a command causes: it is capped.
+	_, err = e.Dispatch(ctx, "Increment", json.RawMessage(`{"id":"m"}`), abi.Metadata{CorrelationID: strings.Repeat("c", MaxMetadataBytes)})
+	require.ErrorIs(t, err, ErrBadInput)
+	require.ErrorContains(t, err, "-byte limit")
+	_, err = e.Dispatch(ctx, "Increment", json.RawMessage(`{"id":"m"}`), abi.Metadata{CorrelationID: strings.Repeat("c", 255)})
+	require.NoError(t, err)
 	_, _, err = e.Projection(ctx, "client_orders", "x")
 	require.ErrorIs(t, err, ErrUnknownProjection)
 
