@@ -303,20 +303,18 @@ func serveV2(ctx context.Context, c *callV2, mem api.Memory, fn string, stack []
 	fits := uint32(len(out)) <= capacity
 	b.answer(fn, len(out), !fits)
 	if c != nil {
-		c.pending = nil
-		// The scratch buffer is kept for the next answer unless it grew
-		// large: the host does not hold a big answer's memory for the
-		// rest of the call.
-		c.scratch = out
-		if cap(out) > maxScratch {
+		// The buffer serves the next answer, unless it is kept for
+		// V2Response (kept as it is, not copied) or grew large (the host
+		// does not hold a big answer's memory for the rest of the call).
+		c.pending, c.scratch = nil, out
+		if !fits {
+			c.pending, c.scratch = out, nil
+		} else if cap(out) > maxScratch {
 			c.scratch = nil
 		}
 	}
 	if fits {
 		guestWrite(mem, fn, buf, out)
-	} else if c != nil {
-		c.pending = out // no copy: a scratch this large is not reused
-		c.scratch = nil
 	}
 	stack[0] = api.EncodeU32(uint32(len(out)))
 }
