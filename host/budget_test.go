@@ -159,7 +159,9 @@ func TestHostBudgets(t *testing.T) {
 				// The deadline covers the time in host functions: a read
 				// that outlasts it is canceled through its context, and
 				// the call ends as out of time.
-				m := load(t, host.Limits{Timeout: 300 * time.Millisecond})
+				// Long enough that a loaded machine still starts the read
+				// before it: the read, not the guest, must meet it.
+				m := load(t, host.Limits{Timeout: 2 * time.Second})
 				// An instance made ahead (one per module here), so the
 				// deadline is spent in the read, not in creating it.
 				testwait.For(t, "a call within the deadline", func() (bool, string) {
