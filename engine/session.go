@@ -67,9 +67,9 @@ func (s *session) Load(ctx context.Context, req *abi.LoadRequest) abi.LoadRespon
 	}
 	start := time.Now()
 	r, err := s.e.opts.Records.Load(ctx, record.Key{Kind: string(req.Kind), Type: req.Type, ID: req.ID})
-	s.waited(start)
+	took := s.waited(start)
 	if err != nil {
-		return abi.LoadResponse{Error: err.Error(), ErrorKind: s.storeErrorKind(ctx, err)}
+		return abi.LoadResponse{Error: err.Error(), ErrorKind: s.storeErrorKind(ctx, err, took)}
 	}
 	return abi.LoadResponse{Found: r.Exists(), Version: r.Version, Data: r.Data}
 }
@@ -85,9 +85,9 @@ func (s *session) ReadStream(ctx context.Context, req *abi.ReadStreamRequest, ma
 	}
 	start := time.Now()
 	evs, err := s.e.opts.Events.ReadStreamBytes(ctx, req.Stream, req.From, limit, maxBytes)
-	s.waited(start)
+	took := s.waited(start)
 	if err != nil {
-		return abi.ReadStreamResponse{Error: err.Error(), ErrorKind: s.storeErrorKind(ctx, err)}
+		return abi.ReadStreamResponse{Error: err.Error(), ErrorKind: s.storeErrorKind(ctx, err, took)}
 	}
 	out := abi.ReadStreamResponse{Messages: make([]abi.Envelope, len(evs))}
 	for i, ev := range evs {
@@ -97,24 +97,29 @@ func (s *session) ReadStream(ctx context.Context, req *abi.ReadStreamRequest, ma
 }
 
 // waited adds a store call that began at start to the session's store
-// wait, if it was slow enough to be a stall (see stall).
-func (s *session) waited(start time.Time) {
-	if d := time.Since(start); d >= s.stall {
+// wait, if it was slow enough to be a stall (see stall), and returns how
+// long it took.
+func (s *session) waited(start time.Time) time.Duration {
+	d := time.Since(start)
+	if d >= s.stall {
 		s.storeWait += d
 	}
+	return d
 }
 
 // storeErrorKind classifies a store's failure for the guest: a version
 // conflict may clear on a retry, and so may anything else a store reports
 // on a read (an unreachable server, a canceled call). A failure that is
 // not the request's own is remembered as the session's infrastructure
-// failure; a read the call's own deadline cut is not such a failure (a
-// guest that reads until its deadline is not the database's doing).
-func (s *session) storeErrorKind(ctx context.Context, err error) abi.HostErrorKind {
+// failure. A store call the call's own deadline cut, after it took took,
+// is one only if it stalled (took at least stall): a guest that spends its
+// deadline on quick reads is not the database's doing, a database that
+// held a read until the deadline is.
+func (s *session) storeErrorKind(ctx context.Context, err error, took time.Duration) abi.HostErrorKind {
 	if unitofwork.Conflict(err) {
 		return abi.HostConflict
 	}
-	if ctx.Err() == nil && Classify(err) == delivery.Infrastructure {
+	if (ctx.Err() == nil || took >= s.stall) && Classify(err) == delivery.Infrastructure {
 		s.storeFailed = err
 	}
 	return abi.HostTransient

@@ -20,9 +20,10 @@ func timeoutCall() error {
 // A call that runs out of time is the store's doing only when the store
 // stalled: store calls of at least the stall share of the deadline count
 // towards storeWait, quicker ones (a guest's thousands of loads, its pages
-// of a long stream) do not, however many. And a store call the call's own
-// deadline cut is no store failure: a guest that reads until its deadline
-// would otherwise be retried as an outage without end.
+// of a long stream) do not, however many. And a quick store call the
+// call's own deadline cut is no store failure: a guest that reads until its
+// deadline would otherwise be retried as an outage without end; a call the
+// database held until the deadline is one.
 func TestAGuestsOwnReadsAreNotAnOutage(t *testing.T) {
 	const timeout = 800 * time.Millisecond
 	s := &session{stall: timeout / stallShare}
@@ -41,9 +42,12 @@ func TestAGuestsOwnReadsAreNotAnOutage(t *testing.T) {
 
 	cut, cancel := context.WithCancel(context.Background())
 	cancel()
-	s = &session{}
-	require.Equal(t, abi.HostTransient, s.storeErrorKind(cut, errDown))
-	require.NoError(t, s.storeFailed, "a read the call's deadline cut is not a store failure")
-	require.Equal(t, abi.HostTransient, s.storeErrorKind(context.Background(), errDown))
+	s = &session{stall: timeout / stallShare}
+	require.Equal(t, abi.HostTransient, s.storeErrorKind(cut, errDown, timeout/40))
+	require.NoError(t, s.storeFailed, "a quick read the call's deadline cut is not a store failure")
+	require.Equal(t, abi.HostTransient, s.storeErrorKind(cut, errDown, timeout/2))
+	require.ErrorIs(t, s.storeFailed, errDown, "a read the database held until the deadline is")
+	s = &session{stall: timeout / stallShare}
+	require.Equal(t, abi.HostTransient, s.storeErrorKind(context.Background(), errDown, 0))
 	require.ErrorIs(t, s.storeFailed, errDown, "a database that is down is")
 }
