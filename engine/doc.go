@@ -27,8 +27,11 @@
 //
 // WaitHandled serves read-your-writes (GET /v1/projections/…?min_position=N):
 // it waits until a projector or process manager has handled every event of
-// its categories at or below a global position; see progress.go for how
-// "handled" is decided against the event store.
+// its categories at or below a global position. The wait is package
+// readyourwrites'; the engine marks what its handlers commit and names,
+// per category, the source that delivers it (progress.go): its broker
+// consumers, or Options.Progress (partition.Progress,
+// subscription.Progress), each answering from its own storage.
 //
 // A module's scope is what it may read and write, from its manifest AND
 // its tenant's ownership (host.Ownership, decided by config at

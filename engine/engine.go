@@ -16,7 +16,8 @@ import (
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
-	"github.com/proteanhq/protean-host/position"
+	"github.com/proteanhq/protean-host/internal/readyourwrites"
+	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/record"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
@@ -52,15 +53,11 @@ type Options struct {
 	// Handled, if set, sees every message a handler handled or failed
 	// (see [Handled]); `protean-host plugin test` prints them.
 	Handled func(Handled)
-	// Positions, with Partitioned, is the consumer-positions table the
-	// partition workers of every host instance commit to: WaitHandled
-	// reads it for events other instances handled. Optional.
-	Positions Positions
-	// Failures, with EventStore, are the subscriptions' failure records:
-	// WaitHandled does not count an event recorded as failed or held as
-	// handled, though the subscription's position passed it (see
-	// [FailedError]). Optional.
-	Failures Failures
+	// Progress answers read-your-writes (WaitHandled) for what the
+	// partition workers or the event-store subscriptions deliver, of every
+	// host instance (partition.Progress, subscription.Progress; nil: nothing
+	// is known of other processes). The broker consumers' is the engine's.
+	Progress readyourwrites.Source
 	// DeliveryBatch is the most messages a broker consumer hands its
 	// handler in one guest call, taking only what is already ready
 	// (default DefaultDeliveryBatch; 1 delivers one message per call).
@@ -77,11 +74,6 @@ type Options struct {
 	Retry delivery.Policy
 }
 
-// Positions reads the consumer-positions table (position.Store has it).
-type Positions interface {
-	Get(ctx context.Context, group, unit string) (position.Row, bool, error)
-}
-
 // Engine runs handler modules: it dispatches commands to command handlers
 // and commits their effects, serves handlers' host-function calls, and
 // (with Start) delivers events to event handlers, projectors and process
@@ -94,11 +86,13 @@ type Engine struct {
 
 	// commands admits dispatches until Stop, which drains them.
 	commands *gate
-	// progress is what this process's consumers have handled, for
-	// WaitHandled (read-your-writes); startedAt is when Start started the
-	// broker consumers (unix ns; 0 before).
-	progress  *progress
-	startedAt atomic.Int64
+	// rw is the read-your-writes wait (WaitHandled) over what this
+	// process's consumers have handled; startedAt is when Start started
+	// the broker consumers (unix ns; 0 before), brokerProgress their
+	// read-your-writes source.
+	rw             *readyourwrites.Waiter
+	startedAt      atomic.Int64
+	brokerProgress *brokerProgress
 	// work is the engine's own context: every guest call and commit runs
 	// under a context that ends when it does, whatever the caller's
 	// context. Stop's hard phase cancels it.
@@ -175,11 +169,13 @@ func New(set *host.Set, opts Options) *Engine {
 	if opts.MaxFollowUps <= 0 {
 		opts.MaxFollowUps = DefaultMaxFollowUps
 	}
-	e := &Engine{opts: opts, log: opts.Logger, now: opts.Clock.Now, commands: newGate(), progress: newProgress(),
+	e := &Engine{opts: opts, log: opts.Logger, now: opts.Clock.Now, commands: newGate(),
 		stopped: make(chan struct{}), done: make(chan struct{}), outage: opts.Infra.Outage("delivery", opts.Logger, opts.Clock.Now)}
 	// The broker owns the retry of a message's own failure: its nack
 	// schedules the redelivery by the same policy (brokerRun).
 	e.core = &delivery.Core{Policy: opts.Retry, Classify: Classify, Outage: e.outage, Clock: opts.Clock, What: "delivery", Log: opts.Logger}
+	e.rw = readyourwrites.New(readyourwrites.Options{Events: opts.Events, KeyOf: partition.FieldKey, After: opts.Clock.After, Logger: opts.Logger})
+	e.brokerProgress = &brokerProgress{startedAt: &e.startedAt}
 	e.work, e.cancelWork = context.WithCancel(context.Background())
 	e.Swap(set)
 	return e

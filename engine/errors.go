@@ -7,6 +7,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/partition"
 )
 
 // Sentinel conditions of a command or query.
@@ -122,7 +123,7 @@ func documentsByKey(h abi.Handler, env abi.Envelope, e *abi.Effects) error {
 	if e == nil {
 		return nil
 	}
-	key, ok := fieldKey(env.Data, h.SequentialBy.Field)
+	key, ok := partition.FieldKey(env.Data, h.SequentialBy.Field)
 	for _, w := range e.Writes {
 		if w.Kind != abi.RecordProjection || w.Type != h.Name {
 			continue

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/internal/readyourwrites"
 	"github.com/proteanhq/protean-host/position"
 	esub "github.com/proteanhq/protean-host/subscription"
 	"github.com/proteanhq/protean-host/unitofwork"
@@ -27,7 +28,7 @@ func TestWaitHandledFailedEvent(t *testing.T) {
 		failures = &esub.MemoryFailures{Positions: mem.Positions}
 		uow = unitofwork.New(mem, unitofwork.Options{Broker: "default"})
 		return Options{Events: mem.Events, Records: mem.Records, UnitOfWork: uow,
-			EventStore: true, Positions: mem.Positions, Failures: failures}
+			EventStore: true, Progress: &esub.Progress{Positions: mem.Positions, Failures: failures}}
 	})
 
 	ctx := context.Background()
@@ -52,19 +53,19 @@ func TestWaitHandledFailedEvent(t *testing.T) {
 	require.NoError(t, err)
 
 	err = waitFor(e, "client_orders", p2, time.Minute)
-	require.ErrorIs(t, err, ErrFailed, "a failed event below the wait is not handled")
-	var fe *FailedError
+	require.ErrorIs(t, err, readyourwrites.ErrFailed, "a failed event below the wait is not handled")
+	var fe *esub.FailedError
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, p1, fe.Failure.GlobalPosition)
 	require.Contains(t, err.Error(), fmt.Sprintf("projection client_orders cannot reach global position %d: its handler failed the OrderPlaced event at global position %d", p2, p1))
 
 	require.NoError(t, failures.Mark(ctx, "client_orders", "order", p1, esub.ActionRetry))
-	require.ErrorIs(t, waitFor(e, "client_orders", p2, 100*time.Millisecond), ErrNotCaughtUp, "a rerun on its way is waited for")
+	require.ErrorIs(t, waitFor(e, "client_orders", p2, 100*time.Millisecond), readyourwrites.ErrNotCaughtUp, "a rerun on its way is waited for")
 	require.NoError(t, failures.Resolve(ctx, "client_orders", "order", p1, esub.StatusResolved, 2, ""))
 	require.NoError(t, waitFor(e, "client_orders", p2, time.Minute), "a resolved event is handled")
 
 	park(p3, 3)
-	require.ErrorIs(t, waitFor(e, "client_orders", p3, time.Minute), ErrFailed)
+	require.ErrorIs(t, waitFor(e, "client_orders", p3, time.Minute), readyourwrites.ErrFailed)
 	require.NoError(t, waitFor(e, "client_orders", p2, time.Minute), "the failure is above this wait")
 	require.NoError(t, failures.Mark(ctx, "client_orders", "order", p3, esub.ActionSkip))
 	require.NoError(t, waitFor(e, "client_orders", p3, time.Minute), "a skipped event counts as handled: the operator gave it up")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/readyourwrites"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 	"github.com/proteanhq/protean-host/partition"
@@ -104,7 +104,7 @@ func TestWaitHandled(t *testing.T) {
 
 	// Stalled: nothing reached the projector.
 	err := waitFor(e, "client_orders", p1, 100*time.Millisecond)
-	require.ErrorIs(t, err, ErrNotCaughtUp)
+	require.ErrorIs(t, err, readyourwrites.ErrNotCaughtUp)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Contains(t, err.Error(), fmt.Sprintf("projection client_orders has not handled global position %d", p1))
 
@@ -115,8 +115,8 @@ func TestWaitHandled(t *testing.T) {
 		_, _, err := e.Projection(ctx, "client_orders", "c-1")
 		return err == nil, fmt.Sprint(err)
 	})
-	require.ErrorIs(t, waitFor(e, "client_orders", p1, 100*time.Millisecond), ErrNotCaughtUp)
-	require.ErrorIs(t, waitFor(e, "client_orders", p2, 100*time.Millisecond), ErrNotCaughtUp, "p1 is below p2 and unhandled")
+	require.ErrorIs(t, waitFor(e, "client_orders", p1, 100*time.Millisecond), readyourwrites.ErrNotCaughtUp)
+	require.ErrorIs(t, waitFor(e, "client_orders", p2, 100*time.Millisecond), readyourwrites.ErrNotCaughtUp, "p1 is below p2 and unhandled")
 
 	// A waiter blocked before the event is handled returns once it is.
 	waited := make(chan error, 1)
@@ -131,51 +131,12 @@ func TestWaitHandled(t *testing.T) {
 	res, err := e.Dispatch(ctx, "RecordPayment", json.RawMessage(`{"payment_id":"p-1","order_id":"o-1","amount":1}`), abi.Metadata{})
 	require.NoError(t, err)
 	pay := res.Events[0].GlobalPosition
-	require.ErrorIs(t, waitFor(e, "fulfillment", pay, 100*time.Millisecond), ErrNotCaughtUp)
+	require.ErrorIs(t, waitFor(e, "fulfillment", pay, 100*time.Millisecond), readyourwrites.ErrNotCaughtUp)
 	require.NoError(t, waitFor(e, "client_orders", pay, time.Minute), "client_orders does not read payments")
 	publish(t, mem, src, pay)
 	require.NoError(t, waitFor(e, "fulfillment", pay, time.Minute))
 
 	require.ErrorIs(t, waitFor(e, "orders", 1, time.Minute), ErrUnknownProjection, "a command handler has no projection")
-}
-
-// A consumer's marks fold into the watermark as they pile up; a gap (an
-// event never handled) stops the fold there, and then the walks thin out
-// (not one per event) until the gap is handled.
-func TestProgressCompacts(t *testing.T) {
-	mem := unitofwork.NewMemory()
-	ctx := context.Background()
-	var evs []eventstore.NewEvent
-	for i := range 3 * compactAt {
-		evs = append(evs, eventstore.NewEvent{Stream: fmt.Sprintf("c-%d", i), Type: "E", Data: json.RawMessage(`{}`), ExpectedVersion: eventstore.AnyVersion})
-	}
-	stored, err := mem.Events.Append(ctx, evs)
-	require.NoError(t, err)
-	e := &Engine{opts: Options{Events: mem.Events}, progress: newProgress(), log: slog.New(slog.DiscardHandler)}
-	e.loaded.Store(&loaded{set: &host.Set{}})
-	for _, ev := range stored[:compactAt] {
-		e.handledEvent(ctx, "g", "c", ev.GlobalPosition)
-	}
-	require.Equal(t, stored[compactAt-1].GlobalPosition, e.progress.watermark("g", "c"), "folded")
-	require.Empty(t, e.progress.groups["g"]["c"].above)
-
-	gap := stored[compactAt+10].GlobalPosition
-	for _, ev := range stored[compactAt:] {
-		if ev.GlobalPosition != gap {
-			e.handledEvent(ctx, "g", "c", ev.GlobalPosition)
-		}
-	}
-	require.Equal(t, gap-1, e.progress.watermark("g", "c"), "folded up to the gap")
-	h := e.progress.groups["g"]["c"]
-	require.Len(t, h.above, int(stored[len(stored)-1].GlobalPosition-gap), "the marks above the gap are kept")
-	require.Greater(t, h.walkAt, len(h.above), "the next walk waits for more than are kept")
-
-	e.handledEvent(ctx, "g", "c", gap)
-	ok, err := e.caughtUp(ctx, "g", "c", stored[len(stored)-1].GlobalPosition, nil)
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.Equal(t, stored[len(stored)-1].GlobalPosition, e.progress.watermark("g", "c"))
-	require.Empty(t, h.above)
 }
 
 // Every event the host appends names the module build that produced it.
@@ -209,7 +170,7 @@ func TestWaitHandledAfterRestart(t *testing.T) {
 	require.NoError(t, waitFor(e, "client_orders", old, time.Minute))
 	res, err := e.Dispatch(context.Background(), "PlaceOrder", json.RawMessage(`{"order_id":"o-1","client_id":"c-1","total":1}`), abi.Metadata{})
 	require.NoError(t, err)
-	require.ErrorIs(t, waitFor(e, "client_orders", res.Events[0].GlobalPosition, 100*time.Millisecond), ErrNotCaughtUp)
+	require.ErrorIs(t, waitFor(e, "client_orders", res.Events[0].GlobalPosition, 100*time.Millisecond), readyourwrites.ErrNotCaughtUp)
 }
 
 // A read of one document of a projector that declares documents_by_key
@@ -223,18 +184,18 @@ func TestWaitDocumentWaitsForItsKeyAlone(t *testing.T) {
 	wait := func(id string, n int64, d time.Duration) error { return waitDocument(e, id, n, d) }
 	stuck := place("o-1", "c-stuck") // never published: its partition never handles it
 	p2, p3 := place("o-2", "c-2"), place("o-3", "c-2")
-	require.ErrorIs(t, wait("c-2", p3, 100*time.Millisecond), ErrNotCaughtUp, "c-2's events are not handled yet")
+	require.ErrorIs(t, wait("c-2", p3, 100*time.Millisecond), readyourwrites.ErrNotCaughtUp, "c-2's events are not handled yet")
 	publish(t, mem, src, p2)
 	publish(t, mem, src, p3)
 	waited := make(chan error, 1)
 	go func() { waited <- wait("c-2", p3, time.Minute) }()
 	require.NoError(t, testwait.Recv(t, "the wait for c-2's document", waited), "c-stuck's event does not concern c-2's document")
 	require.NoError(t, wait("c-2", p3, time.Minute), "again, from what the first wait found")
-	require.ErrorIs(t, wait("c-stuck", stuck, 100*time.Millisecond), ErrNotCaughtUp)
-	require.ErrorIs(t, waitFor(e, "client_orders", p3, 100*time.Millisecond), ErrNotCaughtUp, "the whole projection waits for every key")
+	require.ErrorIs(t, wait("c-stuck", stuck, 100*time.Millisecond), readyourwrites.ErrNotCaughtUp)
+	require.ErrorIs(t, waitFor(e, "client_orders", p3, 100*time.Millisecond), readyourwrites.ErrNotCaughtUp, "the whole projection waits for every key")
 
 	p4 := place("o-4", "c-2")
-	require.ErrorIs(t, wait("c-2", p4, 100*time.Millisecond), ErrNotCaughtUp, "a later event of the key is waited for")
+	require.ErrorIs(t, wait("c-2", p4, 100*time.Millisecond), readyourwrites.ErrNotCaughtUp, "a later event of the key is waited for")
 	publish(t, mem, src, p4)
 	go func() { waited <- wait("c-2", p4, time.Minute) }()
 	require.NoError(t, testwait.Recv(t, "the wait for c-2's later event", waited))
@@ -292,7 +253,7 @@ func TestWaitDocumentAsksTheKeysUnit(t *testing.T) {
 	var events *countingEvents
 	e, _, _ := startExamples(t, func(mem *unitofwork.Memory) Options {
 		events = &countingEvents{Store: mem.Events}
-		return Options{Events: events, Records: mem.Records, Partitioned: true, Positions: positions,
+		return Options{Events: events, Records: mem.Records, Partitioned: true, Progress: &partition.Progress{Positions: positions},
 			UnitOfWork: unitofwork.New(mem, unitofwork.Options{Broker: "default"})}
 	})
 	ctx := context.Background()
@@ -306,28 +267,28 @@ func TestWaitDocumentAsksTheKeysUnit(t *testing.T) {
 	p3 := place("o-3", "c-1")
 
 	before := events.reads.Load()
-	require.ErrorIs(t, wait("c-1", p3, 300*time.Millisecond), ErrNotCaughtUp, "nothing handled yet")
+	require.ErrorIs(t, wait("c-1", p3, 300*time.Millisecond), readyourwrites.ErrNotCaughtUp, "nothing handled yet")
 	require.LessOrEqual(t, events.reads.Load()-before, int64(1), "one walk for the wait, however many polls")
 
 	handled("c-1", "order:c-1", p1)
-	require.ErrorIs(t, wait("c-1", p3, 100*time.Millisecond), ErrNotCaughtUp, "c-1's later event is not handled")
+	require.ErrorIs(t, wait("c-1", p3, 100*time.Millisecond), readyourwrites.ErrNotCaughtUp, "c-1's later event is not handled")
 	handled("c-1", "order:c-1", p3)
 	require.NoError(t, wait("c-1", p3, time.Minute), "c-2's unhandled event does not concern c-1's document")
 	require.NoError(t, wait("c-1", p2, time.Minute), "c-1's last event at or below p2 is p1")
 
-	require.ErrorIs(t, wait("c-2", p3, 100*time.Millisecond), ErrNotCaughtUp)
+	require.ErrorIs(t, wait("c-2", p3, 100*time.Millisecond), readyourwrites.ErrNotCaughtUp)
 	handled("c-2", "order:c-2:backfill", p2) // the lane's position counts as the stream's
 	require.NoError(t, wait("c-2", p3, time.Minute))
 	require.NoError(t, wait("c-none", p3, time.Minute), "a key with no event at or below the position waits for nothing")
 
 	// A new key's last event is found searching back from the position:
 	// one read, not a walk over every event before it.
-	for i := 0; i < 3*walkBatch; i++ {
+	for i := 0; i < 3*512; i++ { // three windows of the search (readyourwrites.walkBatch)
 		place(fmt.Sprintf("o-x%d", i), "c-x")
 	}
 	p4 := place("o-4", "c-new")
 	before = events.reads.Load()
-	require.ErrorIs(t, wait("c-new", p4, time.Second), ErrNotCaughtUp) // a second: the first check runs in it even on a busy machine
+	require.ErrorIs(t, wait("c-new", p4, time.Second), readyourwrites.ErrNotCaughtUp) // a second: the first check runs in it even on a busy machine
 	require.Equal(t, int64(1), events.reads.Load()-before, "one read for a new key's wait")
 	handled("c-new", "order:c-new", p4)
 	require.NoError(t, wait("c-new", p4, time.Minute))

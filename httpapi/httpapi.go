@@ -18,6 +18,7 @@ import (
 	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/idempotency"
+	"github.com/proteanhq/protean-host/internal/readyourwrites"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
 
@@ -37,7 +38,7 @@ type Engine interface {
 // GET /v1/projections/{name}/{id}?min_position=N: wait until the
 // projection's handler has handled global position N, as far as document
 // id is concerned (see engine.Engine.WaitDocument); an error that
-// errors.Is engine.ErrNotCaughtUp when ctx ended first.
+// errors.Is readyourwrites.ErrNotCaughtUp when ctx ended first.
 type HandledWaiter interface {
 	WaitDocument(ctx context.Context, projection, id string, position int64) error
 }
@@ -275,7 +276,7 @@ func (a *api) projection(w http.ResponseWriter, r *http.Request) {
 // read may go on; if not, it has answered (400 for a bad N, 404 for an
 // unknown projection, 504 past the bound, 500 naming an event at or below
 // N that the handler failed and that waits for an operator:
-// engine.ErrFailed, so the client never gets a document that silently
+// readyourwrites.ErrFailed, so the client never gets a document that silently
 // lacks its write).
 func (a *api) waitHandled(w http.ResponseWriter, r *http.Request, q string) bool {
 	n, err := strconv.ParseInt(q, 10, 64)
@@ -292,7 +293,7 @@ func (a *api) waitHandled(w http.ResponseWriter, r *http.Request, q string) bool
 	ctx, cancel := context.WithTimeout(r.Context(), a.readWait)
 	defer cancel()
 	if err := hw.WaitDocument(ctx, name, r.PathValue("id"), n); err != nil {
-		if errors.Is(err, engine.ErrNotCaughtUp) {
+		if errors.Is(err, readyourwrites.ErrNotCaughtUp) {
 			writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("projection %s has not handled global position %d within %s; it is eventually consistent: retry later", name, n, a.readWait))
 			return false
 		}

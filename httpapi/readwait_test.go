@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/httpapi"
+	"github.com/proteanhq/protean-host/internal/readyourwrites"
 	"github.com/proteanhq/protean-host/subscription"
 )
 
@@ -25,7 +25,7 @@ type stalledEngine struct {
 func (s *stalledEngine) WaitDocument(ctx context.Context, name, _ string, n int64) error {
 	s.waited <- n
 	<-ctx.Done()
-	return &engine.CaughtUpError{Projection: name, Position: n, Err: ctx.Err()}
+	return &readyourwrites.CaughtUpError{Projection: name, Position: n, Err: ctx.Err()}
 }
 
 func TestMinPositionBound(t *testing.T) {
@@ -61,7 +61,7 @@ func getJSON(t *testing.T, url string) (int, map[string]any) {
 type failedEngine struct{ fakeEngine }
 
 func (*failedEngine) WaitDocument(_ context.Context, name, _ string, n int64) error {
-	return &engine.FailedError{Projection: name, Position: n, Failure: subscription.Failure{GlobalPosition: 5, Type: "OrderPlaced", Stream: "order-o-1", Status: subscription.StatusFailed}}
+	return &subscription.FailedError{Projection: name, Position: n, Failure: subscription.Failure{GlobalPosition: 5, Type: "OrderPlaced", Stream: "order-o-1", Status: subscription.StatusFailed}}
 }
 
 // A wait that reaches an event the projection's handler failed (recorded

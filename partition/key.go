@@ -177,3 +177,28 @@ func StreamName(category, key string) string {
 func LaneStreamName(category, key, suffix string) string {
 	return category + ":" + key + ":" + suffix
 }
+
+// FieldValue decodes the JSON object data and returns the value its field
+// holds (nil when it has none), numbers as json.Number: the form
+// [KeyString] and [Validate] take. It is the one place an event's
+// partition key is read out of its payload.
+func FieldValue(data json.RawMessage, field string) (any, error) {
+	var fields map[string]any
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&fields); err != nil {
+		return nil, err
+	}
+	return fields[field], nil
+}
+
+// FieldKey is the partition key data's field holds, if it holds one, by
+// [KeyString]'s rules (no validation: the key of a stored event passed it
+// when the event was committed).
+func FieldKey(data json.RawMessage, field string) (string, bool) {
+	v, err := FieldValue(data, field)
+	if err != nil {
+		return "", false
+	}
+	return KeyString(v)
+}

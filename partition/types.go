@@ -44,5 +44,5 @@ type Handler interface {
 // Positions is the consumer-positions store a new owner claims its unit in.
 type Positions interface {
 	Claim(ctx context.Context, group, unit string) (position.Row, error)
-	Get(ctx context.Context, group, unit string) (position.Row, bool, error)
+	position.Reader
 }

@@ -89,6 +89,13 @@ func Fenced(err error) bool { return errors.Is(err, ErrFenced) }
 // already: the caller acks it and goes on.
 func Applied(err error) bool { return errors.Is(err, ErrApplied) }
 
+// Reader reads the table of consumer positions: what operators and a
+// consumer that only reads (lag, inspect, read-your-writes) need.
+type Reader interface {
+	// Get returns the unit's row, and false if it has none.
+	Get(ctx context.Context, group, unit string) (Row, bool, error)
+}
+
 // Store is the table of consumer positions outside any effect transaction.
 // The fenced advance happens inside one, through the implementation's Tx
 // view ([MemoryTx.Advance], [PostgresTx.Advance]), because it must commit
@@ -100,9 +107,7 @@ type Store interface {
 	// so that every fence of an older owner fails from then on, and reads
 	// where to resume from the returned positions.
 	Claim(ctx context.Context, group, unit string) (Row, error)
-	// Get returns the unit's row, and false if it has none. For operators
-	// and for a consumer that only reads (lag, inspect).
-	Get(ctx context.Context, group, unit string) (Row, bool, error)
+	Reader
 	// List returns a group's rows ("" for every group), ordered by group,
 	// then unit (byte order). For `partitions list` and subscription
 	// status.

@@ -296,7 +296,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		},
 	})
 	eng = engine.New(set, engine.Options{Events: st.events, Records: st.records, UnitOfWork: uow, Logger: e.log,
-		Metrics: engine.NewMetrics(reg), Partitioned: partitioned, EventStore: fromStore, Positions: st.positions, Failures: st.failures,
+		Metrics: engine.NewMetrics(reg), Partitioned: partitioned, EventStore: fromStore, Progress: st.progress(partitioned, fromStore),
 		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps, Infra: infra,
 		Retry: cfg.Server.StreamSubscription.Policy(), Clock: clk})
 	h.eng = eng

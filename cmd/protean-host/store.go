@@ -14,6 +14,7 @@ import (
 
 	"github.com/proteanhq/protean-host/config"
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/readyourwrites"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
@@ -155,4 +156,17 @@ func openMigratedPool(ctx context.Context, cfg config.Config) (*pgxpool.Pool, er
 		return nil, err
 	}
 	return pool, nil
+}
+
+// progress is the read-your-writes source of what the event-store
+// subscriptions (fromStore) or the partition workers (partitioned)
+// deliver, from the stores they commit to; nil when neither runs.
+func (st *stores) progress(partitioned, fromStore bool) readyourwrites.Source {
+	switch {
+	case fromStore:
+		return &subscription.Progress{Positions: st.positions, Failures: st.failures}
+	case partitioned:
+		return &partition.Progress{Positions: st.positions}
+	}
+	return nil
 }

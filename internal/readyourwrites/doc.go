@@ -1,0 +1,35 @@
+// Package readyourwrites is the read-your-writes wait. A client that got
+// global position N from a command's answer may ask for a projection "as
+// of N": Waiter.Wait blocks until the projection's handler (its consumer
+// group) has handled every event of its categories at or below N. Events
+// of other categories do not concern it.
+//
+// What "handled" means is decided against the event store, not against a
+// delivery order: the group's consumers in this process report each event
+// whose effects committed (Waiter.Mark), and a check walks the category's
+// events above the group's watermark in the store, advancing the watermark
+// across handled ones and stopping at the first that is not. So it holds
+// whatever order the relay and the broker deliver in, and an event that
+// is dead-lettered or held by a halted partition is never counted as
+// handled (the wait runs into its bound). Within one category the store's
+// commits follow global position order (MessageDB's advisory lock; the
+// memory store appends under one lock), so an event cannot appear below
+// the watermark after the walk has passed it.
+//
+// An event this process did not mark is asked of the Source that delivers
+// the category, which answers from its own durable record next to its own
+// storage: the partition workers (package partition) by the positions row
+// of the event's unit, the event-store subscriptions (package
+// subscription) by the category's positions row and its open failure
+// records, and the broker consumer groups (package engine), which record
+// nothing durable, by whether the event was appended before they started.
+// This package knows none of them: it imports no storage and no broker
+// (deps_test.go pins it).
+//
+// A read of one document of a projector partitioned by the document's key
+// (documents_by_key) waits for that key's events alone. When the source
+// can say how far the key's unit has committed (Check.KeyPosition), once
+// per wait a search back from N finds the key's last event at or below N,
+// then each check is one read of the unit's position; otherwise the walk
+// skips the other keys' events past the first that is not handled.
+package readyourwrites

@@ -1,0 +1,81 @@
+package partition
+
+import (
+	"context"
+	"strings"
+
+	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/readyourwrites"
+	"github.com/proteanhq/protean-host/position"
+)
+
+// Progress is the partition workers' read-your-writes source
+// (readyourwrites.Source). A run's effects commit with its unit's position
+// in the consumer-positions table, whichever host instance ran it, so an
+// event is handled once the positions row of its unit (its partition, or a
+// correlated process manager's value) has reached it for the event's
+// partition stream or one of that stream's lanes. The engine gives a
+// partition's events one priority, so they all travel one lane: the
+// highest position of the stream and its lanes is the unit's.
+type Progress struct {
+	Positions position.Reader
+}
+
+// Check implements readyourwrites.Source: it reads each unit's row once.
+func (p *Progress) Check(string, int64) readyourwrites.Check {
+	return &progressCheck{p: p, rows: map[string]position.Row{}}
+}
+
+// Remote implements readyourwrites.Source: other host instances' runs
+// show only in the positions table.
+func (p *Progress) Remote() bool { return true }
+
+type progressCheck struct {
+	p    *Progress
+	rows map[string]position.Row
+}
+
+// Handled implements readyourwrites.Check.
+func (c *progressCheck) Handled(ctx context.Context, r readyourwrites.Route, ev eventstore.Event) (bool, error) {
+	if r.Field == "" {
+		return false, nil
+	}
+	key, ok := FieldKey(ev.Data, r.Field)
+	if !ok {
+		return false, nil
+	}
+	at, err := c.position(ctx, r, key)
+	return at >= ev.GlobalPosition, err
+}
+
+// KeyPosition implements readyourwrites.Check: a key's events are one
+// unit's, applied in publish order.
+func (c *progressCheck) KeyPosition(ctx context.Context, r readyourwrites.Route, key string) (int64, bool, error) {
+	at, err := c.position(ctx, r, key)
+	return at, err == nil, err
+}
+
+// position is how far the unit of key's events in r.Category has committed
+// r.Group's effects: the highest position its row records for the key's
+// partition stream or one of its lanes ({stream}:{suffix}).
+func (c *progressCheck) position(ctx context.Context, r readyourwrites.Route, key string) (int64, error) {
+	unit, stream := PartitionUnit(r.Category, key), StreamName(r.Category, key)
+	if r.Correlated {
+		unit = CorrelationUnit(r.Group, key)
+	}
+	row, seen := c.rows[unit]
+	if !seen {
+		var err error
+		if row, _, err = c.p.Positions.Get(ctx, r.Group, unit); err != nil {
+			return 0, err
+		}
+		c.rows[unit] = row
+	}
+	var at int64
+	for src, pos := range row.Positions {
+		if (src == stream || strings.HasPrefix(src, stream+":")) && pos > at {
+			at = pos
+		}
+	}
+	return at, nil
+}
