@@ -100,7 +100,8 @@ type ReloaderOptions struct {
 	// two events of one entity may then sit in two partitions, one under
 	// the old key and one under the new, and run out of order. Allow it
 	// for a deploy whose category is drained: no writes to it, and every
-	// partition of it handled (README, Operations).
+	// partition of it handled (docs/operations.md, "Changing a category's
+	// partition key").
 	AllowRepartition bool
 	Logger           *slog.Logger
 	// Quiet is how long the directory must be still before a watched

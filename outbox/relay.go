@@ -472,7 +472,8 @@ func (r *Relay) settle(ctx context.Context) error {
 // that applied a row already recognise it by their positions (a
 // partition worker acks it unhandled); what the broker lost reaches them
 // in order. Rows published before the retention are gone from the outbox
-// and cannot be published again: Redis must persist (README).
+// and cannot be published again: Redis must persist (docs/operations.md,
+// "Redis must persist what it acknowledges").
 //
 // When the broker kept its marker but restarted since it was set (or
 // failed over): what it acknowledged last may be gone (an fsync

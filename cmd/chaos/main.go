@@ -2,7 +2,8 @@
 // real protean-host binary: three hosts over a private PostgreSQL and
 // Redis, load, a schedule of faults from a seed, then the checks. It
 // exits 0 when every check passed, 1 on a violation, 2 when the harness
-// itself could not run. `make chaos` runs it; see the README, Testing.
+// itself could not run. `make chaos` runs it; see docs/operations.md,
+// "Testing under faults".
 package main
 
 import (

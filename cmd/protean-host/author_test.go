@@ -107,8 +107,9 @@ func TestAuthorLoop(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(body), &answer))
 	require.Len(t, answer.Events, 1)
-	// README's read-your-writes: the command's global position as
-	// min_position (polled, so a loaded machine's 504 is not a failure).
+	// README's read-your-writes (docs/http-api.md, "Reading your
+	// writes"): the command's global position as min_position (polled,
+	// so a loaded machine's 504 is not a failure).
 	testwait.For(t, "the second record projected", func() (bool, string) {
 		code, body := h.get(t, fmt.Sprintf("/v1/projections/tally_totals/a-1?min_position=%d", answer.Events[0].GlobalPosition))
 		return code == 200 && strings.Contains(body, `"total":7`), fmt.Sprintf("%d %s", code, body)
