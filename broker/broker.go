@@ -50,6 +50,17 @@ type Message struct {
 	Prev int64
 }
 
+// LastGlobalPosition is the global position of the last message of msgs
+// that has one (0: none does).
+func LastGlobalPosition(msgs []Message) int64 {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].GlobalPosition > 0 {
+			return msgs[i].GlobalPosition
+		}
+	}
+	return 0
+}
+
 func (m Message) clone() Message {
 	m.Data = slices.Clone(m.Data)
 	m.Metadata = slices.Clone(m.Metadata)

@@ -135,7 +135,7 @@ func runSteps(b partition.Batch, fenced bool, fail int, handled []int, changes [
 			return nil
 		}
 		f := &position.Fence{Group: b.Group, Unit: b.Unit, Generation: b.Generation}
-		if gp := lastGlobalPosition(b.Messages[from:to]); gp > 0 {
+		if gp := broker.LastGlobalPosition(b.Messages[from:to]); gp > 0 {
 			f.Advance = map[string]int64{b.Source: gp}
 		}
 		return f
@@ -158,13 +158,4 @@ func runSteps(b partition.Batch, fenced bool, fail int, handled []int, changes [
 		ends[j], from = end, end
 	}
 	return steps, ends
-}
-
-func lastGlobalPosition(msgs []broker.Message) int64 {
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].GlobalPosition > 0 {
-			return msgs[i].GlobalPosition
-		}
-	}
-	return 0
 }

@@ -59,10 +59,7 @@ func (c *progressCheck) KeyPosition(ctx context.Context, r readyourwrites.Route,
 // r.Group's effects: the highest position its row records for the key's
 // partition stream or one of its lanes ({stream}:{suffix}).
 func (c *progressCheck) position(ctx context.Context, r readyourwrites.Route, key string) (int64, error) {
-	unit, stream := PartitionUnit(r.Category, key), StreamName(r.Category, key)
-	if r.Correlated {
-		unit = CorrelationUnit(r.Group, key)
-	}
+	unit, stream := UnitOf(r.Group, r.Category, key, r.Correlated), StreamName(r.Category, key)
 	row, seen := c.rows[unit]
 	if !seen {
 		var err error

@@ -53,6 +53,17 @@ func ParseUnit(name, backfillSuffix string) (category, key string, err error) {
 // "{pm}:{value}".
 func CorrelationUnit(pm, value string) string { return pm + ":" + value }
 
+// UnitOf is the unit that handles key's events of category for group: the
+// partition ([PartitionUnit]), or, for a correlated process manager (one
+// unit per correlation value across its categories), the value's
+// ([CorrelationUnit]).
+func UnitOf(group, category, key string, correlated bool) string {
+	if correlated {
+		return CorrelationUnit(group, key)
+	}
+	return PartitionUnit(category, key)
+}
+
 // DLQStreamName is the partition's dead-letter stream "{category}:{key}:dlq",
 // where the operator's `partitions dlq` moves a halted head.
 func DLQStreamName(category, key string) string { return LaneStreamName(category, key, DLQToken) }

@@ -359,13 +359,11 @@ func (u *UnitOfWork) key(ev abi.NewEvent) (*string, error) {
 	if !ok {
 		return nil, nil
 	}
-	var data map[string]any
-	dec := json.NewDecoder(bytes.NewReader(ev.Data))
-	dec.UseNumber()
-	if err := dec.Decode(&data); err != nil {
+	raw, err := partition.FieldValue(ev.Data, field)
+	if err != nil {
 		return nil, fmt.Errorf("event %s: data: %w", ev.Type, err)
 	}
-	key, err := partition.Validate(data[field], u.opts.BackfillSuffix)
+	key, err := partition.Validate(raw, u.opts.BackfillSuffix)
 	if err != nil {
 		return nil, &KeyError{Category: category, Type: ev.Type, Field: field, Err: err}
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -38,13 +37,11 @@ func newSubscriptions(cfg config.Config, st *stores, eng *engine.Engine, uow *un
 			if field == "" {
 				return ""
 			}
-			var v map[string]any
-			dec := json.NewDecoder(bytes.NewReader(data))
-			dec.UseNumber()
-			if dec.Decode(&v) != nil {
+			raw, err := partition.FieldValue(data, field)
+			if err != nil {
 				return ""
 			}
-			key, err := partition.Validate(v[field], suffix)
+			key, err := partition.Validate(raw, suffix)
 			if err != nil {
 				return ""
 			}

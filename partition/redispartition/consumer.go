@@ -618,9 +618,9 @@ func buildUnits(s partition.Subscription, keys map[string][]string) []unit {
 		ks := append([]string(nil), keys[cat]...)
 		sort.Strings(ks)
 		for _, k := range ks {
-			name, label := partition.PartitionUnit(cat, k), cat
+			name, label := partition.UnitOf(s.Group, cat, k, s.Correlated), cat
 			if s.Correlated {
-				name, label = partition.CorrelationUnit(s.Group, k), s.Group
+				label = s.Group
 			}
 			u := byName[name]
 			if u == nil {
@@ -1083,7 +1083,7 @@ func (r *run) Handle(ctx context.Context, from, to int) (int, error) {
 
 // Handled acks what committed (or what the positions already cover).
 func (r *run) Handled(ctx context.Context, from, to int) error {
-	if gp := lastPosition(r.msgs[from:to]); gp > r.st.positions[r.stream] {
+	if gp := broker.LastGlobalPosition(r.msgs[from:to]); gp > r.st.positions[r.stream] {
 		r.st.positions[r.stream] = gp
 	}
 	if _, err := r.c.opts.Leases.Ack(ctx, r.w.lease, r.stream, r.ids[from:to]...); err != nil {
@@ -1140,15 +1140,6 @@ func (c *Consumer) halt(w *worker, stream, entry, messageID string, cause error,
 	c.log.Error("partition halted on poison message", "group", w.lease.Group, "partition", w.lease.Unit, "stream", stream,
 		"entry", entry, "message_id", messageID, "attempts", attempts, "max_retries", c.opts.Retry.MaxRetries, "error", cause)
 	return errHalted
-}
-
-func lastPosition(msgs []broker.Message) int64 {
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].GlobalPosition > 0 {
-			return msgs[i].GlobalPosition
-		}
-	}
-	return 0
 }
 
 // reap tries to retire an idle unit: each of its partition keys leaves its
