@@ -13,6 +13,7 @@ import (
 
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/dbtime"
+	"github.com/proteanhq/protean-host/internal/pgstore"
 	"github.com/proteanhq/protean-host/internal/txdone"
 )
 
@@ -42,29 +43,26 @@ import (
 //
 // Time is the injected clock's, passed to every statement, never the
 // database's now().
-type Postgres struct {
-	pool  *pgxpool.Pool
-	clock dbtime.Clock
-}
+type Postgres struct{ db pgstore.Store }
 
 var _ Store = (*Postgres)(nil)
 
 // NewPostgres returns a store on pool's database that reads time from now;
 // nil means time.Now.
 func NewPostgres(pool *pgxpool.Pool, now func() time.Time) *Postgres {
-	return &Postgres{pool: pool, clock: dbtime.NewClock(now)}
+	return &Postgres{db: pgstore.New(pool, now)}
 }
 
 // Tx returns a view of the outbox inside tx, the caller's transaction: the
 // rows it adds become claimable when tx commits.
-func (p *Postgres) Tx(tx pgx.Tx) *PostgresTx { return &PostgresTx{p: p, tx: tx} }
+func (p *Postgres) Tx(tx pgx.Tx) *PostgresTx { return &PostgresTx{db: p.db.In(tx)} }
 
 // Add adds rows in a transaction of their own.
 func (p *Postgres) Add(ctx context.Context, rows []Row) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	tx, err := p.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	tx, err := p.db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return fmt.Errorf("outbox: begin: %w", err)
 	}
@@ -80,10 +78,7 @@ func (p *Postgres) Add(ctx context.Context, rows []Row) error {
 
 // PostgresTx is the outbox inside a caller's pgx transaction. Like the
 // pgx.Tx under it, it is for one goroutine at a time.
-type PostgresTx struct {
-	p  *Postgres
-	tx pgx.Tx
-}
+type PostgresTx struct{ db pgstore.Tx }
 
 // Add checks and inserts rows, all or nothing: a failed Add leaves nothing
 // behind, and the transaction stays usable. Add sets every field the store
@@ -96,7 +91,7 @@ func (t *PostgresTx) Add(ctx context.Context, rows []Row) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	prepared, err := prepare(rows, t.p.clock.Now())
+	prepared, err := prepare(rows, t.db.Now())
 	if err != nil {
 		return err
 	}
@@ -129,9 +124,9 @@ func (t *PostgresTx) Add(ctx context.Context, rows []Row) error {
 		b.Queue(`RELEASE SAVEPOINT protean_outbox`)
 	}
 
-	err = readAdd(t.tx.SendBatch(ctx, &b), prepared, len(categories), single)
+	err = readAdd(t.db.Tx.SendBatch(ctx, &b), prepared, len(categories), single)
 	if err != nil && !single && !errors.Is(err, ErrTxDone) {
-		if _, rbErr := t.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT protean_outbox; RELEASE SAVEPOINT protean_outbox`); rbErr != nil {
+		if _, rbErr := t.db.Tx.Exec(ctx, `ROLLBACK TO SAVEPOINT protean_outbox; RELEASE SAVEPOINT protean_outbox`); rbErr != nil {
 			return errors.Join(err, fmt.Errorf("outbox: roll back to savepoint: %w", rbErr))
 		}
 	}
@@ -174,7 +169,7 @@ func (p *Postgres) Rider(a Appended) (*eventstore.Rider, error) {
 	if maxRetries == 0 {
 		maxRetries = DefaultMaxRetries
 	}
-	return &eventstore.Rider{SQL: riderSQL, Args: []any{p.clock.Now(), maxRetries, a.TargetBroker, a.PartitionKeys, a.Priorities}}, nil
+	return &eventstore.Rider{SQL: riderSQL, Args: []any{p.db.Now(), maxRetries, a.TargetBroker, a.PartitionKeys, a.Priorities}}, nil
 }
 
 // riderSQL inserts the rows of the events in "appended", in their order,
@@ -480,12 +475,12 @@ func (p *Postgres) claim(ctx context.Context, broker, owner string, limit int, l
 	if err != nil {
 		return nil, err
 	}
-	now := p.clock()
+	now := p.db.Clock()
 	args := []any{broker, now, owner, now.Add(lockFor)}
 	if lanes != nil {
 		args = append(args, lanes.Enabled, lanes.Threshold)
 	}
-	rows, err := p.pool.Query(ctx, claimQuery(limit, lanes != nil), args...)
+	rows, err := p.db.Pool.Query(ctx, claimQuery(limit, lanes != nil), args...)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: claim: %w", err)
 	}
@@ -517,7 +512,7 @@ func (r extraColumn) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.
 func (p *Postgres) MarkPublished(ctx context.Context, id int64, owner string) error {
 	return p.markOwned(ctx, id, owner, `UPDATE outbox SET status = 'published', published_at = $3,
 		next_retry_at = NULL, locked_by = NULL, locked_until = NULL, last_processed_at = $3
-		WHERE id = $1 AND `+activeSQL+` AND locked_by = $2`, p.clock.Now())
+		WHERE id = $1 AND `+activeSQL+` AND locked_by = $2`, p.db.Now())
 }
 
 // MarkPublishedBatch implements Store.
@@ -543,7 +538,7 @@ func (p *Postgres) batchOwned(ctx context.Context, op, owner string, ids []int64
 	if len(ids) == 0 {
 		return nil
 	}
-	rows, err := p.pool.Query(ctx, sql, ids, owner, p.clock.Now())
+	rows, err := p.db.Pool.Query(ctx, sql, ids, owner, p.db.Now())
 	if err != nil {
 		return fmt.Errorf("outbox: %s: %w", op, err)
 	}
@@ -578,7 +573,7 @@ func (p *Postgres) MarkFailed(ctx context.Context, id int64, owner, errMsg strin
 			|| CASE WHEN retry_count + 1 >= max_retries THEN '{"reason": "Max retries exceeded"}'::jsonb ELSE '{}'::jsonb END,
 		locked_by = NULL, locked_until = NULL, last_processed_at = $3
 		WHERE id = $1 AND `+activeSQL+` AND locked_by = $2`,
-		p.clock.Now(), dbtime.Of(nextRetryAt), errMsg)
+		p.db.Now(), dbtime.Of(nextRetryAt), errMsg)
 }
 
 // markOwned runs a mark that applies only under owner's lock, and explains
@@ -587,7 +582,7 @@ func (p *Postgres) markOwned(ctx context.Context, id int64, owner, sql string, a
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	tag, err := p.pool.Exec(ctx, sql, append([]any{id, owner}, args...)...)
+	tag, err := p.db.Pool.Exec(ctx, sql, append([]any{id, owner}, args...)...)
 	if err != nil {
 		return fmt.Errorf("outbox row %d: %w", id, err)
 	}
@@ -604,7 +599,7 @@ func (p *Postgres) markOwned(ctx context.Context, id int64, owner, sql string, a
 // state reads a row's status and lock owner, or ErrNotFound.
 func (p *Postgres) state(ctx context.Context, id int64) (Status, string, error) {
 	var status, lockedBy string
-	err := p.pool.QueryRow(ctx, `SELECT `+statusSQL+`, coalesce(locked_by, '') FROM outbox WHERE id = $1`, id).Scan(&status, &lockedBy)
+	err := p.db.Pool.QueryRow(ctx, `SELECT `+statusSQL+`, coalesce(locked_by, '') FROM outbox WHERE id = $1`, id).Scan(&status, &lockedBy)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", "", fmt.Errorf("outbox row %d: %w", id, ErrNotFound)
 	}
@@ -619,13 +614,13 @@ func (p *Postgres) Abandon(ctx context.Context, id int64, reason string) error {
 	return p.transition(ctx, id, "abandon", `UPDATE outbox SET status = 'abandoned',
 		last_error = jsonb_build_object('message', $2::text, 'reason', $2::text, 'failed_at', $3::timestamptz, 'retry_count', retry_count),
 		next_retry_at = NULL, locked_until = NULL, locked_by = NULL
-		WHERE id = $1 AND status <> 'published'`, reason, p.clock.Now())
+		WHERE id = $1 AND status <> 'published'`, reason, p.db.Now())
 }
 
 // Retry implements Store.
 func (p *Postgres) Retry(ctx context.Context, id int64) error {
 	var passed int64
-	err := p.pool.QueryRow(ctx, `SELECT coalesce((SELECT l.id FROM outbox o JOIN outbox l ON l.target_broker = o.target_broker
+	err := p.db.Pool.QueryRow(ctx, `SELECT coalesce((SELECT l.id FROM outbox o JOIN outbox l ON l.target_broker = o.target_broker
 		AND l.category = o.category AND l.ordering_key = o.ordering_key AND l.id > o.id
 		WHERE o.id = $1 AND o.status = 'abandoned' AND o.partition_key IS NOT NULL AND l.status = 'published'
 		ORDER BY l.id LIMIT 1), 0)`, id).Scan(&passed)
@@ -647,7 +642,7 @@ func (p *Postgres) transition(ctx context.Context, id int64, op, sql string, arg
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	tag, err := p.pool.Exec(ctx, sql, append([]any{id}, args...)...)
+	tag, err := p.db.Pool.Exec(ctx, sql, append([]any{id}, args...)...)
 	if err != nil {
 		return fmt.Errorf("outbox row %d: %w", id, err)
 	}
@@ -666,7 +661,7 @@ func (p *Postgres) Cleanup(ctx context.Context, publishedBefore, abandonedBefore
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	tag, err := p.pool.Exec(ctx, `DELETE FROM outbox
+	tag, err := p.db.Pool.Exec(ctx, `DELETE FROM outbox
 		WHERE (status = 'published' AND published_at < $1) OR (status = 'abandoned' AND created_at < $2)`,
 		publishedBefore, abandonedBefore)
 	if err != nil {
@@ -686,7 +681,7 @@ func (p *Postgres) Stats(ctx context.Context) (Stats, error) {
 	b.Queue(`SELECT id, status, category, coalesce(partition_key, ''), message_id, target_broker, retry_count,
 		coalesce(last_error->>'message', ''), created_at
 		FROM outbox WHERE status IN ('abandoned', 'halted') ORDER BY id LIMIT $1`, maxStatsAbandoned)
-	br := p.pool.SendBatch(ctx, &b)
+	br := p.db.Pool.SendBatch(ctx, &b)
 	s, err := readStats(br)
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -743,7 +738,7 @@ func (p *Postgres) Get(ctx context.Context, id int64) (Row, error) {
 	if err := ctx.Err(); err != nil {
 		return Row{}, err
 	}
-	r, err := scanRow(p.pool.QueryRow(ctx, `SELECT `+rowColumns+` FROM outbox WHERE id = $1`, id))
+	r, err := scanRow(p.db.Pool.QueryRow(ctx, `SELECT `+rowColumns+` FROM outbox WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Row{}, fmt.Errorf("outbox row %d: %w", id, ErrNotFound)
 	}
@@ -764,7 +759,7 @@ func jsonArg(b []byte) any {
 // LastPublished implements Republisher.
 func (p *Postgres) LastPublished(ctx context.Context, broker string) (time.Time, error) {
 	var last *time.Time
-	if err := p.pool.QueryRow(ctx, `SELECT max(published_at) FROM outbox WHERE target_broker = $1 AND status = 'published'`,
+	if err := p.db.Pool.QueryRow(ctx, `SELECT max(published_at) FROM outbox WHERE target_broker = $1 AND status = 'published'`,
 		broker).Scan(&last); err != nil {
 		return time.Time{}, fmt.Errorf("outbox: last published: %w", err)
 	}
@@ -806,7 +801,7 @@ const republishSQL = `UPDATE outbox o SET status = 'pending', published_at = NUL
 // per broker, so relays that meet the lost marker at once republish once.
 func (p *Postgres) Republish(ctx context.Context, broker, epoch string, since time.Time, keep Keep,
 	stillLost func(context.Context) (bool, error)) (int, bool, error) {
-	tx, err := p.pool.Begin(ctx)
+	tx, err := p.db.Pool.Begin(ctx)
 	if err != nil {
 		return 0, false, fmt.Errorf("outbox: republish: %w", err)
 	}
@@ -843,7 +838,7 @@ func (p *Postgres) Republish(ctx context.Context, broker, epoch string, since ti
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO broker_epochs (broker, epoch, marked_at) VALUES ($1, $2, $3)
 		ON CONFLICT (broker) DO UPDATE SET epoch = excluded.epoch, marked_at = excluded.marked_at`,
-		broker, epoch, p.clock.Now()); err != nil {
+		broker, epoch, p.db.Now()); err != nil {
 		return 0, false, fmt.Errorf("outbox: republish: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -8,12 +8,11 @@ import (
 	"maps"
 	"time"
 
-	"github.com/proteanhq/protean-host/internal/pipeline"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/proteanhq/protean-host/internal/dbtime"
+	"github.com/proteanhq/protean-host/internal/pgstore"
+	"github.com/proteanhq/protean-host/internal/pipeline"
 	"github.com/proteanhq/protean-host/internal/txdone"
 )
 
@@ -28,21 +27,18 @@ import (
 // generation.
 //
 // Time is the injected clock's, never the database's now().
-type Postgres struct {
-	pool  *pgxpool.Pool
-	clock dbtime.Clock
-}
+type Postgres struct{ db pgstore.Store }
 
 var _ Store = (*Postgres)(nil)
 
 // NewPostgres returns a store on pool's database that reads time from now;
 // nil means time.Now.
 func NewPostgres(pool *pgxpool.Pool, now func() time.Time) *Postgres {
-	return &Postgres{pool: pool, clock: dbtime.NewClock(now)}
+	return &Postgres{db: pgstore.New(pool, now)}
 }
 
 // Tx returns a view of the table inside tx, the caller's transaction.
-func (p *Postgres) Tx(tx pgx.Tx) *PostgresTx { return &PostgresTx{p: p, tx: tx} }
+func (p *Postgres) Tx(tx pgx.Tx) *PostgresTx { return &PostgresTx{db: p.db.In(tx)} }
 
 const rowColumns = `consumer_group, unit, generation, positions, updated_at`
 
@@ -66,11 +62,11 @@ func (p *Postgres) Claim(ctx context.Context, group, unit string) (Row, error) {
 	if err := validUnit(group, unit); err != nil {
 		return Row{}, err
 	}
-	r, err := scanRow(p.pool.QueryRow(ctx, `INSERT INTO consumer_positions (consumer_group, unit, generation, positions, updated_at)
+	r, err := scanRow(p.db.Pool.QueryRow(ctx, `INSERT INTO consumer_positions (consumer_group, unit, generation, positions, updated_at)
 		VALUES ($1, $2, 1, '{}', $3)
 		ON CONFLICT (consumer_group, unit) DO UPDATE
 		SET generation = consumer_positions.generation + 1, updated_at = EXCLUDED.updated_at
-		RETURNING `+rowColumns, group, unit, p.clock.Now()))
+		RETURNING `+rowColumns, group, unit, p.db.Now()))
 	if err != nil {
 		return Row{}, fmt.Errorf("position %s/%s: claim: %w", group, unit, err)
 	}
@@ -85,11 +81,11 @@ func (p *Postgres) Set(ctx context.Context, group, unit, source string, pos int6
 	if err := validSet(group, unit, source, pos); err != nil {
 		return err
 	}
-	_, err := p.pool.Exec(ctx, `INSERT INTO consumer_positions (consumer_group, unit, generation, positions, updated_at)
+	_, err := p.db.Pool.Exec(ctx, `INSERT INTO consumer_positions (consumer_group, unit, generation, positions, updated_at)
 		VALUES ($1, $2, 0, jsonb_build_object($3::text, $4::bigint), $5)
 		ON CONFLICT (consumer_group, unit) DO UPDATE
 		SET positions = consumer_positions.positions || EXCLUDED.positions, updated_at = EXCLUDED.updated_at`,
-		group, unit, source, pos, p.clock.Now())
+		group, unit, source, pos, p.db.Now())
 	if err != nil {
 		return fmt.Errorf("position %s/%s: set %s: %w", group, unit, source, err)
 	}
@@ -104,7 +100,7 @@ func (p *Postgres) Get(ctx context.Context, group, unit string) (Row, bool, erro
 	if err := validUnit(group, unit); err != nil {
 		return Row{}, false, err
 	}
-	r, err := scanRow(p.pool.QueryRow(ctx, `SELECT `+rowColumns+` FROM consumer_positions WHERE consumer_group = $1 AND unit = $2`, group, unit))
+	r, err := scanRow(p.db.Pool.QueryRow(ctx, `SELECT `+rowColumns+` FROM consumer_positions WHERE consumer_group = $1 AND unit = $2`, group, unit))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Row{}, false, nil
 	}
@@ -120,7 +116,7 @@ func (p *Postgres) List(ctx context.Context, group string) ([]Row, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	rows, err := p.pool.Query(ctx, `SELECT `+rowColumns+` FROM consumer_positions
+	rows, err := p.db.Pool.Query(ctx, `SELECT `+rowColumns+` FROM consumer_positions
 		WHERE $1 = '' OR consumer_group = $1
 		ORDER BY consumer_group COLLATE "C", unit COLLATE "C"`, group)
 	if err != nil {
@@ -138,10 +134,7 @@ func (p *Postgres) List(ctx context.Context, group string) ([]Row, error) {
 
 // PostgresTx is the table inside a caller's pgx transaction. Like the
 // pgx.Tx under it, it is for one goroutine at a time.
-type PostgresTx struct {
-	p  *Postgres
-	tx pgx.Tx
-}
+type PostgresTx struct{ db pgstore.Tx }
 
 // advanceSQL moves the positions to $4 only while the generation is the
 // fence's and every source of $6 is behind where $6 takes it (for one
@@ -243,7 +236,7 @@ func (t *PostgresTx) Advance(ctx context.Context, f Fence) error {
 		return err
 	}
 	for range maxAdvanceTries {
-		tag, err := t.tx.Exec(ctx, advanceSQL, f.Group, f.Unit, f.Generation, string(js), t.p.clock.Now(), string(js))
+		tag, err := t.db.Tx.Exec(ctx, advanceSQL, f.Group, f.Unit, f.Generation, string(js), t.db.Now(), string(js))
 		if err != nil {
 			return t.mapError(f, err)
 		}
@@ -254,7 +247,7 @@ func (t *PostgresTx) Advance(ctx context.Context, f Fence) error {
 			gen       int64
 			positions map[string]int64
 		)
-		err = t.tx.QueryRow(ctx, `SELECT generation, positions FROM consumer_positions WHERE consumer_group = $1 AND unit = $2`,
+		err = t.db.Tx.QueryRow(ctx, `SELECT generation, positions FROM consumer_positions WHERE consumer_group = $1 AND unit = $2`,
 			f.Group, f.Unit).Scan(&gen, &positions)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -284,8 +277,8 @@ func (t *PostgresTx) Forget(ctx context.Context, group, unit string, generation 
 	if err := validUnit(group, unit); err != nil {
 		return false, err
 	}
-	tag, err := t.tx.Exec(ctx, `UPDATE consumer_positions SET positions = positions - $4::text, updated_at = $5
-		WHERE consumer_group = $1 AND unit = $2 AND generation = $3`, group, unit, generation, source, t.p.clock.Now())
+	tag, err := t.db.Tx.Exec(ctx, `UPDATE consumer_positions SET positions = positions - $4::text, updated_at = $5
+		WHERE consumer_group = $1 AND unit = $2 AND generation = $3`, group, unit, generation, source, t.db.Now())
 	if err != nil {
 		if txdone.Closed(err) {
 			return false, ErrTxDone
@@ -325,7 +318,7 @@ func (p *Postgres) QueueAdvance(b *pgx.Batch, fences ...Fence) (pipeline.Reader,
 		if err != nil {
 			return nil, err
 		}
-		b.Queue(queuedAdvanceSQL, f.Group, f.Unit, f.Generation, string(set), p.clock.Now(), string(check))
+		b.Queue(queuedAdvanceSQL, f.Group, f.Unit, f.Generation, string(set), p.db.Now(), string(check))
 	}
 	return func(br pgx.BatchResults) error {
 		for _, f := range folds {

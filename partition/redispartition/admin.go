@@ -355,8 +355,7 @@ func containsString(s []string, v string) bool {
 	return false
 }
 
-// lease reads the lease value "{owner}:{generation}"; the owner may hold
-// colons itself, the generation never does.
+// lease reads the unit's lease token as its owner and generation.
 func (a *Admin) lease(ctx context.Context, group, unit string) (string, int64, error) {
 	v, err := a.rdb.Get(ctx, a.key(LeaseKey(group, unit))).Result()
 	if errors.Is(err, redis.Nil) {
@@ -365,12 +364,8 @@ func (a *Admin) lease(ctx context.Context, group, unit string) (string, int64, e
 	if err != nil {
 		return "", 0, err
 	}
-	i := strings.LastIndexByte(v, ':')
-	if i < 0 {
-		return v, 0, nil
-	}
-	gen, _ := strconv.ParseInt(v[i+1:], 10, 64)
-	return v[:i], gen, nil
+	owner, gen, _ := parseToken(v)
+	return owner, gen, nil
 }
 
 // halt reads the unit's halt record; nil when it has none.

@@ -545,7 +545,7 @@ func (c *Consumer) place(ctx context.Context, s partition.Subscription, units []
 		case errors.Is(a.Err, ErrHalted):
 			halted++
 		case errors.Is(a.Err, ErrLeaseHeld):
-			owner := TokenOwner(a.Holder)
+			owner, _, _ := parseToken(a.Holder)
 			c.mu.Lock()
 			c.held[unitID{s.Group, free[i].unit}] = heldBy{owner: owner, until: now.Add(c.opts.LeaseTTL)}
 			alive := c.live[owner]
@@ -571,7 +571,7 @@ func (c *Consumer) place(ctx context.Context, s partition.Subscription, units []
 	var again []Want
 	var units2 []unit
 	for _, i := range lapsed {
-		if !live[TokenOwner(want[i].Lapsed)] {
+		if owner, _, _ := parseToken(want[i].Lapsed); !live[owner] {
 			again = append(again, want[i])
 			units2 = append(units2, free[i])
 		}

@@ -36,7 +36,23 @@ type Lease struct {
 
 // Token is the fence token "{owner}:{generation}", also the owner's Redis
 // consumer name, so each generation has its own pending entries list.
+// acquireScript writes the same in Lua; parseToken reads it back.
 func (l Lease) Token() string { return l.Owner + ":" + strconv.FormatInt(l.Generation, 10) }
+
+// parseToken splits a lease token "{owner}:{generation}" at its last
+// colon: an owner may hold colons (package owner's names do), a
+// generation never does. ok is false when the token has no colon or its
+// generation is not a number; owner is then still what precedes the last
+// colon (the whole token without one), for the callers that only name the
+// holder.
+func parseToken(token string) (owner string, generation int64, ok bool) {
+	i := strings.LastIndexByte(token, ':')
+	if i < 0 {
+		return token, 0, false
+	}
+	gen, err := strconv.ParseInt(token[i+1:], 10, 64)
+	return token[:i], gen, err == nil
+}
 
 // Entry is a stream entry as a fenced read returns it.
 type Entry struct {
@@ -185,24 +201,6 @@ func (s *Leases) Leave(ctx context.Context, owner string, groups []string) error
 	return nil
 }
 
-// ownToken reports whether token is owner's, and its generation.
-func ownToken(token, owner string) (int64, bool) {
-	rest, ok := strings.CutPrefix(token, owner+":")
-	if !ok {
-		return 0, false
-	}
-	gen, err := strconv.ParseInt(rest, 10, 64)
-	return gen, err == nil
-}
-
-// TokenOwner is the owner part of a lease token "{owner}:{generation}".
-func TokenOwner(token string) string {
-	if i := strings.LastIndexByte(token, ':'); i >= 0 {
-		return token[:i]
-	}
-	return token
-}
-
 // acquireScript: KEYS lease, generation, halt of each unit (in threes);
 // ARGV owner, the most units to take (-1: no limit), then per unit a token
 // the caller found lapsed ("" for none). Per unit: -2 halted; the new
@@ -303,7 +301,7 @@ func (s *Leases) AcquireAll(ctx context.Context, wants []Want, owner string, lim
 			g, u := w.Group, w.Unit.Unit
 			switch r := res[i].(type) {
 			case string:
-				if gen, ok := ownToken(r, owner); ok {
+				if held, gen, ok := parseToken(r); ok && held == owner {
 					// Ours already: an earlier run of this call took it
 					// and its reply was lost (the client sent it again).
 					out = append(out, Acquired{Lease: Lease{Group: g, Unit: u, Owner: owner, Generation: gen}})
