@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/proteanhq/protean-host/clock"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/backoff"
 )
 
@@ -295,20 +296,13 @@ type Epocher interface {
 
 // Options are the delivery settings of a broker. Start from DefaultOptions.
 type Options struct {
-	// MaxRetries is how many redeliveries a nacked message gets; the nack
-	// after the last one dead-letters it. 0 dead-letters on the first nack.
-	MaxRetries int
-	// RetryDelay is the wait before the first redelivery; each further one
-	// waits BackoffMultiplier times longer, at most MaxRetryDelay (0: no
-	// cap), shortened by up to the Jitter fraction (0 to 1) so that
-	// messages failing together are not redelivered together (the
-	// delivery.Policy of the consumers, in the broker's terms).
-	RetryDelay        time.Duration
-	BackoffMultiplier float64
-	MaxRetryDelay     time.Duration
-	Jitter            float64
-	// Rand draws the jitter, a number in [0, 1); nil is math/rand/v2.
-	Rand func() float64
+	// Policy is the one retry policy of every delivery path: a nacked
+	// message gets MaxRetries redeliveries, and the nack after the last
+	// one dead-letters it (0: the first nack does); redelivery n waits
+	// Policy.Pause(n): Delay, doubled for each further one up to MaxDelay
+	// (0: no cap), shortened by up to the Jitter fraction so that messages
+	// failing together are not redelivered together.
+	delivery.Policy
 	// MessageTimeout is how long a message may stay in flight; after it the
 	// message is dead-lettered with ReasonTimeout.
 	MessageTimeout time.Duration
@@ -327,12 +321,9 @@ type Options struct {
 // DefaultOptions returns Protean's defaults for the inline broker.
 func DefaultOptions() Options {
 	return Options{
-		MaxRetries:        3,
-		RetryDelay:        time.Second,
-		BackoffMultiplier: 2,
-		MaxRetryDelay:     time.Minute,
-		MessageTimeout:    300 * time.Second,
-		EnableDLQ:         true,
+		Policy:         delivery.Policy{MaxRetries: 3, Delay: time.Second, MaxDelay: time.Minute},
+		MessageTimeout: 300 * time.Second,
+		EnableDLQ:      true,
 	}
 }
 
@@ -341,26 +332,16 @@ func (o Options) Validate() error {
 	switch {
 	case o.MaxRetries < 0:
 		return fmt.Errorf("broker: MaxRetries must be >= 0, got %d", o.MaxRetries)
-	case o.RetryDelay < 0:
-		return fmt.Errorf("broker: RetryDelay must be >= 0, got %s", o.RetryDelay)
-	case !(o.BackoffMultiplier >= 1) || o.BackoffMultiplier > 1e6: // also NaN
-		return fmt.Errorf("broker: BackoffMultiplier must be in [1, 1e6], got %g", o.BackoffMultiplier)
-	case o.MaxRetryDelay < 0:
-		return fmt.Errorf("broker: MaxRetryDelay must be >= 0, got %s", o.MaxRetryDelay)
+	case o.Delay < 0:
+		return fmt.Errorf("broker: Delay must be >= 0, got %s", o.Delay)
+	case o.MaxDelay < 0:
+		return fmt.Errorf("broker: MaxDelay must be >= 0, got %s", o.MaxDelay)
 	case !(o.Jitter >= 0 && o.Jitter <= 1): // also NaN
 		return fmt.Errorf("broker: Jitter must be in [0, 1], got %g", o.Jitter)
 	case o.MessageTimeout <= 0:
 		return fmt.Errorf("broker: MessageTimeout must be > 0, got %s", o.MessageTimeout)
 	}
 	return nil
-}
-
-// RetryBackoff is the wait before redelivering a message nacked for the
-// retries-th time (1-based): RetryDelay * BackoffMultiplier^(retries-1),
-// saturating instead of overflowing, capped at MaxRetryDelay, shortened
-// by up to Jitter.
-func (o Options) RetryBackoff(retries int) time.Duration {
-	return backoff.Delay(retries, o.RetryDelay, o.BackoffMultiplier, o.MaxRetryDelay, o.Jitter, o.Rand)
 }
 
 // JitterFactor draws the factor a redelivery delay is multiplied by, in

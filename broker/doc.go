@@ -35,7 +35,7 @@
 //     advertise it).
 //   - Hold the line. A nacked message is requeued for its group and is
 //     delivered again before any later message of its stream, and while it
-//     waits out its retry delay (RetryDelay * BackoffMultiplier^(retries-1):
+//     waits out its retry delay (Delay * 2^(retries-1), at most MaxDelay:
 //     1 s, 2 s, 4 s by default) nothing later of that stream is delivered
 //     to that group. Protean does not promise this. A consumer that takes
 //     one message at a time and acks or nacks it before the next thus sees

@@ -12,7 +12,7 @@ import (
 // message that fails, and receives it again before the next one.
 func Example() {
 	opts := broker.DefaultOptions()
-	opts.RetryDelay = 0 // redeliver at once, for the example
+	opts.Delay = 0 // redeliver at once, for the example
 	b, err := broker.NewInline(opts)
 	if err != nil {
 		panic(err)

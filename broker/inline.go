@@ -292,7 +292,7 @@ func (b *Inline) Ack(ctx context.Context, stream, group, id string) error {
 
 // Nack gives a delivered message back. Its retry count grows by one; while
 // it is at most Options.MaxRetries the message is redelivered to the group
-// after Options.RetryBackoff(retries), ahead of the stream's later
+// after Options.Pause(retries), ahead of the stream's later
 // messages. Beyond that it is dead-lettered with ReasonMaxRetries (or
 // discarded without a DLQ). Nacking a message that is not in flight but not
 // acked returns nil; nacking an acked one ErrAcked, one never delivered
@@ -327,7 +327,7 @@ func (b *Inline) nack(ctx context.Context, op, stream, group, id string, reject 
 			b.killLocked(s, stream, group, g, seq, ReasonMaxRetries, f.attempt, now)
 			return nil
 		}
-		g.requeue(requeue{seq: seq, retries: retries, readyAt: now.Add(b.opts.RetryBackoff(retries))})
+		g.requeue(requeue{seq: seq, retries: retries, readyAt: now.Add(b.opts.Pause(retries))})
 		s.signal()
 		return nil
 	})

@@ -13,7 +13,7 @@ import (
 func TestInlineSignalsWaiters(t *testing.T) {
 	t.Parallel()
 	opts := DefaultOptions()
-	opts.MaxRetries, opts.RetryDelay = 1, 0
+	opts.MaxRetries, opts.Delay = 1, 0
 	b, err := NewInline(opts)
 	require.NoError(t, err)
 	defer b.Close()

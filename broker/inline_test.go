@@ -9,6 +9,7 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/brokertest"
+	"github.com/proteanhq/protean-host/delivery"
 )
 
 func TestMain(m *testing.M) {
@@ -42,13 +43,11 @@ func TestOptionsValidate(t *testing.T) {
 	}{
 		{"defaults", func(*broker.Options) {}, ""},
 		{"no retries", func(o *broker.Options) { o.MaxRetries = 0 }, ""},
-		{"no delay", func(o *broker.Options) { o.RetryDelay = 0 }, ""},
-		{"constant delay", func(o *broker.Options) { o.BackoffMultiplier = 1 }, ""},
+		{"no delay", func(o *broker.Options) { o.Delay = 0 }, ""},
 		{"negative retries", func(o *broker.Options) { o.MaxRetries = -1 }, "MaxRetries must be >= 0"},
-		{"negative delay", func(o *broker.Options) { o.RetryDelay = -time.Second }, "RetryDelay must be >= 0"},
-		{"shrinking backoff", func(o *broker.Options) { o.BackoffMultiplier = 0.5 }, "BackoffMultiplier must be in [1, 1e6]"},
-		{"unset backoff", func(o *broker.Options) { o.BackoffMultiplier = 0 }, "BackoffMultiplier"},
-		{"huge backoff", func(o *broker.Options) { o.BackoffMultiplier = 1e7 }, "BackoffMultiplier"},
+		{"negative delay", func(o *broker.Options) { o.Delay = -time.Second }, "Delay must be >= 0"},
+		{"negative cap", func(o *broker.Options) { o.MaxDelay = -time.Second }, "MaxDelay must be >= 0"},
+		{"jitter past 1", func(o *broker.Options) { o.Jitter = 1.5 }, "Jitter must be in [0, 1]"},
 		{"zero timeout", func(o *broker.Options) { o.MessageTimeout = 0 }, "MessageTimeout must be > 0"},
 	}
 	for _, tt := range tests {
@@ -71,12 +70,9 @@ func TestOptionsValidate(t *testing.T) {
 func TestDefaultOptions(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, broker.Options{
-		MaxRetries:        3,
-		RetryDelay:        time.Second,
-		MaxRetryDelay:     time.Minute,
-		BackoffMultiplier: 2,
-		MessageTimeout:    300 * time.Second,
-		EnableDLQ:         true,
+		Policy:         delivery.Policy{MaxRetries: 3, Delay: time.Second, MaxDelay: time.Minute},
+		MessageTimeout: 300 * time.Second,
+		EnableDLQ:      true,
 	}, broker.DefaultOptions())
 }
 
@@ -90,19 +86,17 @@ func TestRetryBackoff(t *testing.T) {
 		3: 4 * time.Second,
 		4: 8 * time.Second,
 	} {
-		require.Equal(t, want, o.RetryBackoff(retries), "retries %d", retries)
+		require.Equal(t, want, o.Pause(retries), "retries %d", retries)
 	}
-	require.Equal(t, time.Minute, o.RetryBackoff(1000), "capped at MaxRetryDelay")
-	o.MaxRetryDelay = 0
-	require.Equal(t, time.Duration(1<<63-1), o.RetryBackoff(1000), "no cap: saturates")
-	o.MaxRetryDelay, o.Jitter, o.Rand = time.Minute, 0.5, func() float64 { return 1 }
-	require.Equal(t, 30*time.Second, o.RetryBackoff(1000), "jitter shortens, at most by its fraction")
+	require.Equal(t, time.Minute, o.Pause(1000), "capped at MaxRetryDelay")
+	o.MaxDelay = 0
+	require.Equal(t, time.Duration(1<<63-1), o.Pause(1000), "no cap: saturates")
+	o.MaxDelay, o.Jitter, o.Rand = time.Minute, 0.5, func() float64 { return 1 }
+	require.Equal(t, 30*time.Second, o.Pause(1000), "jitter shortens, at most by its fraction")
 	require.InDelta(t, 0.5, o.JitterFactor(), 1e-9, "the factor a script multiplies by")
 	o.Jitter = 0
-	o.BackoffMultiplier = 1.5
-	require.Equal(t, 2250*time.Millisecond, o.RetryBackoff(3))
-	o.RetryDelay = 0
-	require.Zero(t, o.RetryBackoff(1000))
+	o.Delay = 0
+	require.Zero(t, o.Pause(1000))
 }
 
 func TestCapabilityString(t *testing.T) {

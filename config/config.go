@@ -494,8 +494,8 @@ func Default() Config {
 			},
 			StreamSubscription: StreamSubscription{
 				MaxRetries:           sub.MaxRetries,
-				RetryDelaySeconds:    sub.RetryDelay.Seconds(),
-				MaxRetryDelaySeconds: sub.MaxRetryDelay.Seconds(),
+				RetryDelaySeconds:    sub.Delay.Seconds(),
+				MaxRetryDelaySeconds: sub.MaxDelay.Seconds(),
 			},
 			EventStoreSubscription: EventStoreSubscription{
 				BatchSize:      subscription.DefaultBatchSize,

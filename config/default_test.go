@@ -48,8 +48,8 @@ func TestDefaultAgreesWithPackages(t *testing.T) {
 	sub := broker.DefaultOptions()
 	s := cfg.Server.StreamSubscription
 	require.Equal(t, sub.MaxRetries, s.MaxRetries)
-	require.Equal(t, sub.RetryDelay, s.RetryDelay())
-	require.Equal(t, sub.MaxRetryDelay, s.MaxRetryDelay())
+	require.Equal(t, sub.Delay, s.RetryDelay())
+	require.Equal(t, sub.MaxDelay, s.MaxRetryDelay())
 	require.Equal(t, part.Retry, s.Policy(), "the consumer and the broker retry alike")
 
 	lim := host.DefaultLimits()

@@ -104,10 +104,14 @@ type Policy struct {
 	Rand func() float64
 }
 
+// BackoffFactor is how much longer each retry's pause is than the one
+// before (up to the policy's MaxDelay).
+const BackoffFactor = 2
+
 // Pause is the wait before retry n (1-based) of a message that failed on
 // its own.
 func (p Policy) Pause(n int) time.Duration {
-	return backoff.Delay(n, p.Delay, 2, p.MaxDelay, p.Jitter, p.Rand)
+	return backoff.Delay(n, p.Delay, BackoffFactor, p.MaxDelay, p.Jitter, p.Rand)
 }
 
 // InfraPause is the wait after the n-th consecutive infrastructure

@@ -130,7 +130,7 @@ func TestBrokerConsumerRetriesInfrastructureUncharged(t *testing.T) {
 	e, mem := partitionEngine(t)
 	e.opts.Events = &flakyEvents{Store: mem.Events, n: 3}
 	e.opts.DeliveryBatch = 1
-	src := startInline(t, e, broker.Options{MaxRetries: 0, BackoffMultiplier: 1, MessageTimeout: time.Minute, EnableDLQ: true}, "read")
+	src := startInline(t, e, broker.Options{MessageTimeout: time.Minute, EnableDLQ: true}, "read")
 	testwait.For(t, "the message handled", func() (bool, string) {
 		got := seen(t, mem)
 		return len(got) == 1, fmt.Sprint(got)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testwait"
 )
 
@@ -60,7 +61,7 @@ func deliverOpsOn(t *testing.T, newBroker func(broker.Options) runBroker, batch,
 		}
 		handled = append(handled, h.Message.ID+mark)
 	}
-	src := newBroker(broker.Options{MaxRetries: maxRetries, RetryDelay: time.Millisecond, BackoffMultiplier: 1,
+	src := newBroker(broker.Options{Policy: delivery.Policy{MaxRetries: maxRetries, Delay: time.Millisecond, MaxDelay: time.Millisecond},
 		MessageTimeout: time.Minute, EnableDLQ: true})
 	t.Cleanup(func() { _ = src.Close() })
 	for _, m := range opBatch(1, ops...).Messages {

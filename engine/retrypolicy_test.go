@@ -144,8 +144,8 @@ func runInlineRetries(t *testing.T, pol delivery.Policy, p *pauses, op string) (
 	e.opts.DeliveryBatch = 1
 	attempts := attemptsOf(e)
 	p.virtual, p.now = true, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	src := startInline(t, e, broker.Options{MaxRetries: pol.MaxRetries, RetryDelay: pol.Delay, BackoffMultiplier: 2,
-		MaxRetryDelay: pol.MaxDelay, MessageTimeout: time.Minute, EnableDLQ: true, Clock: clock.Funcs{NowFunc: p.clock, AfterFunc: p.after}}, op)
+	src := startInline(t, e, broker.Options{Policy: delivery.Policy{MaxRetries: pol.MaxRetries, Delay: pol.Delay, MaxDelay: pol.MaxDelay},
+		MessageTimeout: time.Minute, EnableDLQ: true, Clock: clock.Funcs{NowFunc: p.clock, AfterFunc: p.after}}, op)
 	var dead string
 	testwait.For(t, "the message dead-lettered", func() (bool, string) {
 		dl, err := src.DLQ(context.Background(), "ops", "behave")

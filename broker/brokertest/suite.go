@@ -150,7 +150,7 @@ func testAckIdempotent(t *testing.T, e *env) {
 }
 
 func testAckErrors(t *testing.T, e *env) {
-	b := e.open(func(o *broker.Options) { o.RetryDelay = 0 })
+	b := e.open(func(o *broker.Options) { o.Delay = 0 })
 	ctx := context.Background()
 	e.publish("order", "m1", "m2")
 	require.ErrorIs(t, b.Ack(ctx, "order", "g", "m1"), broker.ErrNotDelivered, "before any delivery")
@@ -179,7 +179,7 @@ func testNackErrors(t *testing.T, e *env) {
 }
 
 func testNackIdempotent(t *testing.T, e *env) {
-	e.open(func(o *broker.Options) { o.RetryDelay, o.MaxRetries = 0, 1 })
+	e.open(func(o *broker.Options) { o.Delay, o.MaxRetries = 0, 1 })
 	e.publish("order", "m1")
 	e.next("order", "g", "m1")
 	e.nack("order", "g", "m1")
@@ -191,7 +191,7 @@ func testNackIdempotent(t *testing.T, e *env) {
 }
 
 func testRequeueImmediate(t *testing.T, e *env) {
-	e.open(func(o *broker.Options) { o.RetryDelay = 0 })
+	e.open(func(o *broker.Options) { o.Delay = 0 })
 	e.publish("order", "m1")
 	for attempt := 1; attempt <= 3; attempt++ {
 		d := e.next("order", "g", "m1")
@@ -241,7 +241,7 @@ func testRejectDeadLettersAtOnce(t *testing.T, e *env) {
 
 func testDeadLetterAfterMaxRetries(t *testing.T, e *env) {
 	e.need(e.f.DeadLetters)
-	e.open(func(o *broker.Options) { o.RetryDelay = 0 })
+	e.open(func(o *broker.Options) { o.Delay = 0 })
 	e.publish("order", "m1")
 	for attempt := 1; attempt <= 4; attempt++ { // 1 delivery + 3 retries
 		require.Equal(t, attempt, e.next("order", "g", "m1").Attempt)
@@ -296,7 +296,7 @@ func testDiscardWithoutDLQ(t *testing.T, e *env) {
 
 func testDeadLetterUnblocks(t *testing.T, e *env) {
 	e.need(e.f.Ordered)
-	e.open(func(o *broker.Options) { o.MaxRetries, o.RetryDelay = 1, 0 })
+	e.open(func(o *broker.Options) { o.MaxRetries, o.Delay = 1, 0 })
 	e.publish("order", "m1", "m2")
 	e.next("order", "g", "m1")
 	e.nack("order", "g", "m1")
@@ -423,7 +423,7 @@ func testHoldTheLineScope(t *testing.T, e *env) {
 
 func testRequeuedInPublishOrder(t *testing.T, e *env) {
 	e.need(e.f.HoldTheLine)
-	e.open(func(o *broker.Options) { o.RetryDelay = 0 })
+	e.open(func(o *broker.Options) { o.Delay = 0 })
 	e.publish("order", "m1", "m2", "m3")
 	e.next("order", "g", "m1")
 	e.next("order", "g", "m2")
@@ -436,7 +436,7 @@ func testRequeuedInPublishOrder(t *testing.T, e *env) {
 
 func testStats(t *testing.T, e *env) {
 	e.need(e.f.Stats, e.f.DeadLetters)
-	e.open(func(o *broker.Options) { o.MaxRetries, o.RetryDelay = 1, 0 })
+	e.open(func(o *broker.Options) { o.MaxRetries, o.Delay = 1, 0 })
 	require.Equal(t, broker.Stats{}, e.stats("order", "g"))
 	e.publish("order", "m1", "m2", "m3", "m4")
 	require.Equal(t, broker.Stats{Depth: 4}, e.stats("order", "g"))
@@ -513,7 +513,7 @@ func testWaitWakesForRetry(t *testing.T, e *env) {
 
 func testWaitWakesForNack(t *testing.T, e *env) {
 	e.need(e.f.Blocking)
-	e.open(func(o *broker.Options) { o.RetryDelay = 0 })
+	e.open(func(o *broker.Options) { o.Delay = 0 })
 	e.publish("order", "m1")
 	e.next("order", "g", "m1")
 	ch := e.waitAsync(context.Background(), "order", "g")

@@ -97,7 +97,7 @@ func TestSweepKeepsAConsumerWithPendingEntries(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Date(2026, 12, 1, 7, 0, 0, 0, time.UTC)
 	opts := broker.DefaultOptions()
-	opts.RetryDelay = time.Millisecond
+	opts.Delay = time.Millisecond
 	opts.Clock = clock.Funcs{NowFunc: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }}
 	newB := func(name string) *redisstream.Broker {
 		b, err := redisstream.New(c, redisstream.Options{Options: opts, Prefix: prefix, Consumer: name, ConsumerIdle: idle})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/clock"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/owner"
 	"github.com/proteanhq/protean-host/partition/redispartition"
 )
@@ -646,15 +647,15 @@ func (b *Broker) Trim(ctx context.Context, stream string) (int64, error) {
 }
 
 // Nack gives a delivered message back: it is requeued at its place in the
-// group's line, due after Options.RetryBackoff(retries) (the cap and the
+// group's line, due after Options.Pause(retries) (the cap and the
 // jitter applied in the script), or, past
 // MaxRetries, dead-lettered (XADD to {stream}:dlq and XACK in one script)
 // or discarded without a DLQ. The message stays in the group's pending
 // entries list while it waits.
 func (b *Broker) Nack(ctx context.Context, stream, group, id string) error {
 	_, err := b.settle(ctx, "nack", stream, group, id, nackScript,
-		b.opts.MaxRetries, int64(b.opts.RetryDelay), strconv.FormatFloat(b.opts.BackoffMultiplier, 'g', -1, 64),
-		int64(b.opts.MaxRetryDelay), strconv.FormatFloat(b.opts.JitterFactor(), 'g', -1, 64), broker.ReasonMaxRetries)
+		b.opts.MaxRetries, int64(b.opts.Delay), strconv.FormatFloat(delivery.BackoffFactor, 'g', -1, 64),
+		int64(b.opts.MaxDelay), strconv.FormatFloat(b.opts.JitterFactor(), 'g', -1, 64), broker.ReasonMaxRetries)
 	return err
 }
 

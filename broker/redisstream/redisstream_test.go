@@ -144,7 +144,7 @@ func TestInstancesShareAGroup(t *testing.T) {
 	t.Parallel()
 	c, prefix := client(t)
 	opts := broker.DefaultOptions()
-	opts.RetryDelay = 0
+	opts.Delay = 0
 	a, err := redisstream.New(c, redisstream.Options{Options: opts, Prefix: prefix, Consumer: "a"})
 	require.NoError(t, err)
 	b, err := redisstream.New(c, redisstream.Options{Options: opts, Prefix: prefix, Consumer: "b"})

@@ -279,8 +279,8 @@ return {'ok', killed}
 `)
 
 // nackScript: ARGV[8] message id, 9 MaxRetries (-1: Reject, no retry
-// left), 10 RetryDelay in nanoseconds, 11 BackoffMultiplier, 12
-// MaxRetryDelay in nanoseconds (0: no cap), 13 the jitter factor drawn by
+// left), 10 Delay in nanoseconds, 11 the backoff factor
+// (delivery.BackoffFactor), 12 MaxDelay in nanoseconds (0: no cap), 13 the jitter factor drawn by
 // the client, 14 the dead letter's reason past the retries.
 var nackScript = redis.NewScript(groupPrelude + `
 expire()
@@ -300,8 +300,8 @@ if a > tonumber(ARGV[9]) then
 end
 redis.call('ZREM', F, eid)
 redis.call('HDEL', H, 't:' .. eid)
--- RetryDelay * BackoffMultiplier^(a-1), saturating and capped like
--- Options.RetryBackoff, then the client's jitter.
+-- Delay * factor^(a-1), saturating and capped like delivery.Policy.Pause,
+-- then the client's jitter.
 local d, mult, max = tonumber(ARGV[10]), tonumber(ARGV[11]), 9.2e18
 if tonumber(ARGV[12]) > 0 then max = tonumber(ARGV[12]) end
 for i = 2, a do

@@ -57,8 +57,7 @@ func openBroker(ctx context.Context, cfg config.Config, owner string, clk clock.
 	b := cfg.OutboxBroker()
 	opts := broker.DefaultOptions()
 	opts.Clock = clk
-	pol := cfg.Server.StreamSubscription.Policy()
-	opts.MaxRetries, opts.RetryDelay, opts.MaxRetryDelay, opts.Jitter = pol.MaxRetries, pol.Delay, pol.MaxDelay, pol.Jitter
+	opts.Policy = cfg.Server.StreamSubscription.Policy()
 	switch b.Provider {
 	case config.ProviderInline:
 		in, err := broker.NewInline(opts)

@@ -22,7 +22,7 @@ func DefaultConsumerOptions() ConsumerOptions {
 		Heartbeat: ttl / 5,          // a 5x margin before the lease lapses
 		Poll:      10 * time.Second, // the safety net under wake-ups (idleWait)
 		ReapIdle:  time.Hour,
-		Retry: delivery.Policy{MaxRetries: b.MaxRetries, Delay: b.RetryDelay, MaxDelay: b.MaxRetryDelay,
+		Retry: delivery.Policy{MaxRetries: b.MaxRetries, Delay: b.Delay, MaxDelay: b.MaxDelay,
 			Jitter: delivery.DefaultJitter},
 		BatchSize:          DefaultBatchSize,
 		BackfillSuffix:     partition.DefaultBackfillSuffix,
