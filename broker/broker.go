@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,54 +14,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/backoff"
 )
 
-// Message is one message on a broker stream.
-type Message struct {
-	// ID identifies the message (the event's id). A stream holds at most
-	// one message per ID (see [Inline.Publish]).
-	ID string
-	// Stream is the broker stream the message goes to: for now the event's
-	// stream category ("order"), later a partition stream ("order:c-1").
-	Stream string
-	Type   string
-	// Data and Metadata are JSON values, or nil.
-	Data     json.RawMessage
-	Metadata json.RawMessage
-	// EventStream is the event-store stream the event was appended to
-	// ("order-o-1"); empty for a message that is not a stored event.
-	EventStream string
-	// Category is the event's stream category ("order"), which names the
-	// partition index ({category}:__partitions__) a partitioned message is
-	// registered in. The relay sets it from the outbox row; when empty,
-	// brokers take the part of EventStream before the first '-'.
-	Category string
-	// Position is the event's position in EventStream, GlobalPosition its
-	// position in the store.
-	Position       int64
-	GlobalPosition int64
-	// Time is when the event was recorded.
-	Time time.Time
-	// PartitionKey is the message's sequential_by key; empty for none.
-	PartitionKey string
-	// Prev is the global position of the message before this one on its
-	// partition stream, as the outbox knows it (0: none or unknown). A
-	// partition worker that has applied less than Prev on the stream is
-	// missing a message: the stream lost it, and the worker halts the key
-	// rather than apply this one past it.
-	Prev int64
-}
-
-// LastGlobalPosition is the global position of the last message of msgs
-// that has one (0: none does).
-func LastGlobalPosition(msgs []Message) int64 {
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].GlobalPosition > 0 {
-			return msgs[i].GlobalPosition
-		}
-	}
-	return 0
-}
-
-func (m Message) clone() Message {
+func clone(m delivery.Message) delivery.Message {
 	m.Data = slices.Clone(m.Data)
 	m.Metadata = slices.Clone(m.Metadata)
 	return m
@@ -71,7 +23,7 @@ func (m Message) clone() Message {
 // Delivery is a message handed to one consumer group. Until it is acked or
 // nacked it is in flight.
 type Delivery struct {
-	Message
+	delivery.Message
 	Group string
 	// Attempt is 1 on the first delivery to Group and grows by one with each
 	// redelivery after a Nack. Replay starts it again at 1.
@@ -93,7 +45,7 @@ const (
 
 // DeadLetter is a message in a consumer group's dead-letter queue.
 type DeadLetter struct {
-	Message
+	delivery.Message
 	Group string
 	// Reason is ReasonMaxRetries, ReasonTimeout or ReasonRejected.
 	Reason string
@@ -162,7 +114,7 @@ func (c Capability) String() string {
 // Publisher is what the outbox relay publishes to.
 type Publisher interface {
 	// Publish appends msgs to their streams, all or nothing.
-	Publish(ctx context.Context, msgs ...Message) error
+	Publish(ctx context.Context, msgs ...delivery.Message) error
 	// Capabilities returns what the broker guarantees.
 	Capabilities() Capability
 }
@@ -291,7 +243,7 @@ type Epocher interface {
 	// publisher that read the epoch before it claimed what it publishes
 	// never writes it into a broker that lost its data since, even after
 	// the marker was set anew, nor past writes a restart may have lost.
-	PublishIn(ctx context.Context, epoch string, msgs ...Message) error
+	PublishIn(ctx context.Context, epoch string, msgs ...delivery.Message) error
 }
 
 // Options are the delivery settings of a broker. Start from DefaultOptions.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 )
 
 // A relay publishes; a consumer group receives in publish order, nacks a
@@ -21,8 +22,8 @@ func Example() {
 	ctx := context.Background()
 
 	_ = b.Publish(ctx,
-		broker.Message{ID: "e1", Stream: "order", Type: "OrderPlaced", Data: json.RawMessage(`{"order_id":"o-1"}`)},
-		broker.Message{ID: "e2", Stream: "order", Type: "OrderCancelled", Data: json.RawMessage(`{"order_id":"o-1"}`)},
+		delivery.Message{ID: "e1", Stream: "order", Type: "OrderPlaced", Data: json.RawMessage(`{"order_id":"o-1"}`)},
+		delivery.Message{ID: "e2", Stream: "order", Type: "OrderCancelled", Data: json.RawMessage(`{"order_id":"o-1"}`)},
 	)
 
 	d, _ := b.Wait(ctx, "order", "client_orders")

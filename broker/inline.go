@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/proteanhq/protean-host/clock"
+	"github.com/proteanhq/protean-host/delivery"
 )
 
 // Inline is the in-process broker of the embedded setup. It keeps every
@@ -39,7 +40,7 @@ var (
 // streamLog is a broker stream: its messages in publish order, indexed by
 // sequence number (their index in log), and its groups' positions.
 type streamLog struct {
-	log    []Message
+	log    []delivery.Message
 	ids    map[string]int // message id -> seq
 	groups map[string]*cursor
 	// changed is closed, and replaced, whenever a message of the stream may
@@ -111,7 +112,7 @@ func (b *Inline) Capabilities() Capability {
 // Every message needs an ID and a Stream. A message whose ID its stream
 // already holds is dropped, so a relay that publishes a message twice
 // (after a crash between publish and mark) delivers it once.
-func (b *Inline) Publish(ctx context.Context, msgs ...Message) error {
+func (b *Inline) Publish(ctx context.Context, msgs ...delivery.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -132,7 +133,7 @@ func (b *Inline) Publish(ctx context.Context, msgs ...Message) error {
 			continue
 		}
 		s.ids[m.ID] = len(s.log)
-		s.log = append(s.log, m.clone())
+		s.log = append(s.log, clone(m))
 		if !slices.Contains(touched, s) {
 			touched = append(touched, s)
 		}
@@ -271,7 +272,7 @@ func (b *Inline) nextLocked(name, gname string, now time.Time) (d Delivery, read
 		return Delivery{}, time.Time{}, false
 	}
 	g.inflight[seq] = flight{attempt: attempt, at: now}
-	return Delivery{Message: s.log[seq].clone(), Group: gname, Attempt: attempt, DeliveredAt: now}, time.Time{}, true
+	return Delivery{Message: clone(s.log[seq]), Group: gname, Attempt: attempt, DeliveredAt: now}, time.Time{}, true
 }
 
 // Ack settles a message delivered to the group. Acking an acked message
@@ -422,7 +423,7 @@ func (b *Inline) DLQ(ctx context.Context, stream, group string) ([]DeadLetter, e
 	out := make([]DeadLetter, len(seqs))
 	for i, seq := range seqs {
 		e := g.dead[seq]
-		out[i] = DeadLetter{Message: s.log[seq].clone(), Group: group, Reason: e.reason, Attempts: e.attempts, FailedAt: e.failedAt}
+		out[i] = DeadLetter{Message: clone(s.log[seq]), Group: group, Reason: e.reason, Attempts: e.attempts, FailedAt: e.failedAt}
 	}
 	return out, nil
 }

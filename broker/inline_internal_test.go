@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/stretchr/testify/require"
 )
 
@@ -40,7 +41,7 @@ func TestInlineSignalsWaiters(t *testing.T) {
 		require.Equal(t, id, d.ID)
 	}
 
-	wakes("publish", func() error { return b.Publish(ctx, Message{ID: "m1", Stream: "order"}) })
+	wakes("publish", func() error { return b.Publish(ctx, delivery.Message{ID: "m1", Stream: "order"}) })
 	next("m1")
 	wakes("nack", func() error { return b.Nack(ctx, "order", "g", "m1") })
 	next("m1")

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/abi"
-	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 )
 
 // TestCascadeDepthTravelsWithMessages: the depth is written into the
@@ -27,7 +27,7 @@ func TestCascadeDepthTravelsWithMessages(t *testing.T) {
 	require.NoError(t, json.Unmarshal(evs[0].Metadata, &md))
 	require.Equal(t, 1, md.CascadeDepth)
 
-	env := e.messageEnvelope(broker.Message{ID: "m", Type: "Op", Metadata: json.RawMessage(`{"correlation_id":"c","cascade_depth":5}`)})
+	env := e.messageEnvelope(delivery.Message{ID: "m", Type: "Op", Metadata: json.RawMessage(`{"correlation_id":"c","cascade_depth":5}`)})
 	require.Equal(t, 5, depth(env))
 	require.Equal(t, abi.Metadata{CorrelationID: "c", CausationID: "m", CascadeDepth: 6}, caused(env))
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/internal/testwait"
-	"github.com/proteanhq/protean-host/partition"
 )
 
 // downEvents is an event store whose reads fail as a database that is
@@ -84,8 +83,8 @@ func TestPartitionRunThatTrapsChargesOnlyTheGuilty(t *testing.T) {
 // batchUnit hands a fixed batch to a partition handler as the delivery
 // core's unit, recording what it gives up; the run goes on past it.
 type batchUnit struct {
-	h      partition.Handler
-	b      partition.Batch
+	h      delivery.Handler
+	b      delivery.Batch
 	gaveUp []int
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/internal/lifecycle"
 )
@@ -286,7 +287,7 @@ func routeIn(set *host.Set, handler, typ string) (host.Route, bool) {
 }
 
 // messageEnvelope is the ABI envelope of a broker message.
-func (e *Engine) messageEnvelope(m broker.Message) abi.Envelope {
+func (e *Engine) messageEnvelope(m delivery.Message) abi.Envelope {
 	return abi.Envelope{ID: m.ID, Type: m.Type, Stream: m.EventStream, Position: m.Position,
 		GlobalPosition: m.GlobalPosition, Time: m.Time, Data: m.Data, Metadata: e.metadata(m.ID, m.Metadata)}
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/delivery"
-	"github.com/proteanhq/protean-host/partition"
 )
 
 // DefaultDeliveryBatch is the most messages a broker consumer hands its
@@ -77,11 +76,11 @@ type brokerRun struct {
 }
 
 func (r *brokerRun) Handle(ctx context.Context, from, to int) (int, error) {
-	msgs := make([]broker.Message, to-from)
+	msgs := make([]delivery.Message, to-from)
 	for i, d := range r.run[from:to] {
 		msgs[i] = d.Message
 	}
-	return r.e.handleRun(ctx, partition.Batch{Group: r.s.handler, Source: r.s.stream, Messages: msgs})
+	return r.e.handleRun(ctx, delivery.Batch{Group: r.s.handler, Source: r.s.stream, Messages: msgs})
 }
 
 // Handled acks what committed; a message the handler does not handle

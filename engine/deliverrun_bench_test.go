@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 	"github.com/proteanhq/protean-host/unitofwork"
@@ -57,10 +58,10 @@ func benchDeliveryWASM(b *testing.B, provider string, newSrc func(*testing.B) ru
 				Handled:    func(Handled) { handled.Add(1) }})
 			b.Cleanup(func() { _ = e.Stop(ctx) })
 			n := b.N
-			var msgs []broker.Message
+			var msgs []delivery.Message
 			for i := 0; i < n; i++ {
 				key := "c" + strconv.Itoa(i%64)
-				msgs = append(msgs, broker.Message{ID: "m-" + strconv.Itoa(i), Stream: "order", Type: "OrderPlaced",
+				msgs = append(msgs, delivery.Message{ID: "m-" + strconv.Itoa(i), Stream: "order", Type: "OrderPlaced",
 					Category: "order", EventStream: "order-o" + strconv.Itoa(i), GlobalPosition: int64(i + 1),
 					Data: []byte(fmt.Sprintf(`{"order_id":"o%d","client_id":%q,"total":1.5}`, i, key))})
 				if len(msgs) == 256 || i == n-1 {

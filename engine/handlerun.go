@@ -6,11 +6,9 @@ import (
 	"fmt"
 
 	"github.com/proteanhq/protean-host/abi"
-	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
-	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
@@ -29,7 +27,7 @@ import (
 // returns its error marked delivery.MarkWhole: the delivery core then
 // runs them one at a time, so that only a guilty message is charged. It
 // returns how many messages committed and the failure of the next one.
-func (e *Engine) handleRun(ctx context.Context, b partition.Batch) (int, error) {
+func (e *Engine) handleRun(ctx context.Context, b delivery.Batch) (int, error) {
 	l, err := e.acquire()
 	if err != nil {
 		return 0, err
@@ -129,13 +127,13 @@ func (e *Engine) handleRun(ctx context.Context, b partition.Batch) (int, error) 
 // to fail); with no change, one fence-only step over b.Messages[:fail].
 // Without fenced, the steps carry no fence (and no change is no step).
 // ends[j] is the count of messages step j commits through.
-func runSteps(b partition.Batch, fenced bool, fail int, handled []int, changes []unitofwork.Change) ([]unitofwork.Step, []int) {
+func runSteps(b delivery.Batch, fenced bool, fail int, handled []int, changes []unitofwork.Change) ([]unitofwork.Step, []int) {
 	fence := func(from, to int) *position.Fence {
 		if !fenced {
 			return nil
 		}
 		f := &position.Fence{Group: b.Group, Unit: b.Unit, Generation: b.Generation}
-		if gp := broker.LastGlobalPosition(b.Messages[from:to]); gp > 0 {
+		if gp := delivery.LastGlobalPosition(b.Messages[from:to]); gp > 0 {
 			f.Advance = map[string]int64{b.Source: gp}
 		}
 		return f

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/partition"
 )
@@ -50,13 +51,13 @@ func PartitionSubscriptions(set *host.Set) []partition.Subscription {
 }
 
 // Partitions returns the engine as the partition workers' handler.
-func (e *Engine) Partitions() partition.Handler { return partitionHandler{e} }
+func (e *Engine) Partitions() delivery.Handler { return partitionHandler{e} }
 
 type partitionHandler struct{ e *Engine }
 
 // Handle runs one partition's run of messages (a Redis partition worker's
 // or an event-store subscription's) through handleRun, fenced by the
 // unit's generation.
-func (p partitionHandler) Handle(ctx context.Context, b partition.Batch) (int, error) {
+func (p partitionHandler) Handle(ctx context.Context, b delivery.Batch) (int, error) {
 	return p.e.handleRun(ctx, b)
 }

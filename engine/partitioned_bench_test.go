@@ -27,13 +27,13 @@ import (
 // counting wraps the engine's partition handler to tell when every
 // message was handled.
 type counting struct {
-	partition.Handler
+	delivery.Handler
 	n    atomic.Int64
 	want int64
 	done chan struct{}
 }
 
-func (c *counting) Handle(ctx context.Context, b partition.Batch) (int, error) {
+func (c *counting) Handle(ctx context.Context, b delivery.Batch) (int, error) {
 	n, err := c.Handler.Handle(ctx, b)
 	if c.n.Add(int64(n)) == c.want {
 		close(c.done)
@@ -71,7 +71,7 @@ func BenchmarkPartitionedWASM(b *testing.B) {
 			pipe := rdb.Pipeline()
 			for i := 0; i < n; i++ {
 				key := "c" + strconv.Itoa(i%keys)
-				msg := broker.Message{ID: "m-" + strconv.Itoa(i), Type: "OrderPlaced", Category: "order",
+				msg := delivery.Message{ID: "m-" + strconv.Itoa(i), Type: "OrderPlaced", Category: "order",
 					EventStream: "order-o" + strconv.Itoa(i), GlobalPosition: int64(i + 1), PartitionKey: key,
 					Data: []byte(fmt.Sprintf(`{"order_id":"o%d","client_id":%q,"total":1.5}`, i, key))}
 				pipe.XAdd(ctx, &redis.XAddArgs{Stream: prefix + partition.StreamName("order", key), Values: redisstream.Encode(msg)})

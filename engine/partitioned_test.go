@@ -8,21 +8,20 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
-	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
 
 // opBatch is a run of Op messages of the behave module, at global
 // positions from 1.
-func opBatch(gen int64, ops ...string) partition.Batch {
-	b := partition.Batch{Group: "behave", Unit: "ops:u", Source: "ops:u", Generation: gen}
+func opBatch(gen int64, ops ...string) delivery.Batch {
+	b := delivery.Batch{Group: "behave", Unit: "ops:u", Source: "ops:u", Generation: gen}
 	for i, op := range ops {
 		// "read" reads stream ops-none and emits an event to ops-{i+1}.
 		data, _ := json.Marshal(map[string]string{"op": op, "id": fmt.Sprint(i + 1), "arg": "ops-none"})
-		b.Messages = append(b.Messages, broker.Message{ID: fmt.Sprintf("m-%d", i+1), Type: "Op", EventStream: "ops-d",
+		b.Messages = append(b.Messages, delivery.Message{ID: fmt.Sprintf("m-%d", i+1), Type: "Op", EventStream: "ops-d",
 			Data: data, GlobalPosition: int64(i + 1), Position: int64(i)})
 	}
 	return b
@@ -79,7 +78,7 @@ func TestPartitionBatchCommitsThePrefixBeforeAFailure(t *testing.T) {
 	// message the handler does not handle only moves the position.
 	b := opBatch(row.Generation, "read", "read", "read", "read")
 	b.Messages = b.Messages[2:]
-	b.Messages = append(b.Messages, broker.Message{ID: "m-5", Type: "Unrelated", GlobalPosition: 5})
+	b.Messages = append(b.Messages, delivery.Message{ID: "m-5", Type: "Unrelated", GlobalPosition: 5})
 	done, err = h.Handle(ctx, b)
 	require.NoError(t, err)
 	require.Equal(t, 3, done)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/internal/readyourwrites"
@@ -78,7 +79,7 @@ func publish(t *testing.T, mem *unitofwork.Memory, src *broker.Inline, gp int64)
 	require.Len(t, evs, 1)
 	ev := evs[0]
 	cat := eventstore.Category(ev.Stream)
-	require.NoError(t, src.Publish(context.Background(), broker.Message{ID: ev.ID, Stream: cat, Type: ev.Type, Data: ev.Data,
+	require.NoError(t, src.Publish(context.Background(), delivery.Message{ID: ev.ID, Stream: cat, Type: ev.Type, Data: ev.Data,
 		EventStream: ev.Stream, Category: cat, Position: ev.Position, GlobalPosition: ev.GlobalPosition, Time: ev.Time}))
 }
 

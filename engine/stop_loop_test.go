@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
@@ -38,7 +39,7 @@ func TestStopEndsAPureGuestLoopAtItsDeadline(t *testing.T) {
 	t.Cleanup(func() { ended(t, e) })
 
 	require.NoError(t, e.Start(context.Background(), src))
-	require.NoError(t, src.Publish(context.Background(), broker.Message{ID: "op-1", Stream: "ops", Type: "Op",
+	require.NoError(t, src.Publish(context.Background(), delivery.Message{ID: "op-1", Stream: "ops", Type: "Op",
 		EventStream: "ops-d", Data: json.RawMessage(`{"op":"load_loop","id":"d","arg":"go"}`)}))
 	require.Equal(t, "ops", testwait.Recv(t, "the guest to reach its loop", recs.spinning))
 

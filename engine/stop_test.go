@@ -12,6 +12,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
@@ -82,7 +83,7 @@ func TestStopReturnsAtItsDeadlineWhileUninterruptibleGuestsSpin(t *testing.T) {
 	})
 
 	require.NoError(t, e.Start(context.Background(), src))
-	require.NoError(t, src.Publish(context.Background(), broker.Message{ID: "op-1", Stream: "ops", Type: "Op",
+	require.NoError(t, src.Publish(context.Background(), delivery.Message{ID: "op-1", Stream: "ops", Type: "Op",
 		EventStream: "ops-d", Data: json.RawMessage(`{"op":"spin","id":"d","arg":"go"}`)}))
 	dispatched := make(chan error, 1)
 	go func() {

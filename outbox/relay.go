@@ -30,7 +30,7 @@ type RelayStore interface {
 
 // Chainer is a RelayStore whose claim can also tell, for each row, the
 // global position of the row before it on its partition stream, which the
-// relay sends with each message (broker.Message.Prev) so that a partition
+// relay sends with each message (delivery.Message.Prev) so that a partition
 // worker detects a message its stream lost.
 type Chainer interface {
 	// ClaimChained is Claim, with each row's Prev: for a row with a
@@ -303,7 +303,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	// does the pass publish them one by one, to charge the refused row
 	// and hold back its key's later rows.
 	var batch []Row
-	var msgs []broker.Message
+	var msgs []delivery.Message
 	for _, row := range rows {
 		k := orderingKeyOf(&row)
 		if failedKeys[k] {
@@ -411,7 +411,7 @@ func (r *Relay) claim(ctx context.Context, partitioning bool) ([]Row, error) {
 // message before it on its stream: the claim's previous message on that
 // stream if it has one, else the row's Prev (the newest published row of
 // its key on that stream, as the claim read it).
-func chain(batch []Row, msgs []broker.Message) {
+func chain(batch []Row, msgs []delivery.Message) {
 	last := map[string]int64{} // stream -> global position of its latest message in the claim
 	for i := range batch {
 		if batch[i].PartitionKey == nil {
@@ -611,7 +611,7 @@ func (r *Relay) lapsed(row Row) bool {
 
 // message is row as the broker takes it. It reports false for a row it
 // abandoned: one with a partition key the rules reject.
-func (r *Relay) message(ctx context.Context, row Row, partitioning bool) (broker.Message, bool, error) {
+func (r *Relay) message(ctx context.Context, row Row, partitioning bool) (delivery.Message, bool, error) {
 	// The publish-time backstop: a row that reached here with a key the
 	// rules reject is abandoned at once, never retried: no stream can
 	// take it, so it cannot wedge its key.
@@ -619,12 +619,12 @@ func (r *Relay) message(ctx context.Context, row Row, partitioning bool) (broker
 		if reason := partition.KeyReason(*row.PartitionKey, r.opts.BackfillSuffix); reason != "" {
 			r.opts.Logger.Warn("outbox row abandoned: invalid partition key", "id", row.ID, "reason", reason)
 			if err := r.store.Abandon(ctx, row.ID, "Invalid partition key: "+reason); err != nil {
-				return broker.Message{}, false, fmt.Errorf("row %d: abandon: %w", row.ID, err)
+				return delivery.Message{}, false, fmt.Errorf("row %d: abandon: %w", row.ID, err)
 			}
-			return broker.Message{}, false, nil
+			return delivery.Message{}, false, nil
 		}
 	}
-	msg := broker.Message{ID: row.MessageID, Stream: r.stream(row, partitioning), Type: row.Type, Data: row.Data,
+	msg := delivery.Message{ID: row.MessageID, Stream: r.stream(row, partitioning), Type: row.Type, Data: row.Data,
 		Metadata: row.Metadata, EventStream: row.Stream, Category: row.Category}
 	if row.PartitionKey != nil {
 		msg.PartitionKey = *row.PartitionKey
@@ -640,7 +640,7 @@ func (r *Relay) message(ctx context.Context, row Row, partitioning bool) (broker
 
 // send publishes msgs in one call, in order, all or nothing, under epoch
 // when the publisher has epochs.
-func (r *Relay) send(ctx context.Context, epoch string, msgs ...broker.Message) error {
+func (r *Relay) send(ctx context.Context, epoch string, msgs ...delivery.Message) error {
 	if ep, ok := r.opts.Publisher.(broker.Epocher); ok && epoch != "" {
 		return ep.PublishIn(ctx, epoch, msgs...)
 	}
@@ -652,7 +652,7 @@ func (r *Relay) send(ctx context.Context, epoch string, msgs ...broker.Message) 
 // failed or halted (or, if even that failed, stays locked until its lock
 // expires). A failure of the broker is returned marked as infrastructure,
 // and nothing is marked: the caller releases the row.
-func (r *Relay) publishOne(ctx context.Context, row Row, msg broker.Message, epoch string) (bool, error) {
+func (r *Relay) publishOne(ctx context.Context, row Row, msg delivery.Message, epoch string) (bool, error) {
 	err := r.send(ctx, epoch, msg)
 	if err == nil {
 		return true, nil
@@ -696,7 +696,7 @@ func (r *Relay) keep() Keep {
 // fillPositions copies the event's positions and time from the row's
 // metadata (the unit of work writes them there) onto the message, or
 // says why it cannot.
-func fillPositions(m *broker.Message) error {
+func fillPositions(m *delivery.Message) error {
 	var md struct {
 		Position       int64     `json:"position"`
 		GlobalPosition int64     `json:"global_position"`

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/outbox"
@@ -23,8 +24,8 @@ import (
 
 type noopBroker struct{}
 
-func (noopBroker) Publish(context.Context, ...broker.Message) error { return nil }
-func (noopBroker) Capabilities() broker.Capability                  { return 0 }
+func (noopBroker) Publish(context.Context, ...delivery.Message) error { return nil }
+func (noopBroker) Capabilities() broker.Capability                    { return 0 }
 
 type adder interface {
 	Add(ctx context.Context, rows []outbox.Row) error

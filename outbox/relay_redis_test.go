@@ -50,7 +50,7 @@ func TestRelaysKeepPerKeyOrderOnRedis(t *testing.T) {
 	var mu sync.Mutex
 	relaysOf := make(map[string]map[int]bool) // key -> relays that published it
 	for i := range nRelays {
-		pub := publishFunc{Publisher: b, before: func(msgs []broker.Message) {
+		pub := publishFunc{Publisher: b, before: func(msgs []delivery.Message) {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, m := range msgs {
@@ -157,10 +157,10 @@ func TestRelaysKeepPerKeyOrderOnRedis(t *testing.T) {
 // publishFunc is a Publisher that reports each call before passing it on.
 type publishFunc struct {
 	broker.Publisher
-	before func([]broker.Message)
+	before func([]delivery.Message)
 }
 
-func (p publishFunc) Publish(ctx context.Context, msgs ...broker.Message) error {
+func (p publishFunc) Publish(ctx context.Context, msgs ...delivery.Message) error {
 	p.before(msgs)
 	return p.Publisher.Publish(ctx, msgs...)
 }
@@ -202,15 +202,15 @@ func TestRelayRepublishesWhenRedisLostItsData(t *testing.T) {
 	plain, err := redisstream.New(rdb, redisstream.Options{Options: broker.DefaultOptions(), Prefix: prefix})
 	require.NoError(t, err)
 	require.NoError(t, rdb.Del(ctx, prefix+redisstream.EpochKey).Err())
-	require.ErrorIs(t, b.Publish(ctx, broker.Message{ID: "x", Stream: "order"}), broker.ErrEpochLost)
-	require.NoError(t, plain.Publish(ctx, broker.Message{ID: "x", Stream: "order"}), "the check is the option's")
+	require.ErrorIs(t, b.Publish(ctx, delivery.Message{ID: "x", Stream: "order"}), broker.ErrEpochLost)
+	require.NoError(t, plain.Publish(ctx, delivery.Message{ID: "x", Stream: "order"}), "the check is the option's")
 
 	// A relay that read the epoch before another relay marked the broker
 	// anew publishes nothing under its old epoch (spin's variant g: its
 	// run would go out ahead of the rows made pending again).
 	require.NoError(t, b.SetEpoch(ctx, "new"))
-	require.ErrorIs(t, b.PublishIn(ctx, again, broker.Message{ID: "y", Stream: "order"}), broker.ErrEpochLost)
-	require.NoError(t, b.PublishIn(ctx, "new", broker.Message{ID: "y", Stream: "order"}))
+	require.ErrorIs(t, b.PublishIn(ctx, again, delivery.Message{ID: "y", Stream: "order"}), broker.ErrEpochLost)
+	require.NoError(t, b.PublishIn(ctx, "new", delivery.Message{ID: "y", Stream: "order"}))
 }
 
 // Each message on a partition stream carries the global position of the
@@ -299,7 +299,7 @@ func TestRelayRepublishesTheLastWritesAfterARestart(t *testing.T) {
 	_, restarted, err := b.Epoch(ctx)
 	require.NoError(t, err)
 	require.True(t, restarted)
-	require.ErrorIs(t, b.PublishIn(ctx, epoch, broker.Message{ID: "y", Stream: "order"}), broker.ErrRestarted)
+	require.ErrorIs(t, b.PublishIn(ctx, epoch, delivery.Message{ID: "y", Stream: "order"}), broker.ErrRestarted)
 
 	add(7, 7)
 	drain()

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/outbox"
 )
@@ -24,7 +25,7 @@ func newHeldBroker() *heldBroker {
 	return &heldBroker{started: make(chan struct{}, 1), release: make(chan struct{}), ended: make(chan error, 1)}
 }
 
-func (b *heldBroker) Publish(ctx context.Context, _ ...broker.Message) error {
+func (b *heldBroker) Publish(ctx context.Context, _ ...delivery.Message) error {
 	b.started <- struct{}{}
 	var err error
 	select {

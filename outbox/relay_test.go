@@ -25,10 +25,10 @@ type fakeBroker struct {
 	mu   sync.Mutex
 	caps broker.Capability
 	fail error
-	got  []broker.Message
+	got  []delivery.Message
 }
 
-func (b *fakeBroker) Publish(_ context.Context, msgs ...broker.Message) error {
+func (b *fakeBroker) Publish(_ context.Context, msgs ...delivery.Message) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.fail != nil {
@@ -255,7 +255,7 @@ type failFirst struct {
 	failID string
 }
 
-func (b *failFirst) Publish(ctx context.Context, msgs ...broker.Message) error {
+func (b *failFirst) Publish(ctx context.Context, msgs ...delivery.Message) error {
 	for _, m := range msgs {
 		if m.ID == b.failID {
 			return fmt.Errorf("broker refused %s: %w", m.ID, broker.ErrInvalid)
@@ -525,7 +525,7 @@ type countCalls struct {
 	refuse string
 }
 
-func (b *countCalls) Publish(ctx context.Context, msgs ...broker.Message) error {
+func (b *countCalls) Publish(ctx context.Context, msgs ...delivery.Message) error {
 	b.calls++
 	for _, m := range msgs {
 		if m.ID == b.refuse {

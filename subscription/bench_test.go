@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/testserver"
-	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/subscription"
 	"github.com/proteanhq/protean-host/unitofwork"
@@ -28,7 +28,7 @@ type noop struct {
 	want int64
 }
 
-func (n *noop) Handle(ctx context.Context, b partition.Batch) (int, error) {
+func (n *noop) Handle(ctx context.Context, b delivery.Batch) (int, error) {
 	last := b.Messages[len(b.Messages)-1].GlobalPosition
 	if _, err := n.uow.CommitFenced(ctx, position.Fence{Group: b.Group, Unit: b.Unit, Generation: b.Generation,
 		Advance: map[string]int64{b.Source: last}}); err != nil {

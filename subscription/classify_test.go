@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/subscription"
@@ -39,7 +39,7 @@ func testRefusedEffects(t *testing.T, data json.RawMessage, why string) {
 	onBoth(t, func(t *testing.T, h *harness) {
 		pos := appendEvents(t, h.events, "order", []string{"a", "b"}, 5)
 		r := newRecorder(h.uow)
-		r.poison = func(m broker.Message) bool { return m.GlobalPosition == pos[2] }
+		r.poison = func(m delivery.Message) bool { return m.GlobalPosition == pos[2] }
 		r.poisonData = data
 		h.consumer(t, r, consumerOpts{subs: []subscription.Subscription{{Group: "proj", Category: "order"}},
 			retries: 2, classify: engine.Classify})

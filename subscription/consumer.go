@@ -63,7 +63,7 @@ type Options struct {
 	Failures  Failures
 	// Handler handles a batch and commits each message's effects with the
 	// position (engine.Partitions()).
-	Handler partition.Handler
+	Handler delivery.Handler
 	// Skip commits a fence alone: the low-water mark of per-key workers
 	// (unitofwork.CommitFenced with no changes). A message recorded as
 	// failed or held moves the position with its record instead

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/subscription"
 )
@@ -99,7 +99,7 @@ func testFailedUnpartitioned(t *testing.T, h *harness) {
 	pos := appendEvents(t, h.events, "order", []string{"a", "b"}, 8)
 	bad := pos[3]
 	r := newRecorder(h.uow)
-	r.setFail(func(_ string, m broker.Message) error {
+	r.setFail(func(_ string, m delivery.Message) error {
 		if m.GlobalPosition == bad {
 			return msgErr{retryable: true}
 		}
@@ -139,7 +139,7 @@ func testFailedKeyHalts(t *testing.T, h *harness) {
 	pos := appendEvents(t, h.events, "order", []string{"a", "b"}, 10) // a at even indexes
 	bad := pos[2]                                                     // a's second
 	r := newRecorder(h.uow)
-	r.setFail(func(_ string, m broker.Message) error {
+	r.setFail(func(_ string, m delivery.Message) error {
 		if m.GlobalPosition == bad {
 			return msgErr{retryable: false}
 		}
@@ -265,7 +265,7 @@ func testKeyWorkers(t *testing.T, h *harness) {
 	require.NotEmpty(t, bad, "6 keys in 3 slots: two share one")
 	subs := []subscription.Subscription{{Group: "proj", Category: "order", Partitioned: true}}
 	r := newRecorder(h.uow)
-	r.setFail(func(_ string, m broker.Message) error {
+	r.setFail(func(_ string, m delivery.Message) error {
 		if keyOf[m.GlobalPosition] == bad {
 			return errors.New("database down") // not the message's failure: retried without end
 		}

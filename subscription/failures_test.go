@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/position"
@@ -112,7 +112,7 @@ func testFencedOwnerParksNothing(t *testing.T, h *harness) {
 	r := newRecorder(h.uow)
 	var first atomic.Bool
 	first.Store(true)
-	r.setFail(func(_ string, m broker.Message) error {
+	r.setFail(func(_ string, m delivery.Message) error {
 		if !first.CompareAndSwap(true, false) {
 			return nil
 		}

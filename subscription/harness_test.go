@@ -13,13 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/abi"
-	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
-	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/subscription"
 	"github.com/proteanhq/protean-host/unitofwork"
@@ -69,7 +67,7 @@ type msgErr struct{ retryable bool }
 func (e msgErr) Error() string   { return fmt.Sprintf("handler failed (retryable %v)", e.retryable) }
 func (e msgErr) Retryable() bool { return e.retryable }
 
-// recorder is a partition.Handler that commits, per message, a projection
+// recorder is a delivery.Handler that commits, per message, a projection
 // document with the position, as the engine does, and logs what committed.
 type recorder struct {
 	uow    *unitofwork.UnitOfWork
@@ -78,11 +76,11 @@ type recorder struct {
 	// applied is per group, the global positions in commit order.
 	applied map[string][]int64
 	// fail, if set, fails a message.
-	fail func(group string, m broker.Message) error
+	fail func(group string, m delivery.Message) error
 	// poison, if set, makes a message's effects a record the stores
 	// refuse (poisonData, or a \u0000 in its data): the commit itself
 	// fails.
-	poison     func(m broker.Message) bool
+	poison     func(m delivery.Message) bool
 	poisonData json.RawMessage
 }
 
@@ -90,13 +88,13 @@ func newRecorder(uow *unitofwork.UnitOfWork) *recorder {
 	return &recorder{uow: uow, applied: map[string][]int64{}}
 }
 
-func (r *recorder) setFail(f func(group string, m broker.Message) error) {
+func (r *recorder) setFail(f func(group string, m delivery.Message) error) {
 	r.mu.Lock()
 	r.fail = f
 	r.mu.Unlock()
 }
 
-func (r *recorder) Handle(ctx context.Context, b partition.Batch) (int, error) {
+func (r *recorder) Handle(ctx context.Context, b delivery.Batch) (int, error) {
 	r.mu.Lock()
 	fail := r.fail
 	r.mu.Unlock()

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/subscription"
@@ -45,7 +45,7 @@ func TestUnfinishedKeyBatchSurvivesAPartitioningChange(t *testing.T) {
 				}
 				stuck := pos[5] // k5's first event: its slot sticks there
 				r := newRecorder(h.uow)
-				r.setFail(func(_ string, m broker.Message) error {
+				r.setFail(func(_ string, m delivery.Message) error {
 					if m.GlobalPosition >= stuck && subscription.Slot(keyK(m), 3) == subscription.Slot("k5", 3) {
 						return errors.New("database down") // not the message's: retried without end
 					}
@@ -79,7 +79,7 @@ func TestUnfinishedKeyBatchSurvivesAPartitioningChange(t *testing.T) {
 	}
 }
 
-func keyK(m broker.Message) string {
+func keyK(m delivery.Message) string {
 	var v struct{ K string }
 	_ = json.Unmarshal(m.Data, &v)
 	return v.K

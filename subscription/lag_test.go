@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/subscription"
 )
@@ -24,7 +24,7 @@ func TestLagFollowsASubscriptionThatNeverCatchesUp(t *testing.T) {
 	pos := appendEvents(t, h.events, "order", []string{"a"}, 30)
 	stuck := pos[10]
 	r := newRecorder(h.uow)
-	r.setFail(func(_ string, m broker.Message) error {
+	r.setFail(func(_ string, m delivery.Message) error {
 		if m.GlobalPosition == stuck {
 			return errors.New("commit failed: connection reset") // not the message's: retried without end
 		}

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testwait"
-	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/subscription"
 )
@@ -16,7 +16,7 @@ import (
 // blocking handles nothing until its context ends.
 type blocking struct{ entered chan struct{} }
 
-func (b *blocking) Handle(ctx context.Context, _ partition.Batch) (int, error) {
+func (b *blocking) Handle(ctx context.Context, _ delivery.Batch) (int, error) {
 	select {
 	case b.entered <- struct{}{}:
 	default:
@@ -25,7 +25,7 @@ func (b *blocking) Handle(ctx context.Context, _ partition.Batch) (int, error) {
 	return 0, ctx.Err()
 }
 
-func lifecycleConsumer(t *testing.T, h *harness, handler partition.Handler) *subscription.Consumer {
+func lifecycleConsumer(t *testing.T, h *harness, handler delivery.Handler) *subscription.Consumer {
 	c, err := subscription.NewConsumer(subscription.Options{
 		Events: h.events, Positions: h.positions, Leases: h.leases, Failures: h.failures, Handler: handler,
 		Skip: func(ctx context.Context, f position.Fence) error { _, err := h.uow.CommitFenced(ctx, f); return err },

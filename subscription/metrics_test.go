@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/subscription"
 )
@@ -22,7 +22,7 @@ func TestFencedWorkerCountsALostLease(t *testing.T) {
 	pos := appendEvents(t, h.events, "order", []string{"a"}, 3)
 	r := newRecorder(h.uow)
 	claimed := false
-	r.setFail(func(_ string, m broker.Message) error {
+	r.setFail(func(_ string, m delivery.Message) error {
 		if m.GlobalPosition == pos[1] && !claimed {
 			claimed = true // the handler runs on the worker's goroutine only
 			if _, err := h.positions.Claim(t.Context(), "proj", "order"); err != nil {

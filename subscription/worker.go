@@ -8,10 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
-	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
 )
 
@@ -398,14 +396,14 @@ func (w *worker) reload(l *lane) error {
 	return nil
 }
 
-func (w *worker) batch(source string, evs []eventstore.Event) partition.Batch {
-	msgs := make([]broker.Message, len(evs))
+func (w *worker) batch(source string, evs []eventstore.Event) delivery.Batch {
+	msgs := make([]delivery.Message, len(evs))
 	for i, ev := range evs {
-		msgs[i] = broker.Message{ID: ev.ID, Stream: w.sub.Category, Type: ev.Type, Data: ev.Data, Metadata: ev.Metadata,
+		msgs[i] = delivery.Message{ID: ev.ID, Stream: w.sub.Category, Type: ev.Type, Data: ev.Data, Metadata: ev.Metadata,
 			EventStream: ev.Stream, Category: eventstore.Category(ev.Stream), Position: ev.Position,
 			GlobalPosition: ev.GlobalPosition, Time: ev.Time, PartitionKey: w.key(ev)}
 	}
-	return partition.Batch{Group: w.sub.Group, Unit: w.sub.Unit(), Source: source, Generation: w.generation, Messages: msgs}
+	return delivery.Batch{Group: w.sub.Group, Unit: w.sub.Unit(), Source: source, Generation: w.generation, Messages: msgs}
 }
 
 // lagEvery refreshes the lag gauge at most once per Poll: a subscription

@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 )
 
 // Features states what a broker guarantees beyond the baseline every
@@ -179,8 +180,8 @@ func (e *env) stats(stream, group string) broker.Stats {
 }
 
 // msg builds a message of stream with id.
-func msg(stream, id string) broker.Message {
-	return broker.Message{
+func msg(stream, id string) delivery.Message {
+	return delivery.Message{
 		ID:     id,
 		Stream: stream,
 		Type:   "Tested",

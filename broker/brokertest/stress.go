@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 )
 
 // testStress publishes from many goroutines to several streams while
@@ -99,7 +100,7 @@ func testStress(t *testing.T, e *env) {
 		go func() {
 			defer publishers.Done()
 			for i := 0; i < perPublisher; {
-				var batch []broker.Message
+				var batch []delivery.Message
 				for n := 1 + (i+p)%3; n > 0 && i < perPublisher; n-- { // batches of 1 to 3, across streams
 					batch = append(batch, msg(streamOf(p, i), fmt.Sprintf("p%d-%d", p, i)))
 					i++

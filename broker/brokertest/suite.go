@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 )
 
 func testCapabilities(t *testing.T, e *env) {
@@ -29,7 +30,7 @@ func testCapabilities(t *testing.T, e *env) {
 func testPublishValidates(t *testing.T, e *env) {
 	b := e.open(nil)
 	ctx := context.Background()
-	for name, bad := range map[string]broker.Message{
+	for name, bad := range map[string]delivery.Message{
 		"empty id":     {Stream: "order"},
 		"empty stream": {ID: "m2"},
 	} {
@@ -59,7 +60,7 @@ func testPublishHonoursContext(t *testing.T, e *env) {
 
 func testRoundTrip(t *testing.T, e *env) {
 	b := e.open(nil)
-	in := broker.Message{
+	in := delivery.Message{
 		ID:             "0b0e8c3a-5f0e-4d1c-9a53-3f2a1b7c9d10",
 		Stream:         "order",
 		Type:           "OrderPlaced",

@@ -11,6 +11,7 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/redisstream"
+	"github.com/proteanhq/protean-host/delivery"
 )
 
 func rate(b *testing.B, n int, start time.Time) {
@@ -38,7 +39,7 @@ func BenchmarkPublish(b *testing.B) {
 				if epoch {
 					require.NoError(b, br.SetEpoch(ctx, "bench"))
 				}
-				msgs := make([]broker.Message, batch)
+				msgs := make([]delivery.Message, batch)
 				b.ResetTimer()
 				start := time.Now()
 				for i := 0; i < b.N; i += batch {
@@ -85,7 +86,7 @@ func BenchmarkConsume(b *testing.B) {
 		br, err := redisstream.New(c, redisstream.Options{Options: broker.DefaultOptions()})
 		require.NoError(b, err)
 		for i := 0; i < b.N; i += 500 {
-			var msgs []broker.Message
+			var msgs []delivery.Message
 			for j := i; j < min(i+500, b.N); j++ {
 				msgs = append(msgs, msg(stream, fmt.Sprintf("m%d", j)))
 			}

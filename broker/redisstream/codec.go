@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 )
 
 // Entry field names. A field that is empty or zero is left out, and a
@@ -24,7 +24,7 @@ const (
 	FieldGlobalPosition = "global_position"
 	FieldTime           = "time" // RFC 3339 with nanoseconds, UTC
 	FieldPartitionKey   = "partition_key"
-	FieldPrev           = "prev" // broker.Message.Prev
+	FieldPrev           = "prev" // delivery.Message.Prev
 )
 
 // ErrMalformed: a stream entry cannot be decoded into a message. The entry
@@ -49,7 +49,7 @@ func (e *DecodeError) Unwrap() []error { return []error{ErrMalformed, e.Err} }
 // Encode returns msg's stream fields as a flat list (name, value, ...), in
 // the order XADD takes them. Stream is not encoded: it is the key the entry
 // lives under.
-func Encode(msg broker.Message) []any {
+func Encode(msg delivery.Message) []any {
 	f := make([]any, 0, 20)
 	f = append(f, FieldID, msg.ID)
 	add := func(name, v string) {
@@ -87,8 +87,8 @@ func Encode(msg broker.Message) []any {
 // Stream. A missing id, a non-string value, JSON that does not parse, a
 // position that is not an integer or a time that is not RFC 3339 is a
 // *DecodeError.
-func Decode(id string, values map[string]any) (broker.Message, error) {
-	var m broker.Message
+func Decode(id string, values map[string]any) (delivery.Message, error) {
+	var m delivery.Message
 	str := func(name string) (string, bool, error) {
 		v, ok := values[name]
 		if !ok {
@@ -106,16 +106,16 @@ func Decode(id string, values map[string]any) (broker.Message, error) {
 	var err error
 	var ok bool
 	if m.ID, ok, err = str(FieldID); err != nil {
-		return broker.Message{}, err
+		return delivery.Message{}, err
 	} else if !ok || m.ID == "" {
-		return broker.Message{}, &DecodeError{Entry: id, Field: FieldID, Err: errors.New("missing")}
+		return delivery.Message{}, &DecodeError{Entry: id, Field: FieldID, Err: errors.New("missing")}
 	}
 	for _, p := range []struct {
 		name string
 		dst  *string
 	}{{FieldType, &m.Type}, {FieldEventStream, &m.EventStream}, {FieldCategory, &m.Category}, {FieldPartitionKey, &m.PartitionKey}} {
 		if *p.dst, _, err = str(p.name); err != nil {
-			return broker.Message{}, err
+			return delivery.Message{}, err
 		}
 	}
 	for _, p := range []struct {
@@ -124,13 +124,13 @@ func Decode(id string, values map[string]any) (broker.Message, error) {
 	}{{FieldData, &m.Data}, {FieldMetadata, &m.Metadata}} {
 		s, ok, err := str(p.name)
 		if err != nil {
-			return broker.Message{}, err
+			return delivery.Message{}, err
 		}
 		if !ok {
 			continue
 		}
 		if !json.Valid([]byte(s)) {
-			return broker.Message{}, &DecodeError{Entry: id, Field: p.name, Err: errors.New("not valid JSON")}
+			return delivery.Message{}, &DecodeError{Entry: id, Field: p.name, Err: errors.New("not valid JSON")}
 		}
 		*p.dst = json.RawMessage(s)
 	}
@@ -140,27 +140,27 @@ func Decode(id string, values map[string]any) (broker.Message, error) {
 	}{{FieldPosition, &m.Position}, {FieldGlobalPosition, &m.GlobalPosition}, {FieldPrev, &m.Prev}} {
 		s, ok, err := str(p.name)
 		if err != nil {
-			return broker.Message{}, err
+			return delivery.Message{}, err
 		}
 		if !ok {
 			continue
 		}
 		if *p.dst, err = strconv.ParseInt(s, 10, 64); err != nil {
-			return broker.Message{}, &DecodeError{Entry: id, Field: p.name, Err: err}
+			return delivery.Message{}, &DecodeError{Entry: id, Field: p.name, Err: err}
 		}
 	}
 	if s, ok, err := str(FieldTime); err != nil {
-		return broker.Message{}, err
+		return delivery.Message{}, err
 	} else if ok {
 		if m.Time, err = time.Parse(time.RFC3339Nano, s); err != nil {
-			return broker.Message{}, &DecodeError{Entry: id, Field: FieldTime, Err: err}
+			return delivery.Message{}, &DecodeError{Entry: id, Field: FieldTime, Err: err}
 		}
 	}
 	return m, nil
 }
 
 // decodeFlat decodes a Lua reply's flat field list.
-func decodeFlat(id string, flat []any) (broker.Message, error) {
+func decodeFlat(id string, flat []any) (delivery.Message, error) {
 	return Decode(id, flatMap(flat))
 }
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/redisstream"
+	"github.com/proteanhq/protean-host/delivery"
 )
 
 func fieldMap(t testing.TB, flat []any) map[string]any {
@@ -24,7 +24,7 @@ func fieldMap(t testing.TB, flat []any) map[string]any {
 
 func TestCodecRoundTrip(t *testing.T) {
 	t.Parallel()
-	for name, in := range map[string]broker.Message{
+	for name, in := range map[string]delivery.Message{
 		"full": {
 			ID: "e-1", Type: "OrderPlaced", Data: json.RawMessage(`{"a":1}`), Metadata: json.RawMessage(`{"b":"x"}`),
 			EventStream: "order-o-1", Category: "order", Position: 3, GlobalPosition: -1 << 62,

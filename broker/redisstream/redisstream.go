@@ -173,7 +173,7 @@ func groupKey(stream, group string) string { return stream + ":__group__:" + gro
 
 // Category returns msg.Category, or the part of EventStream before its
 // first '-'.
-func Category(msg broker.Message) string {
+func Category(msg delivery.Message) string {
 	if msg.Category != "" {
 		return msg.Category
 	}
@@ -189,25 +189,25 @@ func Category(msg broker.Message) string {
 // ({category}:__partitions__) in the same script, so a reaper that sees
 // the index never misses a stream that has entries. It returns the entry
 // ids, "" for a dropped duplicate.
-func (b *Broker) Publish(ctx context.Context, msgs ...broker.Message) error {
+func (b *Broker) Publish(ctx context.Context, msgs ...delivery.Message) error {
 	_, err := b.publish(ctx, "", msgs)
 	return err
 }
 
 // PublishIn is Publish that, with Options.Epoch, publishes only while the
 // epoch marker holds epoch (broker.Epocher).
-func (b *Broker) PublishIn(ctx context.Context, epoch string, msgs ...broker.Message) error {
+func (b *Broker) PublishIn(ctx context.Context, epoch string, msgs ...delivery.Message) error {
 	_, err := b.publish(ctx, epoch, msgs)
 	return err
 }
 
 // PublishIDs is Publish that returns the Redis entry ids, "" for each
 // dropped duplicate.
-func (b *Broker) PublishIDs(ctx context.Context, msgs ...broker.Message) ([]string, error) {
+func (b *Broker) PublishIDs(ctx context.Context, msgs ...delivery.Message) ([]string, error) {
 	return b.publish(ctx, "", msgs)
 }
 
-func (b *Broker) publish(ctx context.Context, epoch string, msgs []broker.Message) ([]string, error) {
+func (b *Broker) publish(ctx context.Context, epoch string, msgs []delivery.Message) ([]string, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
@@ -708,7 +708,7 @@ func (b *Broker) DLQ(ctx context.Context, stream, group string) ([]broker.DeadLe
 			// A poison message is exactly what a DLQ is for: list what
 			// can be read of it rather than hide it or fail the listing.
 			b.log.Warn("broker: malformed dead letter", "stream", stream, "group", group, "entry", did, "error", err)
-			m = broker.Message{ID: did}
+			m = delivery.Message{ID: did}
 			if id, ok := vals[FieldID].(string); ok && id != "" {
 				m.ID = id
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/brokertest"
 	"github.com/proteanhq/protean-host/broker/redisstream"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
 )
@@ -57,8 +58,8 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-func msg(stream, id string) broker.Message {
-	return broker.Message{ID: id, Stream: stream, Type: "Tested", Data: json.RawMessage(`{"id":"` + id + `"}`)}
+func msg(stream, id string) delivery.Message {
+	return delivery.Message{ID: id, Stream: stream, Type: "Tested", Data: json.RawMessage(`{"id":"` + id + `"}`)}
 }
 
 func TestPublishIndexesPartitionKeysInTheSameScript(t *testing.T) {

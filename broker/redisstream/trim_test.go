@@ -10,6 +10,7 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/redisstream"
+	"github.com/proteanhq/protean-host/delivery"
 )
 
 // TestDedupeIndexStaysBounded: under continuous publishing and consuming,
@@ -26,7 +27,7 @@ func TestDedupeIndexStaysBounded(t *testing.T) {
 	ids := prefix + "order:__ids__"
 
 	for i := 0; i < total; i += 50 {
-		var msgs []broker.Message
+		var msgs []delivery.Message
 		for j := i; j < i+50; j++ {
 			msgs = append(msgs, msg("order", fmt.Sprintf("m%d", j)))
 		}
@@ -136,7 +137,7 @@ func TestTrimWaitsForEveryGroup(t *testing.T) {
 	c, prefix := client(t)
 	b, err := redisstream.New(c, redisstream.Options{Options: broker.DefaultOptions(), Prefix: prefix, Consumer: "test", TrimEvery: 1})
 	require.NoError(t, err)
-	var msgs []broker.Message
+	var msgs []delivery.Message
 	for i := range 10 {
 		msgs = append(msgs, msg("order", fmt.Sprintf("m%d", i)))
 	}

@@ -13,9 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/redisstream"
 	"github.com/proteanhq/protean-host/config"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 	"github.com/proteanhq/protean-host/partition/redispartition"
@@ -59,7 +59,7 @@ func TestPartitionsCommands(t *testing.T) {
 	defer rdb.Close()
 	const group, unit = "client_orders", "order:c-1"
 	for i := 1; i <= 3; i++ {
-		msg := broker.Message{ID: fmt.Sprintf("m-%d", i), Type: "OrderPlaced", Category: "order", EventStream: "order-o-1",
+		msg := delivery.Message{ID: fmt.Sprintf("m-%d", i), Type: "OrderPlaced", Category: "order", EventStream: "order-o-1",
 			Data: []byte(`{"order_id":"o-1","client_id":"c-1","total":1}`), GlobalPosition: int64(i), PartitionKey: "c-1"}
 		require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: prefix + unit, Values: redisstream.Encode(msg)}).Err())
 	}

@@ -14,11 +14,10 @@ import (
 	"strings"
 
 	"github.com/proteanhq/protean-host/abi"
-	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
-	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
 
@@ -394,11 +393,11 @@ func (r *trial) deliverOne(ctx context.Context, route host.Route, ev eventstore.
 		r.gens[group] = gen
 	}
 	cat := eventstore.Category(ev.Stream)
-	msg := broker.Message{ID: ev.ID, Stream: cat, Type: ev.Type, Data: ev.Data, Metadata: ev.Metadata,
+	msg := delivery.Message{ID: ev.ID, Stream: cat, Type: ev.Type, Data: ev.Data, Metadata: ev.Metadata,
 		EventStream: ev.Stream, Category: cat, Position: ev.Position, GlobalPosition: ev.GlobalPosition, Time: ev.Time}
 	before := len(r.current.Handled)
-	_, err := r.eng.Partitions().Handle(ctx, partition.Batch{Group: group, Unit: trialUnit, Source: cat, Generation: gen,
-		Messages: []broker.Message{msg}})
+	_, err := r.eng.Partitions().Handle(ctx, delivery.Batch{Group: group, Unit: trialUnit, Source: cat, Generation: gen,
+		Messages: []delivery.Message{msg}})
 	if err != nil && len(r.current.Handled) > before {
 		r.attach(err)
 	}

@@ -60,4 +60,4 @@ func newSubscriptions(cfg config.Config, st *stores, eng *engine.Engine, uow *un
 type discardPublisher struct{ broker.Publisher }
 
 // Publish keeps nothing.
-func (discardPublisher) Publish(context.Context, ...broker.Message) error { return nil }
+func (discardPublisher) Publish(context.Context, ...delivery.Message) error { return nil }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
 )
@@ -57,7 +57,7 @@ type AdminOptions struct {
 	// Decode turns an entry back into a message for Inspect
 	// (redisstream.Decode; that package imports this one, so it is passed
 	// in). Nil shows the raw id and type fields.
-	Decode func(id string, values map[string]any) (broker.Message, error)
+	Decode func(id string, values map[string]any) (delivery.Message, error)
 	// InspectLimit caps the entries Inspect shows per stream (default 10).
 	InspectLimit int
 	Now          func() time.Time
@@ -74,7 +74,7 @@ type Admin struct {
 	positions position.Store
 	suffix    string
 	limit     int
-	decode    func(id string, values map[string]any) (broker.Message, error)
+	decode    func(id string, values map[string]any) (delivery.Message, error)
 	now       func() time.Time
 }
 

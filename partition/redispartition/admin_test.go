@@ -13,6 +13,7 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/redisstream"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/partition/redispartition"
@@ -35,7 +36,7 @@ func haltedRig(t *testing.T) (*rig, *effects, *redispartition.Consumer, *atomic.
 	h := newEffects(r.store)
 	var failing atomic.Bool
 	failing.Store(true)
-	h.fail = func(m broker.Message, _ int) error {
+	h.fail = func(m delivery.Message, _ int) error {
 		if m.ID == "m-2" && failing.Load() {
 			return errors.New("boom")
 		}

@@ -33,7 +33,7 @@ type noop struct {
 	want    int64
 }
 
-func (h *noop) Handle(_ context.Context, b partition.Batch) (int, error) {
+func (h *noop) Handle(_ context.Context, b delivery.Batch) (int, error) {
 	if h.handled.Add(int64(len(b.Messages))) == h.want {
 		close(h.done)
 	}
@@ -47,7 +47,7 @@ type fenced struct {
 	store *position.Memory
 }
 
-func (h *fenced) Handle(ctx context.Context, b partition.Batch) (int, error) {
+func (h *fenced) Handle(ctx context.Context, b delivery.Batch) (int, error) {
 	tx := h.store.Begin()
 	err := tx.Advance(ctx, position.Fence{Group: b.Group, Unit: b.Unit, Generation: b.Generation,
 		Advance: map[string]int64{b.Source: b.Messages[len(b.Messages)-1].GlobalPosition}})
@@ -69,7 +69,7 @@ func preload(b *testing.B, rdb *redis.Client, prefix string, keys, n int) {
 	pipe := rdb.Pipeline()
 	for i := 0; i < n; i++ {
 		key := "k" + strconv.Itoa(i%keys)
-		msg := broker.Message{ID: "m-" + strconv.Itoa(i), Type: "Happened", Category: "order", EventStream: "order-" + key,
+		msg := delivery.Message{ID: "m-" + strconv.Itoa(i), Type: "Happened", Category: "order", EventStream: "order-" + key,
 			Data: []byte(`{"client_id":"` + key + `"}`), GlobalPosition: int64(i + 1), PartitionKey: key}
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: prefix + partition.StreamName("order", key), Values: redisstream.Encode(msg)})
 		if i < keys {
@@ -107,7 +107,7 @@ func BenchmarkConsumer(b *testing.B) {
 				rdb, prefix := benchRedis(b)
 				n := max(b.N, keys)
 				preload(b, rdb, prefix, keys, n)
-				var h partition.Handler
+				var h delivery.Handler
 				var done chan struct{}
 				store := position.NewMemory(nil)
 				switch kind {
@@ -283,7 +283,7 @@ type firstSeen struct {
 	want int
 }
 
-func (h *firstSeen) Handle(_ context.Context, b partition.Batch) (int, error) {
+func (h *firstSeen) Handle(_ context.Context, b delivery.Batch) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, ok := h.at[b.Unit]; !ok {
@@ -298,12 +298,12 @@ func (h *firstSeen) Handle(_ context.Context, b partition.Batch) (int, error) {
 func preload1(b *testing.B, rdb *redis.Client, prefix, key string, gp int64) {
 	b.Helper()
 	ctx := context.Background()
-	msg := broker.Message{ID: key, Type: "Happened", Category: "order", GlobalPosition: gp, PartitionKey: key, Data: []byte(`{}`)}
+	msg := delivery.Message{ID: key, Type: "Happened", Category: "order", GlobalPosition: gp, PartitionKey: key, Data: []byte(`{}`)}
 	require.NoError(b, rdb.XAdd(ctx, &redis.XAddArgs{Stream: prefix + partition.StreamName("order", key), Values: redisstream.Encode(msg)}).Err())
 	require.NoError(b, rdb.SAdd(ctx, prefix+redispartition.IndexKey("order"), key).Err())
 }
 
-func handled(h partition.Handler) int64 {
+func handled(h delivery.Handler) int64 {
 	switch h := h.(type) {
 	case *noop:
 		return h.handled.Load()
@@ -395,7 +395,7 @@ func BenchmarkFirstEvent(b *testing.B) {
 		key := "new" + strconv.Itoa(i)
 		unit := partition.PartitionUnit("order", key)
 		sent := time.Now()
-		require.NoError(b, pub.Publish(ctx, broker.Message{ID: key, Type: "Happened", Stream: partition.StreamName("order", key),
+		require.NoError(b, pub.Publish(ctx, delivery.Message{ID: key, Type: "Happened", Stream: partition.StreamName("order", key),
 			Category: "order", EventStream: "order-" + key, Data: []byte(`{}`), GlobalPosition: int64(idle + i + 1), PartitionKey: key}))
 		for {
 			h.mu.Lock()
@@ -518,7 +518,7 @@ func BenchmarkFairShare(b *testing.B) {
 					case <-time.After(time.Millisecond):
 					}
 					key := "k" + strconv.Itoa(i*7919%keys)
-					msg := broker.Message{ID: "load-" + strconv.Itoa(i), Type: "Happened", Category: "order", EventStream: "order-" + key,
+					msg := delivery.Message{ID: "load-" + strconv.Itoa(i), Type: "Happened", Category: "order", EventStream: "order-" + key,
 						Data: []byte(`{}`), GlobalPosition: int64(keys + i + 1), PartitionKey: key}
 					_ = rdb.XAdd(ctx, &redis.XAddArgs{Stream: prefix + partition.StreamName("order", key), Values: redisstream.Encode(msg)}).Err()
 				}

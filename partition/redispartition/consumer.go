@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/lifecycle"
@@ -26,10 +25,10 @@ import (
 type ConsumerOptions struct {
 	Leases    *Leases
 	Positions partition.Positions
-	Handler   partition.Handler
+	Handler   delivery.Handler
 	// Decode turns a stream entry back into a message; an entry it fails
 	// on is poison (it halts its unit at once).
-	Decode func(id string, values map[string]any) (broker.Message, error)
+	Decode func(id string, values map[string]any) (delivery.Message, error)
 	// Subscriptions lists the groups to run; it is called on every
 	// discovery pass, so a plugin reload takes effect on the next one.
 	Subscriptions func() []partition.Subscription
@@ -147,7 +146,7 @@ func (w *worker) signal() {
 func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	switch {
 	case opts.Leases == nil, opts.Positions == nil, opts.Handler == nil, opts.Decode == nil, opts.Subscriptions == nil:
-		return nil, errors.New("partition: consumer needs Leases, partition.Positions, partition.Handler, Decode and Subscriptions")
+		return nil, errors.New("partition: consumer needs Leases, partition.Positions, delivery.Handler, Decode and Subscriptions")
 	case opts.Owner == "":
 		return nil, errors.New("partition: consumer needs an Owner")
 	case opts.LeaseTTL <= 0 || opts.Heartbeat <= 0 || opts.Heartbeat >= opts.LeaseTTL:
@@ -982,7 +981,7 @@ func (c *Consumer) drain(w *worker, st *state, stream string) (int, error) {
 	// Already applied (redelivered after a crash between commit and ack),
 	// or deleted while pending: ack without handling.
 	var skip []string
-	var msgs []broker.Message
+	var msgs []delivery.Message
 	var ids []string
 	var poison error
 	var gap int64       // the poison is a gap ending at this position
@@ -1066,12 +1065,12 @@ type run struct {
 	w      *worker
 	st     *state
 	stream string
-	msgs   []broker.Message
+	msgs   []delivery.Message
 	ids    []string
 }
 
-func (r *run) batch(from, to int) partition.Batch {
-	return partition.Batch{Group: r.w.lease.Group, Unit: r.w.lease.Unit, Source: r.stream, Generation: r.st.generation, Messages: r.msgs[from:to]}
+func (r *run) batch(from, to int) delivery.Batch {
+	return delivery.Batch{Group: r.w.lease.Group, Unit: r.w.lease.Unit, Source: r.stream, Generation: r.st.generation, Messages: r.msgs[from:to]}
 }
 
 func (r *run) Handle(ctx context.Context, from, to int) (int, error) {
@@ -1083,7 +1082,7 @@ func (r *run) Handle(ctx context.Context, from, to int) (int, error) {
 
 // Handled acks what committed (or what the positions already cover).
 func (r *run) Handled(ctx context.Context, from, to int) error {
-	if gp := broker.LastGlobalPosition(r.msgs[from:to]); gp > r.st.positions[r.stream] {
+	if gp := delivery.LastGlobalPosition(r.msgs[from:to]); gp > r.st.positions[r.stream] {
 		r.st.positions[r.stream] = gp
 	}
 	if _, err := r.c.opts.Leases.Ack(ctx, r.w.lease, r.stream, r.ids[from:to]...); err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/redisstream"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/faultproxy"
@@ -37,16 +36,16 @@ type effects struct {
 	// calls counts Handle calls per message id (attempts).
 	calls map[string]int
 	// fail decides a message's error; nil handles it.
-	fail func(m broker.Message, attempt int) error
+	fail func(m delivery.Message, attempt int) error
 	// gate, if set, is called before a batch commits (to stall an owner).
-	gate func(ctx context.Context, b partition.Batch)
+	gate func(ctx context.Context, b delivery.Batch)
 }
 
 func newEffects(store *position.Memory) *effects {
 	return &effects{store: store, applied: map[string][]int64{}, inFlight: map[string]int{}, calls: map[string]int{}}
 }
 
-func (h *effects) Handle(ctx context.Context, b partition.Batch) (int, error) {
+func (h *effects) Handle(ctx context.Context, b delivery.Batch) (int, error) {
 	h.mu.Lock()
 	h.inFlight[b.Unit]++
 	if h.inFlight[b.Unit] > 1 {
@@ -131,7 +130,7 @@ func (p *publisher) publish(category, key string, n int) {
 		prev := p.last[stream]
 		p.last[stream] = gp
 		p.mu.Unlock()
-		msg := broker.Message{ID: fmt.Sprintf("m-%d", gp), Type: "Happened", Category: category, EventStream: category + "-" + key,
+		msg := delivery.Message{ID: fmt.Sprintf("m-%d", gp), Type: "Happened", Category: category, EventStream: category + "-" + key,
 			Data: []byte(`{"k":"` + key + `"}`), GlobalPosition: gp, PartitionKey: key, Prev: prev}
 		ctx := context.Background()
 		_, err := p.rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.prefix + partition.StreamName(category, key), Values: redisstream.Encode(msg)}).Result()
@@ -173,7 +172,7 @@ func newRig(t *testing.T) *rig {
 		pub: &publisher{t: t, rdb: rdb, prefix: prefix, sent: map[string][]int64{}}}
 }
 
-func (r *rig) consumer(owner string, h partition.Handler, ttl time.Duration, tweak ...func(*redispartition.ConsumerOptions)) *redispartition.Consumer {
+func (r *rig) consumer(owner string, h delivery.Handler, ttl time.Duration, tweak ...func(*redispartition.ConsumerOptions)) *redispartition.Consumer {
 	opts := redispartition.ConsumerOptions{
 		Leases: r.leases, Positions: r.store, Handler: h, Decode: redisstream.Decode, Owner: owner,
 		Subscriptions: func() []partition.Subscription {
@@ -285,7 +284,7 @@ func TestStalledOwnerIsFencedOutOfRedisAndThePositions(t *testing.T) {
 	r := newRig(t)
 	stall, stalled, release := stallGate(t)
 	ha := newEffects(r.store)
-	ha.gate = func(ctx context.Context, _ partition.Batch) { stall(ctx) }
+	ha.gate = func(ctx context.Context, _ delivery.Batch) { stall(ctx) }
 	hb := newEffects(r.store)
 	r.pub.publish("order", "c-1", 4)
 	// The TTL is not what the test waits on (deleting the key plays the
@@ -330,13 +329,13 @@ func TestRedeliveredAfterCommitIsNotAppliedTwice(t *testing.T) {
 	entries, err := r.leases.Read(context.Background(), l, "order:c-1", false, 10)
 	require.NoError(t, err)
 	require.Len(t, entries, 3)
-	var msgs []broker.Message
+	var msgs []delivery.Message
 	for _, e := range entries[:2] {
 		m, err := redisstream.Decode(e.ID, e.Values)
 		require.NoError(t, err)
 		msgs = append(msgs, m)
 	}
-	n, err := h.Handle(context.Background(), partition.Batch{Group: "proj", Unit: "order:c-1", Source: "order:c-1", Generation: row.Generation, Messages: msgs})
+	n, err := h.Handle(context.Background(), delivery.Batch{Group: "proj", Unit: "order:c-1", Source: "order:c-1", Generation: row.Generation, Messages: msgs})
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	// The crash: the lease lapses.
@@ -357,7 +356,7 @@ func TestPoisonHaltsOnlyItsKeyDurably(t *testing.T) {
 	r := newRig(t)
 	h := newEffects(r.store)
 	boom := errors.New("boom")
-	h.fail = func(m broker.Message, _ int) error {
+	h.fail = func(m delivery.Message, _ int) error {
 		if m.ID == "m-2" {
 			return boom
 		}
@@ -421,7 +420,7 @@ func TestDifferentKeysRunInParallel(t *testing.T) {
 	together := make(chan struct{})
 	met := make(chan struct{}, 1)
 	var once sync.Once
-	h.gate = func(ctx context.Context, b partition.Batch) {
+	h.gate = func(ctx context.Context, b delivery.Batch) {
 		mu.Lock()
 		inFlight[b.Unit] = true
 		if len(inFlight) >= 2 {
@@ -444,7 +443,7 @@ func TestDifferentKeysRunInParallel(t *testing.T) {
 
 // partitionFence is the fence of a batch: its unit's generation, advancing
 // its source to the batch's last global position.
-func partitionFence(b partition.Batch) position.Fence {
+func partitionFence(b delivery.Batch) position.Fence {
 	return position.Fence{Group: b.Group, Unit: b.Unit, Generation: b.Generation,
 		Advance: map[string]int64{b.Source: b.Messages[len(b.Messages)-1].GlobalPosition}}
 }
@@ -479,7 +478,7 @@ func TestInfrastructureFailuresNeverHalt(t *testing.T) {
 	r := newRig(t)
 	h := newEffects(r.store)
 	down := errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
-	h.fail = func(m broker.Message, calls int) error {
+	h.fail = func(m delivery.Message, calls int) error {
 		if m.ID == "m-2" && calls <= 5 {
 			return delivery.MarkInfrastructure(down)
 		}
@@ -542,7 +541,7 @@ func TestGapHaltsTheKeyUntilAnOperatorResumes(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t)
 	h := newEffects(r.store)
-	h.fail = func(m broker.Message, _ int) error {
+	h.fail = func(m delivery.Message, _ int) error {
 		if m.ID == "m-6" {
 			return errors.New("poison")
 		}

@@ -55,7 +55,7 @@
 // it holds; a listener that failed, or fell so far behind that its stream
 // was trimmed past it, wakes every worker. A worker hands runs of up to [ConsumerOptions].BatchSize
 // messages of one source (the primary stream before its backfill lane) to
-// the [partition.Handler]; a failure at message k commits the messages before k and
+// the [delivery.Handler]; a failure at message k commits the messages before k and
 // retries k alone. After max_retries failed attempts (counted in Redis, so
 // failover does not reset them), or at once for a non-retryable error, the
 // unit halts: a durable halt record is written and the lease released in

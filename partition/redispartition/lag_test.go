@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/partition"
 )
@@ -25,7 +26,7 @@ func TestLagMetricsArePerGroup(t *testing.T) {
 	r := newRig(t)
 	h := newEffects(r.store)
 	stall, stalled, release := stallGate(t)
-	h.gate = func(ctx context.Context, b partition.Batch) {
+	h.gate = func(ctx context.Context, b delivery.Batch) {
 		if b.Unit == partition.PartitionUnit("order", "a") {
 			stall(ctx)
 		}

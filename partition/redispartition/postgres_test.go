@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
-	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/partition/redispartition"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
@@ -27,7 +27,7 @@ type pgEffects struct {
 	gate func(ctx context.Context)
 }
 
-func (h *pgEffects) Handle(ctx context.Context, b partition.Batch) (int, error) {
+func (h *pgEffects) Handle(ctx context.Context, b delivery.Batch) (int, error) {
 	if h.gate != nil {
 		h.gate(ctx)
 	}
@@ -56,7 +56,7 @@ func TestStalledOwnersLateCommitIsRejectedByPostgres(t *testing.T) {
 	ha := &pgEffects{uow: uow, gate: stall}
 	hb := &pgEffects{uow: uow}
 	r.pub.publish("order", "c-1", 4)
-	cons := func(owner string, h partition.Handler) *redispartition.Consumer {
+	cons := func(owner string, h delivery.Handler) *redispartition.Consumer {
 		return r.consumer(owner, h, 300*time.Millisecond, func(o *redispartition.ConsumerOptions) { o.Positions = pg.Positions })
 	}
 	a := cons("host-a", ha)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/redisstream"
+	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/partition/redispartition"
@@ -30,7 +31,7 @@ func (r *rig) publishVia(b *redisstream.Broker, key string, n int) {
 		unit := partition.PartitionUnit("order", key)
 		r.pub.sent[unit] = append(r.pub.sent[unit], gp)
 		r.pub.mu.Unlock()
-		require.NoError(r.t, b.Publish(context.Background(), broker.Message{ID: fmt.Sprintf("m-%d", gp), Type: "Happened",
+		require.NoError(r.t, b.Publish(context.Background(), delivery.Message{ID: fmt.Sprintf("m-%d", gp), Type: "Happened",
 			Stream: partition.StreamName("order", key), Category: "order", EventStream: "order-" + key,
 			Data: []byte(`{}`), GlobalPosition: gp, PartitionKey: key}))
 	}
