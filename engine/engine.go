@@ -249,6 +249,15 @@ type AppendedEvent struct {
 	GlobalPosition int64  `json:"global_position"`
 }
 
+// Appended identifies the events a command appended.
+func Appended(evs []eventstore.Event) []AppendedEvent {
+	out := make([]AppendedEvent, len(evs))
+	for i, ev := range evs {
+		out[i] = AppendedEvent{ID: ev.ID, Type: ev.Type, Stream: ev.Stream, Position: ev.Position, GlobalPosition: ev.GlobalPosition}
+	}
+	return out
+}
+
 // DispatchedCommand is a follow-up command and its outcome.
 type DispatchedCommand struct {
 	Type  string `json:"type"`
@@ -340,10 +349,7 @@ func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage,
 	if err != nil {
 		return nil, err
 	}
-	out := &CommandResult{ID: env.ID, Events: make([]AppendedEvent, len(committed.Events))}
-	for i, ev := range committed.Events {
-		out.Events[i] = AppendedEvent{ID: ev.ID, Type: ev.Type, Stream: ev.Stream, Position: ev.Position, GlobalPosition: ev.GlobalPosition}
-	}
+	out := &CommandResult{ID: env.ID, Events: Appended(committed.Events)}
 	out.Dispatched = e.followUp(ctx, committed.Commands, env)
 	return out, nil
 }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proteanhq/protean-host/engine"
+	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/idempotency"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
@@ -66,7 +69,7 @@ func (a *api) idempotentCommand(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	if kw, ok := a.idem.(unitofwork.KeyWriter); ok {
-		ctx = unitofwork.WithIdempotency(ctx, kw, req)
+		ctx = unitofwork.WithIdempotency(ctx, kw, req, committedAnswer)
 	}
 	r = r.WithContext(ctx)
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -146,4 +149,16 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 		return nil, false
 	}
 	return body, true
+}
+
+// committedAnswer is the answer a command's unit of work stores with its
+// idempotency key (unitofwork.WithIdempotency): the command's answer
+// without its follow-ups, which run after the commit. Save replaces it
+// with the full answer once the command returns.
+func committedAnswer(id string, events []eventstore.Event) (idempotency.Answer, error) {
+	b, err := json.Marshal(engine.CommandResult{ID: id, Events: engine.Appended(events)})
+	if err != nil {
+		return idempotency.Answer{}, err
+	}
+	return idempotency.Answer{Status: http.StatusOK, Body: b}, nil
 }

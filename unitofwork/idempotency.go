@@ -2,9 +2,7 @@ package unitofwork
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -22,21 +20,27 @@ type KeyWriter interface {
 type keyCtx struct{}
 
 type keyWrite struct {
-	w     KeyWriter
-	r     idempotency.Request
-	taken atomic.Bool
+	w      KeyWriter
+	r      idempotency.Request
+	answer Answer
+	taken  atomic.Bool
 }
+
+// Answer builds the answer a command's unit of work stores with its key,
+// from the command's id and the events it appended: the API's answer,
+// which the API builds (httpapi).
+type Answer func(id string, events []eventstore.Event) (idempotency.Answer, error)
 
 // WithIdempotency returns a context under which Commit (not CommitFenced or
 // CommitRun) of a command's changes also writes r's key with the command's
 // answer, in the same transaction on PostgreSQL, so the effects and the key
-// commit together. The answer is status 200 with the body of
-// engine.CommandResult without its follow-ups ({"id", "events"}); the API
+// commit together. answer builds it from the events committed (the API's
+// answer without its follow-ups, which run after the commit); the API
 // replaces it with the full answer once the command returns. The memory
 // backend ignores it (the API's Save is the only write there, and memory
 // dies with the process anyway).
-func WithIdempotency(ctx context.Context, w KeyWriter, r idempotency.Request) context.Context {
-	return context.WithValue(ctx, keyCtx{}, &keyWrite{w: w, r: r})
+func WithIdempotency(ctx context.Context, w KeyWriter, r idempotency.Request, answer Answer) context.Context {
+	return context.WithValue(ctx, keyCtx{}, &keyWrite{w: w, r: r, answer: answer})
 }
 
 // keyFrom returns the context's key write for the first unit of work that
@@ -50,38 +54,14 @@ func keyFrom(ctx context.Context) *keyWrite {
 	return k
 }
 
-// committedAnswer is the answer a command's unit of work stores with its
-// key: the shape of engine.CommandResult, without follow-ups.
-func committedAnswer(id string, events []eventstore.Event) (idempotency.Answer, error) {
-	type appended struct {
-		ID             string `json:"id"`
-		Type           string `json:"type"`
-		Stream         string `json:"stream"`
-		Position       int64  `json:"position"`
-		GlobalPosition int64  `json:"global_position"`
-	}
-	body := struct {
-		ID     string     `json:"id"`
-		Events []appended `json:"events"`
-	}{ID: id, Events: make([]appended, len(events))}
-	for i, ev := range events {
-		body.Events[i] = appended{ev.ID, ev.Type, ev.Stream, ev.Position, ev.GlobalPosition}
-	}
-	b, err := json.Marshal(body)
-	if err != nil {
-		return idempotency.Answer{}, fmt.Errorf("unitofwork: idempotency answer: %w", err)
-	}
-	return idempotency.Answer{Status: http.StatusOK, Body: b}, nil
-}
-
 // queueKey queues s's key write, if it has one, on b.
 func queueKey(b *pgx.Batch, s *stage, events []eventstore.Event) (bool, error) {
 	if s.key == nil {
 		return false, nil
 	}
-	a, err := committedAnswer(s.causation, events)
+	a, err := s.key.answer(s.causation, events)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("unitofwork: idempotency answer: %w", err)
 	}
 	s.key.w.QueueInsert(b, s.key.r, a)
 	return true, nil

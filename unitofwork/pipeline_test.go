@@ -315,10 +315,19 @@ func TestPostgresIdempotencyKeyInTheUnitOfWork(t *testing.T) {
 		require.NoError(t, err)
 		return state, status, body, true
 	}
+	// The answer the API would give, built by the caller (httpapi's).
+	answer := func(id string, evs []eventstore.Event) (idempotency.Answer, error) {
+		streams := make([]string, len(evs))
+		for i, ev := range evs {
+			streams[i] = ev.Stream
+		}
+		b, err := json.Marshal(map[string]any{"id": id, "stream": streams[0], "streams": streams})
+		return idempotency.Answer{Status: 200, Body: b}, err
+	}
 	for _, stepwise := range []bool{false, true} {
 		key := fmt.Sprintf("k-%v", stepwise)
 		r := idempotency.Request{Scope: "PlaceOrder", Key: key, Hash: idempotency.HashBody([]byte(`{}`))}
-		kctx := unitofwork.WithIdempotency(ctx, keys, r)
+		kctx := unitofwork.WithIdempotency(ctx, keys, r, answer)
 		if stepwise { // a refusal in the pipeline runs the work step by step
 			_, err := p.Events.Append(ctx, []eventstore.NewEvent{{Stream: "order-" + key, Type: "Other", Data: json.RawMessage(`{}`), ExpectedVersion: eventstore.AnyVersion}})
 			require.NoError(t, err)
@@ -326,7 +335,7 @@ func TestPostgresIdempotencyKeyInTheUnitOfWork(t *testing.T) {
 			require.True(t, unitofwork.Conflict(err))
 			_, _, _, ok := row(key)
 			require.False(t, ok, "a unit of work that failed wrote no key")
-			kctx = unitofwork.WithIdempotency(ctx, keys, r)
+			kctx = unitofwork.WithIdempotency(ctx, keys, r, answer)
 			e := placeOrder(key, `"c-1"`)
 			e.Events[0].ExpectedVersion = nil
 			e.Events[0].Stream = "order-" + key
