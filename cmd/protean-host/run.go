@@ -378,17 +378,41 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	return h, nil
 }
 
-// shutdown stops what start started, in order: the plugin reloader, the
-// HTTP server (no new requests), the partition workers, the engine
-// (commands and the messages in hand drain), the relay (its pass in
-// progress finishes); then it closes the broker, the stores, the module
-// set and the loader. Every stop is soft until shutdownTimeout, counted
-// from the first: past it, work in progress is canceled and each stop
-// returns within its own small grace (so shutdown returns within the
-// timeout plus a few graces). A guest call that cannot be canceled
-// (interruptible = false) is left running, and the module set and the
-// compiled code it runs on are not closed under it: the process's exit
-// ends it. Parts start never reached are skipped.
+// component is one part of a running host that shutdown stops.
+type component struct {
+	name    string
+	started bool
+	stop    func(context.Context) error
+}
+
+// components are what shutdown stops, in its order: what takes work in
+// first (reloads, requests), then what delivers it, then the engine that
+// runs it, then the relay that publishes what it committed. A part start
+// never reached is not started. The shutdown doc names them in this order
+// (TestShutdownDocNamesItsOrder).
+func (h *hostProcess) components() []component {
+	return []component{
+		{"plugin reloader", h.reloader != nil, func(ctx context.Context) error { return h.reloader.Stop(ctx) }},
+		{"http", h.srv != nil, func(ctx context.Context) error { return h.srv.Shutdown(ctx) }},
+		{"partition workers", h.partitions != nil, func(ctx context.Context) error { return h.partitions.Stop(ctx) }},
+		{"event-store subscriptions", h.subs != nil, func(ctx context.Context) error { return h.subs.Stop(ctx) }},
+		{"engine", h.eng != nil, func(ctx context.Context) error { return h.eng.Stop(ctx) }},
+		{"outbox relay", h.relay != nil, func(ctx context.Context) error { return h.relay.Stop(ctx) }},
+	}
+}
+
+// shutdown stops what start started, in order (components): the plugin
+// reloader, the http server (no new requests), the partition workers and
+// the event-store subscriptions (no new messages; the runs in hand
+// commit), the engine (commands and the messages in hand drain), the
+// outbox relay (its pass in progress finishes); then it closes the broker,
+// the stores, the module set and the loader. Every stop is soft until
+// shutdownTimeout, counted from the first: past it, work in progress is
+// canceled and each stop returns within its own small grace (so shutdown
+// returns within the timeout plus a few graces). A guest call that cannot
+// be canceled (interruptible = false) is left running, and the module set
+// and the compiled code it runs on are not closed under it: the process's
+// exit ends it. Parts start never reached are skipped.
 func (h *hostProcess) shutdown() error {
 	timeout := h.shutdownTimeout
 	if timeout <= 0 {
@@ -397,39 +421,19 @@ func (h *hostProcess) shutdown() error {
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var errs []error
-	if h.reloader != nil {
-		if err := h.reloader.Stop(sctx); err != nil {
-			errs = append(errs, fmt.Errorf("plugin reloader: %w", err))
+	for _, c := range h.components() {
+		if !c.started {
+			continue
 		}
-	}
-	if h.srv != nil {
-		if err := h.srv.Shutdown(sctx); err != nil {
-			errs = append(errs, fmt.Errorf("http: %w", err))
+		err := c.stop(sctx)
+		if err == nil {
+			continue
 		}
-	}
-	if h.partitions != nil {
-		if err := h.partitions.Stop(sctx); err != nil {
-			errs = append(errs, fmt.Errorf("partition workers: %w", err))
+		if c.name == "engine" && errors.Is(err, engine.ErrAbandoned) {
+			h.guestsRunning = true
+			h.log.Warn("guest calls still running past the drain are left to the process's exit", "timeout", timeout)
 		}
-	}
-	if h.subs != nil {
-		if err := h.subs.Stop(sctx); err != nil {
-			errs = append(errs, fmt.Errorf("event-store subscriptions: %w", err))
-		}
-	}
-	if h.eng != nil {
-		if err := h.eng.Stop(sctx); err != nil {
-			if errors.Is(err, engine.ErrAbandoned) {
-				h.guestsRunning = true
-				h.log.Warn("guest calls still running past the drain are left to the process's exit", "timeout", timeout)
-			}
-			errs = append(errs, fmt.Errorf("engine: %w", err))
-		}
-	}
-	if h.relay != nil {
-		if err := h.relay.Stop(sctx); err != nil {
-			errs = append(errs, fmt.Errorf("outbox relay: %w", err))
-		}
+		errs = append(errs, fmt.Errorf("%s: %w", c.name, err))
 	}
 	if h.serveErr != nil && !errors.Is(h.serveErr, http.ErrServerClosed) {
 		errs = append(errs, h.serveErr)
