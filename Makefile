@@ -109,11 +109,11 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 50000x executions)
 bench: ## Run the benchmarks, each beside its baseline, against real PostgreSQL and Redis it starts
 	scripts/test-services.sh $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 
-# make chaos: the fault-injection harness (chaos/, cmd/chaos) on the real
-# binary. SEED fixes the schedule (empty: one is drawn and printed); FAULTS
-# is the number of fault steps (empty: every kind alone once, then 3 mixed
-# steps); KINDS restricts the kinds (comma-separated); CHAOS_FLAGS passes
-# more flags (build/chaos -h lists them).
+# make chaos: the fault-injection harness (internal/chaos/, cmd/chaos) on
+# the real binary. SEED fixes the schedule (empty: one is drawn and
+# printed); FAULTS is the number of fault steps (empty: every kind alone
+# once, then 3 mixed steps); KINDS restricts the kinds (comma-separated);
+# CHAOS_FLAGS passes more flags (build/chaos -h lists them).
 SEED ?=
 FAULTS ?=
 KINDS ?=
