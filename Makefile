@@ -125,9 +125,9 @@ chaos: build plugins ## Fault injection: 3 hosts on a private PostgreSQL and Red
 	./build/chaos -bin build/protean-host -plugins $(PLUGINS_DIR) \
 		$(if $(SEED),-seed $(SEED)) $(if $(FAULTS),-faults $(FAULTS)) $(if $(KINDS),-kinds $(KINDS)) $(CHAOS_FLAGS)
 
-# make load: the end-to-end HTTP measurement (loadgen/, cmd/loadgen) on a
-# private PostgreSQL and Redis: the raw commit-and-publish floor, then each
-# host count of HOSTS, each phase LOAD_DURATION long.
+# make load: the end-to-end HTTP measurement (internal/loadgen/,
+# cmd/loadgen) on a private PostgreSQL and Redis: the raw commit-and-publish
+# floor, then each host count of HOSTS, each phase LOAD_DURATION long.
 HOSTS ?= 1,3
 LOAD_DURATION ?= 20s
 
