@@ -109,11 +109,11 @@ fuzz: ## Run every fuzz target for FUZZTIME each (default 50000x executions)
 bench: ## Run the benchmarks, each beside its baseline, against real PostgreSQL and Redis it starts
 	scripts/test-services.sh $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 
-# make chaos: the fault-injection harness (chaos/, cmd/chaos) on the real
-# binary. SEED fixes the schedule (empty: one is drawn and printed); FAULTS
-# is the number of fault steps (empty: every kind alone once, then 3 mixed
-# steps); KINDS restricts the kinds (comma-separated); CHAOS_FLAGS passes
-# more flags (build/chaos -h lists them).
+# make chaos: the fault-injection harness (internal/chaos/, cmd/chaos) on
+# the real binary. SEED fixes the schedule (empty: one is drawn and
+# printed); FAULTS is the number of fault steps (empty: every kind alone
+# once, then 3 mixed steps); KINDS restricts the kinds (comma-separated);
+# CHAOS_FLAGS passes more flags (build/chaos -h lists them).
 SEED ?=
 FAULTS ?=
 KINDS ?=
@@ -125,9 +125,9 @@ chaos: build plugins ## Fault injection: 3 hosts on a private PostgreSQL and Red
 	./build/chaos -bin build/protean-host -plugins $(PLUGINS_DIR) \
 		$(if $(SEED),-seed $(SEED)) $(if $(FAULTS),-faults $(FAULTS)) $(if $(KINDS),-kinds $(KINDS)) $(CHAOS_FLAGS)
 
-# make load: the end-to-end HTTP measurement (loadgen/, cmd/loadgen) on a
-# private PostgreSQL and Redis: the raw commit-and-publish floor, then each
-# host count of HOSTS, each phase LOAD_DURATION long.
+# make load: the end-to-end HTTP measurement (internal/loadgen/,
+# cmd/loadgen) on a private PostgreSQL and Redis: the raw commit-and-publish
+# floor, then each host count of HOSTS, each phase LOAD_DURATION long.
 HOSTS ?= 1,3
 LOAD_DURATION ?= 20s
 

@@ -50,7 +50,7 @@ var startDoc = json.RawMessage(`{"client_id":"c-1","orders":2,"total":85,"order_
 // cost of the example projector as native Go (the baseline, first, in the
 // same run), as the Go guest on ABI v2 and on ABI v1, and as the C guest
 // (plugins/c, ABI v2), each with the deadline enforced (the default
-// limits: the module instrumented, host/instrument), and the Go v2 guest
+// limits: the module instrumented, internal/instrument), and the Go v2 guest
 // without it (interruptible = false) and with wazero's
 // close-on-context-done (the fallback deadline) for reference; batch 1
 // and batch 50. x_native is each guest's ns/event over native's;

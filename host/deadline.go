@@ -10,7 +10,7 @@ import (
 	extism "github.com/extism/go-sdk"
 	"github.com/tetratelabs/wazero/api"
 
-	"github.com/proteanhq/protean-host/host/instrument"
+	"github.com/proteanhq/protean-host/internal/instrument"
 )
 
 // Deadline modes a module runs under (Module.Deadline).

@@ -24,7 +24,7 @@ import (
 	"github.com/tetratelabs/wazero/experimental"
 
 	"github.com/proteanhq/protean-host/abi"
-	"github.com/proteanhq/protean-host/host/instrument"
+	"github.com/proteanhq/protean-host/internal/instrument"
 )
 
 // Limits bound what a module may use. Zero fields take the defaults of

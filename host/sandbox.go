@@ -12,7 +12,7 @@ import (
 
 	"github.com/tetratelabs/wazero/experimental"
 
-	"github.com/proteanhq/protean-host/host/instrument"
+	"github.com/proteanhq/protean-host/internal/instrument"
 )
 
 // Sentinel causes of a LoadError for a module over a sandbox limit.

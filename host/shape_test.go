@@ -9,7 +9,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/host"
-	"github.com/proteanhq/protean-host/host/instrument"
+	"github.com/proteanhq/protean-host/internal/instrument"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 

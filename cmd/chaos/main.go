@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/proteanhq/protean-host/chaos"
+	"github.com/proteanhq/protean-host/internal/chaos"
 )
 
 func main() {

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/proteanhq/protean-host/loadgen"
+	"github.com/proteanhq/protean-host/internal/loadgen"
 )
 
 func main() {

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero"
 
-	"github.com/proteanhq/protean-host/host/instrument"
+	"github.com/proteanhq/protean-host/internal/instrument"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )

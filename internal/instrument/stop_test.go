@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tetratelabs/wazero/api"
 
-	"github.com/proteanhq/protean-host/host/instrument"
+	"github.com/proteanhq/protean-host/internal/instrument"
 	"github.com/proteanhq/protean-host/internal/testwait"
 )
 

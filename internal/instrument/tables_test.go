@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/host/instrument"
+	"github.com/proteanhq/protean-host/internal/instrument"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 

@@ -16,15 +16,27 @@ func (rn renumber) fn(f uint32) uint32 {
 	return f
 }
 
-// exports rewrites the export section's function indices.
-func (rn renumber) exports(p []byte) ([]byte, error) {
-	r := reader{b: p}
+// vec copies the vector at r onto out: its count (re-encoded), then each
+// entry as entry reads it from r and appends its rewrite to out, returning
+// the grown out. Each rewriter below is this walk over its section's
+// entries, or over a vector within one.
+func vec(r *reader, out []byte, entry func(r *reader, out []byte) ([]byte, error)) ([]byte, error) {
 	n, err := r.u32()
 	if err != nil {
 		return nil, err
 	}
-	out := appendU32(nil, n)
+	out = appendU32(out, n)
 	for range n {
+		if out, err = entry(r, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// exports rewrites the export section's function indices.
+func (rn renumber) exports(p []byte) ([]byte, error) {
+	return vec(&reader{b: p}, nil, func(r *reader, out []byte) ([]byte, error) {
 		name, err := r.name()
 		if err != nil {
 			return nil, err
@@ -40,20 +52,13 @@ func (rn renumber) exports(p []byte) ([]byte, error) {
 		if kind == 0x00 {
 			idx = rn.fn(idx)
 		}
-		out = appendU32(append(appendName(out, name), kind), idx)
-	}
-	return out, nil
+		return appendU32(append(appendName(out, name), kind), idx), nil
+	})
 }
 
 // globals rewrites ref.func in the global section's initialisers.
 func (rn renumber) globals(p []byte) ([]byte, error) {
-	r := reader{b: p}
-	n, err := r.u32()
-	if err != nil {
-		return nil, err
-	}
-	out := appendU32(nil, n)
-	for range n {
+	return vec(&reader{b: p}, nil, func(r *reader, out []byte) ([]byte, error) {
 		at := r.off
 		if err := r.valtype(); err != nil {
 			return nil, err
@@ -61,12 +66,8 @@ func (rn renumber) globals(p []byte) ([]byte, error) {
 		if _, err := r.byte(); err != nil { // mutability
 			return nil, err
 		}
-		out = append(out, p[at:r.off]...)
-		if out, err = rn.constExpr(&r, out); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+		return rn.constExpr(r, append(out, r.b[at:r.off]...))
+	})
 }
 
 // constExpr copies a constant expression, shifting ref.func.
@@ -117,42 +118,18 @@ func (rn renumber) constExpr(r *reader, out []byte) ([]byte, error) {
 	}
 }
 
-// funcVec copies a vector of function indices, shifted.
-func (rn renumber) funcVec(r *reader, out []byte) ([]byte, error) {
-	n, err := r.u32()
+// funcIndex copies a function index, shifted.
+func (rn renumber) funcIndex(r *reader, out []byte) ([]byte, error) {
+	f, err := r.u32()
 	if err != nil {
 		return nil, err
 	}
-	out = appendU32(out, n)
-	for range n {
-		f, err := r.u32()
-		if err != nil {
-			return nil, err
-		}
-		out = appendU32(out, rn.fn(f))
-	}
-	return out, nil
+	return appendU32(out, rn.fn(f)), nil
 }
 
 // elements rewrites the element section's function indices and ref.func.
 func (rn renumber) elements(p []byte) ([]byte, error) {
-	r := reader{b: p}
-	n, err := r.u32()
-	if err != nil {
-		return nil, err
-	}
-	out := appendU32(nil, n)
-	copyU32 := func() error {
-		v, err := r.u32()
-		out = appendU32(out, v)
-		return err
-	}
-	copyByte := func() error {
-		c, err := r.byte()
-		out = append(out, c)
-		return err
-	}
-	for range n {
+	return vec(&reader{b: p}, nil, func(r *reader, out []byte) ([]byte, error) {
 		flags, err := r.u32()
 		if err != nil {
 			return nil, err
@@ -162,33 +139,26 @@ func (rn renumber) elements(p []byte) ([]byte, error) {
 		}
 		out = appendU32(out, flags)
 		if flags == 2 || flags == 6 { // table index
-			err = copyU32()
+			var table uint32
+			table, err = r.u32()
+			out = appendU32(out, table)
 		}
 		if err == nil && flags&1 == 0 { // active: offset
-			out, err = rn.constExpr(&r, out)
+			out, err = rn.constExpr(r, out)
 		}
 		if err == nil && flags&3 != 0 { // element kind or reference type
-			err = copyByte()
+			var kind byte
+			kind, err = r.byte()
+			out = append(out, kind)
 		}
 		if err != nil {
 			return nil, err
 		}
 		if flags&4 == 0 {
-			out, err = rn.funcVec(&r, out)
-		} else {
-			var k uint32
-			if k, err = r.u32(); err == nil {
-				out = appendU32(out, k)
-				for i := uint32(0); i < k && err == nil; i++ {
-					out, err = rn.constExpr(&r, out)
-				}
-			}
+			return vec(r, out, rn.funcIndex)
 		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+		return vec(r, out, rn.constExpr)
+	})
 }
 
 // names rewrites the function indices of the "name" custom section
@@ -226,43 +196,43 @@ func (rn renumber) names(p []byte) ([]byte, error) {
 }
 
 // nameMap shifts the (outer) function indices of a name map, or of an
-// indirect name map whose inner maps are copied.
+// indirect name map whose inner maps are copied byte for byte.
 func (rn renumber) nameMap(p []byte, indirect bool) ([]byte, error) {
 	r := reader{b: p}
-	n, err := r.u32()
-	if err != nil {
-		return nil, err
-	}
-	out := appendU32(nil, n)
-	for range n {
+	out, err := vec(&r, nil, func(r *reader, out []byte) ([]byte, error) {
 		f, err := r.u32()
 		if err != nil {
 			return nil, err
 		}
 		out = appendU32(out, rn.fn(f))
 		at := r.off
-		if !indirect {
-			if _, err := r.name(); err != nil {
-				return nil, err
-			}
+		if indirect {
+			_, err = vec(r, nil, skipNaming) // read, then copied below
 		} else {
-			k, err := r.u32()
-			if err != nil {
-				return nil, err
-			}
-			for range k {
-				if _, err := r.u32(); err != nil {
-					return nil, err
-				}
-				if _, err := r.name(); err != nil {
-					return nil, err
-				}
-			}
+			_, err = r.name()
 		}
-		out = append(out, p[at:r.off]...)
+		if err != nil {
+			return nil, err
+		}
+		return append(out, r.b[at:r.off]...), nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if r.off != len(p) {
 		return nil, fmt.Errorf("%w: name map", ErrMalformed)
+	}
+	return out, nil
+}
+
+// skipNaming reads one entry of an inner name map (an index and a name),
+// appending nothing.
+func skipNaming(r *reader, out []byte) ([]byte, error) {
+	if _, err := r.u32(); err != nil {
+		return nil, err
+	}
+	if _, err := r.name(); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

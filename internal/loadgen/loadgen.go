@@ -37,7 +37,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/proteanhq/protean-host/chaos"
+	"github.com/proteanhq/protean-host/internal/chaos"
 	"github.com/proteanhq/protean-host/internal/serverbin"
 )
 
