@@ -25,8 +25,8 @@ var (
 	// compile_timeout_ms.
 	ErrCompileTimeout = errors.New("compilation did not finish in time")
 	// ErrShapeLimit: the module's shape (functions, body size, locals,
-	// nesting) is over a limit, so it is refused before compiling; an
-	// *instrument.LimitError names the function and the limit.
+	// nesting) is over a limit, so it is refused before compiling; the
+	// error's message names the function and the limit.
 	ErrShapeLimit = instrument.ErrLimit
 )
 
