@@ -188,35 +188,46 @@ func (c *Core) Deliver(soft, work context.Context, u Unit, n int) (int, error) {
 			}
 			continue
 		}
-		failures, cerr := u.Charge(work, i)
-		if cerr != nil {
-			return i, cerr
+		settled, goOn, ferr := c.failed(soft, work, u, i, class, err)
+		i += settled
+		if ferr != nil || !goOn {
+			return i, ferr
 		}
-		if c.Policy.GiveUp(class, failures) {
-			goOn, gerr := u.GiveUp(work, i, failures, err)
-			if gerr != nil {
-				return i, gerr
-			}
-			i++
-			if !goOn {
-				return i, nil
-			}
-			alone = false
-			continue
-		}
-		if rd, ok := u.(Redeliverer); ok {
-			if rerr := rd.Redeliver(work, i, err); rerr != nil {
-				return i, rerr
-			}
-			return i + 1, nil
-		}
-		c.log().Warn(c.What+": message failed; retrying", append(u.Attrs(i),
-			"attempt", failures, "max_retries", c.Policy.MaxRetries, "error", err)...)
-		if !c.sleep(soft, work, c.Policy.Pause(failures)) {
-			return i, ErrInterrupted
-		}
+		alone = settled == 0 // retried alone, or the run goes on past a given-up one
 	}
 	return i, nil
+}
+
+// failed handles the message at i's own failure (err, of class): it is
+// charged; past the policy's retries it is given up (GiveUp), or handed
+// back to a source that redelivers it (Redeliverer), or else tried again
+// alone after the policy's pause. It returns how many messages it settled
+// (1 or 0), whether Deliver goes on with the run, and an error that ends
+// it.
+func (c *Core) failed(soft, work context.Context, u Unit, i int, class Class, err error) (settled int, goOn bool, _ error) {
+	failures, cerr := u.Charge(work, i)
+	if cerr != nil {
+		return 0, false, cerr
+	}
+	if c.Policy.GiveUp(class, failures) {
+		goOn, gerr := u.GiveUp(work, i, failures, err)
+		if gerr != nil {
+			return 0, false, gerr
+		}
+		return 1, goOn, nil
+	}
+	if rd, ok := u.(Redeliverer); ok {
+		if rerr := rd.Redeliver(work, i, err); rerr != nil {
+			return 0, false, rerr
+		}
+		return 1, false, nil
+	}
+	c.log().Warn(c.What+": message failed; retrying", append(u.Attrs(i),
+		"attempt", failures, "max_retries", c.Policy.MaxRetries, "error", err)...)
+	if !c.sleep(soft, work, c.Policy.Pause(failures)) {
+		return 0, false, ErrInterrupted
+	}
+	return 0, true, nil
 }
 
 func (c *Core) log() *slog.Logger {

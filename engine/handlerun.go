@@ -39,18 +39,7 @@ func (e *Engine) handleRun(ctx context.Context, b delivery.Batch) (int, error) {
 	}
 	ctx, cancel := e.owned(ctx)
 	defer cancel()
-	var route host.Route
-	var envs []abi.Envelope
-	var idx []int // index in b.Messages of each envelope
-	for i, m := range b.Messages {
-		r, ok := l.route(b.Group, m.Type)
-		if !ok {
-			continue
-		}
-		route = r
-		envs = append(envs, e.messageEnvelope(m))
-		idx = append(idx, i)
-	}
+	route, envs, idx := e.runEnvelopes(l, b)
 	fail, failErr := len(b.Messages), error(nil)
 	var results []result
 	if len(envs) > 0 {
@@ -106,6 +95,30 @@ func (e *Engine) handleRun(ctx context.Context, b delivery.Batch) (int, error) {
 		fail, failErr = ends[n-1], err
 		changes = changes[:n]
 	}
+	e.afterRun(ctx, b, fail, changes, causes)
+	return fail, failErr
+}
+
+// runEnvelopes are the envelopes of the messages of b that b.Group's
+// handler handles, the route of that handler, and each envelope's index in
+// b.Messages.
+func (e *Engine) runEnvelopes(l *loaded, b delivery.Batch) (route host.Route, envs []abi.Envelope, idx []int) {
+	for i, m := range b.Messages {
+		r, ok := l.route(b.Group, m.Type)
+		if !ok {
+			continue
+		}
+		route = r
+		envs = append(envs, e.messageEnvelope(m))
+		idx = append(idx, i)
+	}
+	return route, envs, idx
+}
+
+// afterRun follows a run's commit: the messages before fail count as
+// handled (read-your-writes), and the commands the committed changes ask
+// for are dispatched, each caused by its message.
+func (e *Engine) afterRun(ctx context.Context, b delivery.Batch, fail int, changes []unitofwork.Change, causes []abi.Envelope) {
 	for _, m := range b.Messages[:fail] {
 		cat := m.Category
 		if cat == "" {
@@ -118,7 +131,6 @@ func (e *Engine) handleRun(ctx context.Context, b delivery.Batch) (int, error) {
 			e.followUp(ctx, c.Effects.Commands, causes[j])
 		}
 	}
-	return fail, failErr
 }
 
 // runSteps makes the steps of a run's commit: one per change (handled[j]
