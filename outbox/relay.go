@@ -292,41 +292,14 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, delivery.MarkInfrastructure(fmt.Errorf("claim: %w", err))
 	}
-	var published, released []int64
-	var errs []error
-	var down error // the broker's failure: the rest of the claim goes back untried
-	failedKeys := map[orderingKey]bool{}
+	p := &pass{failedKeys: map[orderingKey]bool{}}
 	// Every row becomes a message first (a row with a key the rules
 	// reject is abandoned and holds its key back for this pass), then the
 	// claim goes to the broker in one call, in claim order: all or
 	// nothing. Only if the broker refuses one of them (broker.ErrInvalid)
 	// does the pass publish them one by one, to charge the refused row
 	// and hold back its key's later rows.
-	var batch []Row
-	var msgs []delivery.Message
-	for _, row := range rows {
-		k := orderingKeyOf(&row)
-		if failedKeys[k] {
-			released = append(released, row.ID)
-			continue
-		}
-		msg, ok, err := r.message(ctx, row, partitioning)
-		if !ok {
-			if err != nil {
-				errs = append(errs, err)
-			}
-			failedKeys[k] = true
-			continue
-		}
-		batch, msgs = append(batch, row), append(msgs, msg)
-	}
-	ids := func(rows []Row) []int64 {
-		out := make([]int64, len(rows))
-		for i, row := range rows {
-			out[i] = row.ID
-		}
-		return out
-	}
+	batch, msgs := r.messages(ctx, p, rows, partitioning)
 	if partitioning {
 		chain(batch, msgs)
 	}
@@ -335,67 +308,128 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	case r.lapsed(batch[0]):
 		// Too late to publish under this claim: another relay may take
 		// these rows now. Give back what is still ours.
-		released = append(released, ids(batch)...)
+		p.released = append(p.released, rowIDs(batch)...)
 	default:
 		err := r.send(ctx, epoch, msgs...)
 		switch {
 		case err == nil:
-			published = append(published, ids(batch)...)
+			p.published = append(p.published, rowIDs(batch)...)
 		case !errors.Is(err, broker.ErrInvalid):
 			// The broker's failure, not the rows': never counted.
-			down = delivery.MarkInfrastructure(fmt.Errorf("publish %d rows: %w", len(batch), err))
-			released = append(released, ids(batch)...)
+			p.down = delivery.MarkInfrastructure(fmt.Errorf("publish %d rows: %w", len(batch), err))
+			p.released = append(p.released, rowIDs(batch)...)
 		default:
-			for i, row := range batch {
-				k := orderingKeyOf(&row)
-				if down != nil || failedKeys[k] || r.lapsed(row) {
-					released = append(released, row.ID)
-					continue
-				}
-				ok, err := r.publishOne(ctx, row, msgs[i], epoch)
-				switch {
-				case ok:
-					published = append(published, row.ID)
-				case delivery.IsInfrastructure(err):
-					down = err
-					released = append(released, row.ID)
-				default:
-					if err != nil {
-						errs = append(errs, err)
-					}
-					failedKeys[k] = true
-				}
-			}
+			r.publishEach(ctx, p, batch, msgs, epoch)
 		}
 	}
-	if err := r.store.MarkPublishedBatch(ctx, r.opts.Owner, published); err != nil {
+	r.end(ctx, p)
+	return len(rows), errors.Join(p.errs...)
+}
+
+// pass is what one RunOnce does with its claim.
+type pass struct {
+	published, released []int64
+	errs                []error
+	// down is the broker's failure: the rest of the claim goes back
+	// untried.
+	down error
+	// failedKeys are the keys a row failed on: their later rows wait.
+	failedKeys map[orderingKey]bool
+}
+
+// messages turns the claimed rows into messages, in claim order; a row
+// whose key failed earlier in the pass is released, and a row with a key
+// the rules reject is abandoned (r.message) and holds its key back.
+func (r *Relay) messages(ctx context.Context, p *pass, rows []Row, partitioning bool) ([]Row, []delivery.Message) {
+	var batch []Row
+	var msgs []delivery.Message
+	for _, row := range rows {
+		k := orderingKeyOf(&row)
+		if p.failedKeys[k] {
+			p.released = append(p.released, row.ID)
+			continue
+		}
+		msg, ok, err := r.message(ctx, row, partitioning)
+		if !ok {
+			if err != nil {
+				p.errs = append(p.errs, err)
+			}
+			p.failedKeys[k] = true
+			continue
+		}
+		batch, msgs = append(batch, row), append(msgs, msg)
+	}
+	return batch, msgs
+}
+
+// publishEach publishes the batch one row at a time, after the broker
+// refused the whole (broker.ErrInvalid): a refused row is charged and
+// holds its key's later rows back, and a broker failure releases the
+// rest untried.
+func (r *Relay) publishEach(ctx context.Context, p *pass, batch []Row, msgs []delivery.Message, epoch string) {
+	for i, row := range batch {
+		k := orderingKeyOf(&row)
+		if p.down != nil || p.failedKeys[k] || r.lapsed(row) {
+			p.released = append(p.released, row.ID)
+			continue
+		}
+		ok, err := r.publishOne(ctx, row, msgs[i], epoch)
+		switch {
+		case ok:
+			p.published = append(p.published, row.ID)
+		case delivery.IsInfrastructure(err):
+			p.down = err
+			p.released = append(p.released, row.ID)
+		default:
+			if err != nil {
+				p.errs = append(p.errs, err)
+			}
+			p.failedKeys[k] = true
+		}
+	}
+}
+
+// end marks the pass's published rows in one step and releases the rest;
+// after a broker failure it forgets the epoch, and republishes when the
+// broker lost its data.
+func (r *Relay) end(ctx context.Context, p *pass) {
+	if err := r.store.MarkPublishedBatch(ctx, r.opts.Owner, p.published); err != nil {
 		// Published but not marked: the next pass marks them (settle);
 		// should another relay take them first (the locks lapsed), they
 		// go again, and consumers see a duplicate, never a loss.
-		r.hold(&r.unmarked, published, err)
-		errs = append(errs, delivery.MarkInfrastructure(fmt.Errorf("mark published: %w", err)))
+		r.hold(&r.unmarked, p.published, err)
+		p.errs = append(p.errs, delivery.MarkInfrastructure(fmt.Errorf("mark published: %w", err)))
 	}
-	if err := r.store.Release(ctx, r.opts.Owner, released); err != nil {
-		r.hold(&r.unreleased, released, err)
-		errs = append(errs, delivery.MarkInfrastructure(fmt.Errorf("release: %w", err)))
+	if err := r.store.Release(ctx, r.opts.Owner, p.released); err != nil {
+		r.hold(&r.unreleased, p.released, err)
+		p.errs = append(p.errs, delivery.MarkInfrastructure(fmt.Errorf("release: %w", err)))
 	}
-	if down != nil {
-		// The broker failed: forget its epoch, so that the next pass reads
-		// it again before it claims anything. While the broker is away a
-		// pass costs that one read, not a claim of rows it cannot publish
-		// (a claim walks the backlog the outage builds), and the first pass
-		// after its return learns whether it kept its data.
-		r.setEpoch("")
-		if errors.Is(down, broker.ErrEpochLost) || errors.Is(down, broker.ErrRestarted) {
-			if err := r.republish(ctx); err != nil {
-				errs = append(errs, delivery.MarkInfrastructure(fmt.Errorf("%w (republishing: %v)", down, err)))
-			}
-			// Republished and marked: the next pass publishes.
-		} else {
-			errs = append(errs, down)
+	if p.down == nil {
+		return
+	}
+	// The broker failed: forget its epoch, so that the next pass reads it
+	// again before it claims anything. While the broker is away a pass
+	// costs that one read, not a claim of rows it cannot publish (a claim
+	// walks the backlog the outage builds), and the first pass after its
+	// return learns whether it kept its data.
+	r.setEpoch("")
+	if errors.Is(p.down, broker.ErrEpochLost) || errors.Is(p.down, broker.ErrRestarted) {
+		if err := r.republish(ctx); err != nil {
+			p.errs = append(p.errs, delivery.MarkInfrastructure(fmt.Errorf("%w (republishing: %v)", p.down, err)))
 		}
+		// Republished and marked: the next pass publishes.
+		return
 	}
-	return len(rows), errors.Join(errs...)
+	p.errs = append(p.errs, p.down)
+}
+
+// rowIDs are the rows' ids, in order.
+func rowIDs(rows []Row) []int64 {
+	out := make([]int64, len(rows))
+	for i, row := range rows {
+		out[i] = row.ID
+	}
+	return out
 }
 
 // claim claims the next rows; on a partitioning broker, with each row's
