@@ -150,16 +150,72 @@ func (t *postgresTx) Rollback(ctx context.Context) error {
 func (p *Postgres) commitPipelined(ctx context.Context, stages []*stage, broker string, maxRetries int) (_ [][]eventstore.Event, err error) {
 	var b pgx.Batch
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
-	readers := make([]pipeline.Reader, 0, 4)
-	var (
-		writes, events = 0, 0
-		keyed          = false
-	)
+	q, err := p.queueStages(&b, stages, broker, maxRetries)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("unitofwork: acquire: %w", err)
+	}
+	defer conn.Release()
+	open := true // the transaction may be open: roll it back on the way out
+	defer func() {
+		if err != nil && open {
+			// A failed statement leaves the transaction aborted (the rest of
+			// the pipeline, COMMIT too, was skipped). A failed ROLLBACK
+			// leaves the connection in a transaction; the pool destroys
+			// such a connection on Release.
+			_, _ = conn.Exec(context.WithoutCancel(ctx), `ROLLBACK`)
+		}
+	}()
+	if !q.keyed {
+		b.Queue(`COMMIT`)
+	}
+	if err := sendBatch(ctx, conn, &b, q.readers, !q.keyed); err != nil {
+		if !q.keyed {
+			return nil, unknownIfSent(err)
+		}
+		return nil, err
+	}
+	out := split(stages, q.appended)
+	if q.keyed {
+		// The second round trip ends with COMMIT, skipped if a key write
+		// fails.
+		b = pgx.Batch{}
+		readers, err := queueKeys(&b, stages, out)
+		if err != nil {
+			return nil, err
+		}
+		b.Queue(`COMMIT`)
+		if err := sendBatch(ctx, conn, &b, readers, true); err != nil {
+			return nil, unknownIfSent(err)
+		}
+	}
+	open = false
+	return out, nil
+}
+
+// queued is a unit of work's first pipeline: what reads its answers, the
+// events its appends returned (once read), and whether a stage writes an
+// idempotency key (then COMMIT waits for the second round trip).
+type queued struct {
+	readers  []pipeline.Reader
+	appended []eventstore.Event
+	keyed    bool
+}
+
+// queueStages queues on b, after its BEGIN, the stages' fenced advances
+// (one statement per run), their record writes and their appends with the
+// appends' outbox rows.
+func (p *Postgres) queueStages(b *pgx.Batch, stages []*stage, broker string, maxRetries int) (*queued, error) {
+	q := &queued{readers: make([]pipeline.Reader, 0, 4)}
+	writes, events := 0, 0
 	var fences []position.Fence
 	for _, s := range stages {
 		writes += len(s.writes)
 		events += len(s.events)
-		keyed = keyed || s.key != nil
+		q.keyed = q.keyed || s.key != nil
 		if s.fence != nil {
 			fences = append(fences, *s.fence)
 		}
@@ -167,11 +223,11 @@ func (p *Postgres) commitPipelined(ctx context.Context, stages []*stage, broker 
 	if len(fences) > 0 {
 		// A run's fences of one unit advance its row in one statement,
 		// and its writes to one record are one write (record.QueueWrite).
-		r, err := p.Positions.QueueAdvance(&b, fences...)
+		r, err := p.Positions.QueueAdvance(b, fences...)
 		if err != nil {
 			return nil, err
 		}
-		readers = append(readers, r)
+		q.readers = append(q.readers, r)
 	}
 	if writes > 0 {
 		all := stages[0].writes
@@ -181,13 +237,12 @@ func (p *Postgres) commitPipelined(ctx context.Context, stages []*stage, broker 
 				all = append(all, s.writes...)
 			}
 		}
-		r, err := record.QueueWrite(&b, all)
+		r, err := record.QueueWrite(b, all)
 		if err != nil {
 			return nil, err
 		}
-		readers = append(readers, r)
+		q.readers = append(q.readers, r)
 	}
-	var appended []eventstore.Event
 	if events > 0 {
 		all := stages[0].events
 		a := outbox.Appended{PartitionKeys: stages[0].keys, Priorities: stages[0].priorities, TargetBroker: broker, MaxRetries: maxRetries}
@@ -204,67 +259,37 @@ func (p *Postgres) commitPipelined(ctx context.Context, stages []*stage, broker 
 		if err != nil {
 			return nil, err
 		}
-		read, err := eventstore.QueueAppend(&b, all, rider)
+		read, err := eventstore.QueueAppend(b, all, rider)
 		if err != nil {
 			return nil, err
 		}
-		readers = append(readers, func(br pgx.BatchResults) (err error) {
-			appended, err = read(br)
+		q.readers = append(q.readers, func(br pgx.BatchResults) (err error) {
+			q.appended, err = read(br)
 			return err
 		})
 	}
+	return q, nil
+}
 
-	conn, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("unitofwork: acquire: %w", err)
-	}
-	defer conn.Release()
-	open := true // the transaction may be open: roll it back on the way out
-	defer func() {
-		if err != nil && open {
-			// A failed statement leaves the transaction aborted (the rest of
-			// the pipeline, COMMIT too, was skipped). A failed ROLLBACK
-			// leaves the connection in a transaction; the pool destroys
-			// such a connection on Release.
-			_, _ = conn.Exec(context.WithoutCancel(ctx), `ROLLBACK`)
+// queueKeys queues on b the idempotency key of each stage that has one,
+// with its answer from the events the stage appended (out).
+func queueKeys(b *pgx.Batch, stages []*stage, out [][]eventstore.Event) ([]pipeline.Reader, error) {
+	var readers []pipeline.Reader
+	for i, s := range stages {
+		queued, err := queueKey(b, s, out[i])
+		if err != nil {
+			return nil, err
 		}
-	}()
-	if !keyed {
-		b.Queue(`COMMIT`)
-	}
-	if err := sendBatch(ctx, conn, &b, readers, !keyed); err != nil {
-		if !keyed {
-			return nil, unknownIfSent(err)
-		}
-		return nil, err
-	}
-	out := split(stages, appended)
-	if keyed {
-		// The second round trip ends with COMMIT, skipped if a key write
-		// fails.
-		b = pgx.Batch{}
-		readers = readers[:0]
-		for i, s := range stages {
-			queued, err := queueKey(&b, s, out[i])
-			if err != nil {
-				return nil, err
-			}
-			if queued {
-				readers = append(readers, func(br pgx.BatchResults) error {
-					if _, err := br.Exec(); err != nil {
-						return fmt.Errorf("unitofwork: idempotency key: %w", err)
-					}
-					return nil
-				})
-			}
-		}
-		b.Queue(`COMMIT`)
-		if err := sendBatch(ctx, conn, &b, readers, true); err != nil {
-			return nil, unknownIfSent(err)
+		if queued {
+			readers = append(readers, func(br pgx.BatchResults) error {
+				if _, err := br.Exec(); err != nil {
+					return fmt.Errorf("unitofwork: idempotency key: %w", err)
+				}
+				return nil
+			})
 		}
 	}
-	open = false
-	return out, nil
+	return readers, nil
 }
 
 // unknownIfSent marks err, the failure of a pipeline or statement that
