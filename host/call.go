@@ -168,46 +168,10 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 	}
 	raised := release()
 	budget.release()
-	var (
-		memErr   *GuestMemoryError
-		limitErr *HostLimitError
-	)
-	switch {
-	case ctx.Err() != nil:
+	if cerr := m.callFailure(ctx, callCtx, inst, raised, v2, rc, err); cerr != nil {
+		// Whatever failed, the instance's state is suspect: replace it.
 		m.discard(inst)
-		return fail(fmt.Errorf("%w: %v", ErrCanceled, ctx.Err()))
-	case raised || callCtx.Err() != nil && !m.Limits.Uninterruptible:
-		// The guest stopped at the stop flag the host raised (a trap the
-		// host caused, not the guest's), or ran past its deadline anyway.
-		m.discard(inst)
-		return fail(fmt.Errorf("%w (limit %s)", ErrTimeout, m.Limits.Timeout))
-	case errors.As(err, &memErr):
-		m.discard(inst)
-		return fail(memErr)
-	case errors.As(err, &limitErr):
-		m.discard(inst)
-		return fail(limitErr)
-	case v2 != nil && v2.outErr != nil:
-		m.discard(inst)
-		return fail(fmt.Errorf("%w: %v", ErrOutput, v2.outErr))
-	case err != nil || rc != 0:
-		// Either way the instance's state is suspect: replace it.
-		m.discard(inst)
-		// A trap is recognised by the type of the error wazero returns
-		// (see trapOf); anything else is a failure the guest reported
-		// with error_set and a non-zero return, which Extism hands back
-		// as the error.
-		if t := trapOf(err); t != nil {
-			return fail(t)
-		}
-		msg := fmt.Sprint(err)
-		if err == nil {
-			msg = inst.GetError()
-		}
-		if err == nil && v2 != nil && v2.errMsg != "" {
-			msg = v2.errMsg
-		}
-		return fail(fmt.Errorf("%w (code %d): %s", ErrFailed, rc, msg))
+		return fail(cerr)
 	}
 	if v2 != nil {
 		res, err := v2.resultsOrFail(fail, len(msgs))
@@ -226,6 +190,48 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 	}
 	m.recycle(ctx, inst)
 	return resp.Results, nil
+}
+
+// callFailure is why a guest call failed, nil if it did not: the
+// caller's cancellation (ctx), the deadline (the host's stop flag raised,
+// or callCtx ended), the guest's memory or host-call budget, a bad ABI v2
+// output, a trap, or a failure the guest reported (rc != 0).
+func (m *Module) callFailure(ctx, callCtx context.Context, inst *instance, raised bool, v2 *callV2, rc uint32, err error) error {
+	var (
+		memErr   *GuestMemoryError
+		limitErr *HostLimitError
+	)
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w: %v", ErrCanceled, ctx.Err())
+	case raised || callCtx.Err() != nil && !m.Limits.Uninterruptible:
+		// The guest stopped at the stop flag the host raised (a trap the
+		// host caused, not the guest's), or ran past its deadline anyway.
+		return fmt.Errorf("%w (limit %s)", ErrTimeout, m.Limits.Timeout)
+	case errors.As(err, &memErr):
+		return memErr
+	case errors.As(err, &limitErr):
+		return limitErr
+	case v2 != nil && v2.outErr != nil:
+		return fmt.Errorf("%w: %v", ErrOutput, v2.outErr)
+	case err != nil || rc != 0:
+		// A trap is recognised by the type of the error wazero returns
+		// (see trapOf); anything else is a failure the guest reported
+		// with error_set and a non-zero return, which Extism hands back
+		// as the error.
+		if t := trapOf(err); t != nil {
+			return t
+		}
+		msg := fmt.Sprint(err)
+		if err == nil {
+			msg = inst.GetError()
+		}
+		if err == nil && v2 != nil && v2.errMsg != "" {
+			msg = v2.errMsg
+		}
+		return fmt.Errorf("%w (code %d): %s", ErrFailed, rc, msg)
+	}
+	return nil
 }
 
 // acquire takes an idle instance or creates one, within callCtx (the
