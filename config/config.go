@@ -453,89 +453,112 @@ func (h HTTP) ReadWait() time.Duration { return ms(h.ReadWaitMS) }
 // embedded setup (memory stores, inline broker) and Protean's defaults for
 // everything else. The values are the packages' own (outbox, broker,
 // partition, host), so a package used without config behaves as the host
-// does with an empty file; this function only converts them to the file's
-// units. What no package owns (names, paths, the listen address) is set
-// here.
+// does with an empty file; the default* helpers, one per section, only
+// convert them to the file's units. What no package owns (names, paths, the
+// listen address) is set in these functions.
 func Default() Config {
-	relay := outbox.DefaultRelayOptions()
-	sub := broker.DefaultOptions()
-	part := redispartition.DefaultConsumerOptions()
-	lim := host.DefaultLimits()
-	var loaderDefaults host.LoaderOptions // its zero value: links within followed, writable logged
 	return Config{
 		Databases:  map[string]Database{DefaultName: {Provider: ProviderMemory}},
 		EventStore: EventStore{Provider: ProviderMemory},
 		Brokers:    map[string]Broker{DefaultName: {Provider: ProviderInline}},
-		Outbox: Outbox{
-			Broker:                  DefaultName,
-			MessagesPerTick:         relay.BatchSize,
-			TickIntervalMS:          toMS(relay.Tick),
-			MaxRetries:              outbox.DefaultMaxRetries,
-			BaseRetryDelayMS:        toMS(relay.BaseDelay),
-			MaxRetryDelayMS:         toMS(relay.MaxDelay),
-			BackoffJitter:           relay.Jitter,
-			LockTimeoutMS:           toMS(relay.LockFor),
-			PublishedRetentionHours: toHours(relay.PublishedRetention),
-			AbandonedRetentionHours: toHours(relay.AbandonedRetention),
-			RestartRepublishSeconds: int(relay.RestartWindow / time.Second),
-		},
-		Server: Server{
-			Partitioning: Partitioning{
-				LeaseTTLMS:               toMS(part.LeaseTTL),
-				HeartbeatIntervalSeconds: nil, // lease_ttl_ms/5000, as the consumer's default
-				PollIntervalSeconds:      part.Poll.Seconds(),
-				ReapIdleMS:               toMS(part.ReapIdle),
-				WarnLivePartitions:       part.WarnLivePartitions,
-			},
-			PriorityLanes: PriorityLanes{
-				Enabled:        false,
-				Threshold:      0,
-				BackfillSuffix: partition.DefaultBackfillSuffix,
-			},
-			StreamSubscription: StreamSubscription{
-				MaxRetries:           sub.MaxRetries,
-				RetryDelaySeconds:    sub.Delay.Seconds(),
-				MaxRetryDelaySeconds: sub.MaxDelay.Seconds(),
-			},
-			EventStoreSubscription: EventStoreSubscription{
-				BatchSize:      subscription.DefaultBatchSize,
-				PollIntervalMS: toMS(subscription.DefaultPoll),
-				GapTimeoutMS:   toMS(subscription.DefaultGapTimeout),
-				KeyWorkers:     subscription.DefaultKeyWorkers,
-			},
-		},
-		Plugins: Plugins{
-			Dir:            "build/plugins",
-			Watch:          false,
-			CacheDir:       ".cache/wasm",
-			FollowLinks:    !loaderDefaults.RefuseLinks,
-			RefuseWritable: loaderDefaults.RefuseWritable,
-			Limits: Limits{
-				MemoryMB:          lim.MemoryMB,
-				TimeoutMS:         toMS(lim.Timeout),
-				MaxOutputBytes:    int64(lim.MaxOutputBytes),
-				ManifestTimeoutMS: toMS(lim.ManifestTimeout),
-				Interruptible:     !lim.Uninterruptible,
-				MaxTableElements:  lim.MaxTableElements,
-				MaxModuleBytes:    int64(lim.MaxModuleBytes),
-				CompileTimeoutMS:  toMS(lim.CompileTimeout),
-				RecycleAboveMB:    lim.RecycleAboveMB,
-				LogLinesPerSecond: lim.LogsPerSecond,
-				LogBurst:          lim.LogBurst,
-				MaxCascadeDepth:   engine.MaxFollowUpDepth,
-				MaxFollowUps:      engine.DefaultMaxFollowUps,
-				ShapeLimits: ShapeLimits{MaxFunctions: lim.MaxFunctions, MaxFunctionBytes: lim.MaxFunctionBytes,
-					MaxFunctionLocals: lim.MaxFunctionLocals, MaxModuleLocals: lim.MaxModuleLocals,
-					MaxNestingDepth: lim.MaxNestingDepth, MaxNestingCost: lim.MaxNestingCost},
-				CallLimits: CallLimits{MaxHostCalls: lim.MaxHostCalls, MaxHostBytes: lim.MaxHostBytes, MaxReadBytes: lim.MaxReadBytes},
-			},
-		},
-		Tenants: map[string]Tenant{},
-		HTTP: HTTP{Listen: "127.0.0.1:8080", ReadWaitMS: toMS(httpapi.DefaultReadWait),
-			IdempotencyTTLSeconds: int(idempotency.DefaultTTL / time.Second),
-			ReadHeaderTimeoutMS:   10000, ReadBodyTimeoutMS: toMS(httpapi.DefaultBodyTimeout),
-			WriteTimeoutMS: 60000, IdleTimeoutMS: 60000, MaxHeaderBytes: 64 << 10, MaxConnections: 10000},
+		Outbox:     defaultOutbox(),
+		Server:     defaultServer(),
+		Plugins:    defaultPlugins(),
+		Tenants:    map[string]Tenant{},
+		HTTP:       defaultHTTP(),
 	}
+}
+
+// defaultOutbox is the [outbox] table from the outbox relay's defaults.
+func defaultOutbox() Outbox {
+	relay := outbox.DefaultRelayOptions()
+	return Outbox{
+		Broker:                  DefaultName,
+		MessagesPerTick:         relay.BatchSize,
+		TickIntervalMS:          toMS(relay.Tick),
+		MaxRetries:              outbox.DefaultMaxRetries,
+		BaseRetryDelayMS:        toMS(relay.BaseDelay),
+		MaxRetryDelayMS:         toMS(relay.MaxDelay),
+		BackoffJitter:           relay.Jitter,
+		LockTimeoutMS:           toMS(relay.LockFor),
+		PublishedRetentionHours: toHours(relay.PublishedRetention),
+		AbandonedRetentionHours: toHours(relay.AbandonedRetention),
+		RestartRepublishSeconds: int(relay.RestartWindow / time.Second),
+	}
+}
+
+// defaultServer is the [server] table from the partition consumer's, the
+// broker's and the event-store subscription's defaults.
+func defaultServer() Server {
+	sub := broker.DefaultOptions()
+	part := redispartition.DefaultConsumerOptions()
+	return Server{
+		Partitioning: Partitioning{
+			LeaseTTLMS:               toMS(part.LeaseTTL),
+			HeartbeatIntervalSeconds: nil, // lease_ttl_ms/5000, as the consumer's default
+			PollIntervalSeconds:      part.Poll.Seconds(),
+			ReapIdleMS:               toMS(part.ReapIdle),
+			WarnLivePartitions:       part.WarnLivePartitions,
+		},
+		PriorityLanes: PriorityLanes{
+			Enabled:        false,
+			Threshold:      0,
+			BackfillSuffix: partition.DefaultBackfillSuffix,
+		},
+		StreamSubscription: StreamSubscription{
+			MaxRetries:           sub.MaxRetries,
+			RetryDelaySeconds:    sub.Delay.Seconds(),
+			MaxRetryDelaySeconds: sub.MaxDelay.Seconds(),
+		},
+		EventStoreSubscription: EventStoreSubscription{
+			BatchSize:      subscription.DefaultBatchSize,
+			PollIntervalMS: toMS(subscription.DefaultPoll),
+			GapTimeoutMS:   toMS(subscription.DefaultGapTimeout),
+			KeyWorkers:     subscription.DefaultKeyWorkers,
+		},
+	}
+}
+
+// defaultPlugins is the [plugins] table from the host's loader options and
+// limits and the engine's follow-up bounds.
+func defaultPlugins() Plugins {
+	lim := host.DefaultLimits()
+	var loaderDefaults host.LoaderOptions // its zero value: links within followed, writable logged
+	return Plugins{
+		Dir:            "build/plugins",
+		Watch:          false,
+		CacheDir:       ".cache/wasm",
+		FollowLinks:    !loaderDefaults.RefuseLinks,
+		RefuseWritable: loaderDefaults.RefuseWritable,
+		Limits: Limits{
+			MemoryMB:          lim.MemoryMB,
+			TimeoutMS:         toMS(lim.Timeout),
+			MaxOutputBytes:    int64(lim.MaxOutputBytes),
+			ManifestTimeoutMS: toMS(lim.ManifestTimeout),
+			Interruptible:     !lim.Uninterruptible,
+			MaxTableElements:  lim.MaxTableElements,
+			MaxModuleBytes:    int64(lim.MaxModuleBytes),
+			CompileTimeoutMS:  toMS(lim.CompileTimeout),
+			RecycleAboveMB:    lim.RecycleAboveMB,
+			LogLinesPerSecond: lim.LogsPerSecond,
+			LogBurst:          lim.LogBurst,
+			MaxCascadeDepth:   engine.MaxFollowUpDepth,
+			MaxFollowUps:      engine.DefaultMaxFollowUps,
+			ShapeLimits: ShapeLimits{MaxFunctions: lim.MaxFunctions, MaxFunctionBytes: lim.MaxFunctionBytes,
+				MaxFunctionLocals: lim.MaxFunctionLocals, MaxModuleLocals: lim.MaxModuleLocals,
+				MaxNestingDepth: lim.MaxNestingDepth, MaxNestingCost: lim.MaxNestingCost},
+			CallLimits: CallLimits{MaxHostCalls: lim.MaxHostCalls, MaxHostBytes: lim.MaxHostBytes, MaxReadBytes: lim.MaxReadBytes},
+		},
+	}
+}
+
+// defaultHTTP is the [http] table: the API's read wait and body timeout and
+// the idempotency TTL from their packages, the rest set here.
+func defaultHTTP() HTTP {
+	return HTTP{Listen: "127.0.0.1:8080", ReadWaitMS: toMS(httpapi.DefaultReadWait),
+		IdempotencyTTLSeconds: int(idempotency.DefaultTTL / time.Second),
+		ReadHeaderTimeoutMS:   10000, ReadBodyTimeoutMS: toMS(httpapi.DefaultBodyTimeout),
+		WriteTimeoutMS: 60000, IdleTimeoutMS: 60000, MaxHeaderBytes: 64 << 10, MaxConnections: 10000}
 }
 
 // Load reads the TOML file at path over [Default], applies the environment

@@ -46,9 +46,24 @@ const (
 // message: they may hold passwords.
 func (c Config) Validate() error {
 	v := &validator{}
+	v.databases(c.Databases)
+	v.eventStore(c.EventStore)
+	v.brokers(c.Brokers)
+	v.outbox(c)
+	v.partitioning(c.Server.Partitioning)
+	v.lanes(c.Server.PriorityLanes)
+	v.subscriptions(c.Server)
+	v.plugins(c.Plugins)
+	v.tenants(c.Tenants)
+	v.http(c.HTTP)
+	return errors.Join(v.errs...)
+}
 
-	for _, name := range sortedKeys(c.Databases) {
-		db := c.Databases[name]
+// databases checks the [databases] tables: a known provider, and a URI for
+// PostgreSQL.
+func (v *validator) databases(dbs map[string]Database) {
+	for _, name := range sortedKeys(dbs) {
+		db := dbs[name]
 		key := "databases." + name
 		switch db.Provider {
 		case ProviderMemory:
@@ -64,19 +79,26 @@ func (c Config) Validate() error {
 			v.provider(key+".provider", db.Provider, ProviderMemory, ProviderPostgreSQL)
 		}
 	}
+}
 
-	switch c.EventStore.Provider {
+// eventStore checks the [event_store] table: a known provider, and a URI for
+// Message DB.
+func (v *validator) eventStore(es EventStore) {
+	switch es.Provider {
 	case ProviderMemory:
 	case ProviderMessageDB:
-		if c.EventStore.DatabaseURI == "" {
+		if es.DatabaseURI == "" {
 			v.add("event_store.database_uri", "is required when provider = %q (or set %s)", ProviderMessageDB, EnvDatabaseURL)
 		}
 	default:
-		v.provider("event_store.provider", c.EventStore.Provider, ProviderMemory, ProviderMessageDB)
+		v.provider("event_store.provider", es.Provider, ProviderMemory, ProviderMessageDB)
 	}
+}
 
-	for _, name := range sortedKeys(c.Brokers) {
-		b := c.Brokers[name]
+// brokers checks the [brokers] tables: a provider, and a usable URI for Redis.
+func (v *validator) brokers(brokers map[string]Broker) {
+	for _, name := range sortedKeys(brokers) {
+		b := brokers[name]
 		key := "brokers." + name
 		switch b.Provider {
 		case "":
@@ -86,12 +108,12 @@ func (c Config) Validate() error {
 		}
 		// Other providers are the host's to reject, naming what needs them.
 	}
+}
 
-	v.outbox(c)
-	v.partitioning(c.Server.Partitioning)
-	v.lanes(c.Server.PriorityLanes)
-
-	ss := c.Server.StreamSubscription
+// subscriptions checks the stream subscription's retry policy, the default
+// subscription type and the event-store subscription, in that order.
+func (v *validator) subscriptions(s Server) {
+	ss := s.StreamSubscription
 	if ss.MaxRetries < 0 || ss.MaxRetries > maxRetries {
 		v.add("server.stream_subscription.max_retries", "must be between 0 and %d (retries after the first attempt; got %d)", maxRetries, ss.MaxRetries)
 	}
@@ -104,22 +126,25 @@ func (c Config) Validate() error {
 		v.add("server.stream_subscription.max_retry_delay_seconds", "must be >= server.stream_subscription.retry_delay_seconds (got %v < %v)",
 			ss.MaxRetryDelaySeconds, ss.RetryDelaySeconds)
 	}
-	switch c.Server.DefaultSubscriptionType {
+	switch s.DefaultSubscriptionType {
 	case "", SubscriptionStream, SubscriptionEventStore:
 	default:
 		v.add("server.default_subscription_type", "%q: want %q or %q (or unset: %s with PostgreSQL and the inline broker, %s otherwise)",
-			c.Server.DefaultSubscriptionType, SubscriptionStream, SubscriptionEventStore, SubscriptionEventStore, SubscriptionStream)
+			s.DefaultSubscriptionType, SubscriptionStream, SubscriptionEventStore, SubscriptionEventStore, SubscriptionStream)
 	}
-	es := c.Server.EventStoreSubscription
+	es := s.EventStoreSubscription
 	v.positive("server.event_store_subscription.batch_size", es.BatchSize)
 	v.positive("server.event_store_subscription.key_workers", es.KeyWorkers)
 	v.ms("server.event_store_subscription.poll_interval_ms", es.PollIntervalMS, false)
 	v.ms("server.event_store_subscription.gap_timeout_ms", es.GapTimeoutMS, false)
+}
 
-	if c.Plugins.Dir == "" {
+// plugins checks the [plugins] table and its host-wide [plugins.limits].
+func (v *validator) plugins(p Plugins) {
+	if p.Dir == "" {
 		v.add("plugins.dir", "must not be empty")
 	}
-	l := c.Plugins.Limits
+	l := p.Limits
 	v.memoryMB("plugins.limits.memory_mb", l.MemoryMB)
 	v.ms("plugins.limits.timeout_ms", l.TimeoutMS, false)
 	v.bytes("plugins.limits.max_output_bytes", l.MaxOutputBytes)
@@ -138,11 +163,6 @@ func (c Config) Validate() error {
 	if l.MaxInstances < 0 {
 		v.add("plugins.limits.max_instances", "must be >= 0 (got %d; 0 means GOMAXPROCS)", l.MaxInstances)
 	}
-
-	v.tenants(c.Tenants)
-
-	v.http(c.HTTP)
-	return errors.Join(v.errs...)
 }
 
 // http checks the [http] table. The write timeout runs from the end of a

@@ -83,6 +83,9 @@ type handledReport struct {
 // emit what they handle would otherwise never stop.
 const maxDeliveries = 1000
 
+// cmdPluginTest runs each line of a messages file through the modules under
+// test and reports what every line did; it fails when a line's outcome is
+// not the one it expects.
 func cmdPluginTest(ctx context.Context, e *env, args []string) error {
 	fs := e.flags("plugin test")
 	messages := fs.String("messages", "", "JSONL `FILE` of messages, one per line (- for stdin)")
@@ -111,9 +114,22 @@ func cmdPluginTest(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer l.Close(context.WithoutCancel(ctx))
+	set, err := loadUnderTest(ctx, e, l, fs.Args())
+	if err != nil {
+		return err
+	}
+	r := newTrial(set, slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+	defer r.close()
+	return runLines(ctx, e, r, in, *messages, *asJSON)
+}
+
+// loadUnderTest loads the modules at paths into one set. It prints every
+// problem (a module that does not load, a clash between modules) and
+// refuses with status 2 if there was any, closing what it loaded.
+func loadUnderTest(ctx context.Context, e *env, l *host.Loader, paths []string) (*host.Set, error) {
 	var mods []*host.Module
 	var problems []error
-	for _, p := range fs.Args() {
+	for _, p := range paths {
 		m, err := l.LoadFile(ctx, p)
 		if err != nil {
 			problems = append(problems, err)
@@ -132,11 +148,15 @@ func cmdPluginTest(ctx context.Context, e *env, args []string) error {
 		for _, p := range problems {
 			fmt.Fprintln(e.stderr, p)
 		}
-		return exitErrorf(e, 2, "%d problem(s) in the modules under test", len(problems))
+		return nil, exitErrorf(e, 2, "%d problem(s) in the modules under test", len(problems))
 	}
-	r := newTrial(set, slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelError})))
-	defer r.close()
+	return set, nil
+}
 
+// runLines runs every line of in (named name in errors) through r, skipping
+// blank lines and # comments, and prints each line's report and, as text,
+// the tally. A failed line makes it return status 1.
+func runLines(ctx context.Context, e *env, r *trial, in io.Reader, name string, asJSON bool) error {
 	passed, failed := 0, 0
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64*1024), 16<<20)
@@ -153,7 +173,7 @@ func cmdPluginTest(ctx context.Context, e *env, args []string) error {
 		} else {
 			failed++
 		}
-		if *asJSON {
+		if asJSON {
 			b, _ := json.Marshal(rep)
 			fmt.Fprintln(e.stdout, string(b))
 		} else {
@@ -161,9 +181,9 @@ func cmdPluginTest(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return exitErrorf(e, 2, "%s: %v", *messages, err)
+		return exitErrorf(e, 2, "%s: %v", name, err)
 	}
-	if !*asJSON {
+	if !asJSON {
 		fmt.Fprintf(e.stdout, "%d messages: %d passed, %d failed\n", passed+failed, passed, failed)
 	}
 	if failed > 0 {
@@ -269,62 +289,89 @@ func (r *trial) line(ctx context.Context, n int, b []byte) (rep lineReport) {
 		rep.Outcome, rep.Error = "error", fmt.Sprintf(format, args...)
 		return rep
 	}
-	var m testMessage
+	m, md, decl, err := r.parse(b, &rep)
+	if err != nil {
+		return fail("line %d: %v", n, err)
+	}
+	rep.Kind = string(decl.Kind)
+	r.current = &rep
+	var first error
+	if err := r.start(ctx, m, md, decl, &first); err != nil {
+		return fail("line %d: %v", n, err)
+	}
+	if err := r.deliver(ctx, &first); err != nil {
+		return fail("line %d: %v", n, err)
+	}
+	r.settle(&rep, first)
+	return rep
+}
+
+// parse decodes a line into its message, metadata and declaration, filling
+// in rep's type, stream and expected outcome as it goes. An error says why
+// the line cannot run.
+func (r *trial) parse(b []byte, rep *lineReport) (m testMessage, md abi.Metadata, decl abi.Message, err error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&m); err != nil {
-		return fail("line %d: %v (want {\"type\":…,\"data\":{…}} with optional stream, metadata, expect)", n, err)
+		return m, md, decl, fmt.Errorf("%v (want {\"type\":…,\"data\":{…}} with optional stream, metadata, expect)", err)
 	}
 	rep.Type, rep.Stream = m.Type, m.Stream
 	if m.Expect != "" {
 		rep.Expect = m.Expect
 	}
 	if !contains(outcomes, rep.Expect) {
-		return fail("line %d: expect %q: want one of %s", n, m.Expect, strings.Join(outcomes, ", "))
+		return m, md, decl, fmt.Errorf("expect %q: want one of %s", m.Expect, strings.Join(outcomes, ", "))
 	}
 	if len(m.Data) == 0 {
 		m.Data = json.RawMessage(`{}`)
 	}
-	md := abi.Metadata{}
 	if m.Metadata != nil {
 		md = *m.Metadata
 	}
 	decl, ok := r.set.Message(m.Type)
 	if !ok {
-		return fail("line %d: type %q is not declared by the modules under test", n, m.Type)
+		return m, md, decl, fmt.Errorf("type %q is not declared by the modules under test", m.Type)
 	}
-	rep.Kind = string(decl.Kind)
-	r.current = &rep
-	var first error
+	return m, md, decl, nil
+}
+
+// start puts the line's message in: a command is dispatched (its failure
+// goes to *first and onto its call), an event appended to its stream. An
+// error says why the line cannot run.
+func (r *trial) start(ctx context.Context, m testMessage, md abi.Metadata, decl abi.Message, first *error) error {
 	switch decl.Kind {
 	case abi.MessageCommand:
 		if m.Stream != "" {
-			return fail("line %d: command %s takes no stream", n, m.Type)
+			return fmt.Errorf("command %s takes no stream", m.Type)
 		}
 		if _, ok := r.set.Command(m.Type); !ok {
-			return fail("line %d: no module under test handles command %s", n, m.Type)
+			return fmt.Errorf("no module under test handles command %s", m.Type)
 		}
 		if _, err := r.eng.Dispatch(ctx, m.Type, m.Data, md); err != nil {
-			first = err
+			*first = err
 			r.attach(err)
 		}
 	default:
 		cat, _, err := abi.SplitStream(m.Stream)
 		if err != nil {
-			return fail("line %d: event %s needs a stream \"%s-{id}\": %v", n, m.Type, decl.Category, err)
+			return fmt.Errorf("event %s needs a stream \"%s-{id}\": %v", m.Type, decl.Category, err)
 		}
 		if cat != decl.Category {
-			return fail("line %d: event %s is declared on category %s, not %s", n, m.Type, decl.Category, cat)
+			return fmt.Errorf("event %s is declared on category %s, not %s", m.Type, decl.Category, cat)
 		}
 		mdj, _ := json.Marshal(md)
 		if _, err := r.mem.Events.Append(ctx, []eventstore.NewEvent{{Stream: m.Stream, Type: m.Type, Data: m.Data,
 			Metadata: mdj, ExpectedVersion: eventstore.AnyVersion}}); err != nil {
-			return fail("line %d: append %s to %s: %v", n, m.Type, m.Stream, err)
+			return fmt.Errorf("append %s to %s: %v", m.Type, m.Stream, err)
 		}
 	}
-	if err := r.deliver(ctx, &first); err != nil {
-		return fail("line %d: %v", n, err)
-	}
+	return nil
+}
+
+// settle sets rep's outcome from the line's first failure, or else from
+// the first failed call it caused, and lists the follow-up commands that
+// no module under test handles.
+func (r *trial) settle(rep *lineReport, first error) {
 	if first != nil {
 		rep.Outcome, rep.Error = outcomeOf(first), first.Error()
 	}
@@ -343,7 +390,6 @@ func (r *trial) line(ctx context.Context, n int, b []byte) (rep lineReport) {
 			}
 		}
 	}
-	return rep
 }
 
 // attach puts a commit's failure (a conflict, a rejected key) on the call

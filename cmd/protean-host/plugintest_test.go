@@ -105,6 +105,28 @@ func TestPluginTestFails(t *testing.T) {
 	require.True(t, reps[5].Passed, "lines after failures still run")
 }
 
+// A line that cannot run says why, whole, after its line number: a bad
+// expect, a command given a stream, an event on another category's stream.
+func TestPluginTestLineErrors(t *testing.T) {
+	code, reps, _ := pluginTest(t, []string{"orders"},
+		`{"type":"PlaceOrder","data":{},"expect":"maybe"}`,
+		`{"type":"PlaceOrder","stream":"order-o-1","data":{}}`,
+		`{"type":"OrderPlaced","stream":"client-c-1","data":{}}`,
+	)
+	require.Equal(t, 1, code)
+	require.Len(t, reps, 3)
+	for _, r := range reps {
+		require.Equal(t, "error", r.Outcome)
+		require.False(t, r.Passed)
+	}
+	require.Equal(t, `line 1: expect "maybe": want one of ok, rejected, conflict, invalid, transient, permanent`, reps[0].Error)
+	require.Equal(t, "", reps[0].Kind, "refused before its declaration is looked up")
+	require.Equal(t, "line 2: command PlaceOrder takes no stream", reps[1].Error)
+	require.Equal(t, "command", reps[1].Kind)
+	require.Equal(t, "line 3: event OrderPlaced is declared on category order, not client", reps[2].Error)
+	require.Equal(t, "event", reps[2].Kind)
+}
+
 // A module set that does not load or validate stops before any message:
 // exit 2, one line per problem.
 func TestPluginTestRefusesBadModules(t *testing.T) {

@@ -38,6 +38,8 @@ held behind it.
           then run)
 `
 
+// cmdSubscriptions parses a subscriptions subcommand and its arguments, then
+// runs it against the migrated PostgreSQL store.
 func cmdSubscriptions(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
 		return errors.New(strings.SplitN(subscriptionsUsage, "\n\n", 2)[0])
@@ -82,34 +84,52 @@ func cmdSubscriptions(ctx context.Context, e *env, args []string) error {
 	}
 	switch sub {
 	case "retry", "skip":
-		gp, err := strconv.ParseInt(pos[2], 10, 64)
-		if err != nil || gp <= 0 {
-			return fmt.Errorf("POSITION %q must be a positive integer", pos[2])
-		}
-		if err := failures.Mark(ctx, pos[0], pos[1], gp, sub); err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "subscription %s/%s: message at %d marked for %s; its owner acts within its poll interval\n", pos[0], pos[1], gp, sub)
-		return nil
+		return subscriptionsMark(ctx, e, failures, sub, pos)
 	case "failed":
-		fs, err := failures.List(ctx, *group, "", !*all)
-		if err != nil {
-			return err
-		}
-		w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(w, "GROUP\tUNIT\tPOSITION\tSTATUS\tKEY\tTYPE\tSTREAM\tATTEMPTS\tFAILED\tERROR")
-		for _, f := range fs {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", f.Group, f.Unit, f.GlobalPosition, f.Status, f.Key, f.Type,
-				f.Stream, f.Attempts, f.FailedAt.Format(time.RFC3339), f.Error)
-		}
-		return w.Flush()
+		return subscriptionsFailed(ctx, e, failures, *group, *all)
 	}
-	rows, err := position.NewPostgres(pool, nil).List(ctx, *group)
+	return subscriptionsList(ctx, e, pool, failures, *group)
+}
+
+// subscriptionsMark runs retry or skip (sub): it marks the failure record at
+// GROUP UNIT POSITION (pos) for the owner to act on.
+func subscriptionsMark(ctx context.Context, e *env, failures *subscription.PostgresFailures, sub string, pos []string) error {
+	gp, err := strconv.ParseInt(pos[2], 10, 64)
+	if err != nil || gp <= 0 {
+		return fmt.Errorf("POSITION %q must be a positive integer", pos[2])
+	}
+	if err := failures.Mark(ctx, pos[0], pos[1], gp, sub); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "subscription %s/%s: message at %d marked for %s; its owner acts within its poll interval\n", pos[0], pos[1], gp, sub)
+	return nil
+}
+
+// subscriptionsFailed runs failed: a table of the group's open failure
+// records, or of all of them with all.
+func subscriptionsFailed(ctx context.Context, e *env, failures *subscription.PostgresFailures, group string, all bool) error {
+	fs, err := failures.List(ctx, group, "", !all)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "GROUP\tUNIT\tPOSITION\tSTATUS\tKEY\tTYPE\tSTREAM\tATTEMPTS\tFAILED\tERROR")
+	for _, f := range fs {
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", f.Group, f.Unit, f.GlobalPosition, f.Status, f.Key, f.Type,
+			f.Stream, f.Attempts, f.FailedAt.Format(time.RFC3339), f.Error)
+	}
+	return w.Flush()
+}
+
+// subscriptionsList runs list: a table of every event-store subscription's
+// position, head, lag, lease and open failures (the group's only, if set).
+func subscriptionsList(ctx context.Context, e *env, pool *pgxpool.Pool, failures *subscription.PostgresFailures, group string) error {
+	rows, err := position.NewPostgres(pool, nil).List(ctx, group)
 	if err != nil {
 		return err
 	}
 	leases, head := subscription.NewPostgresLeases(pool), subscription.PostgresHead(pool)
-	open, err := failures.List(ctx, *group, "", true)
+	open, err := failures.List(ctx, group, "", true)
 	if err != nil {
 		return err
 	}
@@ -132,14 +152,7 @@ func cmdSubscriptions(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		lease := "none"
-		if ok {
-			if left := time.Until(exp); left > 0 {
-				lease = "expires in " + left.Round(time.Millisecond).String()
-			} else {
-				lease = "lapsed"
-			}
-		}
+		lease := leaseState(exp, ok)
 		n := 0
 		for _, f := range open {
 			if f.Group == r.Group && f.Unit == r.Unit {
@@ -149,6 +162,18 @@ func cmdSubscriptions(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%d\n", r.Group, r.Unit, p, h, max(h-p, 0), r.Generation, owner, lease, n)
 	}
 	return w.Flush()
+}
+
+// leaseState says how a lease that expires at exp stands: "none" when
+// nobody holds it (!held), the time left, or "lapsed".
+func leaseState(exp time.Time, held bool) string {
+	if !held {
+		return "none"
+	}
+	if left := time.Until(exp); left > 0 {
+		return "expires in " + left.Round(time.Millisecond).String()
+	}
+	return "lapsed"
 }
 
 // subscriptionUnits tells the event-store subscriptions' rows of the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -80,4 +81,12 @@ func migratedDB(t *testing.T) (string, *pgxpool.Pool) {
 	d := pgInline{dbURL: testserver.Postgres(t), dir: t.TempDir()}
 	cfg := d.migrate(t)
 	return cfg, d.pool
+}
+
+// subscriptions list's LEASE column: "none" with no holder, the time left
+// while the lease runs, "lapsed" once it has run out.
+func TestSubscriptionsLeaseState(t *testing.T) {
+	require.Equal(t, "none", leaseState(time.Now().Add(time.Hour), false))
+	require.Regexp(t, `^expires in \S+$`, leaseState(time.Now().Add(time.Hour), true))
+	require.Equal(t, "lapsed", leaseState(time.Now().Add(-time.Second), true))
 }
