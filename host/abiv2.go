@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"unsafe"
 
 	extism "github.com/extism/go-sdk"
@@ -155,6 +156,12 @@ func hostFunctionV2(name string, params, results []extism.ValueType,
 // they serve only v2 protean_handle calls (Module.Handle of a module whose
 // manifest declares ABI v2), and answer outside one as abi.HostInvalid.
 func HostFunctionsV2() []extism.HostFunction {
+	return slices.Concat(hostFunctionsV2Call(), hostFunctionsV2Reads(), hostFunctionsV2Env())
+}
+
+// hostFunctionsV2Call returns the call's own v2 host functions: its
+// input's length and bytes, its output and its error.
+func hostFunctionsV2Call() []extism.HostFunction {
 	return []extism.HostFunction{
 		hostFunctionV2(abi.V2InputLength, nil, []extism.ValueType{i32},
 			func(_ context.Context, c *callV2, _ api.Memory, stack []uint64) {
@@ -191,6 +198,14 @@ func HostFunctionsV2() []extism.HostFunction {
 					c.errMsg = string(guestSlice(mem, abi.V2Error, api.DecodeU32(stack[0]), min(api.DecodeU32(stack[1]), abi.MaxLogBytes)))
 				}
 			}),
+	}
+}
+
+// hostFunctionsV2Reads returns the v2 host functions that answer the
+// guest's reads: Load, ReadStream, and Response for an answer that did not
+// fit the guest's buffer.
+func hostFunctionsV2Reads() []extism.HostFunction {
+	return []extism.HostFunction{
 		hostFunctionV2(abi.V2Load, []extism.ValueType{i32, i32, i32, i32}, []extism.ValueType{i32},
 			func(ctx context.Context, c *callV2, mem api.Memory, stack []uint64) {
 				serveV2(ctx, c, mem, abi.V2Load, stack, func(b []byte, reqErr error) []byte {
@@ -239,6 +254,13 @@ func HostFunctionsV2() []extism.HostFunction {
 				}
 				stack[0] = api.EncodeU32(uint32(len(pending)))
 			}),
+	}
+}
+
+// hostFunctionsV2Env returns the v2 host functions of the guest's
+// environment: its memory limit and its log.
+func hostFunctionsV2Env() []extism.HostFunction {
+	return []extism.HostFunction{
 		hostFunctionV2(abi.V2MemoryLimit, nil, []extism.ValueType{extism.ValueTypeI64},
 			func(_ context.Context, c *callV2, _ api.Memory, stack []uint64) {
 				stack[0] = 0

@@ -116,7 +116,30 @@ type declaration struct {
 // read grant, and every command of another tenant's category a module
 // declares (to dispatch it) without its dispatch grant.
 func ValidateTenants(mods []Declared, g Grants) (*Ownership, []*Problem) {
-	var claims, reads, dispatches []declaration
+	claims, reads, dispatches := tenantDeclarations(mods)
+	o := &Ownership{categories: map[string]claim{}, grants: g}
+	// Writes claim first, then reads of categories nobody writes: the
+	// owner is decided by what the set declares, never by file order.
+	owned := map[string]bool{}
+	for _, c := range claims {
+		owned[c.category] = true
+	}
+	for _, r := range reads {
+		if !owned[r.category] {
+			claims = append(claims, r)
+		}
+	}
+	problems := o.settleClaims(claims)
+	problems = append(problems, o.ungrantedReads(reads, owned)...)
+	problems = append(problems, o.ungrantedDispatches(dispatches)...)
+	return o, problems
+}
+
+// tenantDeclarations sorts what each module declares into claims (its
+// command handlers' categories and the messages it neither subscribes to
+// nor dispatches), reads (events it subscribes to) and dispatches
+// (commands it declares without handling them).
+func tenantDeclarations(mods []Declared) (claims, reads, dispatches []declaration) {
 	for _, d := range mods {
 		t := tenantOf(d.Tenant)
 		subscribed := map[string]bool{}
@@ -149,19 +172,13 @@ func ValidateTenants(mods []Declared, g Grants) (*Ownership, []*Problem) {
 			}
 		}
 	}
-	o := &Ownership{categories: map[string]claim{}, grants: g}
+	return claims, reads, dispatches
+}
+
+// settleClaims gives each category, in name order, to the tenant of its
+// first claim, and returns a problem for each other tenant that claims it.
+func (o *Ownership) settleClaims(claims []declaration) []*Problem {
 	var problems []*Problem
-	// Writes claim first, then reads of categories nobody writes: the
-	// owner is decided by what the set declares, never by file order.
-	owned := map[string]bool{}
-	for _, c := range claims {
-		owned[c.category] = true
-	}
-	for _, r := range reads {
-		if !owned[r.category] {
-			claims = append(claims, r)
-		}
-	}
 	byCat := map[string][]declaration{}
 	for _, c := range claims {
 		byCat[c.category] = append(byCat[c.category], c)
@@ -186,26 +203,40 @@ func ValidateTenants(mods []Declared, g Grants) (*Ownership, []*Problem) {
 					first.tenant, c.tenant, cat, first.file, first.what, c.file, c.what)})
 		}
 	}
+	return problems
+}
+
+// ungrantedReads returns a problem for each subscription to a category
+// another tenant writes (owned) without that tenant's read grant.
+func (o *Ownership) ungrantedReads(reads []declaration, owned map[string]bool) []*Problem {
+	var problems []*Problem
 	for _, r := range reads {
 		if !owned[r.category] {
-			continue // a claim of a category nobody writes: judged above
+			continue // a claim of a category nobody writes: judged in settleClaims
 		}
 		owner := o.categories[r.category]
-		if owner.tenant == r.tenant || g.CanRead(owner.tenant, r.tenant, r.category) {
+		if owner.tenant == r.tenant || o.grants.CanRead(owner.tenant, r.tenant, r.category) {
 			continue
 		}
 		problems = append(problems, &Problem{Rule: RuleTenant, File: r.file, Type: r.typ,
 			Msg: fmt.Sprintf("tenant %s subscribes to %s of category %s, which tenant %s owns (%s %s), without a grant: the owner grants it with [tenants.%s] grant_read = { %s = [%q] }",
 				r.tenant, r.typ, r.category, owner.tenant, owner.file, owner.what, owner.tenant, r.tenant, r.category)})
 	}
+	return problems
+}
+
+// ungrantedDispatches returns a problem for each command of another
+// tenant's category declared without that tenant's dispatch grant.
+func (o *Ownership) ungrantedDispatches(dispatches []declaration) []*Problem {
+	var problems []*Problem
 	for _, d := range dispatches {
 		owner, ok := o.categories[d.category]
-		if !ok || owner.tenant == d.tenant || g.CanDispatch(owner.tenant, d.tenant, d.typ) {
+		if !ok || owner.tenant == d.tenant || o.grants.CanDispatch(owner.tenant, d.tenant, d.typ) {
 			continue
 		}
 		problems = append(problems, &Problem{Rule: RuleTenant, File: d.file, Type: d.typ,
 			Msg: fmt.Sprintf("tenant %s declares command %s of category %s, which tenant %s owns (%s %s), without a grant: the owner grants it with [tenants.%s] grant_dispatch = { %s = [%q] }",
 				d.tenant, d.typ, d.category, owner.tenant, owner.file, owner.what, owner.tenant, d.tenant, d.typ)})
 	}
-	return o, problems
+	return problems
 }

@@ -78,21 +78,7 @@ type Row struct {
 // Run starts the servers, measures the floor and each host count, and
 // returns the rows, the floor first.
 func Run(ctx context.Context, o Options) ([]Row, error) {
-	if len(o.Hosts) == 0 {
-		o.Hosts = []int{1, 3}
-	}
-	if o.Clients <= 0 {
-		o.Clients = 64
-	}
-	if o.Duration <= 0 {
-		o.Duration = 20 * time.Second
-	}
-	if o.KeysPerClient <= 0 {
-		o.KeysPerClient = 50
-	}
-	if o.Out == nil {
-		o.Out = os.Stdout
-	}
+	o.setDefaults()
 	dir, err := os.MkdirTemp("", "protean-loadgen-")
 	if err != nil {
 		return nil, err
@@ -125,6 +111,35 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 	rows = append(rows, measure(ctx, o, "floor+lock", fl.order))
 	note("%s", rows[1])
 
+	return measureHosts(ctx, o, dir, chaos.HostConfig{
+		DatabaseURL: chaos.URL(pg.Addr()), RedisURL: "redis://" + rs.Addr() + "/0",
+		CacheDir: filepath.Join(dir, "wasm-cache"), LeaseTTL: 15 * time.Second,
+	}, rows, note)
+}
+
+// setDefaults fills in the options left zero.
+func (o *Options) setDefaults() {
+	if len(o.Hosts) == 0 {
+		o.Hosts = []int{1, 3}
+	}
+	if o.Clients <= 0 {
+		o.Clients = 64
+	}
+	if o.Duration <= 0 {
+		o.Duration = 20 * time.Second
+	}
+	if o.KeysPerClient <= 0 {
+		o.KeysPerClient = 50
+	}
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+}
+
+// measureHosts measures each host count of o.Hosts in turn, starting
+// hosts (configured by cfg) as a count needs them and stopping them all at
+// the end, and returns rows with a row for each count added.
+func measureHosts(ctx context.Context, o Options, dir string, cfg chaos.HostConfig, rows []Row, note func(string, ...any)) ([]Row, error) {
 	var hosts []*chaos.Host
 	defer func() {
 		for _, h := range hosts {
@@ -132,42 +147,55 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 		}
 	}()
 	base := filepath.Join(o.Root, "configs", "production.toml")
-	cache := filepath.Join(dir, "wasm-cache")
 	for _, n := range o.Hosts {
 		for len(hosts) < n {
-			port, err := serverbin.FreePort()
+			h, err := startHost(ctx, o, len(hosts), dir, base, cfg, note)
 			if err != nil {
-				return rows, err
-			}
-			h, err := chaos.NewHost(len(hosts), dir, o.Bin, base, o.Plugins, chaos.HostConfig{
-				DatabaseURL: chaos.URL(pg.Addr()), RedisURL: "redis://" + rs.Addr() + "/0",
-				Listen: fmt.Sprintf("127.0.0.1:%d", port), CacheDir: cache, LeaseTTL: 15 * time.Second,
-			}, note)
-			if err != nil {
-				return rows, err
-			}
-			if len(hosts) == 0 {
-				if out, err := exec.CommandContext(ctx, o.Bin, "migrate", "--config", h.Config()).CombinedOutput(); err != nil {
-					return rows, fmt.Errorf("migrate: %v: %s", err, out)
-				}
-			}
-			if err := h.Start(ctx); err != nil {
 				return rows, err
 			}
 			hosts = append(hosts, h)
 		}
-		addrs := make([]string, n)
-		for i, h := range hosts[:n] {
-			addrs[i] = h.Addr
-		}
-		hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients}, Timeout: 30 * time.Second}
-		row := measure(ctx, o, fmt.Sprintf("%d host(s)", n), func(ctx context.Context, client, key string, seq int) (time.Duration, time.Duration, error) {
-			return httpOrder(ctx, hc, addrs[seq%len(addrs)], client, key, seq)
-		})
+		row := measureOver(ctx, o, hosts[:n])
 		rows = append(rows, row)
 		note("%s", row)
 	}
 	return rows, nil
+}
+
+// startHost starts host i with cfg on a free port; the first host migrates
+// the database before it starts.
+func startHost(ctx context.Context, o Options, i int, dir, base string, cfg chaos.HostConfig, note func(string, ...any)) (*chaos.Host, error) {
+	port, err := serverbin.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Listen = fmt.Sprintf("127.0.0.1:%d", port)
+	h, err := chaos.NewHost(i, dir, o.Bin, base, o.Plugins, cfg, note)
+	if err != nil {
+		return nil, err
+	}
+	if i == 0 {
+		if out, err := exec.CommandContext(ctx, o.Bin, "migrate", "--config", h.Config()).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("migrate: %v: %s", err, out)
+		}
+	}
+	if err := h.Start(ctx); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// measureOver measures the configuration of hosts, each order sent to
+// one of them in turn by its sequence number.
+func measureOver(ctx context.Context, o Options, hosts []*chaos.Host) Row {
+	addrs := make([]string, len(hosts))
+	for i, h := range hosts {
+		addrs[i] = h.Addr
+	}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients}, Timeout: 30 * time.Second}
+	return measure(ctx, o, fmt.Sprintf("%d host(s)", len(hosts)), func(ctx context.Context, client, key string, seq int) (time.Duration, time.Duration, error) {
+		return httpOrder(ctx, hc, addrs[seq%len(addrs)], client, key, seq)
+	})
 }
 
 // orderFunc places one order of key as client (its seq-th) and waits

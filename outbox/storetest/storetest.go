@@ -837,129 +837,172 @@ func testClaimPerBroker(t *testing.T, h Harness, c *clock) {
 	require.Empty(t, claimFor(t, h, "other", "relay", 10, time.Minute))
 }
 
-// testRacingClaimersPerKey lets relays race over rows of a few keys: at no
-// moment are two rows of one key out with relays, and each key's rows are
-// claimed in ID (commit) order.
 // held is how many rows of a key one relay holds.
 type held struct {
 	owner string
 	rows  int
 }
 
+// testRacingClaimersPerKey lets relays race over rows of a few keys: at no
+// moment are two rows of one key out with relays, and each key's rows are
+// claimed in ID (commit) order.
 func testRacingClaimersPerKey(t *testing.T, h Harness, c *clock) {
 	const keys, perKey = 6, 10
 	const total = keys * perKey
 	for _, n := range []int{2, 8, 32} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			ctx := t.Context()
-			want := map[string][]string{}
-			var batch []outbox.Row
-			// Key by key, so that a store that ignores keys hands one relay
-			// several rows of a key at once.
-			for k := range keys {
-				for i := range perKey {
-					key := fmt.Sprintf("key-%d-%d", n, k)
-					msg := fmt.Sprintf("m-%d-%d-%d", n, k, i)
-					// Each row in a stream of its own: the key alone orders them.
-					batch = append(batch, keyed(msg, fmt.Sprintf("order-%d-%d-%d", n, k, i), key, 0))
-					want[key] = append(want[key], msg)
-				}
-				if len(batch) >= 2*keys {
-					add(t, h, batch...)
-					batch = batch[:0]
-				}
-			}
-			add(t, h, batch...)
-
-			var (
-				mu        sync.Mutex
-				inflight  = map[string]held{}
-				got       = map[string][]string{}
-				published int
-				stop      bool
-				progress  = make(chan struct{})
-			)
-			// signal wakes waiting relays; mu is held.
-			signal := func() {
-				close(progress)
-				progress = make(chan struct{})
-			}
-			fail := func(err error) {
-				mu.Lock()
-				defer mu.Unlock()
-				if !stop {
-					stop = true
-					signal()
-				}
-				t.Error(err)
-			}
-			gate := make(chan struct{})
-			var wg sync.WaitGroup
-			for w := range n {
-				wg.Go(func() {
-					<-gate
-					owner := fmt.Sprintf("relay-%d", w)
-					for {
-						mu.Lock()
-						if stop || published == total {
-							mu.Unlock()
-							return
-						}
-						wait := progress
-						mu.Unlock()
-						rows, err := h.Store.Claim(ctx, "default", owner, 3, time.Minute)
-						if err != nil {
-							fail(err)
-							return
-						}
-						if len(rows) == 0 {
-							// Every claimable row is out; wait for a publish.
-							select {
-							case <-wait:
-							case <-time.After(10 * time.Second):
-								fail(fmt.Errorf("%s: no progress for 10s", owner))
-								return
-							}
-							continue
-						}
-						mu.Lock()
-						for _, r := range rows {
-							k := *r.PartitionKey
-							if other, out := inflight[k]; out && other.owner != owner {
-								mu.Unlock()
-								fail(fmt.Errorf("%s and %s hold rows of key %s at once", other.owner, owner, k))
-								return
-							}
-							inflight[k] = held{owner: owner, rows: inflight[k].rows + 1}
-							got[k] = append(got[k], r.MessageID)
-						}
-						mu.Unlock()
-						for _, r := range rows {
-							mu.Lock()
-							if h := inflight[*r.PartitionKey]; h.rows == 1 {
-								delete(inflight, *r.PartitionKey)
-							} else {
-								inflight[*r.PartitionKey] = held{owner: owner, rows: h.rows - 1}
-							}
-							mu.Unlock()
-							if err := h.Store.MarkPublished(ctx, r.ID, owner); err != nil {
-								fail(fmt.Errorf("row %d: %w", r.ID, err))
-								return
-							}
-							mu.Lock()
-							published++
-							signal()
-							mu.Unlock()
-						}
-					}
-				})
-			}
-			close(gate)
-			wg.Wait()
+			want := addKeyedRows(t, h, n, keys, perKey)
+			r := &keyRace{t: t, h: h, ctx: t.Context(), total: total,
+				inflight: map[string]held{}, got: map[string][]string{}, progress: make(chan struct{})}
+			r.run(n)
 			require.False(t, t.Failed())
-			require.Equal(t, want, got, "each key's rows are claimed once each, in commit order")
+			require.Equal(t, want, r.got, "each key's rows are claimed once each, in commit order")
 		})
 	}
+}
+
+// addKeyedRows adds perKey rows of each of keys keys for the round of n
+// relays and returns each key's messages in commit order.
+func addKeyedRows(t *testing.T, h Harness, n, keys, perKey int) map[string][]string {
+	want := map[string][]string{}
+	var batch []outbox.Row
+	// Key by key, so that a store that ignores keys hands one relay
+	// several rows of a key at once.
+	for k := range keys {
+		for i := range perKey {
+			key := fmt.Sprintf("key-%d-%d", n, k)
+			msg := fmt.Sprintf("m-%d-%d-%d", n, k, i)
+			// Each row in a stream of its own: the key alone orders them.
+			batch = append(batch, keyed(msg, fmt.Sprintf("order-%d-%d-%d", n, k, i), key, 0))
+			want[key] = append(want[key], msg)
+		}
+		if len(batch) >= 2*keys {
+			add(t, h, batch...)
+			batch = batch[:0]
+		}
+	}
+	add(t, h, batch...)
+	return want
+}
+
+// keyRace is one round of testRacingClaimersPerKey: what the relays hold
+// and have claimed, guarded by mu.
+type keyRace struct {
+	t     *testing.T
+	h     Harness
+	ctx   context.Context
+	total int
+
+	mu        sync.Mutex
+	inflight  map[string]held
+	got       map[string][]string
+	published int
+	stop      bool
+	progress  chan struct{}
+}
+
+// signal wakes waiting relays; mu is held.
+func (r *keyRace) signal() {
+	close(r.progress)
+	r.progress = make(chan struct{})
+}
+
+// fail stops the race (once) and reports err.
+func (r *keyRace) fail(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.stop {
+		r.stop = true
+		r.signal()
+	}
+	r.t.Error(err)
+}
+
+// run releases n relays at once and waits for them all.
+func (r *keyRace) run(n int) {
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Go(func() {
+			<-gate
+			r.relay(fmt.Sprintf("relay-%d", w))
+		})
+	}
+	close(gate)
+	wg.Wait()
+}
+
+// relay claims and publishes rows as owner until every row is published
+// or the race stops.
+func (r *keyRace) relay(owner string) {
+	for {
+		r.mu.Lock()
+		if r.stop || r.published == r.total {
+			r.mu.Unlock()
+			return
+		}
+		wait := r.progress
+		r.mu.Unlock()
+		rows, err := r.h.Store.Claim(r.ctx, "default", owner, 3, time.Minute)
+		if err != nil {
+			r.fail(err)
+			return
+		}
+		if len(rows) == 0 {
+			// Every claimable row is out; wait for a publish.
+			select {
+			case <-wait:
+			case <-time.After(10 * time.Second):
+				r.fail(fmt.Errorf("%s: no progress for 10s", owner))
+				return
+			}
+			continue
+		}
+		if !r.take(owner, rows) || !r.publish(owner, rows) {
+			return
+		}
+	}
+}
+
+// take records rows as out with owner, failing the race if another relay
+// holds a row of one of their keys.
+func (r *keyRace) take(owner string, rows []outbox.Row) bool {
+	r.mu.Lock()
+	for _, row := range rows {
+		k := *row.PartitionKey
+		if other, out := r.inflight[k]; out && other.owner != owner {
+			r.mu.Unlock()
+			r.fail(fmt.Errorf("%s and %s hold rows of key %s at once", other.owner, owner, k))
+			return false
+		}
+		r.inflight[k] = held{owner: owner, rows: r.inflight[k].rows + 1}
+		r.got[k] = append(r.got[k], row.MessageID)
+	}
+	r.mu.Unlock()
+	return true
+}
+
+// publish hands back owner's rows one by one and marks each published,
+// waking waiting relays after each.
+func (r *keyRace) publish(owner string, rows []outbox.Row) bool {
+	for _, row := range rows {
+		r.mu.Lock()
+		if h := r.inflight[*row.PartitionKey]; h.rows == 1 {
+			delete(r.inflight, *row.PartitionKey)
+		} else {
+			r.inflight[*row.PartitionKey] = held{owner: owner, rows: h.rows - 1}
+		}
+		r.mu.Unlock()
+		if err := r.h.Store.MarkPublished(r.ctx, row.ID, owner); err != nil {
+			r.fail(fmt.Errorf("row %d: %w", row.ID, err))
+			return false
+		}
+		r.mu.Lock()
+		r.published++
+		r.signal()
+		r.mu.Unlock()
+	}
+	return true
 }
 
 func testFailingRowHoldsBackItsKey(t *testing.T, h Harness, c *clock) {
