@@ -17,13 +17,19 @@ import (
 // (brokerProgress), or Options.Progress for the partition workers or the
 // event-store subscriptions.
 
-// handledEvent records that group handled the event at gp of category.
+// handledEvent records that group handled the event at gp of category,
+// and folds the group's marks when enough have gathered (only then is the
+// category's source looked up: not once per message).
 func (e *Engine) handledEvent(ctx context.Context, group, category string, gp int64) {
+	r := readyourwrites.Route{Group: group, Category: category}
+	if !e.rw.Mark(r, gp) {
+		return
+	}
 	var local readyourwrites.Source
 	if _, keyed := e.Set().PartitionField(category); e.byBroker(keyed) {
 		local = e.brokerProgress
 	}
-	e.rw.Mark(ctx, readyourwrites.Route{Group: group, Category: category}, gp, local)
+	e.rw.Fold(ctx, r, gp, local)
 }
 
 // byBroker reports whether Start's broker consumers deliver a category

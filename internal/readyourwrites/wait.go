@@ -54,15 +54,17 @@ type Target struct {
 }
 
 // Mark records that r.Group handled the event at global position gp of
-// r.Category in this process, and once enough marks have gathered above
-// the group's watermark, walks the store to fold them into it. local, if
-// set, is asked about the events the walk finds unmarked: pass a source
-// that reads nothing (the broker consumers'); a remote source's reads are
-// kept for waits.
-func (w *Waiter) Mark(ctx context.Context, r Route, gp int64, local Source) {
-	if !w.marks.mark(r.Group, r.Category, gp) {
-		return
-	}
+// r.Category in this process, and reports whether enough marks have
+// gathered above the group's watermark to fold them into it (Fold).
+func (w *Waiter) Mark(r Route, gp int64) (fold bool) {
+	return w.marks.mark(r.Group, r.Category, gp)
+}
+
+// Fold walks the store up to gp (the mark that called for it) to fold
+// r.Group's marks in r.Category into its watermark. local, if set, is asked about the events the walk finds
+// unmarked: pass a source that reads nothing (the broker consumers'); a
+// remote source's reads are kept for waits.
+func (w *Waiter) Fold(ctx context.Context, r Route, gp int64, local Source) {
 	if _, err := w.caughtUp(ctx, Target{Route: r, Source: local}, gp, &pass{}); err != nil {
 		w.opts.Logger.Warn("read-your-writes: walking the store failed", "group", r.Group, "category", r.Category, "error", err)
 	}

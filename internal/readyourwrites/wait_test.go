@@ -25,8 +25,13 @@ func TestMarksCompact(t *testing.T) {
 	require.NoError(t, err)
 	w := New(Options{Events: events})
 	r := Route{Group: "g", Category: "c"}
+	mark := func(gp int64) {
+		if w.Mark(r, gp) {
+			w.Fold(ctx, r, gp, nil)
+		}
+	}
 	for _, ev := range stored[:compactAt] {
-		w.Mark(ctx, r, ev.GlobalPosition, nil)
+		mark(ev.GlobalPosition)
 	}
 	require.Equal(t, stored[compactAt-1].GlobalPosition, w.marks.watermark("g", "c"), "folded")
 	require.Empty(t, w.marks.groups["g"]["c"].above)
@@ -34,7 +39,7 @@ func TestMarksCompact(t *testing.T) {
 	gap := stored[compactAt+10].GlobalPosition
 	for _, ev := range stored[compactAt:] {
 		if ev.GlobalPosition != gap {
-			w.Mark(ctx, r, ev.GlobalPosition, nil)
+			mark(ev.GlobalPosition)
 		}
 	}
 	require.Equal(t, gap-1, w.marks.watermark("g", "c"), "folded up to the gap")
@@ -42,7 +47,7 @@ func TestMarksCompact(t *testing.T) {
 	require.Len(t, h.above, int(stored[len(stored)-1].GlobalPosition-gap), "the marks above the gap are kept")
 	require.Greater(t, h.walkAt, len(h.above), "the next walk waits for more than are kept")
 
-	w.Mark(ctx, r, gap, nil)
+	mark(gap)
 	ok, err := w.caughtUp(ctx, Target{Route: r}, stored[len(stored)-1].GlobalPosition, &pass{})
 	require.NoError(t, err)
 	require.True(t, ok)
