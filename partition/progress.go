@@ -23,7 +23,7 @@ type Progress struct {
 
 // Check implements readyourwrites.Source: it reads each unit's row once.
 func (p *Progress) Check(string, int64) readyourwrites.Check {
-	return &progressCheck{p: p, rows: map[string]position.Row{}}
+	return &progressCheck{rows: position.Rows{Reader: p.Positions}}
 }
 
 // Remote implements readyourwrites.Source: other host instances' runs
@@ -31,8 +31,7 @@ func (p *Progress) Check(string, int64) readyourwrites.Check {
 func (p *Progress) Remote() bool { return true }
 
 type progressCheck struct {
-	p    *Progress
-	rows map[string]position.Row
+	rows position.Rows
 }
 
 // Handled implements readyourwrites.Check.
@@ -60,13 +59,9 @@ func (c *progressCheck) KeyPosition(ctx context.Context, r readyourwrites.Route,
 // partition stream or one of its lanes ({stream}:{suffix}).
 func (c *progressCheck) position(ctx context.Context, r readyourwrites.Route, key string) (int64, error) {
 	unit, stream := UnitOf(r.Group, r.Category, key, r.Correlated), StreamName(r.Category, key)
-	row, seen := c.rows[unit]
-	if !seen {
-		var err error
-		if row, _, err = c.p.Positions.Get(ctx, r.Group, unit); err != nil {
-			return 0, err
-		}
-		c.rows[unit] = row
+	row, err := c.rows.Get(ctx, r.Group, unit)
+	if err != nil {
+		return 0, err
 	}
 	var at int64
 	for src, pos := range row.Positions {

@@ -96,6 +96,32 @@ type Reader interface {
 	Get(ctx context.Context, group, unit string) (Row, bool, error)
 }
 
+// Rows reads each (group, unit) row at most once through Reader: the
+// positions one check sees (read-your-writes asks about many events of a
+// unit in one pass).
+type Rows struct {
+	Reader Reader
+	seen   map[[2]string]Row
+}
+
+// Get returns group's row of unit (an empty row if it has none), read at
+// the first call.
+func (r *Rows) Get(ctx context.Context, group, unit string) (Row, error) {
+	k := [2]string{group, unit}
+	if row, ok := r.seen[k]; ok {
+		return row, nil
+	}
+	row, _, err := r.Reader.Get(ctx, group, unit)
+	if err != nil {
+		return Row{}, err
+	}
+	if r.seen == nil {
+		r.seen = map[[2]string]Row{}
+	}
+	r.seen[k] = row
+	return row, nil
+}
+
 // Store is the table of consumer positions outside any effect transaction.
 // The fenced advance happens inside one, through the implementation's Tx
 // view ([MemoryTx.Advance], [PostgresTx.Advance]), because it must commit

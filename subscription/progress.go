@@ -36,7 +36,7 @@ type Progress struct {
 // and open failures once.
 func (p *Progress) Check(projection string, n int64) readyourwrites.Check {
 	return &progressCheck{p: p, projection: projection, position: n,
-		rows: map[string]position.Row{}, open: map[string]map[int64]Failure{}}
+		rows: position.Rows{Reader: p.Positions}, open: map[string]map[int64]Failure{}}
 }
 
 // Remote implements readyourwrites.Source: other host instances'
@@ -47,20 +47,16 @@ type progressCheck struct {
 	p          *Progress
 	projection string
 	position   int64
-	rows       map[string]position.Row
+	rows       position.Rows
 	open       map[string]map[int64]Failure
 }
 
 // Handled implements readyourwrites.Check.
 func (c *progressCheck) Handled(ctx context.Context, r readyourwrites.Route, ev eventstore.Event) (bool, error) {
 	unit := r.Category
-	row, seen := c.rows[unit]
-	if !seen {
-		var err error
-		if row, _, err = c.p.Positions.Get(ctx, r.Group, unit); err != nil {
-			return false, err
-		}
-		c.rows[unit] = row
+	row, err := c.rows.Get(ctx, r.Group, unit)
+	if err != nil {
+		return false, err
 	}
 	if row.Positions[unit] < ev.GlobalPosition {
 		return false, nil
