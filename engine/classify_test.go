@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/broker/groups"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
@@ -39,7 +40,7 @@ func TestGuestFailureAfterAStoreOutageIsInfrastructure(t *testing.T) {
 	require.NoError(t, err)
 	e.opts.Events = downEvents{mem.Events}
 
-	done, err := e.Partitions().Handle(ctx, opBatch(row.Generation, "read"))
+	done, err := e.Handler().Handle(ctx, opBatch(row.Generation, "read"))
 	require.Equal(t, 0, done)
 	var he *HandlerError
 	require.ErrorAs(t, err, &he, "the guest's failure")
@@ -47,9 +48,9 @@ func TestGuestFailureAfterAStoreOutageIsInfrastructure(t *testing.T) {
 	require.Equal(t, delivery.Infrastructure, Classify(err))
 
 	e.opts.Events = mem.Events
-	_, err = e.Partitions().Handle(ctx, opBatch(row.Generation, "transient"))
+	_, err = e.Handler().Handle(ctx, opBatch(row.Generation, "transient"))
 	require.Equal(t, delivery.Retry, Classify(err), "a guest's own transient failure")
-	_, err = e.Partitions().Handle(ctx, opBatch(row.Generation, "rejected"))
+	_, err = e.Handler().Handle(ctx, opBatch(row.Generation, "rejected"))
 	require.Equal(t, delivery.Permanent, Classify(err), "a guest's own rejection")
 }
 
@@ -63,7 +64,7 @@ func TestPartitionRunThatTrapsChargesOnlyTheGuilty(t *testing.T) {
 	ctx := context.Background()
 	row, err := mem.Positions.Claim(ctx, "behave", "ops:u")
 	require.NoError(t, err)
-	h := e.Partitions()
+	h := e.Handler()
 	b := opBatch(row.Generation, "read", "stack", "read")
 
 	done, err := h.Handle(ctx, b)
@@ -128,7 +129,6 @@ func (f *flakyEvents) ReadStreamBytes(ctx context.Context, stream string, from i
 func TestBrokerConsumerRetriesInfrastructureUncharged(t *testing.T) {
 	e, mem := partitionEngine(t)
 	e.opts.Events = &flakyEvents{Store: mem.Events, n: 3}
-	e.opts.DeliveryBatch = 1
 	src := startInline(t, e, broker.Options{MessageTimeout: time.Minute, EnableDLQ: true}, "read")
 	testwait.For(t, "the message handled", func() (bool, string) {
 		got := seen(t, mem)
@@ -139,8 +139,9 @@ func TestBrokerConsumerRetriesInfrastructureUncharged(t *testing.T) {
 	require.Empty(t, dl)
 }
 
-// startInline starts e's consumers on a new inline broker with opts,
-// holding one Op message of stream "ops" per op.
+// startInline starts broker groups delivering to e, one message per run,
+// on a new inline broker with opts, holding one Op message of stream "ops"
+// per op.
 func startInline(t *testing.T, e *Engine, opts broker.Options, ops ...string) *broker.Inline {
 	t.Helper()
 	src, err := broker.NewInline(opts)
@@ -150,8 +151,7 @@ func startInline(t *testing.T, e *Engine, opts broker.Options, ops ...string) *b
 		m.Stream, m.Category = "ops", "ops"
 		require.NoError(t, src.Publish(context.Background(), m))
 	}
-	require.NoError(t, e.Start(context.Background(), src))
-	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
+	startGroups(t, e, src, groups.Options{Batch: 1})
 	return src
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/broker/groups"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
@@ -53,7 +54,7 @@ func benchDeliveryWASM(b *testing.B, provider string, newSrc func(*testing.B) ru
 			require.Empty(b, errs)
 			mem := unitofwork.NewMemory()
 			var handled atomic.Int64
-			e := New(set, Options{Events: mem.Events, Records: mem.Records, DeliveryBatch: batch,
+			e := New(set, Options{Events: mem.Events, Records: mem.Records,
 				UnitOfWork: unitofwork.New(mem, unitofwork.Options{Broker: "default"}),
 				Handled:    func(Handled) { handled.Add(1) }})
 			b.Cleanup(func() { _ = e.Stop(ctx) })
@@ -71,7 +72,7 @@ func benchDeliveryWASM(b *testing.B, provider string, newSrc func(*testing.B) ru
 			}
 			b.ResetTimer()
 			start := time.Now()
-			require.NoError(b, e.Start(ctx, src))
+			startGroups(b, e, src, groups.Options{Batch: batch})
 			deadline := time.Now().Add(time.Minute)
 			for {
 				st, err := src.Stats(ctx, "order", "by_client")

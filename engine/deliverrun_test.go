@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/broker/groups"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/testwait"
 )
@@ -31,7 +32,7 @@ type runOutcome struct {
 // runBroker is what deliverOps needs of a broker: a Source it publishes to
 // and inspects.
 type runBroker interface {
-	Source
+	groups.Source
 	broker.Broker
 	broker.Inspector
 	broker.DeadLetterer
@@ -49,7 +50,6 @@ func deliverOps(t *testing.T, batch, maxRetries int, ops ...string) runOutcome {
 func deliverOpsOn(t *testing.T, newBroker func(broker.Options) runBroker, batch, maxRetries int, ops ...string) runOutcome {
 	t.Helper()
 	e, mem := partitionEngine(t)
-	e.opts.DeliveryBatch = batch
 	var mu sync.Mutex
 	var handled []string
 	e.opts.Handled = func(h Handled) {
@@ -68,8 +68,7 @@ func deliverOpsOn(t *testing.T, newBroker func(broker.Options) runBroker, batch,
 		m.Stream, m.Category = "ops", "ops"
 		require.NoError(t, src.Publish(context.Background(), m))
 	}
-	require.NoError(t, e.Start(context.Background(), src))
-	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
+	startGroups(t, e, src, groups.Options{Batch: batch})
 	var out runOutcome
 	testwait.For(t, "every message acked or dead-lettered", func() (bool, string) {
 		st, err := src.Stats(context.Background(), "ops", "behave")

@@ -3,35 +3,28 @@
 // Dispatch sends a command to the module that handles its type, checks the
 // effects it returns against the module's scope, and commits them in one
 // unit of work; commands the effects ask for are dispatched after the
-// commit. Start runs the delivery side: one consumer per (handler,
-// category) pair reading the broker stream of that category as the
-// handler's consumer group, in order. Every delivery path, these broker
-// consumers, the Redis partition workers and the event-store
-// subscriptions, settles its runs by the one algorithm of
-// delivery.Core.Deliver over the one guest call and group commit of
-// handleRun (handlerun.go): a run of ready messages (up to
-// Options.DeliveryBatch here, from a broker.Batcher) goes to the guest in
-// one call, the messages before a failure commit and are acked, a call
-// that failed as a whole is split into one call per message, an
-// infrastructure failure is retried in place uncharged, and a message's
-// own failure is nacked (the broker redelivers it alone after the
-// policy's pause and dead-letters it after its retries) while the rest
-// are released untried, so each message keeps the retry, DLQ and order it
-// would have one by one (deliverrun.go). With Options.Partitioned,
-// partitioned categories are left to the partition workers; with
-// Options.EventStore, every category is left to the event-store
-// subscriptions (package subscription; EventStoreSubscriptions lists
-// them), so each handler has one delivery path. Both hand batches to
-// Partitions(), which commits each message's effects with its fenced
-// position; Classify tells the core which errors are the message's own.
+// commit. Handler is the delivery side: every delivery source (the broker
+// consumer groups, package broker/groups; the Redis partition workers; the
+// event-store subscriptions) settles its runs by the one algorithm of
+// delivery.Core.Deliver and hands each run to Handler, the one guest call
+// and group commit of handleRun (handlerun.go): the messages before a
+// failure commit, each with its unit's fenced position when the batch has
+// a unit, and a call that failed as a whole is marked (delivery.MarkWhole)
+// so the core splits it into one call per message. Classify tells the core
+// which errors are the message's own. With Options.Partitioned,
+// partitioned categories are the partition workers' (PartitionSubscriptions
+// lists their groups); with Options.EventStore, every category is the
+// event-store subscriptions' (EventStoreSubscriptions lists them), so each
+// handler has one delivery path.
 //
 // WaitHandled serves read-your-writes (GET /v1/projections/…?min_position=N):
 // it waits until a projector or process manager has handled every event of
 // its categories at or below a global position. The wait is package
 // readyourwrites'; the engine marks what its handlers commit and names,
-// per category, the source that delivers it (progress.go): its broker
-// consumers, or Options.Progress (partition.Progress,
-// subscription.Progress), each answering from its own storage.
+// per category, the source that delivers it (progress.go):
+// Options.BrokerProgress for the broker groups (groups.Progress), or
+// Options.Progress (partition.Progress, subscription.Progress), each
+// answering from its own storage.
 //
 // A module's scope is what it may read and write, from its manifest AND
 // its tenant's ownership (host.Ownership, decided by config at
@@ -56,21 +49,20 @@
 // ErrFollowUps). A cascade that feeds itself through events and commands
 // therefore ends, whatever route it loops through.
 //
-// Lifecycle. New takes the set; Start starts the consumers; Stop ends
-// both in two phases. Soft: new commands are refused (ErrStopped), no
-// consumer takes a new message, and commands in flight and messages in
-// hand run to their end and commit; then every module set the engine owns
-// (the running one and any a reload retired and still in use) is closed,
-// and Stop returns nil. Hard, if Stop's ctx ends first: every guest call
-// and commit runs under the engine's own context as well as its caller's
-// (a command's HTTP request, a partition worker's batch), and Stop cancels
-// that context, so the work returns at once, commits nothing, and Stop
-// returns ctx's error within StopGrace. A call into an uninterruptible
-// module cannot be canceled while it runs guest code: Stop returns
-// ErrAbandoned at its deadline plus StopGrace and leaves the call to
-// finish in the background; its result is discarded and its set closed
+// Lifecycle. New takes the set; the sources that hand it runs are stopped
+// first, by their own Stop; Stop then ends the engine in two phases. Soft:
+// new commands are refused (ErrStopped), and commands in flight and runs
+// in hand run to their end and commit; then every module set the engine
+// owns (the running one and any a reload retired and still in use) is
+// closed, and Stop returns nil. Hard, if Stop's ctx ends first: every
+// guest call and commit runs under the engine's own context as well as
+// its caller's (a command's HTTP request, a source's run), and Stop
+// cancels that context, so the work returns at once, commits nothing, and
+// Stop returns ctx's error within StopGrace. A call into an
+// uninterruptible module cannot be canceled while it runs guest code: Stop
+// returns ErrAbandoned at its deadline plus StopGrace and leaves the call
+// to finish in the background; its result is discarded and its set closed
 // after it, and Done reports when that has happened. Every goroutine the
-// engine starts (consumers, the closing of retired sets, Stop's finisher)
-// is waited for by Stop or, for abandoned work, by Done. Stop before
-// Start drains commands and closes the set; a second Stop is a no-op.
+// engine starts (the closing of retired sets, Stop's finisher) is waited
+// for by Stop or, for abandoned work, by Done. A second Stop is a no-op.
 package engine

@@ -42,13 +42,13 @@ type Options struct {
 	// (default DefaultMaxFollowUps).
 	MaxFollowUps int
 	// Partitioned says partitioned categories are delivered by partition
-	// workers (package partition, through [Engine.Partitions]), so Start's
-	// consumers leave them alone.
+	// workers (package partition/redispartition), not the broker groups:
+	// read-your-writes asks Progress about them.
 	Partitioned bool
 	// EventStore says every event handler, projector and process manager
 	// is served by event-store subscriptions (package subscription, through
-	// [Engine.Partitions] and [Engine.EventStoreSubscriptions]), so Start's
-	// broker consumers deliver nothing: one delivery path per handler.
+	// [Engine.Handler] and [Engine.EventStoreSubscriptions]), and no broker
+	// group runs: one delivery path per handler.
 	EventStore bool
 	// Handled, if set, sees every message a handler handled or failed
 	// (see [Handled]); `protean-host plugin test` prints them.
@@ -56,28 +56,18 @@ type Options struct {
 	// Progress answers read-your-writes (WaitHandled) for what the
 	// partition workers or the event-store subscriptions deliver, of every
 	// host instance (partition.Progress, subscription.Progress; nil: nothing
-	// is known of other processes). The broker consumers' is the engine's.
+	// is known of other processes).
 	Progress readyourwrites.Source
-	// DeliveryBatch is the most messages a broker consumer hands its
-	// handler in one guest call, taking only what is already ready
-	// (default DefaultDeliveryBatch; 1 delivers one message per call).
-	// Batching needs a broker.Batcher source; others deliver one by one.
-	DeliveryBatch int
-	// Infra counts the broker consumers' infrastructure failures (nil:
-	// uncounted).
-	Infra *delivery.Metrics
-	// Retry is the retry policy the broker consumers' broker applies
-	// (the config's): a message failing on its own is nacked and
-	// redelivered by the broker while it has retries left, and a
-	// permanent failure is rejected at once (broker.Rejecter). Its
-	// jitter also spreads the infrastructure retries.
-	Retry delivery.Policy
+	// BrokerProgress answers it for what the broker groups deliver
+	// (groups.Progress; nil: nothing counts as handled but what this
+	// engine marks).
+	BrokerProgress readyourwrites.Source
 }
 
 // Engine runs handler modules: it dispatches commands to command handlers
 // and commits their effects, serves handlers' host-function calls, and
-// (with Start) delivers events to event handlers, projectors and process
-// managers.
+// handles the runs of events its delivery sources hand it ([Engine.Handler])
+// for event handlers, projectors and process managers.
 type Engine struct {
 	opts   Options
 	loaded atomic.Pointer[loaded]
@@ -87,20 +77,15 @@ type Engine struct {
 	// commands admits dispatches until Stop, which drains them.
 	commands *gate
 	// rw is the read-your-writes wait (WaitHandled) over what this
-	// process's consumers have handled; startedAt is when Start started
-	// the broker consumers (unix ns; 0 before), brokerProgress their
-	// read-your-writes source.
-	rw             *readyourwrites.Waiter
-	startedAt      atomic.Int64
-	brokerProgress *brokerProgress
+	// process's sources have handed it.
+	rw *readyourwrites.Waiter
 	// work is the engine's own context: every guest call and commit runs
 	// under a context that ends when it does, whatever the caller's
 	// context. Stop's hard phase cancels it.
 	work       context.Context
 	cancelWork context.CancelFunc
 
-	mu      sync.Mutex
-	running *consumers
+	mu sync.Mutex
 	// stopping is set (under mu) when Stop begins: Swap then refuses new
 	// sets, so no retirement starts after Stop has counted them.
 	stopping bool
@@ -112,13 +97,6 @@ type Engine struct {
 	stopped  chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
-	// outage reports the broker consumers' infrastructure failures once
-	// per outage.
-	outage *delivery.Outage
-	// core is the delivery algorithm the broker consumers hand their runs
-	// to (the partition workers and subscriptions have their own, over
-	// the same handleRun).
-	core *delivery.Core
 }
 
 // loaded is one module set and what is derived from it, swapped whole.
@@ -169,13 +147,12 @@ func New(set *host.Set, opts Options) *Engine {
 	if opts.MaxFollowUps <= 0 {
 		opts.MaxFollowUps = DefaultMaxFollowUps
 	}
+	if opts.BrokerProgress == nil {
+		opts.BrokerProgress = &unmarked{}
+	}
 	e := &Engine{opts: opts, log: opts.Logger, now: opts.Clock.Now, commands: newGate(),
-		stopped: make(chan struct{}), done: make(chan struct{}), outage: opts.Infra.Outage("delivery", opts.Logger, opts.Clock.Now)}
-	// The broker owns the retry of a message's own failure: its nack
-	// schedules the redelivery by the same policy (brokerRun).
-	e.core = &delivery.Core{Policy: opts.Retry, Classify: Classify, Outage: e.outage, Clock: opts.Clock, What: "delivery", Log: opts.Logger}
+		stopped: make(chan struct{}), done: make(chan struct{})}
 	e.rw = readyourwrites.New(readyourwrites.Options{Events: opts.Events, KeyOf: partition.FieldKey, After: opts.Clock.After, Logger: opts.Logger})
-	e.brokerProgress = &brokerProgress{startedAt: &e.startedAt}
 	e.work, e.cancelWork = context.WithCancel(context.Background())
 	e.Swap(set)
 	return e
@@ -184,9 +161,10 @@ func New(set *host.Set, opts Options) *Engine {
 // Swap makes set the running module set; the engine owns it from here and
 // closes it when it is retired or the engine stops. Calls in flight finish
 // on the set they started with, which is closed once they have all left.
-// If consumers are running, those of handlers the new set no longer has
-// stop after their message in hand, and new ones start. Once Stop has
-// begun, Swap closes set at once and changes nothing.
+// The delivery sources follow the new set by their own means (the broker
+// groups' Resubscribe; the partition workers and the event-store
+// subscriptions read their subscriptions each pass). Once Stop has begun,
+// Swap closes set at once and changes nothing.
 func (e *Engine) Swap(set *host.Set) {
 	l := &loaded{set: set, scopes: map[*host.Module]*scope{}, users: newGate()}
 	for _, m := range set.Modules() {
@@ -201,7 +179,6 @@ func (e *Engine) Swap(set *host.Set) {
 		return
 	}
 	old := e.loaded.Swap(l)
-	e.resubscribeLocked()
 	if old != nil {
 		e.retire(old)
 	}

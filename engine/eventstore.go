@@ -15,16 +15,16 @@ import (
 // EventStoreSubscriptions lists the event-store subscriptions that serve
 // the running set when [Options.EventStore] is set: one per (handler,
 // category) pair of every event handler, projector and process manager,
-// as Start's consumers would run them, the group being the handler's
+// as the broker groups would run them, the group being the handler's
 // name. A subscription of a partitioned category is Partitioned, keyed by
 // its sequential_by field (KeyField).
 func (e *Engine) EventStoreSubscriptions() []esub.Subscription {
 	set := e.Set()
-	subs := subscriptions(set, false)
+	subs := set.Subscriptions()
 	out := make([]esub.Subscription, len(subs))
 	for i, s := range subs {
-		field, keyed := set.PartitionField(s.stream)
-		out[i] = esub.Subscription{Group: s.handler, Category: s.stream, Partitioned: keyed, KeyField: field}
+		field, keyed := set.PartitionField(s.Category)
+		out[i] = esub.Subscription{Group: s.Handler, Category: s.Category, Partitioned: keyed, KeyField: field}
 	}
 	return out
 }
@@ -56,7 +56,7 @@ func subscribes(set *host.Set, group, unit string) bool {
 }
 
 // Classify says whose failure err, returned by the partition handler
-// ([Engine.Partitions]) or a broker consumer's handling, is
+// ([Engine.Handler]) or a broker consumer's handling, is
 // (package delivery): the message's own (a handler error, a scope error,
 // a rejected partition key, effects the stores refuse before the
 // database: an invalid event or record, a duplicate event id), and

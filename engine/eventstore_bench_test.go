@@ -57,7 +57,7 @@ func BenchmarkEventStoreSubscriptionWASM(b *testing.B) {
 				require.NoError(b, err)
 				_, err = pool.Exec(ctx, `DELETE FROM consumer_positions WHERE consumer_group = $1`, group)
 				require.NoError(b, err)
-				h := &counting{Handler: e.Partitions(), want: events, done: make(chan struct{})}
+				h := &counting{Handler: e.Handler(), want: events, done: make(chan struct{})}
 				c, err := esub.NewConsumer(esub.Options{
 					Events: p.Events, Positions: p.Positions, Leases: esub.NewPostgresLeases(pool),
 					Failures: esub.NewPostgresFailures(pool), Handler: h,

@@ -27,7 +27,7 @@ func TestEventStoreBatchOfARemovedHandlerCommitsNothing(t *testing.T) {
 	empty, problems := host.NewSet(nil, host.Broker{Name: "default", Provider: "inline"})
 	require.Empty(t, problems)
 	e.Swap(empty)
-	done, err := e.Partitions().Handle(ctx, b)
+	done, err := e.Handler().Handle(ctx, b)
 	require.ErrorIs(t, err, ErrNotSubscribed)
 	require.Zero(t, done)
 	row, _, err = mem.Positions.Get(ctx, "behave", "ops")

@@ -16,7 +16,6 @@ type Metrics struct {
 	messages  *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
 	commits   *prometheus.CounterVec
-	delivered *prometheus.CounterVec
 	// inFlight is the calls into each handler now running: a call that
 	// outlives a stop, or a stuck guest, shows here.
 	inFlight *prometheus.GaugeVec
@@ -38,8 +37,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Duration of one call into a handler module.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9)}, []string{"module", "handler"}),
 		commits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_unit_of_work_commits_total",
 			Help: "Unit-of-work commits, by outcome (ok, conflict, key_rejected, error)."}, []string{"handler", "outcome"}),
-		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_deliveries_total",
-			Help: "Broker deliveries to event handlers, projectors and process managers, by outcome (ack, nack, reject, skip, release)."}, []string{"handler", "outcome"}),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "protean_handler_calls_in_flight",
 			Help: "Calls into handler modules now running."}, []string{"module", "handler"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_scope_refusals_total",
@@ -47,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			[]string{"module", "tenant", "owner"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.calls, m.messages, m.duration, m.commits, m.delivered, m.inFlight, m.refusals)
+		reg.MustRegister(m.calls, m.messages, m.duration, m.commits, m.inFlight, m.refusals)
 	}
 	return m
 }
@@ -101,8 +98,4 @@ func (m *Metrics) commit(r host.Route, err error) {
 		outcome = "error"
 	}
 	m.commits.WithLabelValues(r.Handler.Name, outcome).Inc()
-}
-
-func (m *Metrics) delivery(handler, outcome string) {
-	m.delivered.WithLabelValues(handler, outcome).Inc()
 }

@@ -50,14 +50,22 @@ func PartitionSubscriptions(set *host.Set) []partition.Subscription {
 	return out
 }
 
-// Partitions returns the engine as the partition workers' handler.
-func (e *Engine) Partitions() delivery.Handler { return partitionHandler{e} }
+// Handler returns the engine as the handler every delivery source hands
+// its runs to: the broker groups (package broker/groups), the partition
+// workers and the event-store subscriptions. A batch with a Unit is fenced
+// by its generation.
+func (e *Engine) Handler() delivery.Handler { return handler{e} }
 
-type partitionHandler struct{ e *Engine }
+type handler struct{ e *Engine }
 
-// Handle runs one partition's run of messages (a Redis partition worker's
-// or an event-store subscription's) through handleRun, fenced by the
-// unit's generation.
-func (p partitionHandler) Handle(ctx context.Context, b delivery.Batch) (int, error) {
-	return p.e.handleRun(ctx, b)
+// Handle runs one run of messages through handleRun.
+func (h handler) Handle(ctx context.Context, b delivery.Batch) (int, error) {
+	return h.e.handleRun(ctx, b)
+}
+
+// Handles reports whether the handler named handler handles message type
+// typ in the running set.
+func (e *Engine) Handles(handler, typ string) bool {
+	_, ok := (&loaded{set: e.Set()}).route(handler, typ)
+	return ok
 }

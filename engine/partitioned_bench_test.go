@@ -79,7 +79,7 @@ func BenchmarkPartitionedWASM(b *testing.B) {
 			}
 			_, err = pipe.Exec(ctx)
 			require.NoError(b, err)
-			h := &counting{Handler: e.Partitions(), want: int64(n), done: make(chan struct{})}
+			h := &counting{Handler: e.Handler(), want: int64(n), done: make(chan struct{})}
 			c, err := redispartition.NewConsumer(redispartition.ConsumerOptions{
 				Leases: redispartition.NewLeases(rdb, prefix), Positions: mem.Positions, Handler: h, Decode: redisstream.Decode,
 				Owner: "bench", Subscriptions: e.PartitionSubscriptions,

@@ -62,7 +62,7 @@ func TestPartitionBatchCommitsThePrefixBeforeAFailure(t *testing.T) {
 	ctx := context.Background()
 	row, err := mem.Positions.Claim(ctx, "behave", "ops:u")
 	require.NoError(t, err)
-	h := e.Partitions()
+	h := e.Handler()
 
 	done, err := h.Handle(ctx, opBatch(row.Generation, "read", "read", "transient", "read"))
 	require.Equal(t, 2, done)
@@ -100,7 +100,7 @@ func TestPartitionBatchOfAStaleOwnerCommitsNothing(t *testing.T) {
 	require.NoError(t, err)
 	_, err = mem.Positions.Claim(ctx, "behave", "ops:u") // a newer owner
 	require.NoError(t, err)
-	done, err := e.Partitions().Handle(ctx, opBatch(old.Generation, "read", "read"))
+	done, err := e.Handler().Handle(ctx, opBatch(old.Generation, "read", "read"))
 	require.Equal(t, 0, done)
 	require.ErrorIs(t, err, position.ErrFenced)
 	require.Empty(t, seen(t, mem))
@@ -128,7 +128,7 @@ func TestPartitionRunCommitsThePrefixBeforeACommitFailure(t *testing.T) {
 	b := opBatch(row.Generation, "read", "read", "read", "read")
 	b.Messages[2].Data = json.RawMessage(`{"op":"read","id":"3","arg":"ops-ten"}`)
 
-	done, err := e.Partitions().Handle(ctx, b)
+	done, err := e.Handler().Handle(ctx, b)
 	var ke *unitofwork.KeyError
 	require.ErrorAs(t, err, &ke)
 	var he *HandlerError

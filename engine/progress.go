@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync/atomic"
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/eventstore"
@@ -13,8 +12,8 @@ import (
 
 // Read-your-writes: the wait is package readyourwrites'. The engine marks
 // what its handlers commit (handledEvent) and says, per category a
-// projection reads, which source delivers it: its own broker consumers
-// (brokerProgress), or Options.Progress for the partition workers or the
+// projection reads, which source delivers it: Options.BrokerProgress for
+// the broker groups, Options.Progress for the partition workers or the
 // event-store subscriptions.
 
 // handledEvent records that group handled the event at gp of category,
@@ -27,38 +26,31 @@ func (e *Engine) handledEvent(ctx context.Context, group, category string, gp in
 	}
 	var local readyourwrites.Source
 	if _, keyed := e.Set().PartitionField(category); e.byBroker(keyed) {
-		local = e.brokerProgress
+		local = e.opts.BrokerProgress
 	}
 	e.rw.Fold(ctx, r, gp, local)
 }
 
-// byBroker reports whether Start's broker consumers deliver a category
-// (partitioned: it has a partition key), as resubscribeLocked decides: not
-// when the event-store subscriptions deliver everything, nor a
-// partitioned category when the partition workers do.
+// byBroker reports whether the broker groups deliver a category
+// (partitioned: it has a partition key): not when the event-store
+// subscriptions deliver everything, nor a partitioned category when the
+// partition workers do.
 func (e *Engine) byBroker(partitioned bool) bool {
 	return !e.opts.EventStore && !(partitioned && e.opts.Partitioned)
 }
 
-// brokerProgress is the broker consumer groups' read-your-writes source
-// (the inline broker, a Redis stream's groups for an unpartitioned
-// category). They record nothing durable: an event appended before this
-// engine started its consumers was delivered by an earlier process, or
-// never will be (the inline broker keeps nothing across a restart), so it
-// counts as handled, or a restarted host would wait on it for ever.
-type brokerProgress struct {
-	startedAt *atomic.Int64 // unix ns when Start started the consumers; 0 before
+// unmarked is the broker groups' source when Options.BrokerProgress is
+// nil: nothing counts as handled but what this engine marks.
+type unmarked struct{}
+
+func (u *unmarked) Check(string, int64) readyourwrites.Check { return u }
+func (u *unmarked) Remote() bool                             { return false }
+
+func (u *unmarked) Handled(context.Context, readyourwrites.Route, eventstore.Event) (bool, error) {
+	return false, nil
 }
 
-func (b *brokerProgress) Check(string, int64) readyourwrites.Check { return b }
-func (b *brokerProgress) Remote() bool                             { return false }
-
-func (b *brokerProgress) Handled(_ context.Context, _ readyourwrites.Route, ev eventstore.Event) (bool, error) {
-	since := b.startedAt.Load()
-	return since != 0 && ev.Time.UnixNano() < since, nil
-}
-
-func (b *brokerProgress) KeyPosition(context.Context, readyourwrites.Route, string) (int64, bool, error) {
+func (u *unmarked) KeyPosition(context.Context, readyourwrites.Route, string) (int64, bool, error) {
 	return 0, false, nil
 }
 
@@ -123,7 +115,7 @@ func (e *Engine) progressTargets(name string) ([]readyourwrites.Target, error) {
 		field, keyed := set.PartitionField(msg.Category)
 		src := e.opts.Progress
 		if e.byBroker(keyed) {
-			src = e.brokerProgress
+			src = e.opts.BrokerProgress
 		}
 		out = append(out, readyourwrites.Target{Source: src,
 			Route: readyourwrites.Route{Group: name, Category: msg.Category, Field: field, Correlated: correlated}})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/broker/groups"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
@@ -46,12 +47,14 @@ func startExamples(t *testing.T, opts func(*unitofwork.Memory) Options) (*Engine
 	set, errs := host.LoadSet(context.Background(), l, wasmbuild.Examples(t), host.Broker{Name: "default", Provider: "inline"})
 	require.Empty(t, errs)
 	mem := unitofwork.NewMemory()
-	e := New(set, opts(mem))
+	o := opts(mem)
+	progress := &groups.Progress{}
+	o.BrokerProgress = progress
+	e := New(set, o)
 	src, err := broker.NewInline(broker.DefaultOptions())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = src.Close() })
-	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
-	require.NoError(t, e.Start(context.Background(), src))
+	startGroups(t, e, src, groups.Options{Progress: progress})
 	return e, mem, src
 }
 

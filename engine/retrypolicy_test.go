@@ -141,7 +141,6 @@ func attemptsOf(e *Engine) func() int {
 
 func runInlineRetries(t *testing.T, pol delivery.Policy, p *pauses, op string) (int, string) {
 	e, _ := partitionEngine(t)
-	e.opts.DeliveryBatch = 1
 	attempts := attemptsOf(e)
 	p.virtual, p.now = true, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	src := startInline(t, e, broker.Options{Policy: delivery.Policy{MaxRetries: pol.MaxRetries, Delay: pol.Delay, MaxDelay: pol.MaxDelay},
@@ -173,7 +172,7 @@ func runPartitionRetries(t *testing.T, pol delivery.Policy, p *pauses, op string
 	require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: prefix + partition.StreamName("ops", "u"), Values: redisstream.Encode(m)}).Err())
 	require.NoError(t, rdb.SAdd(ctx, prefix+redispartition.IndexKey("ops"), "u").Err())
 	c, err := redispartition.NewConsumer(redispartition.ConsumerOptions{
-		Leases: redispartition.NewLeases(rdb, prefix), Positions: mem.Positions, Handler: e.Partitions(), Decode: redisstream.Decode,
+		Leases: redispartition.NewLeases(rdb, prefix), Positions: mem.Positions, Handler: e.Handler(), Decode: redisstream.Decode,
 		Owner: "policy", Subscriptions: func() []partition.Subscription {
 			return []partition.Subscription{{Group: "behave", Categories: []string{"ops"}}}
 		},
@@ -206,7 +205,7 @@ func runSubscriptionRetries(t *testing.T, pol delivery.Policy, p *pauses, op str
 	failures := &esub.MemoryFailures{Positions: mem.Positions}
 	uow := unitofwork.New(mem, unitofwork.Options{Broker: "default"})
 	c, err := esub.NewConsumer(esub.Options{
-		Events: mem.Events, Positions: mem.Positions, Leases: &esub.MemoryLeases{}, Failures: failures, Handler: e.Partitions(),
+		Events: mem.Events, Positions: mem.Positions, Leases: &esub.MemoryLeases{}, Failures: failures, Handler: e.Handler(),
 		Skip:          func(ctx context.Context, f position.Fence) error { _, err := uow.CommitFenced(ctx, f); return err },
 		Subscriptions: func() []esub.Subscription { return []esub.Subscription{{Group: "behave", Category: "ops"}} },
 		Key:           func(string, json.RawMessage) string { return "" },

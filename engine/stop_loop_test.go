@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/broker/groups"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/internal/testwait"
@@ -38,14 +39,16 @@ func TestStopEndsAPureGuestLoopAtItsDeadline(t *testing.T) {
 	t.Cleanup(func() { _ = src.Close() })
 	t.Cleanup(func() { ended(t, e) })
 
-	require.NoError(t, e.Start(context.Background(), src))
+	g := groups.New(groups.Options{Source: src, Handler: e.Handler(), Classify: Classify,
+		Groups: func() []groups.Group { return groups.Of(e.Set(), false) }})
+	require.NoError(t, g.Start(context.Background()))
 	require.NoError(t, src.Publish(context.Background(), delivery.Message{ID: "op-1", Stream: "ops", Type: "Op",
 		EventStream: "ops-d", Data: json.RawMessage(`{"op":"load_loop","id":"d","arg":"go"}`)}))
 	require.Equal(t, "ops", testwait.Recv(t, "the guest to reach its loop", recs.spinning))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	err = e.Stop(ctx)
+	err = stopAll(ctx, g, e)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NotErrorIs(t, err, ErrAbandoned, "the looping guest was not stopped within the grace")
 	ended(t, e)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/broker/groups"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/internal/testwait"
@@ -82,7 +83,9 @@ func TestStopReturnsAtItsDeadlineWhileUninterruptibleGuestsSpin(t *testing.T) {
 		ended(t, e)
 	})
 
-	require.NoError(t, e.Start(context.Background(), src))
+	g := groups.New(groups.Options{Source: src, Handler: e.Handler(), Classify: Classify,
+		Groups: func() []groups.Group { return groups.Of(e.Set(), false) }})
+	require.NoError(t, g.Start(context.Background()))
 	require.NoError(t, src.Publish(context.Background(), delivery.Message{ID: "op-1", Stream: "ops", Type: "Op",
 		EventStream: "ops-d", Data: json.RawMessage(`{"op":"spin","id":"d","arg":"go"}`)}))
 	dispatched := make(chan error, 1)
@@ -99,7 +102,7 @@ func TestStopReturnsAtItsDeadlineWhileUninterruptibleGuestsSpin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	stopped := make(chan error, 1)
-	go func() { stopped <- e.Stop(ctx) }()
+	go func() { stopped <- stopAll(ctx, g, e) }()
 	// Stop returns although neither guest can have returned: they leave
 	// their loops only once released, below.
 	err = testwait.Recv(t, "Stop to return while the guests spin", stopped)
@@ -127,16 +130,11 @@ func TestStopReturnsAtItsDeadlineWhileUninterruptibleGuestsSpin(t *testing.T) {
 	require.Error(t, err, "the engine's set is closed once its last call has left")
 }
 
-// Stop refuses a second Start and Start after Stop; Swap after Stop closes
-// the set it is given.
-func TestStartAndSwapAfterStop(t *testing.T) {
+// Swap after Stop closes the set it is given, and a command is refused.
+func TestSwapAfterStop(t *testing.T) {
 	e, _ := newEngine(t)
 	require.NoError(t, e.Stop(context.Background()))
 	ended(t, e)
-	src, err := broker.NewInline(broker.DefaultOptions())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = src.Close() })
-	require.ErrorIs(t, e.Start(context.Background(), src), ErrStopped)
 
 	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{}), CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)

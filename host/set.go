@@ -128,6 +128,41 @@ func (s *Set) Command(typ string) (Route, bool) {
 // (a copy).
 func (s *Set) Subscribers(typ string) []Route { return slices.Clone(s.subscribers[typ]) }
 
+// Subscription is one reader of a category: a non-command handler that
+// handles at least one of the category's message types.
+type Subscription struct {
+	Handler, Category string
+}
+
+// Subscriptions lists every (handler, category) pair of the set, sorted by
+// handler, then category: the consumer groups a delivery source runs for
+// it, each handler reading each of its categories as its own group.
+func (s *Set) Subscriptions() []Subscription {
+	seen := map[Subscription]bool{}
+	var out []Subscription
+	for _, m := range s.modules {
+		for _, h := range m.Manifest.Handlers {
+			if h.Kind == abi.KindCommandHandler {
+				continue
+			}
+			for _, t := range h.Handles {
+				sub := Subscription{Handler: h.Name, Category: s.messages[t].Category}
+				if !seen[sub] {
+					seen[sub] = true
+					out = append(out, sub)
+				}
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Handler != out[j].Handler {
+			return out[i].Handler < out[j].Handler
+		}
+		return out[i].Category < out[j].Category
+	})
+	return out
+}
+
 // Message returns the declaration of a message type.
 func (s *Set) Message(typ string) (abi.Message, bool) {
 	m, ok := s.messages[typ]

@@ -62,7 +62,7 @@ type Options struct {
 	Leases    Leases
 	Failures  Failures
 	// Handler handles a batch and commits each message's effects with the
-	// position (engine.Partitions()).
+	// position (engine.Handler()).
 	Handler delivery.Handler
 	// Skip commits a fence alone: the low-water mark of per-key workers
 	// (unitofwork.CommitFenced with no changes). A message recorded as

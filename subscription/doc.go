@@ -12,7 +12,7 @@
 //
 // A worker first claims its unit (position.Store.Claim bumps the fencing
 // generation) and resumes after the stored position. It reads batches by
-// global position and hands each to the handler (engine.Partitions(), the
+// global position and hands each to the handler (engine.Handler(), the
 // same batch handler the Redis partition workers use), which commits each
 // message's effects and the unit's position in one fenced unit of work
 // (unitofwork.CommitFenced). So a message's effects and its position

@@ -442,7 +442,7 @@ func (r *trial) deliverOne(ctx context.Context, route host.Route, ev eventstore.
 	msg := delivery.Message{ID: ev.ID, Stream: cat, Type: ev.Type, Data: ev.Data, Metadata: ev.Metadata,
 		EventStream: ev.Stream, Category: cat, Position: ev.Position, GlobalPosition: ev.GlobalPosition, Time: ev.Time}
 	before := len(r.current.Handled)
-	_, err := r.eng.Partitions().Handle(ctx, delivery.Batch{Group: group, Unit: trialUnit, Source: cat, Generation: gen,
+	_, err := r.eng.Handler().Handle(ctx, delivery.Batch{Group: group, Unit: trialUnit, Source: cat, Generation: gen,
 		Messages: []delivery.Message{msg}})
 	if err != nil && len(r.current.Handled) > before {
 		r.attach(err)

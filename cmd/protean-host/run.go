@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/proteanhq/protean-host/broker"
+	"github.com/proteanhq/protean-host/broker/groups"
 	"github.com/proteanhq/protean-host/broker/redisstream"
 	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/config"
@@ -46,7 +47,7 @@ func (f keysFunc) PartitionField(c string) (string, bool) { return f(c) }
 // the client the partition workers share.
 type openedBroker struct {
 	pub    broker.Publisher
-	source engine.Source
+	source groups.Source
 	redis  redis.UniversalClient // nil for the inline broker
 	prefix string                // of every Redis key
 	close  func() error
@@ -181,7 +182,9 @@ type hostProcess struct {
 	partitions *redispartition.Consumer
 	// subs runs the event-store subscriptions; nil unless the delivery is
 	// event_store (config.Config.SubscriptionType).
-	subs     *subscription.Consumer
+	subs *subscription.Consumer
+	// groups runs the broker consumer groups; nil when it is.
+	groups   *groups.Consumer
 	reloader *host.Reloader
 	closers  []func() error
 	log      *slog.Logger
@@ -294,11 +297,18 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 			}
 		},
 	})
+	brokerProgress := &groups.Progress{}
 	eng = engine.New(set, engine.Options{Events: st.events, Records: st.records, UnitOfWork: uow, Logger: e.log,
-		Metrics: engine.NewMetrics(reg), Partitioned: partitioned, EventStore: fromStore, Progress: st.progress(partitioned, fromStore),
-		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps, Infra: infra,
-		Retry: cfg.Server.StreamSubscription.Policy(), Clock: clk})
+		Metrics: engine.NewMetrics(reg), Partitioned: partitioned, EventStore: fromStore,
+		Progress: st.progress(partitioned, fromStore), BrokerProgress: brokerProgress,
+		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps, Clock: clk})
 	h.eng = eng
+	if !fromStore {
+		h.groups = groups.New(groups.Options{Source: br.source, Handler: eng.Handler(), Classify: engine.Classify,
+			Groups: func() []groups.Group { return groups.Of(eng.Set(), partitioned) }, Handles: eng.Handles,
+			Retry: cfg.Server.StreamSubscription.Policy(), Infra: infra, Metrics: groups.NewMetrics(reg),
+			Progress: brokerProgress, Logger: e.log, Clock: clk})
+	}
 	if fromStore {
 		if h.subs, err = newSubscriptions(cfg, st, eng, uow, owner, reg, infra, e.log, clk); err != nil {
 			return nil, err
@@ -308,7 +318,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		p := cfg.Server.Partitioning
 		lanes := cfg.Server.PriorityLanes
 		h.partitions, err = redispartition.NewConsumer(redispartition.ConsumerOptions{
-			Leases: redispartition.NewLeases(br.redis, br.prefix), Positions: st.positions, Handler: eng.Partitions(),
+			Leases: redispartition.NewLeases(br.redis, br.prefix), Positions: st.positions, Handler: eng.Handler(),
 			Decode: redisstream.Decode, Subscriptions: eng.PartitionSubscriptions, Owner: owner,
 			LeaseTTL: p.LeaseTTL(), Heartbeat: p.HeartbeatInterval(), Poll: p.PollInterval(), ReapIdle: p.ReapIdle(),
 			Retry: cfg.Server.StreamSubscription.Policy(), Classify: engine.Classify, Infra: infra,
@@ -336,8 +346,10 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	if err := h.relay.Start(ctx); err != nil {
 		return nil, err
 	}
-	if err := eng.Start(ctx, br.source); err != nil {
-		return nil, err
+	if h.groups != nil {
+		if err := h.groups.Start(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if h.partitions != nil {
 		if err := h.partitions.Start(ctx); err != nil {
@@ -353,7 +365,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		Help: "Plugin directory reloads, by outcome (applied, unchanged, rejected, canceled)."}, []string{"outcome"})
 	reg.MustRegister(reloads)
 	h.reloader = host.NewReloader(host.ReloaderOptions{Loader: loader, Dir: cfg.Plugins.Dir, Broker: e.broker(),
-		Running: set, Apply: eng.Swap, Logger: e.log, Clock: clk,
+		Running: set, Apply: h.apply, Logger: e.log, Clock: clk,
 		// Only Redis partitions are re-partitioned mid-flight; event-store
 		// subscriptions finish a batch by the partitioning it started with,
 		// and the inline broker keeps no partitions across a swap.
@@ -378,6 +390,16 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	return h, nil
 }
 
+// apply makes a reloaded set the running one: the engine's, then the
+// broker groups follow it (the partition workers and the event-store
+// subscriptions read theirs each pass).
+func (h *hostProcess) apply(set *host.Set) {
+	h.eng.Swap(set)
+	if h.groups != nil {
+		h.groups.Resubscribe()
+	}
+}
+
 // component is one part of a running host that shutdown stops.
 type component struct {
 	name    string
@@ -396,15 +418,16 @@ func (h *hostProcess) components() []component {
 		{"http", h.srv != nil, func(ctx context.Context) error { return h.srv.Shutdown(ctx) }},
 		{"partition workers", h.partitions != nil, func(ctx context.Context) error { return h.partitions.Stop(ctx) }},
 		{"event-store subscriptions", h.subs != nil, func(ctx context.Context) error { return h.subs.Stop(ctx) }},
+		{"broker groups", h.groups != nil, func(ctx context.Context) error { return h.groups.Stop(ctx) }},
 		{"engine", h.eng != nil, func(ctx context.Context) error { return h.eng.Stop(ctx) }},
 		{"outbox relay", h.relay != nil, func(ctx context.Context) error { return h.relay.Stop(ctx) }},
 	}
 }
 
 // shutdown stops what start started, in order (components): the plugin
-// reloader, the http server (no new requests), the partition workers and
-// the event-store subscriptions (no new messages; the runs in hand
-// commit), the engine (commands and the messages in hand drain), the
+// reloader, the http server (no new requests), the partition workers, the
+// event-store subscriptions and the broker groups (no new messages; the
+// runs in hand commit), the engine (commands and the messages in hand drain), the
 // outbox relay (its pass in progress finishes); then it closes the broker,
 // the stores, the module set and the loader. Every stop is soft until
 // shutdownTimeout, counted from the first: past it, work in progress is

@@ -27,7 +27,7 @@ func newSubscriptions(cfg config.Config, st *stores, eng *engine.Engine, uow *un
 	suffix := cfg.Server.PriorityLanes.BackfillSuffix
 	return subscription.NewConsumer(subscription.Options{
 		Events: st.events, Positions: st.positions, Leases: st.leases, Failures: st.failures,
-		Handler: eng.Partitions(), Clock: clk,
+		Handler: eng.Handler(), Clock: clk,
 		Skip: func(ctx context.Context, f position.Fence) error {
 			_, err := uow.CommitFenced(ctx, f)
 			return err

@@ -62,7 +62,7 @@ func (w *Waiter) Mark(r Route, gp int64) (fold bool) {
 
 // Fold walks the store up to gp (the mark that called for it) to fold
 // r.Group's marks in r.Category into its watermark. local, if set, is asked about the events the walk finds
-// unmarked: pass a source that reads nothing (the broker consumers'); a
+// unmarked: pass a source that reads nothing (the broker groups'); a
 // remote source's reads are kept for waits.
 func (w *Waiter) Fold(ctx context.Context, r Route, gp int64, local Source) {
 	if _, err := w.caughtUp(ctx, Target{Route: r, Source: local}, gp, &pass{}); err != nil {

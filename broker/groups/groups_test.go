@@ -1,9 +1,8 @@
-package engine
+package groups
 
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -36,21 +35,21 @@ func (f *failingSource) Wait(ctx context.Context, _, _ string) (broker.Delivery,
 }
 
 func TestConsumerBacksOffOnFailingWait(t *testing.T) {
-	// The pauses are read through the engine's injected clock, which fires
-	// at once: the test asserts what was asked for, not how long it took.
+	// The pauses are read through the injected clock, which fires at once:
+	// the test asserts what was asked for, not how long it took.
 	var pauses []time.Duration
-	e := &Engine{log: slog.New(slog.DiscardHandler), opts: Options{Clock: clock.Funcs{AfterFunc: func(d time.Duration) <-chan time.Time {
+	src := &failingSource{fails: 10, exhausted: make(chan struct{}, 1)}
+	c := New(Options{Source: src, Clock: clock.Funcs{AfterFunc: func(d time.Duration) <-chan time.Time {
 		pauses = append(pauses, d)
 		c := make(chan time.Time, 1)
 		c <- time.Time{}
 		return c
-	}}}}
-	src := &failingSource{fails: 10, exhausted: make(chan struct{}, 1)}
+	}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 1)
 	go func() {
 		defer func() { done <- struct{}{} }()
-		e.consume(ctx, ctx, src, subscription{handler: "h", stream: "s"})
+		c.consume(ctx, ctx, Group{Handler: "h", Stream: "s"})
 	}()
 	testwait.Recv(t, "the consumer past its failing waits", src.exhausted)
 	cancel()
