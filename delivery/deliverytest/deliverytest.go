@@ -131,6 +131,12 @@ func Classify(err error) delivery.Class {
 // policy is the suite's retry policy: 2 retries, millisecond pauses.
 var policy = delivery.Policy{MaxRetries: 2, Delay: time.Millisecond, MaxDelay: 4 * time.Millisecond}
 
+// Policy is the retry policy Config carries (a test that needs another
+// changes only MaxRetries, and only for infrastructure failures, which it
+// does not charge). A source whose retries of a message's own failure a
+// broker keeps (the broker consumer groups) builds the broker with it.
+func Policy() delivery.Policy { return policy }
+
 // window is how long the suite gives a source that breaks a promise the
 // chance to show it (a call after Stop). It is no bound on anything a
 // source must do: one that keeps the promise passes whatever the load.
