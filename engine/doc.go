@@ -12,10 +12,10 @@
 // a unit, and a call that failed as a whole is marked (delivery.MarkWhole)
 // so the core splits it into one call per message. Classify tells the core
 // which errors are the message's own. With Options.Partitioned,
-// partitioned categories are the partition workers' (PartitionSubscriptions
-// lists their groups); with Options.EventStore, every category is the
-// event-store subscriptions' (EventStoreSubscriptions lists them), so each
-// handler has one delivery path.
+// partitioned categories are the partition workers'; with
+// Options.EventStore, every category is the event-store subscriptions', so
+// each handler has one delivery path (package internal/routes lists each
+// source's groups).
 //
 // WaitHandled serves read-your-writes (GET /v1/projections/…?min_position=N):
 // it waits until a projector or process manager has handled every event of

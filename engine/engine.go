@@ -47,8 +47,7 @@ type Options struct {
 	Partitioned bool
 	// EventStore says every event handler, projector and process manager
 	// is served by event-store subscriptions (package subscription, through
-	// [Engine.Handler] and [Engine.EventStoreSubscriptions]), and no broker
-	// group runs: one delivery path per handler.
+	// [Engine.Handler]), and no broker group runs: one delivery path per handler.
 	EventStore bool
 	// Handled, if set, sees every message a handler handled or failed
 	// (see [Handled]); `protean-host plugin test` prints them.
@@ -201,11 +200,6 @@ func (e *Engine) retire(l *loaded) {
 
 // Set returns the running module set.
 func (e *Engine) Set() *host.Set { return e.loaded.Load().set }
-
-// PartitionField implements unitofwork.Keys from the running set.
-func (e *Engine) PartitionField(category string) (string, bool) {
-	return e.loaded.Load().set.PartitionField(category)
-}
 
 // CommandResult is what a committed command produced.
 type CommandResult struct {

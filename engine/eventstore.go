@@ -12,23 +12,6 @@ import (
 	"github.com/proteanhq/protean-host/unitofwork"
 )
 
-// EventStoreSubscriptions lists the event-store subscriptions that serve
-// the running set when [Options.EventStore] is set: one per (handler,
-// category) pair of every event handler, projector and process manager,
-// as the broker groups would run them, the group being the handler's
-// name. A subscription of a partitioned category is Partitioned, keyed by
-// its sequential_by field (KeyField).
-func (e *Engine) EventStoreSubscriptions() []esub.Subscription {
-	set := e.Set()
-	subs := set.Subscriptions()
-	out := make([]esub.Subscription, len(subs))
-	for i, s := range subs {
-		field, keyed := set.PartitionField(s.Category)
-		out[i] = esub.Subscription{Group: s.Handler, Category: s.Category, Partitioned: keyed, KeyField: field}
-	}
-	return out
-}
-
 // ErrNotSubscribed: an event-store subscription's batch reached the
 // engine after a reload took the subscription away (its handler, or the
 // handler's last type of the category). Nothing is committed: the worker

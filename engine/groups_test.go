@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker/groups"
+	"github.com/proteanhq/protean-host/internal/routes"
 )
 
 // startGroups starts broker groups on src that deliver to e, wired as the
@@ -16,7 +17,7 @@ import (
 func startGroups(t testing.TB, e *Engine, src groups.Source, o groups.Options) *groups.Consumer {
 	t.Helper()
 	o.Source, o.Handler, o.Classify, o.Handles = src, e.Handler(), Classify, e.Handles
-	o.Groups = func() []groups.Group { return groups.Of(e.Set(), e.opts.Partitioned) }
+	o.Groups = func() []groups.Group { return routes.Of(e.Set(), e.opts.Partitioned).Groups() }
 	if o.Logger == nil {
 		o.Logger = e.log
 	}

@@ -12,10 +12,10 @@ import (
 
 // Metrics are the engine's Prometheus collectors.
 type Metrics struct {
-	calls     *prometheus.CounterVec
-	messages  *prometheus.CounterVec
-	duration  *prometheus.HistogramVec
-	commits   *prometheus.CounterVec
+	calls    *prometheus.CounterVec
+	messages *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	commits  *prometheus.CounterVec
 	// inFlight is the calls into each handler now running: a call that
 	// outlives a stop, or a stuck guest, shows here.
 	inFlight *prometheus.GaugeVec

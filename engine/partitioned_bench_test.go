@@ -17,6 +17,7 @@ import (
 	"github.com/proteanhq/protean-host/broker/redisstream"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 	"github.com/proteanhq/protean-host/partition"
@@ -82,7 +83,7 @@ func BenchmarkPartitionedWASM(b *testing.B) {
 			h := &counting{Handler: e.Handler(), want: int64(n), done: make(chan struct{})}
 			c, err := redispartition.NewConsumer(redispartition.ConsumerOptions{
 				Leases: redispartition.NewLeases(rdb, prefix), Positions: mem.Positions, Handler: h, Decode: redisstream.Decode,
-				Owner: "bench", Subscriptions: e.PartitionSubscriptions,
+				Owner: "bench", Subscriptions: routes.Of(e.Set(), true).Partitions,
 				LeaseTTL: 10 * time.Second, Heartbeat: time.Second, Poll: 250 * time.Millisecond, ReapIdle: time.Hour, Retry: delivery.Policy{MaxRetries: 3},
 				Logger: benchLogger(),
 			})

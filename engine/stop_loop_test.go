@@ -12,6 +12,7 @@ import (
 	"github.com/proteanhq/protean-host/broker/groups"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 	"github.com/proteanhq/protean-host/unitofwork"
@@ -40,7 +41,7 @@ func TestStopEndsAPureGuestLoopAtItsDeadline(t *testing.T) {
 	t.Cleanup(func() { ended(t, e) })
 
 	g := groups.New(groups.Options{Source: src, Handler: e.Handler(), Classify: Classify,
-		Groups: func() []groups.Group { return groups.Of(e.Set(), false) }})
+		Groups: func() []groups.Group { return routes.Of(e.Set(), false).Groups() }})
 	require.NoError(t, g.Start(context.Background()))
 	require.NoError(t, src.Publish(context.Background(), delivery.Message{ID: "op-1", Stream: "ops", Type: "Op",
 		EventStream: "ops-d", Data: json.RawMessage(`{"op":"load_loop","id":"d","arg":"go"}`)}))

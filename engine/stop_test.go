@@ -15,6 +15,7 @@ import (
 	"github.com/proteanhq/protean-host/broker/groups"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 	"github.com/proteanhq/protean-host/record"
@@ -84,7 +85,7 @@ func TestStopReturnsAtItsDeadlineWhileUninterruptibleGuestsSpin(t *testing.T) {
 	})
 
 	g := groups.New(groups.Options{Source: src, Handler: e.Handler(), Classify: Classify,
-		Groups: func() []groups.Group { return groups.Of(e.Set(), false) }})
+		Groups: func() []groups.Group { return routes.Of(e.Set(), false).Groups() }})
 	require.NoError(t, g.Start(context.Background()))
 	require.NoError(t, src.Publish(context.Background(), delivery.Message{ID: "op-1", Stream: "ops", Type: "Op",
 		EventStream: "ops-d", Data: json.RawMessage(`{"op":"spin","id":"d","arg":"go"}`)}))

@@ -10,7 +10,6 @@ import (
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/delivery"
-	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/internal/lifecycle"
 )
 
@@ -33,8 +32,8 @@ type Options struct {
 	Handler delivery.Handler
 	// Classify says whose failure a handler's error is (engine.Classify).
 	Classify func(error) delivery.Class
-	// Groups lists the running set's groups (Of); Start and Resubscribe
-	// read it.
+	// Groups lists the running set's groups (routes.Table.Groups); Start
+	// and Resubscribe read it.
 	Groups func() []Group
 	// Handles reports whether handler handles message type typ in the
 	// running set; a message it does not is counted as skipped, not
@@ -127,20 +126,6 @@ func (c *Consumer) Stop(ctx context.Context) error { return c.runner.Stop(ctx) }
 // stream as its own group.
 type Group struct {
 	Handler, Stream string
-}
-
-// Of lists set's groups: every subscription (host.Set.Subscriptions), but
-// the partitioned categories when partitioned (the partition workers
-// deliver them).
-func Of(set *host.Set, partitioned bool) []Group {
-	var out []Group
-	for _, s := range set.Subscriptions() {
-		if _, keyed := set.PartitionField(s.Category); keyed && partitioned {
-			continue
-		}
-		out = append(out, Group{Handler: s.Handler, Stream: s.Category})
-	}
-	return out
 }
 
 // running is one group's consumer: its wait's cancel, and done.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/proteanhq/protean-host/broker/redisstream"
 	"github.com/proteanhq/protean-host/config"
-	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/partition/redispartition"
 	"github.com/proteanhq/protean-host/position"
@@ -176,7 +176,7 @@ func openAdmin(ctx context.Context, e *env) (*redispartition.Admin, func(), erro
 
 // subscriptions loads the plugins and lists their consumer groups on
 // partitioned categories, by the rule the running host uses
-// (engine.PartitionSubscriptions): every handler but a command handler that
+// (routes.Table.Partitions): every handler but a command handler that
 // reads a partitioned category; a process manager with sequential_by = true
 // owns a correlation value across its categories.
 func (e *env) subscriptions(ctx context.Context) ([]partition.Subscription, error) {
@@ -193,7 +193,7 @@ func (e *env) subscriptions(ctx context.Context) ([]partition.Subscription, erro
 		return nil, fmt.Errorf("%d problem(s) in %s", len(errs), e.cfg.Plugins.Dir)
 	}
 	defer set.Close(ctx)
-	return engine.PartitionSubscriptions(set), nil
+	return routes.Of(set, true).Partitions(), nil
 }
 
 func dash(s string) string {

@@ -18,6 +18,7 @@ import (
 	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/unitofwork"
 )
 
@@ -220,12 +221,9 @@ const trialUnit = "plugin-test"
 
 func newTrial(set *host.Set, log *slog.Logger) *trial {
 	r := &trial{set: set, mem: unitofwork.NewMemory(), gens: map[string]int64{}}
-	var eng *engine.Engine
-	uow := unitofwork.New(r.mem, unitofwork.Options{Keys: keysFunc(func(c string) (string, bool) { return eng.PartitionField(c) }),
-		Broker: "default"})
-	eng = engine.New(set, engine.Options{Events: r.mem.Events, Records: r.mem.Records, UnitOfWork: uow, Logger: log,
+	uow := unitofwork.New(r.mem, unitofwork.Options{Keys: routes.Of(set, true), Broker: "default"})
+	r.eng = engine.New(set, engine.Options{Events: r.mem.Events, Records: r.mem.Records, UnitOfWork: uow, Logger: log,
 		Handled: r.handled})
-	r.eng = eng
 	return r
 }
 

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/proteanhq/protean-host/broker"
@@ -21,26 +20,18 @@ import (
 	"github.com/proteanhq/protean-host/broker/redisstream"
 	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/config"
-	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/host"
-	"github.com/proteanhq/protean-host/httpapi"
 	"github.com/proteanhq/protean-host/internal/owner"
+	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/outbox"
-	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/partition/redispartition"
 	"github.com/proteanhq/protean-host/subscription"
-	"github.com/proteanhq/protean-host/unitofwork"
 )
 
 // defaultShutdownTimeout bounds the soft stop (drain) before work is
 // canceled; run's --shutdown-timeout changes it.
 const defaultShutdownTimeout = 15 * time.Second
-
-// keysFunc adapts a function to unitofwork.Keys.
-type keysFunc func(string) (string, bool)
-
-func (f keysFunc) PartitionField(c string) (string, bool) { return f(c) }
 
 // openedBroker is the outbox broker the config names: what the relay
 // publishes to, what the engine's ordinary consumers read, and, on Redis,
@@ -183,8 +174,15 @@ type hostProcess struct {
 	// subs runs the event-store subscriptions; nil unless the delivery is
 	// event_store (config.Config.SubscriptionType).
 	subs *subscription.Consumer
-	// groups runs the broker consumer groups; nil when it is.
-	groups   *groups.Consumer
+	// groups runs the broker consumer groups; nil when subs runs.
+	groups *groups.Consumer
+	// routes are the running set's routes, which a reload swaps (apply).
+	routes *routes.Routes
+	// ln is what srv serves (the listener, limited); serving is set once
+	// it does, and watch when the reloader watches the plugins directory.
+	ln       net.Listener
+	serving  bool
+	watch    bool
 	reloader *host.Reloader
 	closers  []func() error
 	log      *slog.Logger
@@ -198,229 +196,84 @@ type hostProcess struct {
 }
 
 // start opens the stores and the broker, loads and validates the plugins,
-// and starts the relay, the delivery consumers and the HTTP server. If a
-// step fails, what the steps before it started is stopped (as shutdown
-// does) and what they opened is closed.
+// builds the components in dependency order (compose.go) and starts them
+// (components, last first), the HTTP server among them. If a step fails,
+// what the steps before it started is stopped (as shutdown does) and what
+// they opened is closed.
 func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	cfg := e.cfg
-	h := &hostProcess{log: e.log, served: make(chan error, 1), shutdownTimeout: defaultShutdownTimeout}
+	// One owner name per start (not per process: a test runs several
+	// hosts in one), unique even where every container is pid 1 on one
+	// hostname (package owner).
+	h := &hostProcess{log: e.log, owner: owner.New(), served: make(chan error, 1), shutdownTimeout: defaultShutdownTimeout}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, h.shutdown())
 		}
 	}()
+	e.log.Info("owner", "owner", h.owner)
+	clk := clock.System // one clock for every component, so that their waits are one time
 	st, err := openStores(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	h.closers = append(h.closers, func() error { st.close(); return nil })
-	// One owner name per start (not per process: a test runs several
-	// hosts in one), unique even where every container is pid 1 on one
-	// hostname (package owner).
-	owner := owner.New()
-	h.owner = owner
-	e.log.Info("owner", "owner", owner)
-	// One clock for every component, so that their waits are one time.
-	clk := clock.System
-	br, err := openBroker(ctx, cfg, owner, clk)
+	br, err := openBroker(ctx, cfg, h.owner, clk)
 	if err != nil {
 		return nil, err
 	}
 	h.closers = append(h.closers, br.close)
-	loader, err := e.loader(nil)
+	loader, set, err := h.loadPlugins(ctx, e)
 	if err != nil {
 		return nil, err
 	}
-	h.closers = append(h.closers, func() error {
-		if h.guestsRunning {
-			return nil
-		}
-		return loader.Close(context.Background())
-	})
-	set, errs := host.LoadSet(ctx, loader, cfg.Plugins.Dir, e.broker())
-	if ctx.Err() != nil { // SIGINT or SIGTERM while loading
-		if set != nil {
-			_ = set.Close(context.Background())
-		}
-		return nil, fmt.Errorf("loading %s: %w; nothing started", cfg.Plugins.Dir, context.Cause(ctx))
+	c := &composition{cfg: cfg, st: st, br: br, set: set, log: e.log, clk: clk, owner: h.owner,
+		reg: prometheus.NewRegistry(), fromStore: cfg.SubscriptionType() == config.SubscriptionEventStore}
+	if err := h.compose(c, loader, e.broker()); err != nil {
+		return nil, err
 	}
-	if len(errs) > 0 {
-		for _, err := range errs {
-			fmt.Fprintln(e.stderr, err)
-		}
-		return nil, fmt.Errorf("%d problem(s) in %s; nothing started", len(errs), cfg.Plugins.Dir)
+	if err := h.listen(c, e.configPath); err != nil {
+		return nil, err
 	}
-	// The set is closed here only if the engine never took it: the engine
-	// closes what it owns.
-	h.closers = append(h.closers, func() error {
-		if h.eng != nil {
-			return nil
-		}
-		return set.Close(context.Background())
-	})
-	e.log.Info("plugins loaded", "dir", cfg.Plugins.Dir, "modules", len(set.Modules()), "partitioned_categories", len(set.Keys()))
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	infra := delivery.NewMetrics(reg)
-	fromStore := cfg.SubscriptionType() == config.SubscriptionEventStore
-	pub := br.pub
-	if fromStore && br.redis == nil {
-		// Nothing reads the inline broker when the handlers read the event
-		// store: the relay marks the rows published without keeping them.
-		pub = discardPublisher{br.pub}
-	}
-	e.log.Info("delivery", "subscription_type", cfg.SubscriptionType(), "broker", cfg.OutboxBroker().Provider)
-	var eng *engine.Engine
-	partitioned := br.redis != nil && !fromStore
-	var applying func() []partition.Subscription // what a republish may keep
-	if partitioned {
-		applying = func() []partition.Subscription { return eng.PartitionSubscriptions() }
-	}
-	h.relay = outbox.NewRelay(st.outbox, outbox.RelayOptions{
-		Broker: cfg.Outbox.Broker, Owner: owner, Publisher: pub, Clock: clk,
-		BatchSize: cfg.Outbox.MessagesPerTick, Tick: cfg.Outbox.TickInterval(), LockFor: cfg.Outbox.LockTimeout(),
-		BaseDelay: cfg.Outbox.BaseRetryDelay(), MaxDelay: cfg.Outbox.MaxRetryDelay(), Jitter: cfg.Outbox.BackoffJitter,
-		BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix, LanesEnabled: cfg.Server.PriorityLanes.Enabled,
-		LaneThreshold: cfg.Server.PriorityLanes.Threshold, Logger: e.log,
-		PublishedRetention: cfg.Outbox.PublishedRetention(), AbandonedRetention: cfg.Outbox.AbandonedRetention(),
-		RestartWindow: cfg.Outbox.RestartWindow(), Partitions: applying, Infra: infra,
-	})
-	reg.MustRegister(newOutboxCollector(st.outbox, e.log))
-	uow := unitofwork.New(st.backend, unitofwork.Options{
-		Keys:           keysFunc(func(c string) (string, bool) { return eng.PartitionField(c) }),
-		BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix,
-		Broker:         cfg.Outbox.Broker, MaxRetries: cfg.Outbox.MaxRetries, Committed: func() {
-			h.relay.Notify()
-			if h.subs != nil {
-				h.subs.Notify()
+	cs := h.components()
+	for i := len(cs) - 1; i >= 0; i-- {
+		if cs[i].present && cs[i].start != nil {
+			if err := cs[i].start(ctx); err != nil {
+				return nil, fmt.Errorf("%s: %w", cs[i].name, err)
 			}
-		},
-	})
-	brokerProgress := &groups.Progress{}
-	eng = engine.New(set, engine.Options{Events: st.events, Records: st.records, UnitOfWork: uow, Logger: e.log,
-		Metrics: engine.NewMetrics(reg), Partitioned: partitioned, EventStore: fromStore,
-		Progress: st.progress(partitioned, fromStore), BrokerProgress: brokerProgress,
-		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps, Clock: clk})
-	h.eng = eng
-	if !fromStore {
-		h.groups = groups.New(groups.Options{Source: br.source, Handler: eng.Handler(), Classify: engine.Classify,
-			Groups: func() []groups.Group { return groups.Of(eng.Set(), partitioned) }, Handles: eng.Handles,
-			Retry: cfg.Server.StreamSubscription.Policy(), Infra: infra, Metrics: groups.NewMetrics(reg),
-			Progress: brokerProgress, Logger: e.log, Clock: clk})
-	}
-	if fromStore {
-		if h.subs, err = newSubscriptions(cfg, st, eng, uow, owner, reg, infra, e.log, clk); err != nil {
-			return nil, err
 		}
 	}
-	if partitioned {
-		p := cfg.Server.Partitioning
-		lanes := cfg.Server.PriorityLanes
-		h.partitions, err = redispartition.NewConsumer(redispartition.ConsumerOptions{
-			Leases: redispartition.NewLeases(br.redis, br.prefix), Positions: st.positions, Handler: eng.Handler(),
-			Decode: redisstream.Decode, Subscriptions: eng.PartitionSubscriptions, Owner: owner,
-			LeaseTTL: p.LeaseTTL(), Heartbeat: p.HeartbeatInterval(), Poll: p.PollInterval(), ReapIdle: p.ReapIdle(),
-			Retry: cfg.Server.StreamSubscription.Policy(), Classify: engine.Classify, Infra: infra,
-			Lanes: lanes.Enabled, BackfillSuffix: lanes.BackfillSuffix, WarnLivePartitions: p.WarnLivePartitions,
-			Metrics: redispartition.NewMetrics(reg), Logger: e.log, Clock: clk,
-		})
-		if err != nil {
-			return nil, err
-		}
-		reg.MustRegister(h.partitions.LagCollector())
-	}
-
-	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
-	}
-	h.addr = ln.Addr().String()
-	served := false // once served, the server owns the listener
-	h.closers = append(h.closers, func() error {
-		if served {
-			return nil
-		}
-		return ln.Close()
-	})
-	if err := h.relay.Start(ctx); err != nil {
-		return nil, err
-	}
-	if h.groups != nil {
-		if err := h.groups.Start(ctx); err != nil {
-			return nil, err
-		}
-	}
-	if h.partitions != nil {
-		if err := h.partitions.Start(ctx); err != nil {
-			return nil, err
-		}
-	}
-	if h.subs != nil {
-		if err := h.subs.Start(ctx); err != nil {
-			return nil, err
-		}
-	}
-	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_plugin_reloads_total",
-		Help: "Plugin directory reloads, by outcome (applied, unchanged, rejected, canceled)."}, []string{"outcome"})
-	reg.MustRegister(reloads)
-	h.reloader = host.NewReloader(host.ReloaderOptions{Loader: loader, Dir: cfg.Plugins.Dir, Broker: e.broker(),
-		Running: set, Apply: h.apply, Logger: e.log, Clock: clk,
-		// Only Redis partitions are re-partitioned mid-flight; event-store
-		// subscriptions finish a batch by the partitioning it started with,
-		// and the inline broker keeps no partitions across a swap.
-		AllowRepartition: cfg.Plugins.AllowRepartition || !partitioned,
-		Observe:          func(o host.Outcome) { reloads.WithLabelValues(string(o)).Inc() }})
-	if cfg.Plugins.Watch {
-		if err := h.reloader.Start(ctx); err != nil {
-			return nil, fmt.Errorf("plugins.watch: %w", err)
-		}
-	}
-	status, err := newHostStatus(cfg, st, br, eng, h.reloader, fromStore)
-	if err != nil {
-		return nil, err
-	}
-	api := httpapi.New(eng, httpapi.Options{Logger: e.log, Registry: reg, ReadWait: cfg.HTTP.ReadWait(),
-		BodyTimeout: cfg.HTTP.ReadBodyTimeout(), Idempotency: st.idempotency, Status: status})
-	var limited net.Listener
-	h.srv, limited = newServer(cfg.HTTP, ln, api, reg, e.log)
-	served = true
-	go func() { h.served <- h.srv.Serve(limited) }()
 	e.log.Info("listening", "addr", h.addr, "config", e.configPath)
 	return h, nil
 }
 
-// apply makes a reloaded set the running one: the engine's, then the
-// broker groups follow it (the partition workers and the event-store
-// subscriptions read theirs each pass).
-func (h *hostProcess) apply(set *host.Set) {
-	h.eng.Swap(set)
-	if h.groups != nil {
-		h.groups.Resubscribe()
-	}
-}
-
-// component is one part of a running host that shutdown stops.
+// component is one part of a running host that start starts (unless
+// start is nil) and shutdown stops.
 type component struct {
 	name    string
-	started bool
+	present bool // built: start got that far
+	start   func(context.Context) error
 	stop    func(context.Context) error
 }
 
 // components are what shutdown stops, in its order: what takes work in
 // first (reloads, requests), then what delivers it, then the engine that
-// runs it, then the relay that publishes what it committed. A part start
-// never reached is not started. The shutdown doc names them in this order
-// (TestShutdownDocNamesItsOrder).
+// runs it, then the relay that publishes what it committed. start starts
+// them in the reverse order. A part start never built is not present. The
+// shutdown doc names them in this order (TestShutdownDocNamesItsOrder).
 func (h *hostProcess) components() []component {
 	return []component{
-		{"plugin reloader", h.reloader != nil, func(ctx context.Context) error { return h.reloader.Stop(ctx) }},
-		{"http", h.srv != nil, func(ctx context.Context) error { return h.srv.Shutdown(ctx) }},
-		{"partition workers", h.partitions != nil, func(ctx context.Context) error { return h.partitions.Stop(ctx) }},
-		{"event-store subscriptions", h.subs != nil, func(ctx context.Context) error { return h.subs.Stop(ctx) }},
-		{"broker groups", h.groups != nil, func(ctx context.Context) error { return h.groups.Stop(ctx) }},
-		{"engine", h.eng != nil, func(ctx context.Context) error { return h.eng.Stop(ctx) }},
-		{"outbox relay", h.relay != nil, func(ctx context.Context) error { return h.relay.Stop(ctx) }},
+		{"plugin reloader", h.reloader != nil, h.startReloader, func(ctx context.Context) error { return h.reloader.Stop(ctx) }},
+		{"http", h.srv != nil, h.serve, func(ctx context.Context) error { return h.srv.Shutdown(ctx) }},
+		{"partition workers", h.partitions != nil, func(ctx context.Context) error { return h.partitions.Start(ctx) },
+			func(ctx context.Context) error { return h.partitions.Stop(ctx) }},
+		{"event-store subscriptions", h.subs != nil, func(ctx context.Context) error { return h.subs.Start(ctx) },
+			func(ctx context.Context) error { return h.subs.Stop(ctx) }},
+		{"broker groups", h.groups != nil, func(ctx context.Context) error { return h.groups.Start(ctx) },
+			func(ctx context.Context) error { return h.groups.Stop(ctx) }},
+		{"engine", h.eng != nil, nil, func(ctx context.Context) error { return h.eng.Stop(ctx) }},
+		{"outbox relay", h.relay != nil, func(ctx context.Context) error { return h.relay.Start(ctx) },
+			func(ctx context.Context) error { return h.relay.Stop(ctx) }},
 	}
 }
 
@@ -445,7 +298,7 @@ func (h *hostProcess) shutdown() error {
 	defer cancel()
 	var errs []error
 	for _, c := range h.components() {
-		if !c.started {
+		if !c.present {
 			continue
 		}
 		err := c.stop(sctx)

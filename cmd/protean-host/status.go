@@ -9,9 +9,9 @@ import (
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/redisstream"
 	"github.com/proteanhq/protean-host/config"
-	"github.com/proteanhq/protean-host/engine"
 	"github.com/proteanhq/protean-host/host"
 	"github.com/proteanhq/protean-host/httpapi"
+	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/partition/redispartition"
 	"github.com/proteanhq/protean-host/position"
 )
@@ -24,7 +24,7 @@ import (
 // outbox's stats (as `outbox` and the outbox collector).
 type hostStatus struct {
 	st        *stores
-	eng       *engine.Engine
+	routes    *routes.Routes
 	reloader  func() *host.ReloadStatus
 	inspector broker.Inspector      // nil: the broker cannot tell
 	admin     *redispartition.Admin // nil: partitions are off
@@ -33,9 +33,9 @@ type hostStatus struct {
 }
 
 // newHostStatus builds the status of a host over its stores, broker,
-// engine and reloader.
-func newHostStatus(cfg config.Config, st *stores, br *openedBroker, eng *engine.Engine, r *host.Reloader, fromStore bool) (*hostStatus, error) {
-	s := &hostStatus{st: st, eng: eng, reloader: r.Status, fromStore: fromStore, now: time.Now}
+// routes and reloader.
+func newHostStatus(cfg config.Config, st *stores, br *openedBroker, rt *routes.Routes, r *host.Reloader, fromStore bool) (*hostStatus, error) {
+	s := &hostStatus{st: st, routes: rt, reloader: r.Status, fromStore: fromStore, now: time.Now}
 	s.inspector, _ = br.source.(broker.Inspector)
 	if br.redis != nil {
 		ps, _ := st.positions.(position.Store)
@@ -69,7 +69,7 @@ func (s *hostStatus) Status(ctx context.Context) (httpapi.Snapshot, error) {
 		}
 		snap.Outbox = ob
 	}
-	pairs := s.eng.EventStoreSubscriptions() // every (handler, category) pair
+	pairs := s.routes.Subscriptions() // every (handler, category) pair
 	switch {
 	case s.fromStore:
 		for _, sub := range pairs {
@@ -128,7 +128,7 @@ func (s *hostStatus) Status(ctx context.Context) (httpapi.Snapshot, error) {
 // over its units, failures = halted units) and the owned and halted units,
 // as `partitions list` shows them.
 func (s *hostStatus) partitions(ctx context.Context, snap *httpapi.Snapshot, problem func(string, error)) {
-	subs := s.eng.PartitionSubscriptions()
+	subs := s.routes.Partitions()
 	units, err := s.admin.List(ctx, subs)
 	if err != nil {
 		problem("partitions", err)

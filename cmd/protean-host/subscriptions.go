@@ -21,18 +21,18 @@ import (
 // newSubscriptions builds the event-store subscriptions' consumer: the
 // engine's batch handler, the positions fence, the leases and failure
 // records of the stores, the partition keys of the running set.
-func newSubscriptions(cfg config.Config, st *stores, eng *engine.Engine, uow *unitofwork.UnitOfWork, owner string,
+func newSubscriptions(cfg config.Config, st *stores, handler delivery.Handler, subs func() []subscription.Subscription, uow *unitofwork.UnitOfWork, owner string,
 	reg prometheus.Registerer, infra *delivery.Metrics, log *slog.Logger, clk clock.Clock) (*subscription.Consumer, error) {
 	p, es, ss := cfg.Server.Partitioning, cfg.Server.EventStoreSubscription, cfg.Server.StreamSubscription
 	suffix := cfg.Server.PriorityLanes.BackfillSuffix
 	return subscription.NewConsumer(subscription.Options{
 		Events: st.events, Positions: st.positions, Leases: st.leases, Failures: st.failures,
-		Handler: eng.Handler(), Clock: clk,
+		Handler: handler, Clock: clk,
 		Skip: func(ctx context.Context, f position.Fence) error {
 			_, err := uow.CommitFenced(ctx, f)
 			return err
 		},
-		Subscriptions: eng.EventStoreSubscriptions,
+		Subscriptions: subs,
 		Key: func(field string, data json.RawMessage) string {
 			if field == "" {
 				return ""

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/proteanhq/protean-host/broker/groups"
+	"github.com/proteanhq/protean-host/broker/redisstream"
+	"github.com/proteanhq/protean-host/clock"
+	"github.com/proteanhq/protean-host/config"
+	"github.com/proteanhq/protean-host/delivery"
+	"github.com/proteanhq/protean-host/engine"
+	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/httpapi"
+	"github.com/proteanhq/protean-host/internal/routes"
+	"github.com/proteanhq/protean-host/outbox"
+	"github.com/proteanhq/protean-host/partition/redispartition"
+	"github.com/proteanhq/protean-host/unitofwork"
+)
+
+// The composition root: start builds the host's components here, each
+// from the ones it depends on, in that order, so no component is bound to
+// another after it is built. The running routes (package routes) are the
+// one value a reload swaps for all of them: the unit of work's keys, the
+// relay's partitions, the consumer groups of every delivery source.
+
+// composition is what the components are built from.
+type composition struct {
+	cfg       config.Config
+	st        *stores
+	br        *openedBroker
+	set       *host.Set
+	log       *slog.Logger
+	clk       clock.Clock
+	owner     string
+	reg       *prometheus.Registry
+	fromStore bool // the handlers read the event store (config.SubscriptionEventStore)
+}
+
+// partitioned says the partition workers deliver the partitioned
+// categories: a Redis broker, and the handlers read it.
+func (c *composition) partitioned() bool { return c.br.redis != nil && !c.fromStore }
+
+// loadPlugins loads and validates the plugins directory.
+func (h *hostProcess) loadPlugins(ctx context.Context, e *env) (*host.Loader, *host.Set, error) {
+	loader, err := e.loader(nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	h.closers = append(h.closers, func() error {
+		if h.guestsRunning {
+			return nil
+		}
+		return loader.Close(context.Background())
+	})
+	dir := e.cfg.Plugins.Dir
+	set, errs := host.LoadSet(ctx, loader, dir, e.broker())
+	if ctx.Err() != nil { // SIGINT or SIGTERM while loading
+		if set != nil {
+			_ = set.Close(context.Background())
+		}
+		return nil, nil, fmt.Errorf("loading %s: %w; nothing started", dir, context.Cause(ctx))
+	}
+	if len(errs) > 0 {
+		for _, err := range errs {
+			fmt.Fprintln(e.stderr, err)
+		}
+		return nil, nil, fmt.Errorf("%d problem(s) in %s; nothing started", len(errs), dir)
+	}
+	// The set is closed here only if the engine never took it: the engine
+	// closes what it owns.
+	h.closers = append(h.closers, func() error {
+		if h.eng != nil {
+			return nil
+		}
+		return set.Close(context.Background())
+	})
+	e.log.Info("plugins loaded", "dir", dir, "modules", len(set.Modules()), "partitioned_categories", len(set.Keys()))
+	return loader, set, nil
+}
+
+// compose builds the components: the routes, the relay, the unit of work,
+// the engine, the delivery sources, the reloader.
+func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker) error {
+	cfg, st := c.cfg, c.st
+	c.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	infra := delivery.NewMetrics(c.reg)
+	h.routes = routes.New(c.set, c.partitioned())
+	c.log.Info("delivery", "subscription_type", cfg.SubscriptionType(), "broker", cfg.OutboxBroker().Provider)
+	h.relay = newRelay(c, infra, h.routes)
+	c.reg.MustRegister(newOutboxCollector(st.outbox, c.log))
+	var committed wakeups
+	committed.add(h.relay.Notify)
+	uow := unitofwork.New(st.backend, unitofwork.Options{Keys: h.routes,
+		BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix,
+		Broker:         cfg.Outbox.Broker, MaxRetries: cfg.Outbox.MaxRetries, Committed: committed.wake,
+	})
+	brokerProgress := &groups.Progress{}
+	h.eng = engine.New(c.set, engine.Options{Events: st.events, Records: st.records, UnitOfWork: uow, Logger: c.log,
+		Metrics: engine.NewMetrics(c.reg), Partitioned: c.partitioned(), EventStore: c.fromStore,
+		Progress: st.progress(c.partitioned(), c.fromStore), BrokerProgress: brokerProgress,
+		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps, Clock: c.clk})
+	if err := h.composeSources(c, uow, infra, brokerProgress); err != nil {
+		return err
+	}
+	if h.subs != nil {
+		committed.add(h.subs.Notify)
+	}
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_plugin_reloads_total",
+		Help: "Plugin directory reloads, by outcome (applied, unchanged, rejected, canceled)."}, []string{"outcome"})
+	c.reg.MustRegister(reloads)
+	h.reloader = host.NewReloader(host.ReloaderOptions{Loader: loader, Dir: cfg.Plugins.Dir, Broker: b,
+		Running: c.set, Apply: h.apply, Logger: c.log, Clock: c.clk,
+		// Only Redis partitions are re-partitioned mid-flight; event-store
+		// subscriptions finish a batch by the partitioning it started with,
+		// and the inline broker keeps no partitions across a swap.
+		AllowRepartition: cfg.Plugins.AllowRepartition || !c.partitioned(),
+		Observe:          func(o host.Outcome) { reloads.WithLabelValues(string(o)).Inc() }})
+	h.watch = cfg.Plugins.Watch
+	return nil
+}
+
+// newRelay builds the outbox relay. On the partition workers' path, a
+// republish keeps what the running routes' partitions may still apply.
+func newRelay(c *composition, infra *delivery.Metrics, rt *routes.Routes) *outbox.Relay {
+	cfg := c.cfg
+	pub := c.br.pub
+	if c.fromStore && c.br.redis == nil {
+		// Nothing reads the inline broker when the handlers read the event
+		// store: the relay marks the rows published without keeping them.
+		pub = discardPublisher{c.br.pub}
+	}
+	o := outbox.RelayOptions{
+		Broker: cfg.Outbox.Broker, Owner: c.owner, Publisher: pub, Clock: c.clk,
+		BatchSize: cfg.Outbox.MessagesPerTick, Tick: cfg.Outbox.TickInterval(), LockFor: cfg.Outbox.LockTimeout(),
+		BaseDelay: cfg.Outbox.BaseRetryDelay(), MaxDelay: cfg.Outbox.MaxRetryDelay(), Jitter: cfg.Outbox.BackoffJitter,
+		BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix, LanesEnabled: cfg.Server.PriorityLanes.Enabled,
+		LaneThreshold: cfg.Server.PriorityLanes.Threshold, Logger: c.log,
+		PublishedRetention: cfg.Outbox.PublishedRetention(), AbandonedRetention: cfg.Outbox.AbandonedRetention(),
+		RestartWindow: cfg.Outbox.RestartWindow(), Infra: infra,
+	}
+	if c.partitioned() {
+		o.Partitions = rt.Partitions
+	}
+	return outbox.NewRelay(c.st.outbox, o)
+}
+
+// composeSources builds the delivery sources the config names: the broker
+// groups (unless the handlers read the event store), the partition
+// workers (on Redis), the event-store subscriptions. Each hands its runs
+// to the engine's handler and reads its groups from the routes.
+func (h *hostProcess) composeSources(c *composition, uow *unitofwork.UnitOfWork, infra *delivery.Metrics, progress *groups.Progress) error {
+	cfg := c.cfg
+	retry := cfg.Server.StreamSubscription.Policy()
+	if c.fromStore {
+		var err error
+		h.subs, err = newSubscriptions(cfg, c.st, h.eng.Handler(), h.routes.Subscriptions, uow, c.owner, c.reg, infra, c.log, c.clk)
+		return err
+	}
+	h.groups = groups.New(groups.Options{Source: c.br.source, Handler: h.eng.Handler(), Classify: engine.Classify,
+		Groups: h.routes.Groups, Handles: h.eng.Handles, Retry: retry, Infra: infra, Metrics: groups.NewMetrics(c.reg),
+		Progress: progress, Logger: c.log, Clock: c.clk})
+	h.routes.Follow(h.groups.Resubscribe)
+	if !c.partitioned() {
+		return nil
+	}
+	p, lanes := cfg.Server.Partitioning, cfg.Server.PriorityLanes
+	var err error
+	h.partitions, err = redispartition.NewConsumer(redispartition.ConsumerOptions{
+		Leases: redispartition.NewLeases(c.br.redis, c.br.prefix), Positions: c.st.positions, Handler: h.eng.Handler(),
+		Decode: redisstream.Decode, Subscriptions: h.routes.Partitions, Owner: c.owner,
+		LeaseTTL: p.LeaseTTL(), Heartbeat: p.HeartbeatInterval(), Poll: p.PollInterval(), ReapIdle: p.ReapIdle(),
+		Retry: retry, Classify: engine.Classify, Infra: infra,
+		Lanes: lanes.Enabled, BackfillSuffix: lanes.BackfillSuffix, WarnLivePartitions: p.WarnLivePartitions,
+		Metrics: redispartition.NewMetrics(c.reg), Logger: c.log, Clock: c.clk,
+	})
+	if err != nil {
+		return err
+	}
+	c.reg.MustRegister(h.partitions.LagCollector())
+	return nil
+}
+
+// listen opens the HTTP listener and builds the server and its API; serve
+// (a component's start) serves it.
+func (h *hostProcess) listen(c *composition, configPath string) error {
+	ln, err := net.Listen("tcp", c.cfg.HTTP.Listen)
+	if err != nil {
+		return fmt.Errorf("http.listen %s: %w", c.cfg.HTTP.Listen, err)
+	}
+	h.addr = ln.Addr().String()
+	h.closers = append(h.closers, func() error {
+		if h.serving {
+			return nil // the server owns the listener
+		}
+		return ln.Close()
+	})
+	status, err := newHostStatus(c.cfg, c.st, c.br, h.routes, h.reloader, c.fromStore)
+	if err != nil {
+		return err
+	}
+	api := httpapi.New(h.eng, httpapi.Options{Logger: c.log, Registry: c.reg, ReadWait: c.cfg.HTTP.ReadWait(),
+		BodyTimeout: c.cfg.HTTP.ReadBodyTimeout(), Idempotency: c.st.idempotency, Status: status})
+	h.srv, h.ln = newServer(c.cfg.HTTP, ln, api, c.reg, c.log)
+	return nil
+}
+
+// serve starts serving HTTP.
+func (h *hostProcess) serve(context.Context) error {
+	h.serving = true
+	go func() { h.served <- h.srv.Serve(h.ln) }()
+	return nil
+}
+
+// startReloader watches the plugins directory when the config asks for it
+// (a SIGHUP reloads either way).
+func (h *hostProcess) startReloader(ctx context.Context) error {
+	if !h.watch {
+		return nil
+	}
+	if err := h.reloader.Start(ctx); err != nil {
+		return fmt.Errorf("plugins.watch: %w", err)
+	}
+	return nil
+}
+
+// apply makes a reloaded set the running one: the engine's, then the
+// routes', whose followers (the broker groups) act on it; the partition
+// workers, the event-store subscriptions and the relay read the routes
+// each pass.
+func (h *hostProcess) apply(set *host.Set) {
+	h.eng.Swap(set)
+	h.routes.Swap(set)
+}
+
+// wakeups calls each of its functions, in order: the unit of work's
+// Committed wakes the relay and the event-store subscriptions. Functions
+// are added while the components are built, before anything commits.
+type wakeups []func()
+
+func (w *wakeups) add(f func()) { *w = append(*w, f) }
+
+func (w *wakeups) wake() {
+	for _, f := range *w {
+		f()
+	}
+}
