@@ -14,14 +14,14 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/brokertest"
-	"github.com/proteanhq/protean-host/broker/redisstream"
+	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/faultproxy"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/partition"
-	"github.com/proteanhq/protean-host/partition/redispartition"
+	"github.com/proteanhq/protean-host/internal/redispartition"
 	"github.com/proteanhq/protean-host/position"
 )
 

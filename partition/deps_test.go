@@ -14,8 +14,8 @@ import (
 func TestPostgreSQLPathsImportNoRedis(t *testing.T) {
 	t.Parallel()
 	const module = "github.com/proteanhq/protean-host/"
-	pkgs := []string{"partition", "outbox", "unitofwork", "subscription", "eventstore", "position",
-		"record", "idempotency", "engine", "host", "httpapi", "delivery", "broker"}
+	pkgs := []string{"partition", "outbox", "internal/unitofwork", "internal/subscription", "eventstore", "position",
+		"record", "internal/idempotency", "internal/engine", "internal/host", "internal/httpapi", "delivery", "broker"}
 	for _, p := range pkgs {
 		out, err := exec.Command("go", "list", "-deps", module+p).CombinedOutput()
 		if err != nil {

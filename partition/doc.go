@@ -5,7 +5,7 @@
 // [Subscription], [Positions]). The outbox, the unit of work and the
 // PostgreSQL-only paths need these and nothing of Redis: the Redis runtime
 // (leases, the consumer, operator actions, its key layout) is package
-// partition/redispartition, and a test on `go list -deps` keeps Redis out
+// internal/redispartition, and a test on `go list -deps` keeps Redis out
 // of the packages that do not need it. docs/partitions.md is the design.
 //
 // # Partition keys

@@ -33,7 +33,7 @@ func TestReadFloodsAreBounded(t *testing.T) {
 	examples := wasmbuild.Examples(t)
 	dir := t.TempDir()
 	wasmbuild.Copy(t, filepath.Join(examples, "orders.wasm"), dir, "orders.wasm")
-	wasmbuild.Copy(t, wasmbuild.Build(t, "./host/testdata/plugins/behave"), dir, "behave.wasm")
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/behave"), dir, "behave.wasm")
 	const (
 		memoryMB  = 32
 		outputMB  = 1

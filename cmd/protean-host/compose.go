@@ -9,18 +9,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/proteanhq/protean-host/broker/groups"
-	"github.com/proteanhq/protean-host/broker/redisstream"
+	"github.com/proteanhq/protean-host/internal/groups"
+	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/clock"
-	"github.com/proteanhq/protean-host/config"
+	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/delivery"
-	"github.com/proteanhq/protean-host/engine"
-	"github.com/proteanhq/protean-host/host"
-	"github.com/proteanhq/protean-host/httpapi"
+	"github.com/proteanhq/protean-host/internal/engine"
+	"github.com/proteanhq/protean-host/internal/host"
+	"github.com/proteanhq/protean-host/internal/httpapi"
 	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/outbox"
-	"github.com/proteanhq/protean-host/partition/redispartition"
-	"github.com/proteanhq/protean-host/unitofwork"
+	"github.com/proteanhq/protean-host/internal/redispartition"
+	"github.com/proteanhq/protean-host/internal/unitofwork"
 )
 
 // The composition root: start builds the host's components here, each

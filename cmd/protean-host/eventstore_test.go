@@ -18,7 +18,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
-	"github.com/proteanhq/protean-host/subscription"
+	"github.com/proteanhq/protean-host/internal/subscription"
 )
 
 // pgInline is a migrated PostgreSQL database that host processes share

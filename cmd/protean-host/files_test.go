@@ -26,7 +26,7 @@ import (
 func TestSIGHUPReloadRefusesIrregularFiles(t *testing.T) {
 	dir := t.TempDir()
 	declared := func(variant string) string {
-		return wasmbuild.Build(t, "./host/testdata/plugins/declared", "variant="+variant)
+		return wasmbuild.Build(t, "./internal/host/testdata/plugins/declared", "variant="+variant)
 	}
 	wasmbuild.Copy(t, declared("projector"), dir, "projector.wasm")
 	p := runHost(t, fmt.Sprintf("[plugins]\ndir = %q\ncache_dir = %q\n", dir, wasmbuild.CacheDir(t)), "2s")
@@ -74,7 +74,7 @@ func TestSIGHUPReloadRefusesIrregularFiles(t *testing.T) {
 // SIGTERM).
 func TestValidateRefusesANamedPipe(t *testing.T) {
 	dir := t.TempDir()
-	wasmbuild.Copy(t, wasmbuild.Build(t, "./host/testdata/plugins/declared", "variant=projector"), dir, "projector.wasm")
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/declared", "variant=projector"), dir, "projector.wasm")
 	require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "zz.wasm"), 0o644))
 	cfg := filepath.Join(t.TempDir(), "host.toml")
 	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf("[plugins]\ndir = %q\ncache_dir = %q\n", dir, wasmbuild.CacheDir(t))), 0o644))
@@ -102,7 +102,7 @@ func TestValidateRefusesANamedPipe(t *testing.T) {
 // naming the path.
 func TestValidateWritableByOthers(t *testing.T) {
 	dir := t.TempDir()
-	wasmbuild.Copy(t, wasmbuild.Build(t, "./host/testdata/plugins/declared", "variant=projector"), dir, "projector.wasm")
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/declared", "variant=projector"), dir, "projector.wasm")
 	require.NoError(t, os.Chmod(dir, 0o777))
 	cfg := configFile(t, "inline")
 	require.NoError(t, os.Chmod(cfg, 0o666))

@@ -24,7 +24,7 @@ import (
 // http.read_body_timeout_ms with 408.
 func TestIdleConnectionsDoNotShutOutANewClient(t *testing.T) {
 	dir := t.TempDir()
-	wasmbuild.Copy(t, wasmbuild.Build(t, "./host/testdata/plugins/behave"), dir, "behave.wasm")
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/behave"), dir, "behave.wasm")
 	p := runHostHTTP(t, fmt.Sprintf(`
 [plugins]
 dir = %q

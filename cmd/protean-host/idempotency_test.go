@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/config"
-	"github.com/proteanhq/protean-host/httpapi"
+	"github.com/proteanhq/protean-host/internal/config"
+	"github.com/proteanhq/protean-host/internal/httpapi"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )

@@ -27,9 +27,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/proteanhq/protean-host/broker"
-	"github.com/proteanhq/protean-host/broker/redisstream"
-	"github.com/proteanhq/protean-host/config"
-	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/redisstream"
+	"github.com/proteanhq/protean-host/internal/config"
+	"github.com/proteanhq/protean-host/internal/host"
 )
 
 const defaultConfig = "configs/domain.toml"

@@ -54,7 +54,7 @@ func TestValidateExamples(t *testing.T) {
 func TestValidateReportsEveryProblem(t *testing.T) {
 	dir := wasmbuild.Examples(t)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "junk.wasm"), []byte("junk"), 0o644))
-	wasmbuild.Copy(t, wasmbuild.Build(t, "./host/testdata/plugins/declared", "variant=projector_by_order"), dir, "by_order.wasm")
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/declared", "variant=projector_by_order"), dir, "by_order.wasm")
 	code, out, errs := cli(t, "validate", "--config", configFile(t, "inline"), "--plugins", dir)
 	require.Equal(t, 1, code)
 	require.Empty(t, out)

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/proteanhq/protean-host/schema"
+	"github.com/proteanhq/protean-host/internal/schema"
 )
 
 func cmdMigrate(ctx context.Context, e *env, args []string) error {

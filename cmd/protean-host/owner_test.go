@@ -7,9 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/config"
+	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/internal/testwait"
-	"github.com/proteanhq/protean-host/subscription"
+	"github.com/proteanhq/protean-host/internal/subscription"
 )
 
 // Two hosts in one process share a hostname and a pid, as two containers

@@ -15,11 +15,11 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/delivery"
-	"github.com/proteanhq/protean-host/engine"
+	"github.com/proteanhq/protean-host/internal/engine"
 	"github.com/proteanhq/protean-host/eventstore"
-	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/routes"
-	"github.com/proteanhq/protean-host/unitofwork"
+	"github.com/proteanhq/protean-host/internal/unitofwork"
 )
 
 // A messages file line: a command or an event the modules under test get.

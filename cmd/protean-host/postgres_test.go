@@ -10,11 +10,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/config"
-	"github.com/proteanhq/protean-host/idempotency"
+	"github.com/proteanhq/protean-host/internal/config"
+	"github.com/proteanhq/protean-host/internal/idempotency"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
-	"github.com/proteanhq/protean-host/schema"
+	"github.com/proteanhq/protean-host/internal/schema"
 )
 
 func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {

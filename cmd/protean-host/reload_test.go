@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/config"
+	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 

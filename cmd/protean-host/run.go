@@ -16,17 +16,17 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/proteanhq/protean-host/broker"
-	"github.com/proteanhq/protean-host/broker/groups"
-	"github.com/proteanhq/protean-host/broker/redisstream"
+	"github.com/proteanhq/protean-host/internal/groups"
+	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/clock"
-	"github.com/proteanhq/protean-host/config"
-	"github.com/proteanhq/protean-host/engine"
-	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/config"
+	"github.com/proteanhq/protean-host/internal/engine"
+	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/owner"
 	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/outbox"
-	"github.com/proteanhq/protean-host/partition/redispartition"
-	"github.com/proteanhq/protean-host/subscription"
+	"github.com/proteanhq/protean-host/internal/redispartition"
+	"github.com/proteanhq/protean-host/internal/subscription"
 )
 
 // defaultShutdownTimeout bounds the soft stop (drain) before work is

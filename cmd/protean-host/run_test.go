@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/config"
+	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/internal/testlog"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
@@ -277,7 +277,7 @@ func TestEmbeddedFulfillmentEitherOrder(t *testing.T) {
 
 func TestEmbeddedConcurrentCommands(t *testing.T) {
 	dir := wasmbuild.Examples(t)
-	wasmbuild.Copy(t, wasmbuild.Build(t, "./host/testdata/plugins/behave"), dir, "behave.wasm")
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/behave"), dir, "behave.wasm")
 	h := embedded(t, dir)
 	url := "http://" + h.addr + "/v1/commands/"
 

@@ -22,7 +22,7 @@ import (
 // timeout.
 func TestSIGTERMDuringReloadCompile(t *testing.T) {
 	dir := t.TempDir()
-	wasmbuild.Copy(t, wasmbuild.Build(t, "./host/testdata/plugins/behave"), dir, "behave.wasm")
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/behave"), dir, "behave.wasm")
 	p := runHost(t, fmt.Sprintf(`
 [plugins]
 dir = %q
@@ -98,8 +98,8 @@ func TestHostileTenantIsContained(t *testing.T) {
 	examples := wasmbuild.Examples(t)
 	dir := t.TempDir()
 	wasmbuild.Copy(t, filepath.Join(examples, "orders.wasm"), dir, "orders.wasm")
-	wasmbuild.Copy(t, wasmbuild.Build(t, "./host/testdata/plugins/behave"), dir, "behave.wasm")
-	wasmbuild.Copy(t, wasmbuild.Build(t, "./host/testdata/plugins/intruder"), dir, "intruder.wasm")
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/behave"), dir, "behave.wasm")
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/intruder"), dir, "intruder.wasm")
 	const (
 		memoryMB  = 32
 		outputMB  = 1
@@ -202,7 +202,7 @@ modules = ["behave", "intruder"]
 // and then reloads.
 func TestSIGHUPDuringStartReloadsAfterIt(t *testing.T) {
 	dir := t.TempDir()
-	wasmbuild.Copy(t, wasmbuild.Build(t, "./host/testdata/plugins/behave"), dir, "behave.wasm")
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/behave"), dir, "behave.wasm")
 	addr := freeAddr(t)
 	tmp := t.TempDir()
 	cfg := filepath.Join(tmp, "host.toml")

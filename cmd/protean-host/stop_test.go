@@ -20,7 +20,7 @@ import (
 // exits.
 func TestRunExitsOnSIGTERMWhileUninterruptibleGuestsSpin(t *testing.T) {
 	dir := t.TempDir()
-	wasmbuild.Copy(t, wasmbuild.Build(t, "./host/testdata/plugins/behave"), dir, "behave.wasm")
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/behave"), dir, "behave.wasm")
 	p := runHost(t, fmt.Sprintf(`
 [databases.default]
 provider = "memory"

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/proteanhq/protean-host/position"
-	"github.com/proteanhq/protean-host/subscription"
+	"github.com/proteanhq/protean-host/internal/subscription"
 )
 
 const subscriptionsUsage = `usage: protean-host subscriptions list [--group NAME]

@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/proteanhq/protean-host/abi"
-	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/host"
 )
 
 func cmdValidate(ctx context.Context, e *env, args []string) error {

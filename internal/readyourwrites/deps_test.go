@@ -18,7 +18,8 @@ func TestTheWaitKnowsNoSource(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}
-	forbidden := []string{"position", "subscription", "partition", "broker", "outbox", "unitofwork", "record", "engine", "host"}
+	forbidden := []string{"position", "internal/subscription", "partition", "broker", "internal/redispartition", "internal/redisstream",
+		"internal/groups", "outbox", "internal/unitofwork", "record", "internal/engine", "internal/host"}
 	for _, dep := range strings.Fields(string(out)) {
 		if strings.HasPrefix(dep, "github.com/redis/go-redis") {
 			t.Errorf("depends on %s", dep)

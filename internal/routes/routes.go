@@ -6,10 +6,10 @@ import (
 	"sync/atomic"
 
 	"github.com/proteanhq/protean-host/abi"
-	"github.com/proteanhq/protean-host/broker/groups"
-	"github.com/proteanhq/protean-host/host"
+	"github.com/proteanhq/protean-host/internal/groups"
+	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/partition"
-	"github.com/proteanhq/protean-host/subscription"
+	"github.com/proteanhq/protean-host/internal/subscription"
 )
 
 // Table is where one module set sends messages, as each delivery source

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/proteanhq/protean-host/schema"
+	"github.com/proteanhq/protean-host/internal/schema"
 )
 
 // PostgresPool returns a pool on a new database that schema.Migrate has

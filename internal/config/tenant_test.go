@@ -1,0 +1,50 @@
+package config_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/internal/config"
+	"github.com/proteanhq/protean-host/internal/host"
+)
+
+func TestTenancyFromFile(t *testing.T) {
+	clearEnv(t)
+	c, err := config.Load(writeFile(t, `
+[tenants.shop]
+modules = ["orders"]
+grant_read = { analytics = ["order"], default = ["order"] }
+grant_dispatch = { analytics = ["CancelOrder"] }
+
+[tenants.analytics]
+modules = ["reports"]
+`))
+	require.NoError(t, err)
+	ten := c.Tenancy()
+	require.Equal(t, "shop", ten.Of("orders"))
+	require.Equal(t, "analytics", ten.Of("reports"))
+	require.Equal(t, host.DefaultTenant, ten.Of("shipping"), "an unlisted module is the default tenant's")
+	require.True(t, ten.Grants.CanRead("shop", "analytics", "order"))
+	require.True(t, ten.Grants.CanRead("shop", "default", "order"))
+	require.False(t, ten.Grants.CanRead("analytics", "shop", "order"))
+	require.True(t, ten.Grants.CanDispatch("shop", "analytics", "CancelOrder"))
+	require.False(t, ten.Grants.CanDispatch("shop", "analytics", "PlaceOrder"))
+}
+
+func TestTenancyGrantErrors(t *testing.T) {
+	clearEnv(t)
+	_, err := config.Load(writeFile(t, `
+[tenants.shop]
+modules = ["orders"]
+grant_read = { shop = ["order"], ghost = ["order"], analytics = [""] }
+
+[tenants.analytics]
+modules = ["reports"]
+`))
+	require.Error(t, err)
+	msg := err.Error()
+	require.Contains(t, msg, "tenants.shop.grant_read.shop grants tenant shop to itself")
+	require.Contains(t, msg, "tenants.shop.grant_read.ghost names tenant ghost, which is not a [tenants.ghost] table")
+	require.Contains(t, msg, "tenants.shop.grant_read.analytics[0] must not be empty")
+}

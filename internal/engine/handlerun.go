@@ -1,0 +1,171 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/delivery"
+	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/host"
+	"github.com/proteanhq/protean-host/position"
+	"github.com/proteanhq/protean-host/internal/unitofwork"
+)
+
+// handleRun is the one guest call and group commit of every delivery
+// path: it runs b's messages through b.Group's handler as one guest call,
+// then commits the effects of every message before the first failure,
+// each message atomically, all in one transaction (unitofwork.CommitRun:
+// group commit; a message whose commit fails commits the ones before it,
+// and is the failure). With b.Unit set (a partition worker or an
+// event-store subscription) each message commits together with the
+// unit's position advanced past it, fenced by b.Generation; a broker
+// consumer group (b.Unit empty) has no position, its broker's ack settles
+// the message. Messages of types the handler does not handle are passed
+// without a call. A call that fails as a whole on several messages
+// returns its error marked delivery.MarkWhole: the delivery core then
+// runs them one at a time, so that only a guilty message is charged. It
+// returns how many messages committed and the failure of the next one.
+func (e *Engine) handleRun(ctx context.Context, b delivery.Batch) (int, error) {
+	l, err := e.acquire()
+	if err != nil {
+		return 0, err
+	}
+	defer l.users.leave()
+	fenced := b.Unit != ""
+	if fenced && e.opts.EventStore && !subscribes(l.set, b.Group, b.Unit) {
+		return 0, fmt.Errorf("event-store subscription %s/%s: %w", b.Group, b.Unit, ErrNotSubscribed)
+	}
+	ctx, cancel := e.owned(ctx)
+	defer cancel()
+	route, envs, idx := e.runEnvelopes(l, b)
+	fail, failErr := len(b.Messages), error(nil)
+	var results []result
+	if len(envs) > 0 {
+		var err error
+		results, err = e.call(ctx, l, route, envs)
+		if err != nil {
+			if len(envs) > 1 && Classify(err) != delivery.Infrastructure {
+				// The call failed as a whole (a trap, a timeout, out of
+				// memory): which message caused it is unknown.
+				return 0, delivery.MarkWhole(err)
+			}
+			fail, failErr, results = idx[0], err, nil
+		}
+	}
+	var changes []unitofwork.Change
+	var causes []abi.Envelope
+	for j, r := range results {
+		if err := r.err; err != nil {
+			fail, failErr = idx[j], err
+			break
+		}
+		changes = append(changes, unitofwork.Change{Effects: r.Effects,
+			Metadata: causedBy(envs[j], route.Module)})
+		causes = append(causes, envs[j])
+	}
+	if fail == 0 {
+		return 0, failErr
+	}
+	// Group commit: one step per handled message, each atomic, all in
+	// one transaction when they all commit. A step's fence advances past
+	// its message and the unhandled ones after it (up to the next handled
+	// message, or the failure), so a failing step commits exactly the
+	// messages before it.
+	var committed []unitofwork.Committed
+	steps, ends := runSteps(b, fenced, fail, idx[:len(changes)], changes)
+	if len(steps) > 0 {
+		committed, err = e.opts.UnitOfWork.CommitRun(ctx, steps)
+	}
+	if len(changes) > 0 {
+		e.opts.Metrics.commit(route, err)
+	}
+	if err != nil {
+		n := len(committed)
+		var ke *unitofwork.KeyError
+		if errors.As(err, &ke) && n < len(changes) {
+			// An event with a rejected key can never commit: a poison
+			// message, not a transient failure.
+			err = &HandlerError{File: route.Module.File, Handler: route.Handler.Name, Type: causes[n].Type, Kind: abi.ErrorPermanent, Err: err}
+		}
+		if n == 0 {
+			return 0, err
+		}
+		fail, failErr = ends[n-1], err
+		changes = changes[:n]
+	}
+	e.afterRun(ctx, b, fail, changes, causes)
+	return fail, failErr
+}
+
+// runEnvelopes are the envelopes of the messages of b that b.Group's
+// handler handles, the route of that handler, and each envelope's index in
+// b.Messages.
+func (e *Engine) runEnvelopes(l *loaded, b delivery.Batch) (route host.Route, envs []abi.Envelope, idx []int) {
+	for i, m := range b.Messages {
+		r, ok := l.route(b.Group, m.Type)
+		if !ok {
+			continue
+		}
+		route = r
+		envs = append(envs, e.messageEnvelope(m))
+		idx = append(idx, i)
+	}
+	return route, envs, idx
+}
+
+// afterRun follows a run's commit: the messages before fail count as
+// handled (read-your-writes), and the commands the committed changes ask
+// for are dispatched, each caused by its message.
+func (e *Engine) afterRun(ctx context.Context, b delivery.Batch, fail int, changes []unitofwork.Change, causes []abi.Envelope) {
+	for _, m := range b.Messages[:fail] {
+		cat := m.Category
+		if cat == "" {
+			cat = eventstore.Category(m.EventStream)
+		}
+		e.handledEvent(ctx, b.Group, cat, m.GlobalPosition)
+	}
+	for j, c := range changes {
+		if c.Effects != nil && len(c.Effects.Commands) > 0 {
+			e.followUp(ctx, c.Effects.Commands, causes[j])
+		}
+	}
+}
+
+// runSteps makes the steps of a run's commit: one per change (handled[j]
+// is its message's index in b.Messages), the fence of each advancing to
+// the last global position up to the next handled message (the last: up
+// to fail); with no change, one fence-only step over b.Messages[:fail].
+// Without fenced, the steps carry no fence (and no change is no step).
+// ends[j] is the count of messages step j commits through.
+func runSteps(b delivery.Batch, fenced bool, fail int, handled []int, changes []unitofwork.Change) ([]unitofwork.Step, []int) {
+	fence := func(from, to int) *position.Fence {
+		if !fenced {
+			return nil
+		}
+		f := &position.Fence{Group: b.Group, Unit: b.Unit, Generation: b.Generation}
+		if gp := delivery.LastGlobalPosition(b.Messages[from:to]); gp > 0 {
+			f.Advance = map[string]int64{b.Source: gp}
+		}
+		return f
+	}
+	if len(changes) == 0 {
+		if !fenced {
+			return nil, nil
+		}
+		return []unitofwork.Step{{Fence: fence(0, fail)}}, []int{fail}
+	}
+	steps := make([]unitofwork.Step, len(changes))
+	ends := make([]int, len(changes))
+	from := 0
+	for j, c := range changes {
+		end := fail
+		if j+1 < len(changes) {
+			end = handled[j+1]
+		}
+		steps[j] = unitofwork.Step{Fence: fence(from, end), Changes: []unitofwork.Change{c}}
+		ends[j], from = end, end
+	}
+	return steps, ends
+}

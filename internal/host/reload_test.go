@@ -1,0 +1,156 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/internal/host"
+	"github.com/proteanhq/protean-host/internal/testlog"
+	"github.com/proteanhq/protean-host/internal/wasmbuild"
+)
+
+// replace puts src at dir/name by an atomic rename, as a deploy would.
+func replace(t *testing.T, src, dir, name string) {
+	t.Helper()
+	tmp := wasmbuild.Copy(t, src, dir, name+".tmp")
+	require.NoError(t, os.Rename(tmp, filepath.Join(dir, name)))
+}
+
+// A reload says what it did (per changed module its file, old and new
+// version and digest, and the time taken; "unchanged"; "valid again"),
+// keeps it for Status, and carries unchanged modules into the new set as
+// they run: the old set's close leaves them working.
+func TestReloadTells(t *testing.T) {
+	ctx := context.Background()
+	l := sharedLoader(t)
+	dir := t.TempDir()
+	v1 := wasmbuild.Build(t, "./internal/host/testdata/plugins/declared", "variant=projector", "version=1.0.0")
+	v2 := wasmbuild.Build(t, "./internal/host/testdata/plugins/declared", "variant=projector", "version=2.0.0")
+	wasmbuild.Copy(t, v1, dir, "projector.wasm")
+	wasmbuild.Copy(t, declared(t, "pm"), dir, "pm.wasm")
+	running, errs := host.LoadSet(ctx, l, dir, host.Broker{Name: "default", Provider: "inline"})
+	require.Empty(t, errs)
+	logs := &testlog.Buffer{}
+	applied := make(chan *host.Set, 1)
+	r := host.NewReloader(host.ReloaderOptions{Loader: l, Dir: dir, Broker: host.Broker{Name: "default", Provider: "inline"},
+		Running: running, Apply: func(s *host.Set) { applied <- s }, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	require.Nil(t, r.Status())
+
+	out, _ := r.Reload(ctx)
+	require.Equal(t, host.Unchanged, out)
+	require.Contains(t, logs.Take(), `msg="plugins unchanged"`)
+
+	replace(t, v2, dir, "projector.wasm")
+	out, errs = r.Reload(ctx)
+	require.Equal(t, host.Applied, out, "%v", errs)
+	next := <-applied
+	log := logs.Take()
+	old, now := module(running, "projector.wasm"), module(next, "projector.wasm")
+	require.Contains(t, log, `msg="plugin changed" file=projector.wasm module=projector old_version=1.0.0 new_version=2.0.0 old_sha256=`+old.SHA256+` new_sha256=`+now.SHA256)
+	require.Regexp(t, `msg="plugins reloaded" dir=\S+ modules=2 changed=1 took=\S+`, log)
+	st := r.Status()
+	require.Equal(t, host.Applied, st.Outcome)
+	require.Equal(t, []host.ModuleChange{{File: "projector.wasm",
+		Old: host.ModuleVersion{Name: "projector", Version: "1.0.0", SHA256: old.SHA256},
+		New: host.ModuleVersion{Name: "projector", Version: "2.0.0", SHA256: now.SHA256}}}, st.Changes)
+	require.Positive(t, st.Took)
+
+	// The unchanged module was carried, not loaded again, and outlives
+	// the set it came from.
+	require.Same(t, module(running, "pm.wasm"), module(next, "pm.wasm"))
+	require.NoError(t, running.Close(ctx))
+	pm := module(next, "pm.wasm")
+	res, err := pm.Handle(ctx, "fulfillment", []abi.Envelope{{ID: "m-1", Type: "PaymentRecorded", Stream: "payment-p-1",
+		Data: json.RawMessage(`{"payment_id":"p-1","order_id":"o-1"}`)}}, nil)
+	require.NoError(t, err, "the carried module still runs after the old set closed")
+	require.Len(t, res, 1)
+
+	// A bad file: rejected, named; its removal makes the directory valid
+	// again.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "junk.wasm"), []byte("junk"), 0o644))
+	out, _ = r.Reload(ctx)
+	require.Equal(t, host.Rejected, out)
+	require.Contains(t, logs.Take(), "file=junk.wasm")
+	st = r.Status()
+	require.Len(t, st.Problems, 1)
+	require.Equal(t, "junk.wasm", st.Problems[0].File)
+	require.Contains(t, st.Problems[0].Error, "not a WebAssembly module")
+	require.NoError(t, os.Remove(filepath.Join(dir, "junk.wasm")))
+	out, _ = r.Reload(ctx)
+	require.Equal(t, host.Unchanged, out)
+	log = logs.Take()
+	require.Contains(t, log, `msg="plugins unchanged"`)
+	require.Contains(t, log, `msg="plugins directory valid again"`)
+	require.NoError(t, next.Close(ctx))
+}
+
+func module(s *host.Set, file string) *host.Module {
+	for _, m := range s.Modules() {
+		if m.File == file {
+			return m
+		}
+	}
+	return nil
+}
+
+// A reload that changes the partition key of a running category is
+// rejected (rule repartition), naming the category, both keys and the
+// file, and the running set stays; with AllowRepartition it is applied
+// and logged as a re-partition. A category new to the set, or one that
+// leaves it, is no re-partition.
+func TestReloadRefusesARepartitionUnlessAllowed(t *testing.T) {
+	ctx := context.Background()
+	l := sharedLoader(t)
+	for _, allow := range []bool{false, true} {
+		dir := t.TempDir()
+		wasmbuild.Copy(t, declared(t, "projector"), dir, "projector.wasm")
+		running, errs := host.LoadSet(ctx, l, dir, host.Broker{Name: "default", Provider: "inline"})
+		require.Empty(t, errs)
+		logs := &testlog.Buffer{}
+		applied := make(chan *host.Set, 2)
+		r := host.NewReloader(host.ReloaderOptions{Loader: l, Dir: dir, Broker: host.Broker{Name: "default", Provider: "inline"},
+			Running: running, Apply: func(s *host.Set) { applied <- s }, Logger: slog.New(slog.NewTextHandler(logs, nil)), AllowRepartition: allow})
+
+		// A new category (payment, shipping) is no re-partition.
+		wasmbuild.Copy(t, declared(t, "pm"), dir, "pm.wasm")
+		out, errs := r.Reload(ctx)
+		require.Equal(t, host.Applied, out, "%v", errs)
+		<-applied
+
+		// order goes from client_id to order_id.
+		require.NoError(t, os.Remove(filepath.Join(dir, "projector.wasm")))
+		replace(t, declared(t, "projector_by_order"), dir, "by_order.wasm")
+		out, errs = r.Reload(ctx)
+		if !allow {
+			require.Equal(t, host.Rejected, out)
+			require.Len(t, errs, 1)
+			var p *host.Problem
+			require.ErrorAs(t, errs[0], &p)
+			require.Equal(t, host.RuleRepartition, p.Rule)
+			require.Equal(t, "by_order.wasm", p.File)
+			require.Contains(t, p.Error(), "category order would change its partition key from sequential_by client_id (handler by_client in projector.wasm) to sequential_by order_id (handler by_order in by_order.wasm) while it runs")
+			require.Contains(t, p.Error(), "allow_repartition = true")
+			require.Empty(t, applied, "the running set stays")
+			require.Equal(t, host.Rejected, r.Status().Outcome)
+
+			// The category leaving the set is no re-partition.
+			require.NoError(t, os.Remove(filepath.Join(dir, "by_order.wasm")))
+			out, errs = r.Reload(ctx)
+			require.Equal(t, host.Applied, out, "%v", errs)
+			continue
+		}
+		require.Equal(t, host.Applied, out, "%v", errs)
+		next := <-applied
+		key, ok := next.PartitionField("order")
+		require.True(t, ok)
+		require.Equal(t, "order_id", key)
+		require.Contains(t, logs.Take(), `msg="plugin reload re-partitions a live category (allow_repartition is set)`)
+	}
+}

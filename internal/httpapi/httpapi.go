@@ -1,0 +1,349 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/internal/engine"
+	"github.com/proteanhq/protean-host/internal/host"
+	"github.com/proteanhq/protean-host/internal/idempotency"
+	"github.com/proteanhq/protean-host/internal/readyourwrites"
+	"github.com/proteanhq/protean-host/internal/unitofwork"
+)
+
+// MaxBodyBytes bounds a command body.
+const MaxBodyBytes = 1 << 20
+
+// Engine is what the API needs of the engine.
+type Engine interface {
+	Dispatch(ctx context.Context, typ string, data json.RawMessage, md abi.Metadata) (*engine.CommandResult, error)
+	Projection(ctx context.Context, name, id string) (json.RawMessage, int64, error)
+	Set() *host.Set
+	// Healthy returns nil while the engine accepts work.
+	Healthy() error
+}
+
+// HandledWaiter is the optional ability of an Engine behind
+// GET /v1/projections/{name}/{id}?min_position=N: wait until the
+// projection's handler has handled global position N, as far as document
+// id is concerned (see engine.Engine.WaitDocument); an error that
+// errors.Is readyourwrites.ErrNotCaughtUp when ctx ended first.
+type HandledWaiter interface {
+	WaitDocument(ctx context.Context, projection, id string, position int64) error
+}
+
+// Options configure the API handler.
+type Options struct {
+	Logger *slog.Logger
+	// Registry serves GET /metrics and receives the API's own metrics.
+	Registry *prometheus.Registry
+	// ReadWait bounds a projection read's wait for ?min_position
+	// (DefaultReadWait if zero); past it the read answers 504.
+	ReadWait time.Duration
+	// Idempotency keeps the answers of commands sent with an
+	// Idempotency-Key; nil ignores the header.
+	Idempotency idempotency.Store
+	// Status feeds the status page (GET /) and the reload part of GET
+	// /v1/plugins. Optional.
+	Status Status
+	// BodyTimeout bounds the reading of a command body (DefaultBodyTimeout
+	// if zero); past it the command answers 408 ([http]
+	// read_body_timeout_ms). It is a read deadline on the connection set
+	// for the body alone: http.Server.ReadTimeout would also cancel the
+	// request's context once it passed, cutting a ?min_position wait or a
+	// long command.
+	BodyTimeout time.Duration
+}
+
+// DefaultBodyTimeout is the bound on reading a command body when Options
+// set none.
+const DefaultBodyTimeout = 30 * time.Second
+
+// DefaultReadWait is the bound of a ?min_position wait when Options set
+// none ([http] read_wait_ms).
+const DefaultReadWait = 5 * time.Second
+
+type api struct {
+	e           Engine
+	log         *slog.Logger
+	readWait    time.Duration
+	bodyTimeout time.Duration
+	idem        idempotency.Store
+	status      Status
+	requests    *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+}
+
+// New returns the HTTP API of a running host.
+func New(e Engine, opts Options) http.Handler {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	if opts.ReadWait <= 0 {
+		opts.ReadWait = DefaultReadWait
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
+	}
+	a := &api{e: e, log: opts.Logger, readWait: opts.ReadWait, bodyTimeout: opts.BodyTimeout, idem: opts.Idempotency, status: opts.Status,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_http_requests_total",
+			Help: "HTTP requests, by route and status code."}, []string{"route", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "protean_http_request_seconds",
+			Help: "HTTP request duration, by route.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8)}, []string{"route"}),
+	}
+	opts.Registry.MustRegister(a.requests, a.latency)
+	mux := http.NewServeMux()
+	a.route(mux, "POST /v1/commands/{type}", a.idempotentCommand)
+	a.route(mux, "GET /v1/projections/{name}/{id}", a.projection)
+	a.route(mux, "GET /v1/plugins", a.plugins)
+	a.route(mux, "GET /healthz", a.healthz)
+	a.route(mux, "GET /{$}", a.page)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))
+	// Unmatched requests get JSON too: 405 with Allow for a known path
+	// used with another method, else 404.
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowed(r.URL.Path); allow != "" {
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: use %s", r.Method, r.URL.Path, allow))
+			return
+		}
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+	})
+	// A path that is not UTF-8 or holds a NUL names no command,
+	// projection or document: 400 before any route sees it.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if why := checkPath(r.URL.Path); why != "" {
+			writeError(w, http.StatusBadRequest, why)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// allowed returns the method a known path takes, or "".
+func allowed(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) == 3 && parts[0] == "v1" && parts[1] == "commands":
+		return http.MethodPost
+	case len(parts) == 4 && parts[0] == "v1" && parts[1] == "projections",
+		path == "/v1/plugins", path == "/healthz", path == "/metrics", path == "/":
+		return http.MethodGet
+	}
+	return ""
+}
+
+// statusWriter remembers the status code for metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (a *api) route(mux *http.ServeMux, pattern string, h http.HandlerFunc) {
+	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		h(sw, r)
+		a.requests.WithLabelValues(pattern, strconv.Itoa(sw.code)).Inc()
+		a.latency.WithLabelValues(pattern).Observe(time.Since(start).Seconds())
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// MaxErrorBytes bounds the message of an error answer (and of its log
+// line): a message quoting a client's huge value is cut, so the answer
+// stays short whatever the input.
+const MaxErrorBytes = 512
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": abi.Clip(msg, MaxErrorBytes)})
+}
+
+// status maps an engine error to its HTTP status.
+func status(err error) int {
+	var he *engine.HandlerError
+	var ke *unitofwork.KeyError
+	switch {
+	case errors.Is(err, engine.ErrBadInput):
+		return http.StatusBadRequest
+	case errors.Is(err, engine.ErrUnknownCommand), errors.Is(err, engine.ErrUnknownProjection), errors.Is(err, engine.ErrNotFound):
+		return http.StatusNotFound
+	case unitofwork.Conflict(err):
+		return http.StatusConflict
+	case errors.As(err, &ke), errors.Is(err, abi.ErrInput):
+		return http.StatusUnprocessableEntity
+	case errors.As(err, &he) && he.Rejected():
+		return http.StatusUnprocessableEntity
+	case errors.Is(err, engine.ErrStopped):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func (a *api) command(w http.ResponseWriter, r *http.Request) {
+	typ := r.PathValue("type")
+	body, ok := a.readBody(w, r)
+	if !ok {
+		return
+	}
+	if at := invalidUTF8(body); at >= 0 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("request body is not valid UTF-8 at byte offset %d", at))
+		return
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
+		msg := "request body must be a JSON object"
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		writeError(w, http.StatusBadRequest, msg)
+		return
+	}
+	if ie := checkValues(typ, body); ie != nil {
+		writeInputError(w, ie)
+		return
+	}
+	md := abi.Metadata{CorrelationID: r.Header.Get(CorrelationHeader)}
+	res, err := a.e.Dispatch(r.Context(), typ, body, md)
+	if err != nil {
+		code := status(err)
+		if code >= 500 {
+			a.log.Error("command failed", "type", abi.Clip(typ, abi.ClipLength), "error", abi.Clip(err.Error(), MaxErrorBytes))
+		}
+		var ie *abi.InputError
+		if errors.As(err, &ie) {
+			writeInputError(w, ie)
+			return
+		}
+		writeError(w, code, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// writeInputError answers 422 for a payload that does not match its
+// declaration: {"error": "...", "fields": ["total", ...]}, the fields in
+// the order of the problems.
+func writeInputError(w http.ResponseWriter, ie *abi.InputError) {
+	writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": abi.Clip(ie.Error(), MaxErrorBytes), "fields": ie.Fields()})
+}
+
+func (a *api) projection(w http.ResponseWriter, r *http.Request) {
+	if q := r.URL.Query().Get("min_position"); q != "" || r.URL.Query().Has("min_position") {
+		if !a.waitHandled(w, r, q) {
+			return
+		}
+	}
+	data, version, err := a.e.Projection(r.Context(), r.PathValue("name"), r.PathValue("id"))
+	if err != nil {
+		writeError(w, status(err), err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Record-Version", strconv.FormatInt(version, 10))
+	_, _ = w.Write(data)
+}
+
+// waitHandled serves ?min_position=N: it waits, at most readWait, until
+// the projection has handled global position N, and reports whether the
+// read may go on; if not, it has answered (400 for a bad N, 404 for an
+// unknown projection, 504 past the bound, 500 naming an event at or below
+// N that the handler failed and that waits for an operator:
+// readyourwrites.ErrFailed, so the client never gets a document that silently
+// lacks its write).
+func (a *api) waitHandled(w http.ResponseWriter, r *http.Request, q string) bool {
+	n, err := strconv.ParseInt(q, 10, 64)
+	if err != nil || n < 0 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("min_position must be a global position, an integer >= 0 (got %q)", abi.Clip(q, abi.ClipLength)))
+		return false
+	}
+	hw, ok := a.e.(HandledWaiter)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, "min_position is not supported by this engine")
+		return false
+	}
+	name := r.PathValue("name")
+	ctx, cancel := context.WithTimeout(r.Context(), a.readWait)
+	defer cancel()
+	if err := hw.WaitDocument(ctx, name, r.PathValue("id"), n); err != nil {
+		if errors.Is(err, readyourwrites.ErrNotCaughtUp) {
+			writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("projection %s has not handled global position %d within %s; it is eventually consistent: retry later", name, n, a.readWait))
+			return false
+		}
+		writeError(w, status(err), err.Error())
+		return false
+	}
+	return true
+}
+
+func (a *api) plugins(w http.ResponseWriter, r *http.Request) {
+	set := a.e.Set()
+	var reload *host.ReloadStatus
+	if a.status != nil {
+		snap, err := a.status.Status(r.Context())
+		if err != nil {
+			a.log.Warn("status unavailable for /v1/plugins", "error", err)
+		}
+		reload = snap.Reload
+	}
+	out := struct {
+		Plugins       []Plugin          `json:"plugins"`
+		PartitionKeys map[string]string `json:"partition_keys"`
+		LastReload    *reloadJSON       `json:"last_reload,omitempty"`
+	}{Plugins: Plugins(set, reload), PartitionKeys: map[string]string{}, LastReload: reloadOf(reload)}
+	for c, k := range set.Keys() {
+		out.PartitionKeys[c] = k.Field
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// reloadJSON is the last reload as GET /v1/plugins shows it.
+type reloadJSON struct {
+	At       time.Time           `json:"at"`
+	Outcome  host.Outcome        `json:"outcome"`
+	TookMS   float64             `json:"took_ms"`
+	Changes  []host.ModuleChange `json:"changes,omitempty"`
+	Problems []host.FileProblem  `json:"problems,omitempty"`
+}
+
+func reloadOf(r *host.ReloadStatus) *reloadJSON {
+	if r == nil {
+		return nil
+	}
+	return &reloadJSON{At: r.At, Outcome: r.Outcome, TookMS: float64(r.Took.Microseconds()) / 1000, Changes: r.Changes, Problems: r.Problems}
+}
+
+func (a *api) healthz(w http.ResponseWriter, _ *http.Request) {
+	if err := a.e.Healthy(); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "plugins": len(a.e.Set().Modules())})
+}

@@ -1,0 +1,144 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/internal/engine"
+	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/host"
+	"github.com/proteanhq/protean-host/internal/httpapi"
+	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/record"
+	"github.com/proteanhq/protean-host/internal/unitofwork"
+)
+
+// fakeEngine answers every command with err.
+type fakeEngine struct {
+	err     error
+	healthy error
+	got     json.RawMessage
+}
+
+func (f *fakeEngine) Dispatch(_ context.Context, typ string, data json.RawMessage, _ abi.Metadata) (*engine.CommandResult, error) {
+	f.got = data
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &engine.CommandResult{ID: "c-1"}, nil
+}
+
+func (f *fakeEngine) Projection(_ context.Context, name, id string) (json.RawMessage, int64, error) {
+	if name != "docs" {
+		return nil, 0, fmt.Errorf("%w: %s", engine.ErrUnknownProjection, name)
+	}
+	if id != "1" {
+		return nil, 0, engine.ErrNotFound
+	}
+	return json.RawMessage(`{"n":1}`), 7, nil
+}
+
+func (f *fakeEngine) Set() *host.Set { return &host.Set{} }
+func (f *fakeEngine) Healthy() error { return f.healthy }
+
+func TestErrorStatuses(t *testing.T) {
+	keyErr := &unitofwork.KeyError{Category: "order", Type: "OrderPlaced", Field: "client_id", Err: &partition.KeyError{Key: "a:b", Reason: "partition key contains a colon"}}
+	for _, tc := range []struct {
+		name string
+		err  error
+		code int
+	}{
+		{"ok", nil, 200},
+		{"unknown command", fmt.Errorf("%w: X", engine.ErrUnknownCommand), 404},
+		{"bad input", engine.ErrBadInput, 400},
+		{"record conflict", &record.VersionError{Expected: 1, Actual: 2}, 409},
+		{"stream conflict", &eventstore.VersionError{Stream: "order-1", Expected: -1, Actual: 0}, 409},
+		{"rejected key", keyErr, 422},
+		{"handler rejection", &engine.HandlerError{Kind: abi.ErrorRejected, Err: errors.New("no")}, 422},
+		{"handler failure", &engine.HandlerError{Kind: abi.ErrorPermanent, Err: errors.New("bug")}, 500},
+		{"transient handler failure", &engine.HandlerError{Kind: abi.ErrorTransient, Err: errors.New("later")}, 500},
+		{"stopping", engine.ErrStopped, 503},
+		{"anything else", errors.New("disk on fire"), 500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(httpapi.New(&fakeEngine{err: tc.err}, httpapi.Options{}))
+			defer srv.Close()
+			resp, err := http.Post(srv.URL+"/v1/commands/PlaceOrder", "application/json", strings.NewReader(`{"a":1}`))
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			require.Equal(t, tc.code, resp.StatusCode)
+			require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+			var body map[string]any
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+			if tc.err != nil {
+				require.Equal(t, tc.err.Error(), body["error"])
+			}
+		})
+	}
+}
+
+func TestRequestsAndRoutes(t *testing.T) {
+	f := &fakeEngine{}
+	srv := httptest.NewServer(httpapi.New(f, httpapi.Options{}))
+	defer srv.Close()
+	do := func(method, path, body string) (int, string, http.Header) {
+		req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var b strings.Builder
+		_, _ = fmt.Fprint(&b, readAll(t, resp))
+		return resp.StatusCode, b.String(), resp.Header
+	}
+	for _, bad := range []string{``, `{`, `[]`, `null`, `"x"`, `{"a":1} trailing`} {
+		code, body, _ := do("POST", "/v1/commands/X", bad)
+		require.Equal(t, 400, code, "body %q", bad)
+		require.Contains(t, body, "request body must be a JSON object")
+	}
+	code, _, _ := do("POST", "/v1/commands/X", `{"a":`+strings.Repeat(" ", httpapi.MaxBodyBytes)+`1}`)
+	require.Equal(t, 413, code)
+	code, body, hdr := do("GET", "/v1/projections/docs/1", "")
+	require.Equal(t, 200, code)
+	require.JSONEq(t, `{"n":1}`, body)
+	require.Equal(t, "7", hdr.Get("X-Record-Version"))
+	code, _, _ = do("GET", "/v1/projections/docs/2", "")
+	require.Equal(t, 404, code)
+	code, _, _ = do("GET", "/v1/projections/other/1", "")
+	require.Equal(t, 404, code)
+	code, body, _ = do("GET", "/nope", "")
+	require.Equal(t, 404, code)
+	require.Contains(t, body, "no route for GET /nope")
+	code, _, _ = do("GET", "/v1/commands/X", "")
+	require.Equal(t, 405, code, "a known path with the wrong method")
+	code, _, _ = do("GET", "/healthz", "")
+	require.Equal(t, 200, code)
+	f.healthy = engine.ErrStopped
+	code, _, _ = do("GET", "/healthz", "")
+	require.Equal(t, 503, code)
+	code, body, _ = do("GET", "/metrics", "")
+	require.Equal(t, 200, code)
+	require.Contains(t, body, `protean_http_requests_total{code="400",route="POST /v1/commands/{type}"} 6`)
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			return b.String()
+		}
+	}
+}

@@ -1,0 +1,66 @@
+package httpapi_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/internal/host"
+	"github.com/proteanhq/protean-host/internal/httpapi"
+	"github.com/proteanhq/protean-host/internal/htmltest"
+)
+
+func parseHTML(t *testing.T, r io.Reader) *htmltest.Node {
+	t.Helper()
+	doc, err := htmltest.Parse(r)
+	require.NoError(t, err)
+	return doc
+}
+
+type fakeStatus struct{ snap httpapi.Snapshot }
+
+func (f fakeStatus) Status(context.Context) (httpapi.Snapshot, error) { return f.snap, nil }
+
+func TestStatusPageRendersEverySection(t *testing.T) {
+	st := fakeStatus{httpapi.Snapshot{
+		Reload: &host.ReloadStatus{At: time.Now(), Outcome: host.Rejected, Took: 42 * time.Millisecond,
+			Problems: []host.FileProblem{{File: "junk.wasm", Error: "junk.wasm: not a WebAssembly module: bad magic number <script>"}}},
+		Consumers:  []httpapi.Consumer{{Group: "client_orders", Source: "order", Path: "inline", Lag: 3, Failures: 1}},
+		Outbox:     &httpapi.Outbox{Counts: map[string]int{"pending": 2, "published": 40, "abandoned": 0}, OldestPending: 1500 * time.Millisecond},
+		Partitions: &httpapi.Partitions{Owned: []httpapi.Unit{{Group: "client_orders", Unit: "order:c-1", Owner: "h1:7", Generation: 3}}, Halted: []httpapi.Unit{{Group: "fulfillment", Unit: "fulfillment:o-9", Reason: "max retries"}}},
+	}}
+	srv := httptest.NewServer(httpapi.New(&fakeEngine{}, httpapi.Options{Status: st}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, "text/html; charset=utf-8", resp.Header.Get("Content-Type"))
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Contains(t, string(body), `<meta http-equiv="refresh" content="5">`)
+	require.NotContains(t, string(body), "<script>", "values are escaped")
+	require.NotContains(t, string(body), "<script", "no JavaScript")
+	doc := parseHTML(t, strings.NewReader(string(body)))
+
+	rows := doc.All("plugin", "data-file", "junk.wasm")
+	require.Len(t, rows, 1)
+	require.Equal(t, []string{"junk.wasm", "", "", "", "rejected", "junk.wasm: not a WebAssembly module: bad magic number <script>"}, rows[0].Cells())
+	c := doc.All("consumer", "data-group", "client_orders")
+	require.Len(t, c, 1)
+	require.Equal(t, []string{"client_orders", "order", "inline", "3", "1"}, c[0].Cells())
+	require.Equal(t, "40 published", doc.All("stat", "data-status", "published")[0].AllText())
+	require.Equal(t, "2s oldest pending", doc.All("stat", "data-status", "oldest_pending")[0].AllText())
+	halted := doc.All("partition", "data-state", "halted")
+	require.Len(t, halted, 1)
+	require.Equal(t, []string{"fulfillment", "fulfillment:o-9", "halted", "", "0", "0", "max retries"}, halted[0].Cells())
+	owned := doc.All("partition", "data-state", "owned")
+	require.Len(t, owned, 1)
+	require.Equal(t, []string{"client_orders", "order:c-1", "owned", "h1:7", "3", "0", ""}, owned[0].Cells())
+}

@@ -1,0 +1,75 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/internal/httpapi"
+	"github.com/proteanhq/protean-host/internal/readyourwrites"
+	"github.com/proteanhq/protean-host/internal/subscription"
+)
+
+// stalledEngine's projector never catches up: a wait ends with its
+// context.
+type stalledEngine struct {
+	fakeEngine
+	waited chan int64
+}
+
+func (s *stalledEngine) WaitDocument(ctx context.Context, name, _ string, n int64) error {
+	s.waited <- n
+	<-ctx.Done()
+	return &readyourwrites.CaughtUpError{Projection: name, Position: n, Err: ctx.Err()}
+}
+
+func TestMinPositionBound(t *testing.T) {
+	e := &stalledEngine{waited: make(chan int64, 1)}
+	srv := httptest.NewServer(httpapi.New(e, httpapi.Options{ReadWait: 20 * time.Millisecond}))
+	defer srv.Close()
+	code, body := getJSON(t, srv.URL+"/v1/projections/docs/1?min_position=17")
+	require.Equal(t, 504, code, body)
+	require.Contains(t, body["error"], "projection docs has not handled global position 17 within 20ms")
+	require.Equal(t, int64(17), <-e.waited)
+
+	code, body = getJSON(t, srv.URL+"/v1/projections/docs/1?min_position=seventeen")
+	require.Equal(t, 400, code, body)
+	require.Len(t, e.waited, 0, "a bad position never waits")
+
+	// Without min_position nothing waits.
+	code, _ = getJSON(t, srv.URL+"/v1/projections/docs/1")
+	require.Equal(t, 200, code)
+	require.Len(t, e.waited, 0)
+}
+
+func getJSON(t *testing.T, url string) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var body map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	return resp.StatusCode, body
+}
+
+// failedEngine's projector failed an event below every wait.
+type failedEngine struct{ fakeEngine }
+
+func (*failedEngine) WaitDocument(_ context.Context, name, _ string, n int64) error {
+	return &subscription.FailedError{Projection: name, Position: n, Failure: subscription.Failure{GlobalPosition: 5, Type: "OrderPlaced", Stream: "order-o-1", Status: subscription.StatusFailed}}
+}
+
+// A wait that reaches an event the projection's handler failed (recorded
+// for an operator) answers 500 naming it, at once, not the document.
+func TestMinPositionFailedEvent(t *testing.T) {
+	srv := httptest.NewServer(httpapi.New(&failedEngine{}, httpapi.Options{ReadWait: time.Minute}))
+	defer srv.Close()
+	code, body := getJSON(t, srv.URL+"/v1/projections/docs/1?min_position=17")
+	require.Equal(t, 500, code, body)
+	require.Contains(t, body["error"], "projection docs cannot reach global position 17: its handler failed the OrderPlaced event at global position 5")
+}

@@ -1,0 +1,174 @@
+package httpapi
+
+import (
+	"context"
+	"time"
+
+	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/internal/engine"
+	"github.com/proteanhq/protean-host/internal/host"
+)
+
+// Status is what GET / (the status page) and GET /v1/plugins show beyond
+// the engine's running set: the last plugin reload, the consumers, the
+// outbox and the partitions. It reads the same sources as /metrics and
+// the CLI (the reloader, the broker's and partitions' admin views, the
+// outbox's stats); cmd/protean-host implements it. Optional: without
+// one, both pages show the running set only.
+type Status interface {
+	Status(ctx context.Context) (Snapshot, error)
+}
+
+// Snapshot is one reading of the host's state.
+type Snapshot struct {
+	// Reload is the last plugin reload; nil before the first.
+	Reload *host.ReloadStatus
+	// Consumers lists each consumer group's delivery, by group and
+	// source.
+	Consumers []Consumer
+	// Outbox is nil when it could not be read (Problems says why).
+	Outbox *Outbox
+	// Partitions is nil when Redis partitions are off.
+	Partitions *Partitions
+	// Problems are the parts that could not be read, one line each.
+	Problems []string
+}
+
+// Consumer is one consumer group reading one source (a category, or the
+// partitions of a group).
+type Consumer struct {
+	Group  string `json:"group"`
+	Source string `json:"source"`
+	// Path is how it is delivered: "inline", "stream", "partitions" or
+	// "event_store".
+	Path string `json:"path"`
+	// Lag counts what waits for the group: messages not yet delivered
+	// or in flight (inline, stream), entries not yet delivered across
+	// the partitions, or global positions behind the category's head
+	// (event store).
+	Lag int64 `json:"lag"`
+	// Failures counts what the group gave up on or is stuck on:
+	// dead-lettered messages, halted partitions, open failure records.
+	Failures int64 `json:"failures"`
+}
+
+// Outbox is the outbox's row counts and its oldest pending row's age.
+type Outbox struct {
+	Counts map[string]int `json:"counts"`
+	// OldestPending is zero when nothing is pending.
+	OldestPending time.Duration `json:"oldest_pending_ns"`
+}
+
+// Partitions lists the units that are owned or halted.
+type Partitions struct {
+	Owned  []Unit `json:"owned"`
+	Halted []Unit `json:"halted"`
+}
+
+// Unit is one partition (or correlated process-manager value) of a
+// consumer group.
+type Unit struct {
+	Group      string `json:"group"`
+	Unit       string `json:"unit"`
+	Owner      string `json:"owner,omitempty"`
+	Generation int64  `json:"generation,omitempty"`
+	Lag        int64  `json:"lag"`
+	// Reason is a halted unit's halt reason.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Plugin describes a module for GET /v1/plugins: a running one, or a
+// file the last reload rejected.
+type Plugin struct {
+	File    string `json:"file"`
+	Name    string `json:"name,omitempty"`
+	Version string `json:"version,omitempty"`
+	SHA256  string `json:"sha256,omitempty"`
+	ABI     int    `json:"abi_version,omitempty"`
+	// State is "running", or "rejected" for a file the last reload
+	// refused that is not running.
+	State string `json:"state"`
+	// LastError is the last reload's problem with the file: for a
+	// running module, why the file now on disk was refused (the running
+	// version keeps serving).
+	LastError string          `json:"last_error,omitempty"`
+	Handlers  []PluginHandler `json:"handlers"`
+}
+
+// PluginHandler is a handler as the manifest declares it, with the
+// categories it reads or writes and each one's partition key.
+type PluginHandler struct {
+	abi.Handler
+	Categories []string `json:"categories"`
+	// PartitionKeys maps each partitioned category of the handler to its
+	// key field.
+	PartitionKeys map[string]string `json:"partition_keys,omitempty"`
+	// ReadYourWrites is what a ?min_position read of a projector's or
+	// process manager's document waits for: "key" (only the events of
+	// the document's partition key: the projector declares
+	// documents_by_key) or "all" (every event of its categories).
+	ReadYourWrites string `json:"read_your_writes,omitempty"`
+}
+
+// Plugins lists the running modules of set, then the files the last
+// reload rejected that are not running, each with its state and last
+// error.
+func Plugins(set *host.Set, reload *host.ReloadStatus) []Plugin {
+	problems := map[string]string{}
+	if reload != nil && reload.Outcome == host.Rejected {
+		for _, p := range reload.Problems {
+			if problems[p.File] == "" {
+				problems[p.File] = p.Error
+			}
+		}
+	}
+	out := []Plugin{}
+	running := map[string]bool{}
+	for _, m := range set.Modules() {
+		running[m.File] = true
+		p := Plugin{File: m.File, Name: m.Manifest.Module.Name, Version: m.Manifest.Module.Version,
+			SHA256: m.SHA256, ABI: m.Manifest.ABIVersion, State: "running", LastError: problems[m.File], Handlers: []PluginHandler{}}
+		for _, h := range m.Manifest.Handlers {
+			p.Handlers = append(p.Handlers, handlerOf(set, h))
+		}
+		out = append(out, p)
+	}
+	if reload != nil {
+		for _, pr := range reload.Problems {
+			if pr.File == "" || running[pr.File] {
+				continue
+			}
+			running[pr.File] = true // one row per file
+			out = append(out, Plugin{File: pr.File, State: "rejected", LastError: problems[pr.File], Handlers: []PluginHandler{}})
+		}
+	}
+	return out
+}
+
+func handlerOf(set *host.Set, h abi.Handler) PluginHandler {
+	ph := PluginHandler{Handler: h, Categories: []string{}}
+	if h.Kind == abi.KindProjector || h.Kind == abi.KindProcessManager {
+		ph.ReadYourWrites = engine.ReadYourWrites(h)
+	}
+	seen := map[string]bool{}
+	add := func(c string) {
+		if c == "" || seen[c] {
+			return
+		}
+		seen[c] = true
+		ph.Categories = append(ph.Categories, c)
+		if f, ok := set.PartitionField(c); ok {
+			if ph.PartitionKeys == nil {
+				ph.PartitionKeys = map[string]string{}
+			}
+			ph.PartitionKeys[c] = f
+		}
+	}
+	add(h.Category)
+	for _, t := range h.Handles {
+		if msg, ok := set.Message(t); ok {
+			add(msg.Category)
+		}
+	}
+	return ph
+}
