@@ -81,7 +81,7 @@ func Classify(err error) Class {
 // most. InfraMax stays well below a lease TTL: a server that is back is
 // used again within a second, so an outage stalls nothing for much longer
 // than it lasts. An attempt on a server that is down costs a refused dial
-// or one failed command, never a claim (see outbox.Relay).
+// or one failed command, never a claim (see the outbox relay, internal/relay).
 const (
 	InfraBase = 50 * time.Millisecond
 	InfraMax  = time.Second

@@ -1,6 +1,10 @@
 // Package outbox holds the transactional outbox: rows that the unit of work
 // writes in the same transaction as its events and records, and that a
-// relay later claims and publishes to a broker.
+// relay later claims and publishes to a broker. This package is the store
+// side: the [Store] seam and the seams a relay needs of a store
+// ([RelayStore], [Chainer], [Republisher]), the row types, and the memory
+// and PostgreSQL stores. The relay itself is the daemon's runtime
+// (internal/relay).
 //
 // A row is added inside a transaction (the memory store's [Memory.Begin];
 // a PostgreSQL store inserts in the caller's pgx.Tx) and becomes claimable
@@ -38,12 +42,6 @@
 // which the store reports as processing, so that the claim is a HOT update
 // that adds no index entries (the table is filled to half for the room).
 //
-// A pass sends its whole claim to the broker in one call, in claim order
-// (the Redis publish script is all or nothing), and falls back to one row
-// at a time only when the broker refuses one of them as invalid, to charge
-// that row alone. A broker that is down or restarting fails the pass as
-// infrastructure: its rows are released untried and uncounted.
-//
 // A broker that lost its data, or restarted and may have lost its last
 // writes, takes no publish until the relay has made the rows it may have
 // lost pending again ([Republisher]), except the partitioned rows that
@@ -52,9 +50,7 @@
 //
 // Delivery is at least once: a relay that crashes after publishing but
 // before marking leaves the row processing until its lock expires, and the
-// row is then claimed and published again. A relay that is alive but whose
-// mark or release failed on the database keeps those rows and records
-// them first on its next pass, so their keys do not wait for the lock.
+// row is then claimed and published again.
 //
 // On PostgreSQL a unit of work adds its rows without a statement of their
 // own: [Postgres.Rider] makes them part of the statement that appends
@@ -66,14 +62,8 @@
 // expired and was taken over cannot overwrite its successor's work. A
 // failure increments the retry count; the failure that reaches max retries
 // abandons the row, keeping its last error for operators, who can requeue
-// it with [Store.Retry]. [Backoff] computes the next retry delay.
-//
-// [Relay.Start] runs passes in the background; [Relay.Stop] ends them in
-// two phases. Soft: no new pass starts and the pass in progress runs to
-// its end, marking its rows. Hard, at Stop's deadline: the pass is
-// canceled (rows it published but did not mark stay claimed until their
-// lock expires and are published again: at least once) and Stop returns
-// the deadline's error within [StopGrace].
+// it with [Store.Retry]. The relay picks the next retry's instant (its
+// backoff).
 //
 // Time comes from a clock injected into the store, so that tests can stand
 // on the exact instant a lock expires.

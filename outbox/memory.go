@@ -58,10 +58,10 @@ func (m *Memory) ClaimChained(ctx context.Context, broker, owner string, limit i
 		if r.PartitionKey == nil {
 			continue
 		}
-		k, lane := orderingKeyOf(r), lanes.lane(*r)
+		k, lane := OrderingKeyOf(r), lanes.lane(*r)
 		for j := len(m.rows) - 1; j >= 0; j-- { // newest first
 			p := m.rows[j]
-			if p.ID < r.ID && p.TargetBroker == broker && p.Status == StatusPublished && orderingKeyOf(p) == k && lanes.lane(*p) == lane {
+			if p.ID < r.ID && p.TargetBroker == broker && p.Status == StatusPublished && OrderingKeyOf(p) == k && lanes.lane(*p) == lane {
 				if gp := globalPosition(p); gp > 0 {
 					r.Prev = gp
 					break
@@ -109,12 +109,12 @@ func (m *Memory) Claim(ctx context.Context, broker, owner string, limit int, loc
 	// is claimable too; the first active row that is not (locked, waiting
 	// for its retry) blocks the rest of its key.
 	var picked []*Row
-	blocked := make(map[orderingKey]struct{})
+	blocked := make(map[OrderingKey]struct{})
 	for _, r := range m.rows { // ascending ID
 		if r.TargetBroker != broker || !active(r) {
 			continue
 		}
-		k := orderingKeyOf(r)
+		k := OrderingKeyOf(r)
 		if _, ok := blocked[k]; ok {
 			continue
 		}
@@ -149,12 +149,12 @@ func prefixes(rows []*Row, broker string, picked []*Row) []*Row {
 	for _, r := range picked {
 		in[r] = true
 	}
-	cut := map[orderingKey]bool{}
+	cut := map[OrderingKey]bool{}
 	for _, r := range rows { // ascending ID
 		if r.TargetBroker != broker || !active(r) {
 			continue
 		}
-		if k := orderingKeyOf(r); !in[r] {
+		if k := OrderingKeyOf(r); !in[r] {
 			cut[k] = true
 		} else if cut[k] {
 			in[r] = false
@@ -276,9 +276,9 @@ func (m *Memory) Retry(ctx context.Context, id int64) error {
 			return fmt.Errorf("outbox row %d: retry a %s row: %w", id, r.Status, ErrStatus)
 		}
 		if r.Status == StatusAbandoned && r.PartitionKey != nil {
-			k := orderingKeyOf(r)
+			k := OrderingKeyOf(r)
 			for _, later := range m.rows {
-				if later.ID > r.ID && later.Status == StatusPublished && orderingKeyOf(later) == k {
+				if later.ID > r.ID && later.Status == StatusPublished && OrderingKeyOf(later) == k {
 					return fmt.Errorf("outbox row %d: row %d of key %s was published after it: %w", id, later.ID, k.key, ErrPassed)
 				}
 			}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/txdone"
-	"github.com/proteanhq/protean-host/partition"
 )
 
 // Status is where a row is in its life.
@@ -67,25 +66,6 @@ const (
 	MaxPartitionKeyLength = 255
 	MaxBrokerLength       = 128
 )
-
-// DefaultRelayOptions returns the relay's defaults, which config.Default
-// reads too ([outbox] in the configuration): Protean's values. Broker,
-// Owner, Publisher, the lanes, Logger, Now and Rand are left for the caller.
-func DefaultRelayOptions() RelayOptions {
-	return RelayOptions{
-		BatchSize:          DefaultClaimLimit,
-		Tick:               10 * time.Millisecond,
-		LockFor:            DefaultLockFor,
-		BaseDelay:          time.Second,
-		MaxDelay:           time.Minute,
-		Jitter:             0.1,
-		BackfillSuffix:     partition.DefaultBackfillSuffix,
-		PublishedRetention: 7 * 24 * time.Hour,  // a week
-		AbandonedRetention: 30 * 24 * time.Hour, // 30 days
-		CleanupEvery:       time.Minute,
-		RestartWindow:      time.Minute,
-	}
-}
 
 // Row is one message to publish to one broker.
 type Row struct {
@@ -331,24 +311,26 @@ func givenUp(r *Row) Status {
 	return StatusAbandoned
 }
 
-// orderingKey is what orders rows end to end: rows with one orderingKey
+// OrderingKey is what orders rows end to end: rows with one OrderingKey
 // reach their broker in ID order. The stores claim by it and the relay
-// groups a claim's runs by it (one definition for both). It is the
+// (internal/relay) groups a claim's runs by it (one definition for both:
+// it is exported for that alone, and its fields are not). It is the
 // broker, the category and the partition key, whatever the priority: a
 // partition worker takes a message at or below its position as applied,
 // so a key's rows must reach each of its streams in commit order, and a
 // key's rows of two priorities may share a stream. A row without a key is
 // ordered by its stream and priority.
-type orderingKey struct {
+type OrderingKey struct {
 	broker, category, key string
 	priority              int
 }
 
-func orderingKeyOf(r *Row) orderingKey {
+// OrderingKeyOf is row r's ordering key.
+func OrderingKeyOf(r *Row) OrderingKey {
 	if r.PartitionKey != nil {
-		return orderingKey{broker: r.TargetBroker, category: r.Category, key: *r.PartitionKey}
+		return OrderingKey{broker: r.TargetBroker, category: r.Category, key: *r.PartitionKey}
 	}
-	return orderingKey{broker: r.TargetBroker, category: r.Category, key: r.Stream, priority: r.Priority}
+	return OrderingKey{broker: r.TargetBroker, category: r.Category, key: r.Stream, priority: r.Priority}
 }
 
 // claimOrder orders a claim: by priority (higher first), then ID, except
@@ -361,9 +343,9 @@ func claimOrder(rows []Row) {
 		}
 		return rows[i].ID < rows[j].ID
 	})
-	places := map[orderingKey][]int{}
+	places := map[OrderingKey][]int{}
 	for i := range rows {
-		k := orderingKeyOf(&rows[i])
+		k := OrderingKeyOf(&rows[i])
 		places[k] = append(places[k], i)
 	}
 	for _, at := range places {

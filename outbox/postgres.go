@@ -192,7 +192,7 @@ var riderSQL = `INSERT INTO outbox (message_id, stream_name, category, type, dat
 // timeJSON is the text of a timestamp (without time zone, in UTC: the
 // event store's) as encoding/json writes a UTC time.Time: RFC 3339 with
 // the fraction's trailing zeros dropped, and Z. Readers decode it into a
-// time.Time (the relay's fillPositions), which needs the Z.
+// time.Time (the relay's fillPositions, internal/relay), which needs the Z.
 func timeJSON(column string) string {
 	return `rtrim(rtrim(to_char(` + column + `, 'YYYY-MM-DD"T"HH24:MI:SS.US'), '0'), '.') || 'Z'`
 }

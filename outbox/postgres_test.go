@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -13,6 +14,13 @@ import (
 )
 
 func TestMain(m *testing.M) { testserver.Main(m) }
+
+// row is a row of stream for the default broker, with the metadata the
+// unit of work writes.
+func row(id, stream string, k *string, prio int) outbox.Row {
+	return outbox.Row{MessageID: id, Stream: stream, Type: "T", Data: json.RawMessage(`{}`), PartitionKey: k, Priority: prio,
+		TargetBroker: "default", Metadata: json.RawMessage(`{"position": 3, "global_position": 9, "time": "2026-11-30T00:00:00Z"}`)}
+}
 
 // postgresTx is the store's view of a pgx transaction plus its commit
 // and rollback: a storetest.Tx.

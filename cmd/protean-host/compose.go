@@ -9,17 +9,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/proteanhq/protean-host/internal/groups"
-	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/clock"
-	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/delivery"
+	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/internal/engine"
+	"github.com/proteanhq/protean-host/internal/groups"
 	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/httpapi"
-	"github.com/proteanhq/protean-host/internal/routes"
-	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/internal/redispartition"
+	"github.com/proteanhq/protean-host/internal/redisstream"
+	"github.com/proteanhq/protean-host/internal/relay"
+	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
 )
 
@@ -127,7 +127,7 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 
 // newRelay builds the outbox relay. On the partition workers' path, a
 // republish keeps what the running routes' partitions may still apply.
-func newRelay(c *composition, infra *delivery.Metrics, rt *routes.Routes) *outbox.Relay {
+func newRelay(c *composition, infra *delivery.Metrics, rt *routes.Routes) *relay.Relay {
 	cfg := c.cfg
 	pub := c.br.pub
 	if c.fromStore && c.br.redis == nil {
@@ -135,7 +135,7 @@ func newRelay(c *composition, infra *delivery.Metrics, rt *routes.Routes) *outbo
 		// store: the relay marks the rows published without keeping them.
 		pub = discardPublisher{c.br.pub}
 	}
-	o := outbox.RelayOptions{
+	o := relay.Options{
 		Broker: cfg.Outbox.Broker, Owner: c.owner, Publisher: pub, Clock: c.clk,
 		BatchSize: cfg.Outbox.MessagesPerTick, Tick: cfg.Outbox.TickInterval(), LockFor: cfg.Outbox.LockTimeout(),
 		BaseDelay: cfg.Outbox.BaseRetryDelay(), MaxDelay: cfg.Outbox.MaxRetryDelay(), Jitter: cfg.Outbox.BackoffJitter,
@@ -147,7 +147,7 @@ func newRelay(c *composition, infra *delivery.Metrics, rt *routes.Routes) *outbo
 	if c.partitioned() {
 		o.Partitions = rt.Partitions
 	}
-	return outbox.NewRelay(c.st.outbox, o)
+	return relay.New(c.st.outbox, o)
 }
 
 // composeSources builds the delivery sources the config names: the broker

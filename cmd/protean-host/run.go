@@ -16,17 +16,18 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/proteanhq/protean-host/broker"
-	"github.com/proteanhq/protean-host/internal/groups"
-	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/internal/engine"
+	"github.com/proteanhq/protean-host/internal/groups"
 	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/owner"
-	"github.com/proteanhq/protean-host/internal/routes"
-	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/internal/redispartition"
+	"github.com/proteanhq/protean-host/internal/redisstream"
+	"github.com/proteanhq/protean-host/internal/relay"
+	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/internal/subscription"
+	"github.com/proteanhq/protean-host/outbox"
 )
 
 // defaultShutdownTimeout bounds the soft stop (drain) before work is
@@ -168,7 +169,7 @@ type hostProcess struct {
 	serveErr error
 	srv      *http.Server
 	eng      *engine.Engine
-	relay    *outbox.Relay
+	relay    *relay.Relay
 	// partitions is the partitioned consumer; nil without a Redis broker.
 	partitions *redispartition.Consumer
 	// subs runs the event-store subscriptions; nil unless the delivery is

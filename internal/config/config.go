@@ -18,9 +18,10 @@ import (
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/engine"
 	"github.com/proteanhq/protean-host/internal/host"
+	"github.com/proteanhq/protean-host/internal/relay"
+	"github.com/proteanhq/protean-host/internal/subscription"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/partition"
-	"github.com/proteanhq/protean-host/internal/subscription"
 )
 
 // Environment variables that override connection strings, so secrets need
@@ -471,19 +472,19 @@ func Default() Config {
 
 // defaultOutbox is the [outbox] table from the outbox relay's defaults.
 func defaultOutbox() Outbox {
-	relay := outbox.DefaultRelayOptions()
+	d := relay.DefaultOptions()
 	return Outbox{
 		Broker:                  DefaultName,
-		MessagesPerTick:         relay.BatchSize,
-		TickIntervalMS:          toMS(relay.Tick),
+		MessagesPerTick:         d.BatchSize,
+		TickIntervalMS:          toMS(d.Tick),
 		MaxRetries:              outbox.DefaultMaxRetries,
-		BaseRetryDelayMS:        toMS(relay.BaseDelay),
-		MaxRetryDelayMS:         toMS(relay.MaxDelay),
-		BackoffJitter:           relay.Jitter,
-		LockTimeoutMS:           toMS(relay.LockFor),
-		PublishedRetentionHours: toHours(relay.PublishedRetention),
-		AbandonedRetentionHours: toHours(relay.AbandonedRetention),
-		RestartRepublishSeconds: int(relay.RestartWindow / time.Second),
+		BaseRetryDelayMS:        toMS(d.BaseDelay),
+		MaxRetryDelayMS:         toMS(d.MaxDelay),
+		BackoffJitter:           d.Jitter,
+		LockTimeoutMS:           toMS(d.LockFor),
+		PublishedRetentionHours: toHours(d.PublishedRetention),
+		AbandonedRetentionHours: toHours(d.AbandonedRetention),
+		RestartRepublishSeconds: int(d.RestartWindow / time.Second),
 	}
 }
 

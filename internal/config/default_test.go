@@ -13,8 +13,9 @@ import (
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/internal/host"
-	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/internal/redispartition"
+	"github.com/proteanhq/protean-host/internal/relay"
+	"github.com/proteanhq/protean-host/outbox"
 )
 
 // Default is built from the packages' defaults; converting back to
@@ -24,17 +25,17 @@ import (
 func TestDefaultAgreesWithPackages(t *testing.T) {
 	t.Parallel()
 	cfg := config.Default()
-	relay := outbox.DefaultRelayOptions()
+	d := relay.DefaultOptions()
 	o := cfg.Outbox
-	require.Equal(t, relay.BatchSize, o.MessagesPerTick)
-	require.Equal(t, relay.Tick, o.TickInterval())
+	require.Equal(t, d.BatchSize, o.MessagesPerTick)
+	require.Equal(t, d.Tick, o.TickInterval())
 	require.Equal(t, outbox.DefaultMaxRetries, o.MaxRetries)
-	require.Equal(t, relay.BaseDelay, o.BaseRetryDelay())
-	require.Equal(t, relay.MaxDelay, o.MaxRetryDelay())
-	require.Equal(t, relay.Jitter, o.BackoffJitter)
-	require.Equal(t, relay.LockFor, o.LockTimeout())
-	require.Equal(t, relay.PublishedRetention, o.PublishedRetention())
-	require.Equal(t, relay.AbandonedRetention, o.AbandonedRetention())
+	require.Equal(t, d.BaseDelay, o.BaseRetryDelay())
+	require.Equal(t, d.MaxDelay, o.MaxRetryDelay())
+	require.Equal(t, d.Jitter, o.BackoffJitter)
+	require.Equal(t, d.LockFor, o.LockTimeout())
+	require.Equal(t, d.PublishedRetention, o.PublishedRetention())
+	require.Equal(t, d.AbandonedRetention, o.AbandonedRetention())
 
 	part := redispartition.DefaultConsumerOptions()
 	p := cfg.Server.Partitioning

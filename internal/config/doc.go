@@ -38,7 +38,7 @@
 //	                          idle_timeout_ms, max_header_bytes, max_connections
 //
 // Defaults (generated from Default, which reads them from the packages that
-// own them: outbox.DefaultRelayOptions, broker.DefaultOptions,
+// own them: relay.DefaultOptions, broker.DefaultOptions,
 // partition.DefaultConsumerOptions, host.DefaultLimits; a test keeps this
 // list in step):
 //

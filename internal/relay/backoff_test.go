@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"math"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/proteanhq/protean-host/internal/relay"
 	"github.com/proteanhq/protean-host/outbox"
 
 	pclock "github.com/proteanhq/protean-host/clock"
@@ -49,7 +50,7 @@ func TestBackoff(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, tc.want, outbox.Backoff(tc.failures, tc.base, tc.max, tc.jitter, tc.rnd))
+			require.Equal(t, tc.want, relay.Backoff(tc.failures, tc.base, tc.max, tc.jitter, tc.rnd))
 		})
 	}
 }
@@ -57,7 +58,7 @@ func TestBackoff(t *testing.T) {
 func TestBackoffDefaultRandomStaysInRange(t *testing.T) {
 	t.Parallel()
 	for failures := 1; failures <= 20; failures++ {
-		d := outbox.Backoff(failures, time.Second, time.Minute, 0.2, nil)
+		d := relay.Backoff(failures, time.Second, time.Minute, 0.2, nil)
 		full := min(time.Second<<(failures-1), time.Minute)
 		require.LessOrEqual(t, d, full)
 		require.GreaterOrEqual(t, d, full-full/5)
@@ -68,7 +69,7 @@ func TestBackoffDefaultRandomStaysInRange(t *testing.T) {
 // doubles it per further failure, as config documents (it once waited
 // twice that: Backoff was given the failure count where it took the retry
 // index).
-func TestRelayWaitsBaseAfterFirstFailure(t *testing.T) {
+func TestWaitsBaseAfterFirstFailure(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
@@ -77,7 +78,7 @@ func TestRelayWaitsBaseAfterFirstFailure(t *testing.T) {
 	r0 := row("00000000-0000-4000-8000-000000000001", "order-1", nil, 0)
 	r0.MaxRetries = 5
 	require.NoError(t, store.Add(ctx, []outbox.Row{r0}))
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: &fakeBroker{fail: refused},
+	r := relay.New(store, relay.Options{Broker: "default", Owner: "r1", Publisher: &fakeBroker{fail: refused},
 		BaseDelay: time.Second, MaxDelay: time.Minute, Clock: at(clock)})
 	for failures, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
 		n, err := r.RunOnce(ctx)

@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/proteanhq/protean-host/broker/brokertest"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/lifecycle"
+	"github.com/proteanhq/protean-host/internal/relay"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/outbox"
@@ -62,7 +63,7 @@ func row(id, stream string, k *string, prio int) outbox.Row {
 		TargetBroker: "default", Metadata: json.RawMessage(`{"position": 3, "global_position": 9, "time": "2026-11-30T00:00:00Z"}`)}
 }
 
-func TestRelayPublishesAndRoutes(t *testing.T) {
+func TestPublishesAndRoutes(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name  string
@@ -82,7 +83,7 @@ func TestRelayPublishesAndRoutes(t *testing.T) {
 				row("00000000-0000-4000-8000-000000000003", "payment-1", nil, 0),
 			}))
 			b := &fakeBroker{caps: tc.caps}
-			r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, LanesEnabled: tc.lanes, LaneThreshold: 1})
+			r := relay.New(store, relay.Options{Broker: "default", Owner: "r1", Publisher: b, LanesEnabled: tc.lanes, LaneThreshold: 1})
 			n, err := r.RunOnce(ctx)
 			require.NoError(t, err)
 			require.Equal(t, 3, n)
@@ -117,11 +118,11 @@ func stores(t *testing.T, test func(t *testing.T, newStore func(clock func() tim
 	})
 }
 
-func TestRelayFailuresBackOffThenAbandon(t *testing.T) {
-	stores(t, testRelayFailuresBackOffThenAbandon)
+func TestFailuresBackOffThenAbandon(t *testing.T) {
+	stores(t, testFailuresBackOffThenAbandon)
 }
 
-func testRelayFailuresBackOffThenAbandon(t *testing.T, newStore func(clock func() time.Time) relayStore) {
+func testFailuresBackOffThenAbandon(t *testing.T, newStore func(clock func() time.Time) relayStore) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
@@ -130,7 +131,7 @@ func testRelayFailuresBackOffThenAbandon(t *testing.T, newStore func(clock func(
 	r0.MaxRetries = 3
 	require.NoError(t, store.Add(ctx, []outbox.Row{r0}))
 	b := &fakeBroker{fail: refused}
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b,
+	r := relay.New(store, relay.Options{Broker: "default", Owner: "r1", Publisher: b,
 		BaseDelay: time.Second, MaxDelay: time.Minute, Clock: at(clock), Rand: func() float64 { return 0.5 }})
 
 	var delays []time.Duration
@@ -160,12 +161,12 @@ func testRelayFailuresBackOffThenAbandon(t *testing.T, newStore func(clock func(
 	require.Equal(t, outbox.StatusAbandoned, got.Status)
 }
 
-func TestRelayAbandonsInvalidKeyOnPartitioningBroker(t *testing.T) {
+func TestAbandonsInvalidKeyOnPartitioningBroker(t *testing.T) {
 	ctx := context.Background()
 	store := outbox.NewMemory(nil)
 	require.NoError(t, store.Add(ctx, []outbox.Row{row("00000000-0000-4000-8000-000000000001", "order-1", key("a:b"), 0)}))
 	b := &fakeBroker{caps: broker.StreamPartitioning}
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b})
+	r := relay.New(store, relay.Options{Broker: "default", Owner: "r1", Publisher: b})
 	_, err := r.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Empty(t, b.streams(), "no publish attempt")
@@ -178,19 +179,19 @@ func TestRelayAbandonsInvalidKeyOnPartitioningBroker(t *testing.T) {
 	store = outbox.NewMemory(nil)
 	require.NoError(t, store.Add(ctx, []outbox.Row{row("00000000-0000-4000-8000-000000000001", "order-1", key("a:b"), 0)}))
 	b = &fakeBroker{}
-	_, err = outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b}).RunOnce(ctx)
+	_, err = relay.New(store, relay.Options{Broker: "default", Owner: "r1", Publisher: b}).RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"order"}, b.streams())
 }
 
-func TestRelayStartStop(t *testing.T) {
+func TestStartStop(t *testing.T) {
 	ctx := context.Background()
 	store := outbox.NewMemory(nil)
 	b := &fakeBroker{}
-	unstarted := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r0", Publisher: b})
+	unstarted := relay.New(store, relay.Options{Broker: "default", Owner: "r0", Publisher: b})
 	require.NoError(t, unstarted.Stop(ctx), "stop before start")
 	require.ErrorIs(t, unstarted.Start(ctx), lifecycle.ErrStopped, "a relay starts once, as every component does")
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, Tick: time.Hour})
+	r := relay.New(store, relay.Options{Broker: "default", Owner: "r1", Publisher: b, Tick: time.Hour})
 	require.NoError(t, r.Start(ctx))
 	require.ErrorIs(t, r.Start(ctx), lifecycle.ErrStarted, "double start")
 	for i := 1; i <= 20; i++ {
@@ -208,11 +209,11 @@ func TestRelayStartStop(t *testing.T) {
 
 // A failing row holds back the rest of its key's run, in the same pass and
 // until its retry; other keys' rows go out.
-func TestRelayFailureHoldsBackItsKeyOnly(t *testing.T) {
-	stores(t, testRelayFailureHoldsBackItsKeyOnly)
+func TestFailureHoldsBackItsKeyOnly(t *testing.T) {
+	stores(t, testFailureHoldsBackItsKeyOnly)
 }
 
-func testRelayFailureHoldsBackItsKeyOnly(t *testing.T, newStore func(clock func() time.Time) relayStore) {
+func testFailureHoldsBackItsKeyOnly(t *testing.T, newStore func(clock func() time.Time) relayStore) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
@@ -223,7 +224,7 @@ func testRelayFailureHoldsBackItsKeyOnly(t *testing.T, newStore func(clock func(
 	}
 	require.NoError(t, store.Add(ctx, rows))
 	b := &failFirst{fakeBroker: fakeBroker{caps: broker.StreamPartitioning}, failID: rows[0].MessageID}
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, BaseDelay: time.Second, Clock: at(clock)})
+	r := relay.New(store, relay.Options{Broker: "default", Owner: "r1", Publisher: b, BaseDelay: time.Second, Clock: at(clock)})
 	n, err := r.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 5, n, "both keys' runs were claimed")
@@ -264,11 +265,11 @@ func (b *failFirst) Publish(ctx context.Context, msgs ...delivery.Message) error
 	return b.fakeBroker.Publish(ctx, msgs...)
 }
 
-func TestRelayCleanupHonoursRetention(t *testing.T) {
-	stores(t, testRelayCleanupHonoursRetention)
+func TestCleanupHonoursRetention(t *testing.T) {
+	stores(t, testCleanupHonoursRetention)
 }
 
-func testRelayCleanupHonoursRetention(t *testing.T, newStore func(clock func() time.Time) relayStore) {
+func testCleanupHonoursRetention(t *testing.T, newStore func(clock func() time.Time) relayStore) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
@@ -279,9 +280,9 @@ func testRelayCleanupHonoursRetention(t *testing.T, newStore func(clock func() t
 	}
 	require.NoError(t, store.Add(ctx, rows))
 	b := &failFirst{fakeBroker: fakeBroker{}, failID: rows[2].MessageID}
-	opts := outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, Clock: at(clock),
+	opts := relay.Options{Broker: "default", Owner: "r1", Publisher: b, Clock: at(clock),
 		PublishedRetention: time.Hour, AbandonedRetention: 2 * time.Hour}
-	r := outbox.NewRelay(store, opts)
+	r := relay.New(store, opts)
 	_, err := r.RunOnce(ctx)
 	require.NoError(t, err)
 	require.NoError(t, store.Abandon(ctx, 3, "operator"))
@@ -305,7 +306,7 @@ func testRelayCleanupHonoursRetention(t *testing.T, newStore func(clock func() t
 
 	// A retention of 0 keeps rows forever.
 	require.NoError(t, store.Add(ctx, []outbox.Row{row("00000000-0000-4000-8000-000000000009", "order-9", nil, 0)}))
-	keep := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: &fakeBroker{}, Clock: at(clock)})
+	keep := relay.New(store, relay.Options{Broker: "default", Owner: "r1", Publisher: &fakeBroker{}, Clock: at(clock)})
 	_, err = keep.RunOnce(ctx)
 	require.NoError(t, err)
 	now = now.Add(10000 * time.Hour)
@@ -320,11 +321,11 @@ func testRelayCleanupHonoursRetention(t *testing.T, newStore func(clock func() t
 // the broker is back every row goes out, each key in commit order. (Rows
 // were abandoned after max_retries failed publishes, and the key's later
 // rows then passed them: an accepted event lost.)
-func TestRelayBrokerDownAbandonsNothing(t *testing.T) {
-	stores(t, testRelayBrokerDownAbandonsNothing)
+func TestBrokerDownAbandonsNothing(t *testing.T) {
+	stores(t, testBrokerDownAbandonsNothing)
 }
 
-func testRelayBrokerDownAbandonsNothing(t *testing.T, newStore func(clock func() time.Time) relayStore) {
+func testBrokerDownAbandonsNothing(t *testing.T, newStore func(clock func() time.Time) relayStore) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
@@ -337,7 +338,7 @@ func testRelayBrokerDownAbandonsNothing(t *testing.T, newStore func(clock func()
 	}
 	require.NoError(t, store.Add(ctx, rows))
 	b := &fakeBroker{caps: broker.StreamPartitioning, fail: errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")}
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, Clock: at(clock)})
+	r := relay.New(store, relay.Options{Broker: "default", Owner: "r1", Publisher: b, Clock: at(clock)})
 	for pass := range 20 {
 		n, err := r.RunOnce(ctx)
 		require.Equal(t, 3, n, "pass %d: every row is claimable again", pass)
@@ -368,17 +369,17 @@ func testRelayBrokerDownAbandonsNothing(t *testing.T, newStore func(clock func()
 // after pass, and is visible as halted. An operator's retry publishes it
 // first, then the rest of the key in commit order; a skip (Abandon) lets
 // the rest go on without it.
-func TestRelayHaltedRowHoldsBackItsKey(t *testing.T) {
+func TestHaltedRowHoldsBackItsKey(t *testing.T) {
 	for _, operator := range []string{"retry", "skip"} {
 		t.Run(operator, func(t *testing.T) {
 			stores(t, func(t *testing.T, newStore func(clock func() time.Time) relayStore) {
-				testRelayHaltedRowHoldsBackItsKey(t, newStore, operator)
+				testHaltedRowHoldsBackItsKey(t, newStore, operator)
 			})
 		})
 	}
 }
 
-func testRelayHaltedRowHoldsBackItsKey(t *testing.T, newStore func(clock func() time.Time) relayStore, operator string) {
+func testHaltedRowHoldsBackItsKey(t *testing.T, newStore func(clock func() time.Time) relayStore, operator string) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
@@ -391,7 +392,7 @@ func testRelayHaltedRowHoldsBackItsKey(t *testing.T, newStore func(clock func() 
 	}
 	require.NoError(t, store.Add(ctx, rows))
 	b := &failFirst{fakeBroker: fakeBroker{caps: broker.StreamPartitioning}, failID: rows[0].MessageID}
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, BaseDelay: time.Second, Clock: at(clock)})
+	r := relay.New(store, relay.Options{Broker: "default", Owner: "r1", Publisher: b, BaseDelay: time.Second, Clock: at(clock)})
 	for range 6 {
 		_, err := r.RunOnce(ctx)
 		require.NoError(t, err)
@@ -432,7 +433,7 @@ func testRelayHaltedRowHoldsBackItsKey(t *testing.T, newStore func(clock func() 
 // process) publishes nothing under it: the rows go back, for a relay with a
 // live claim. (A stalled relay published a row after a successor had
 // published the key's later rows.)
-func TestRelayDoesNotPublishPastItsClaim(t *testing.T) {
+func TestDoesNotPublishPastItsClaim(t *testing.T) {
 	ctx := context.Background()
 	clock := brokertest.NewClock(time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC))
 	store := &stallAfterClaim{Memory: outbox.NewMemory(clock.Now), stall: func() {
@@ -443,7 +444,7 @@ func TestRelayDoesNotPublishPastItsClaim(t *testing.T) {
 		row("00000000-0000-4000-8000-000000000002", "order-2", key("A"), 0),
 	}))
 	b := &fakeBroker{caps: broker.StreamPartitioning}
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, LockFor: 15 * time.Second, Clock: at(clock.Now)})
+	r := relay.New(store, relay.Options{Broker: "default", Owner: "r1", Publisher: b, LockFor: 15 * time.Second, Clock: at(clock.Now)})
 	_, err := r.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Empty(t, b.streams(), "nothing is published under a lapsing claim")
@@ -480,7 +481,7 @@ func (s *stallAfterClaim) ClaimChained(ctx context.Context, broker, owner string
 // A claim goes to the broker in one call; when the broker refuses one of
 // its messages, the pass publishes them one by one: the refused row is
 // charged and holds back its key, the other keys' rows go out.
-func TestRelayPublishesAClaimInOneCall(t *testing.T) {
+func TestPublishesAClaimInOneCall(t *testing.T) {
 	ctx := context.Background()
 	store := outbox.NewMemory(nil)
 	var rows []outbox.Row
@@ -489,7 +490,7 @@ func TestRelayPublishesAClaimInOneCall(t *testing.T) {
 	}
 	require.NoError(t, store.Add(ctx, rows))
 	b := &countCalls{fakeBroker: fakeBroker{caps: broker.StreamPartitioning}}
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b})
+	r := relay.New(store, relay.Options{Broker: "default", Owner: "r1", Publisher: b})
 	n, err := r.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
@@ -559,11 +560,11 @@ func (s *markFails) MarkPublishedBatch(ctx context.Context, owner string, ids []
 // claim's lock is an hour here, so without that the key's next row (and
 // the published rows, marked only once the lock lapsed and they went
 // again) would wait the hour.
-func TestRelaySettlesWhatItCouldNotMark(t *testing.T) {
-	stores(t, testRelaySettlesWhatItCouldNotMark)
+func TestSettlesWhatItCouldNotMark(t *testing.T) {
+	stores(t, testSettlesWhatItCouldNotMark)
 }
 
-func testRelaySettlesWhatItCouldNotMark(t *testing.T, newStore func(clock func() time.Time) relayStore) {
+func testSettlesWhatItCouldNotMark(t *testing.T, newStore func(clock func() time.Time) relayStore) {
 	ctx := context.Background()
 	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
@@ -574,7 +575,7 @@ func testRelaySettlesWhatItCouldNotMark(t *testing.T, newStore func(clock func()
 	}
 	add(1)
 	b := &fakeBroker{caps: broker.StreamPartitioning}
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, Clock: at(clock), LockFor: time.Hour})
+	r := relay.New(store, relay.Options{Broker: "default", Owner: "r1", Publisher: b, Clock: at(clock), LockFor: time.Hour})
 	n, err := r.RunOnce(ctx)
 	require.Equal(t, 1, n)
 	require.True(t, delivery.IsInfrastructure(err), "%v", err)

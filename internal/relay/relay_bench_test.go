@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/relay"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/outbox"
 )
@@ -52,7 +53,7 @@ func fill(b *testing.B, s adder, n int, oneKey bool) {
 	}
 }
 
-func drain(b *testing.B, r *outbox.Relay, n int) {
+func drain(b *testing.B, r *relay.Relay, n int) {
 	b.Helper()
 	ctx := context.Background()
 	for done := 0; done < n; {
@@ -72,7 +73,7 @@ func benchRelay(b *testing.B, s interface {
 	outbox.RelayStore
 }, oneKey bool) {
 	fill(b, s, b.N, oneKey)
-	r := outbox.NewRelay(s, outbox.RelayOptions{Broker: "default", Owner: "bench", Publisher: noopBroker{}, BatchSize: 50})
+	r := relay.New(s, relay.Options{Broker: "default", Owner: "bench", Publisher: noopBroker{}, BatchSize: 50})
 	b.ResetTimer()
 	drain(b, r, b.N)
 	b.StopTimer()
@@ -111,7 +112,7 @@ func BenchmarkRelayPostgres(b *testing.B) {
 			b.StartTimer()
 		}
 		b.Run(fmt.Sprintf("backlog=%d/relay", n), func(b *testing.B) {
-			r := outbox.NewRelay(s, outbox.RelayOptions{Broker: "default", Owner: "bench", Publisher: noopBroker{}, BatchSize: 50})
+			r := relay.New(s, relay.Options{Broker: "default", Owner: "bench", Publisher: noopBroker{}, BatchSize: 50})
 			for b.Loop() {
 				refill(b)
 				drain(b, r, n)
@@ -225,7 +226,7 @@ func BenchmarkRelayPostgresPartitioned(b *testing.B) {
 		b.Run(v.name, func(b *testing.B) {
 			index(b, v.index)
 			defer index(b, true)
-			r := outbox.NewRelay(v.store, outbox.RelayOptions{Broker: "default", Owner: "bench", Publisher: partitioningNoop{}, BatchSize: 50})
+			r := relay.New(v.store, relay.Options{Broker: "default", Owner: "bench", Publisher: partitioningNoop{}, BatchSize: 50})
 			for b.Loop() {
 				refill(b)
 				drain(b, r, n)
@@ -252,9 +253,9 @@ func BenchmarkRelayPostgresContended(b *testing.B) {
 		b.Run(fmt.Sprintf("relays=%d", relays), func(b *testing.B) {
 			for b.Loop() {
 				refill(b)
-				var rs []*outbox.Relay
+				var rs []*relay.Relay
 				for i := range relays {
-					r := outbox.NewRelay(s, outbox.RelayOptions{Broker: "default", Owner: fmt.Sprintf("bench-%d", i),
+					r := relay.New(s, relay.Options{Broker: "default", Owner: fmt.Sprintf("bench-%d", i),
 						Publisher: partitioningNoop{}, BatchSize: 50, Tick: 10 * time.Millisecond, Jitter: 0.5})
 					if err := r.Start(ctx); err != nil {
 						b.Fatal(err)
@@ -285,56 +286,4 @@ func BenchmarkRelayPostgresContended(b *testing.B) {
 		})
 	}
 	b.Run("raw", func(b *testing.B) { benchRaw(b, pool, n, refill) })
-}
-
-// BenchmarkClaimPostgresHeld is the claim of a relay that comes while
-// another relay holds the first rows of every key: 7,000 rows on 6 keys,
-// as a broker outage leaves them, with relay a's claim of 50 rows taking
-// each key's head. Relay b's claim finds nothing; it should cost about as
-// much as a claim that finds its rows (productive, the baseline in the
-// same run: a claim of 50 rows and their mark), not a walk of the
-// backlog behind the held heads.
-func BenchmarkClaimPostgresHeld(b *testing.B) {
-	pool := benchPool(b)
-	s := outbox.NewPostgres(pool, nil)
-	ctx := context.Background()
-	const n, keys = 7000, 6
-	claim := func(b *testing.B, owner string) []outbox.Row {
-		rows, err := s.ClaimChained(ctx, "default", owner, 50, time.Hour, outbox.Lanes{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return rows
-	}
-	b.Run("held", func(b *testing.B) {
-		refillKeyed(b, pool, s, n, keys)
-		if got := len(claim(b, "a")); got != 50 {
-			b.Fatalf("relay a claimed %d rows", got)
-		}
-		for b.Loop() {
-			if got := len(claim(b, "b")); got != 0 {
-				b.Fatalf("relay b claimed %d rows behind a's", got)
-			}
-		}
-	})
-	b.Run("productive", func(b *testing.B) {
-		refillKeyed(b, pool, s, n, keys)
-		for b.Loop() {
-			rows := claim(b, "b")
-			if len(rows) < 50 { // drained: a fresh backlog, off the clock
-				refillKeyed(b, pool, s, n, keys)
-				rows = claim(b, "b")
-			}
-			if len(rows) != 50 {
-				b.Fatalf("claimed %d rows", len(rows))
-			}
-			ids := make([]int64, len(rows))
-			for i := range rows {
-				ids[i] = rows[i].ID
-			}
-			if err := s.MarkPublishedBatch(ctx, "b", ids); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 }

@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/delivery"
+	"github.com/proteanhq/protean-host/internal/relay"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/outbox"
 )
@@ -48,11 +49,11 @@ func statusOf(t *testing.T, store *outbox.Memory) map[outbox.Status]int {
 
 // Soft: Stop lets the pass in progress finish and mark its row before it
 // returns, and starts no other pass.
-func TestRelayStopFinishesThePassInProgress(t *testing.T) {
+func TestStopFinishesThePassInProgress(t *testing.T) {
 	ctx := context.Background()
 	store := outbox.NewMemory(nil)
 	b := newHeldBroker()
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, Tick: time.Hour})
+	r := relay.New(store, relay.Options{Broker: "default", Owner: "r1", Publisher: b, Tick: time.Hour})
 	require.NoError(t, store.Add(ctx, []outbox.Row{row("00000000-0000-4000-8000-000000000001", "order-1", nil, 0)}))
 	require.NoError(t, r.Start(ctx))
 	testwait.Recv(t, "the publish to begin", b.started)
@@ -67,11 +68,11 @@ func TestRelayStopFinishesThePassInProgress(t *testing.T) {
 
 // Hard: at Stop's deadline the pass in progress is canceled (its row stays
 // claimed until its lock expires) and Stop returns the deadline's error.
-func TestRelayStopCancelsThePassAtItsDeadline(t *testing.T) {
+func TestStopCancelsThePassAtItsDeadline(t *testing.T) {
 	ctx := context.Background()
 	store := outbox.NewMemory(nil)
 	b := newHeldBroker()
-	r := outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b, Tick: time.Hour})
+	r := relay.New(store, relay.Options{Broker: "default", Owner: "r1", Publisher: b, Tick: time.Hour})
 	require.NoError(t, store.Add(ctx, []outbox.Row{row("00000000-0000-4000-8000-000000000001", "order-1", nil, 0)}))
 	require.NoError(t, r.Start(ctx))
 	testwait.Recv(t, "the publish to begin", b.started)

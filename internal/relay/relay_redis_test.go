@@ -1,4 +1,4 @@
-package outbox_test
+package relay_test
 
 import (
 	"context"
@@ -14,14 +14,15 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/broker/brokertest"
-	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/faultproxy"
+	"github.com/proteanhq/protean-host/internal/redispartition"
+	"github.com/proteanhq/protean-host/internal/redisstream"
+	"github.com/proteanhq/protean-host/internal/relay"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/partition"
-	"github.com/proteanhq/protean-host/internal/redispartition"
 	"github.com/proteanhq/protean-host/position"
 )
 
@@ -60,7 +61,7 @@ func TestRelaysKeepPerKeyOrderOnRedis(t *testing.T) {
 				relaysOf[m.PartitionKey][i] = true
 			}
 		}}
-		r := outbox.NewRelay(store, outbox.RelayOptions{
+		r := relay.New(store, relay.Options{
 			Broker: "default", Owner: fmt.Sprintf("relay-%d", i), Publisher: pub,
 			BatchSize: 3, Tick: 2 * time.Millisecond,
 		})
@@ -173,11 +174,11 @@ func (p publishFunc) Publish(ctx context.Context, msgs ...delivery.Message) erro
 // they applied before by their positions). On its first start the relay
 // only marks the broker: nothing is published twice. (Before, what Redis
 // held and no consumer had read was gone for good.)
-func TestRelayRepublishesWhenRedisLostItsData(t *testing.T) {
+func TestRepublishesWhenRedisLostItsData(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := outbox.NewPostgres(testserver.PostgresPool(t), nil)
-	k := newKeyA(t, store, outbox.RelayOptions{PublishedRetention: time.Hour})
+	k := newKeyA(t, store, relay.Options{PublishedRetention: time.Hour})
 	add, stream, drain, b, rdb, prefix := k.add, k.stream, k.drain, k.b, k.rdb, k.prefix
 	add(1, 3)
 	drain()
@@ -217,9 +218,9 @@ func TestRelayRepublishesWhenRedisLostItsData(t *testing.T) {
 // message before it on that stream (prev), within a claim and across
 // claims (from the published rows), so a partition worker can tell a
 // message its stream lost.
-func TestRelayChainsEachPartitionStream(t *testing.T) {
+func TestChainsEachPartitionStream(t *testing.T) {
 	t.Parallel()
-	k := newKeyA(t, outbox.NewPostgres(testserver.PostgresPool(t), nil), outbox.RelayOptions{})
+	k := newKeyA(t, outbox.NewPostgres(testserver.PostgresPool(t), nil), relay.Options{})
 	k.add(1, 3)
 	k.drain()
 	k.add(4, 5)
@@ -240,13 +241,13 @@ func TestRelayChainsEachPartitionStream(t *testing.T) {
 // past the row) are not sent again: only what some group still needs is,
 // so an empty Redis costs the rows not yet applied, not the whole
 // retention. (Before, all three rows went again.)
-func TestRelayRepublishesOnlyWhatAConsumerHasNotApplied(t *testing.T) {
+func TestRepublishesOnlyWhatAConsumerHasNotApplied(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testserver.PostgresPool(t)
 	store := outbox.NewPostgres(pool, nil)
 	subs := []partition.Subscription{{Group: "g1", Categories: []string{"order"}}, {Group: "g2", Categories: []string{"order"}}}
-	k := newKeyA(t, store, outbox.RelayOptions{PublishedRetention: time.Hour,
+	k := newKeyA(t, store, relay.Options{PublishedRetention: time.Hour,
 		Partitions: func() []partition.Subscription { return subs }})
 	k.add(1, 3)
 	k.drain()
@@ -273,7 +274,7 @@ func TestRelayRepublishesOnlyWhatAConsumerHasNotApplied(t *testing.T) {
 // lost ones go out again, in commit order, ahead of newer rows. (Before,
 // the marker matched, the relay published on, and the lost tail was gone
 // for good, its key's later rows moving the consumers past it.)
-func TestRelayRepublishesTheLastWritesAfterARestart(t *testing.T) {
+func TestRepublishesTheLastWritesAfterARestart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	k, clock := newRestartRig(t)
@@ -326,10 +327,10 @@ type keyA struct {
 	rdb    *redis.Client
 	prefix string
 	b      *redisstream.Broker
-	r      *outbox.Relay
+	r      *relay.Relay
 }
 
-func newKeyA(t *testing.T, store *outbox.Postgres, opts outbox.RelayOptions) *keyA {
+func newKeyA(t *testing.T, store *outbox.Postgres, opts relay.Options) *keyA {
 	url, prefix := testserver.Redis(t)
 	ro, err := redis.ParseURL(url)
 	require.NoError(t, err)
@@ -338,7 +339,7 @@ func newKeyA(t *testing.T, store *outbox.Postgres, opts outbox.RelayOptions) *ke
 	b, err := redisstream.New(rdb, redisstream.Options{Options: broker.DefaultOptions(), Prefix: prefix, Epoch: true})
 	require.NoError(t, err)
 	opts.Broker, opts.Owner, opts.Publisher = "default", "r1", b
-	return &keyA{t: t, store: store, rdb: rdb, prefix: prefix, b: b, r: outbox.NewRelay(store, opts)}
+	return &keyA{t: t, store: store, rdb: rdb, prefix: prefix, b: b, r: relay.New(store, opts)}
 }
 
 // newRestartRig is a keyA whose store and relay read clock, which moves
@@ -347,7 +348,7 @@ func newKeyA(t *testing.T, store *outbox.Postgres, opts outbox.RelayOptions) *ke
 func newRestartRig(t *testing.T) (*keyA, *brokertest.Clock) {
 	clock := brokertest.NewClock(time.Now().UTC())
 	store := outbox.NewPostgres(testserver.PostgresPool(t), clock.Now)
-	return newKeyA(t, store, outbox.RelayOptions{Clock: at(clock.Now), PublishedRetention: 24 * time.Hour, RestartWindow: time.Minute}), clock
+	return newKeyA(t, store, relay.Options{Clock: at(clock.Now), PublishedRetention: 24 * time.Hour, RestartWindow: time.Minute}), clock
 }
 
 // restarted makes Redis look restarted with its marker kept: the marker's
@@ -403,7 +404,7 @@ func (k *keyA) drain() {
 // since) and that meets a restarted broker republishes the restart's
 // window only, not the whole retention: its NOEPOCH is not a loss. (A full
 // make chaos run republished 22,847 rows after a Redis kill this way.)
-func TestRelayWithAStaleEpochRepublishesOnlyTheRestartWindow(t *testing.T) {
+func TestWithAStaleEpochRepublishesOnlyTheRestartWindow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	k, clock := newRestartRig(t)
@@ -435,7 +436,7 @@ func TestRelayWithAStaleEpochRepublishesOnlyTheRestartWindow(t *testing.T) {
 // back: with Redis down a minute each claim walked the outage's growing
 // backlog, 40 ms for 7,000 rows, at every commit's wake-up.) Once Redis is
 // reachable again the first pass publishes every row in commit order.
-func TestRelayClaimsNothingWhileTheBrokerIsDown(t *testing.T) {
+func TestClaimsNothingWhileTheBrokerIsDown(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := outbox.NewPostgres(testserver.PostgresPool(t), nil)
@@ -451,7 +452,7 @@ func TestRelayClaimsNothingWhileTheBrokerIsDown(t *testing.T) {
 	b, err := redisstream.New(rdb, redisstream.Options{Options: broker.DefaultOptions(), Prefix: prefix, Epoch: true})
 	require.NoError(t, err)
 	k := &keyA{t: t, store: store, rdb: rdb, prefix: prefix, b: b,
-		r: outbox.NewRelay(store, outbox.RelayOptions{Broker: "default", Owner: "r1", Publisher: b})}
+		r: relay.New(store, relay.Options{Broker: "default", Owner: "r1", Publisher: b})}
 	k.add(1, 2)
 	k.drain()
 

@@ -1,4 +1,4 @@
-package outbox
+package relay
 
 import (
 	"context"
@@ -15,54 +15,14 @@ import (
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/lifecycle"
 	"github.com/proteanhq/protean-host/internal/owner"
+	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/partition"
 )
 
-// RelayStore is what the relay needs of an outbox store.
-type RelayStore interface {
-	Claim(ctx context.Context, broker, owner string, limit int, lockFor time.Duration) ([]Row, error)
-	MarkPublishedBatch(ctx context.Context, owner string, ids []int64) error
-	MarkFailed(ctx context.Context, id int64, owner, errMsg string, nextRetryAt time.Time) error
-	Release(ctx context.Context, owner string, ids []int64) error
-	Abandon(ctx context.Context, id int64, reason string) error
-	Cleanup(ctx context.Context, publishedBefore, abandonedBefore time.Time) (int, error)
-}
-
-// Chainer is a RelayStore whose claim can also tell, for each row, the
-// global position of the row before it on its partition stream, which the
-// relay sends with each message (delivery.Message.Prev) so that a partition
-// worker detects a message its stream lost.
-type Chainer interface {
-	// ClaimChained is Claim, with each row's Prev: for a row with a
-	// partition key, the global position of the newest published row of
-	// its broker, category and key with a lower ID that goes to the same
-	// stream by lanes (0 if none is kept, and for rows without a key).
-	ClaimChained(ctx context.Context, broker, owner string, limit int, lockFor time.Duration, lanes Lanes) ([]Row, error)
-}
-
-// Republisher is a RelayStore that can publish again what a broker that
-// lost its data (broker.ErrEpochLost) may have lost.
-type Republisher interface {
-	// Republish makes every row of broker published at or after since
-	// pending again, in their order, except those keep says every consumer
-	// group applied already, revokes every claim of the broker's
-	// rows (their holders can mark nothing more), and records epoch as the
-	// broker's,
-	// unless stillLost, called under the store's lock, reports that the
-	// broker has a marker again (another relay got there first). For a
-	// broker with no epoch recorded yet (its first start) it requeues
-	// nothing and reports first. It returns how many rows it requeued.
-	Republish(ctx context.Context, broker, epoch string, since time.Time, keep Keep,
-		stillLost func(context.Context) (bool, error)) (n int, first bool, err error)
-	// LastPublished is when the broker's latest published row still kept
-	// was marked published, zero if none.
-	LastPublished(ctx context.Context, broker string) (time.Time, error)
-}
-
-// RelayOptions configure a Relay. Zero fields take the values of
-// [DefaultRelayOptions], except Jitter and the retentions, whose zero means
+// Options configure a Relay. Zero fields take the values of
+// [DefaultOptions], except Jitter and the retentions, whose zero means
 // none (no jitter, keep forever).
-type RelayOptions struct {
+type Options struct {
 	// Broker is the name of the broker the relay serves: it claims only
 	// rows whose target_broker is Broker.
 	Broker string
@@ -108,6 +68,25 @@ type RelayOptions struct {
 	Rand  func() float64
 }
 
+// DefaultOptions returns the relay's defaults, which config.Default
+// reads too ([outbox] in the configuration): Protean's values. Broker,
+// Owner, Publisher, the lanes, Logger, Now and Rand are left for the caller.
+func DefaultOptions() Options {
+	return Options{
+		BatchSize:          outbox.DefaultClaimLimit,
+		Tick:               10 * time.Millisecond,
+		LockFor:            outbox.DefaultLockFor,
+		BaseDelay:          time.Second,
+		MaxDelay:           time.Minute,
+		Jitter:             0.1,
+		BackfillSuffix:     partition.DefaultBackfillSuffix,
+		PublishedRetention: 7 * 24 * time.Hour,  // a week
+		AbandonedRetention: 30 * 24 * time.Hour, // 30 days
+		CleanupEvery:       time.Minute,
+		RestartWindow:      time.Minute,
+	}
+}
+
 // Relay moves outbox rows to the broker: claim, publish outside any
 // transaction, then mark published, or failed with a backoff, or halted
 // or abandoned past its retries; a row the broker could not take (down,
@@ -115,8 +94,8 @@ type RelayOptions struct {
 // A crash between publish and mark leaves the row claimed; its lock expires
 // and it is published again (at least once).
 type Relay struct {
-	store RelayStore
-	opts  RelayOptions
+	store outbox.RelayStore
+	opts  Options
 	wake  chan struct{}
 	// outage reports passes that fail on infrastructure once per outage.
 	outage *delivery.Outage
@@ -136,9 +115,9 @@ type Relay struct {
 	unmarked, unreleased []int64
 }
 
-// NewRelay returns a Relay over store.
-func NewRelay(store RelayStore, opts RelayOptions) *Relay {
-	d := DefaultRelayOptions()
+// New returns a Relay over store.
+func New(store outbox.RelayStore, opts Options) *Relay {
+	d := DefaultOptions()
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = d.BatchSize
 	}
@@ -292,7 +271,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, delivery.MarkInfrastructure(fmt.Errorf("claim: %w", err))
 	}
-	p := &pass{failedKeys: map[orderingKey]bool{}}
+	p := &pass{failedKeys: map[outbox.OrderingKey]bool{}}
 	// Every row becomes a message first (a row with a key the rules
 	// reject is abandoned and holds its key back for this pass), then the
 	// claim goes to the broker in one call, in claim order: all or
@@ -334,17 +313,17 @@ type pass struct {
 	// untried.
 	down error
 	// failedKeys are the keys a row failed on: their later rows wait.
-	failedKeys map[orderingKey]bool
+	failedKeys map[outbox.OrderingKey]bool
 }
 
 // messages turns the claimed rows into messages, in claim order; a row
 // whose key failed earlier in the pass is released, and a row with a key
 // the rules reject is abandoned (r.message) and holds its key back.
-func (r *Relay) messages(ctx context.Context, p *pass, rows []Row, partitioning bool) ([]Row, []delivery.Message) {
-	var batch []Row
+func (r *Relay) messages(ctx context.Context, p *pass, rows []outbox.Row, partitioning bool) ([]outbox.Row, []delivery.Message) {
+	var batch []outbox.Row
 	var msgs []delivery.Message
 	for _, row := range rows {
-		k := orderingKeyOf(&row)
+		k := outbox.OrderingKeyOf(&row)
 		if p.failedKeys[k] {
 			p.released = append(p.released, row.ID)
 			continue
@@ -366,9 +345,9 @@ func (r *Relay) messages(ctx context.Context, p *pass, rows []Row, partitioning 
 // refused the whole (broker.ErrInvalid): a refused row is charged and
 // holds its key's later rows back, and a broker failure releases the
 // rest untried.
-func (r *Relay) publishEach(ctx context.Context, p *pass, batch []Row, msgs []delivery.Message, epoch string) {
+func (r *Relay) publishEach(ctx context.Context, p *pass, batch []outbox.Row, msgs []delivery.Message, epoch string) {
 	for i, row := range batch {
-		k := orderingKeyOf(&row)
+		k := outbox.OrderingKeyOf(&row)
 		if p.down != nil || p.failedKeys[k] || r.lapsed(row) {
 			p.released = append(p.released, row.ID)
 			continue
@@ -424,7 +403,7 @@ func (r *Relay) end(ctx context.Context, p *pass) {
 }
 
 // rowIDs are the rows' ids, in order.
-func rowIDs(rows []Row) []int64 {
+func rowIDs(rows []outbox.Row) []int64 {
 	out := make([]int64, len(rows))
 	for i, row := range rows {
 		out[i] = row.ID
@@ -433,9 +412,9 @@ func rowIDs(rows []Row) []int64 {
 }
 
 // claim claims the next rows; on a partitioning broker, with each row's
-// Prev when the store can tell (Chainer).
-func (r *Relay) claim(ctx context.Context, partitioning bool) ([]Row, error) {
-	if c, ok := r.store.(Chainer); ok && partitioning {
+// Prev when the store can tell (outbox.Chainer).
+func (r *Relay) claim(ctx context.Context, partitioning bool) ([]outbox.Row, error) {
+	if c, ok := r.store.(outbox.Chainer); ok && partitioning {
 		return c.ClaimChained(ctx, r.opts.Broker, r.opts.Owner, r.opts.BatchSize, r.opts.LockFor, r.lanes())
 	}
 	return r.store.Claim(ctx, r.opts.Broker, r.opts.Owner, r.opts.BatchSize, r.opts.LockFor)
@@ -445,7 +424,7 @@ func (r *Relay) claim(ctx context.Context, partitioning bool) ([]Row, error) {
 // message before it on its stream: the claim's previous message on that
 // stream if it has one, else the row's Prev (the newest published row of
 // its key on that stream, as the claim read it).
-func chain(batch []Row, msgs []delivery.Message) {
+func chain(batch []outbox.Row, msgs []delivery.Message) {
 	last := map[string]int64{} // stream -> global position of its latest message in the claim
 	for i := range batch {
 		if batch[i].PartitionKey == nil {
@@ -462,7 +441,7 @@ func chain(batch []Row, msgs []delivery.Message) {
 // hold keeps ids (in *list) for the next pass to record, unless the
 // failure says they are no longer this relay's.
 func (r *Relay) hold(list *[]int64, ids []int64, err error) {
-	if errors.Is(err, ErrNotOwner) {
+	if errors.Is(err, outbox.ErrNotOwner) {
 		return // some were taken over: the rest lapse with their locks
 	}
 	r.mu.Lock()
@@ -472,7 +451,7 @@ func (r *Relay) hold(list *[]int64, ids []int64, err error) {
 
 // settle records what an earlier pass could not: rows published and not
 // marked are marked published, rows given back and not released are
-// released. Rows another relay took over meanwhile (ErrNotOwner) are
+// released. Rows another relay took over meanwhile (outbox.ErrNotOwner) are
 // dropped from the lists; any other failure keeps them and fails the pass.
 func (r *Relay) settle(ctx context.Context) error {
 	r.mu.Lock()
@@ -482,7 +461,7 @@ func (r *Relay) settle(ctx context.Context) error {
 	if len(unmarked) > 0 {
 		if err := r.store.MarkPublishedBatch(ctx, r.opts.Owner, unmarked); err != nil {
 			r.hold(&r.unmarked, unmarked, err)
-			if !errors.Is(err, ErrNotOwner) {
+			if !errors.Is(err, outbox.ErrNotOwner) {
 				r.hold(&r.unreleased, unreleased, nil)
 				return fmt.Errorf("mark published (an earlier pass's rows): %w", err)
 			}
@@ -491,7 +470,7 @@ func (r *Relay) settle(ctx context.Context) error {
 	if len(unreleased) > 0 {
 		if err := r.store.Release(ctx, r.opts.Owner, unreleased); err != nil {
 			r.hold(&r.unreleased, unreleased, err)
-			if !errors.Is(err, ErrNotOwner) {
+			if !errors.Is(err, outbox.ErrNotOwner) {
 				return fmt.Errorf("release (an earlier pass's rows): %w", err)
 			}
 		}
@@ -517,7 +496,7 @@ func (r *Relay) settle(ctx context.Context) error {
 // id), before the new marker.
 func (r *Relay) republish(ctx context.Context) error {
 	ep, ok := r.opts.Publisher.(broker.Epocher)
-	store, ok2 := r.store.(Republisher)
+	store, ok2 := r.store.(outbox.Republisher)
 	if !ok || !ok2 {
 		return errors.New("the broker or the store cannot republish")
 	}
@@ -636,7 +615,7 @@ func (r *Relay) setEpoch(e string) {
 // later rows of its key past. The check uses this host's clock, with a
 // quarter of LockFor to spare; the broker's drop of a message id it holds
 // already and the consumers' position check catch what slips past it.
-func (r *Relay) lapsed(row Row) bool {
+func (r *Relay) lapsed(row outbox.Row) bool {
 	if row.LockedUntil == nil {
 		return false
 	}
@@ -645,7 +624,7 @@ func (r *Relay) lapsed(row Row) bool {
 
 // message is row as the broker takes it. It reports false for a row it
 // abandoned: one with a partition key the rules reject.
-func (r *Relay) message(ctx context.Context, row Row, partitioning bool) (delivery.Message, bool, error) {
+func (r *Relay) message(ctx context.Context, row outbox.Row, partitioning bool) (delivery.Message, bool, error) {
 	// The publish-time backstop: a row that reached here with a key the
 	// rules reject is abandoned at once, never retried: no stream can
 	// take it, so it cannot wedge its key.
@@ -686,7 +665,7 @@ func (r *Relay) send(ctx context.Context, epoch string, msgs ...delivery.Message
 // failed or halted (or, if even that failed, stays locked until its lock
 // expires). A failure of the broker is returned marked as infrastructure,
 // and nothing is marked: the caller releases the row.
-func (r *Relay) publishOne(ctx context.Context, row Row, msg delivery.Message, epoch string) (bool, error) {
+func (r *Relay) publishOne(ctx context.Context, row outbox.Row, msg delivery.Message, epoch string) (bool, error) {
 	err := r.send(ctx, epoch, msg)
 	if err == nil {
 		return true, nil
@@ -707,24 +686,24 @@ func (r *Relay) publishOne(ctx context.Context, row Row, msg delivery.Message, e
 // stream routes a row: its category, or on a partitioning broker its
 // partition stream {category}:{key}, on the backfill lane when priority
 // lanes are on and its priority is below the threshold.
-func (r *Relay) stream(row Row, partitioning bool) string {
+func (r *Relay) stream(row outbox.Row, partitioning bool) string {
 	if !partitioning || row.PartitionKey == nil {
 		return row.Category
 	}
 	return r.lanes().Stream(row)
 }
 
-func (r *Relay) lanes() Lanes {
-	return Lanes{Enabled: r.opts.LanesEnabled, Threshold: r.opts.LaneThreshold, Suffix: r.opts.BackfillSuffix}
+func (r *Relay) lanes() outbox.Lanes {
+	return outbox.Lanes{Enabled: r.opts.LanesEnabled, Threshold: r.opts.LaneThreshold, Suffix: r.opts.BackfillSuffix}
 }
 
 // keep is what a republish may leave published: nothing unless the broker
 // partitions (the partition workers' positions say what they applied).
-func (r *Relay) keep() Keep {
+func (r *Relay) keep() outbox.Keep {
 	if r.opts.Partitions == nil || !r.opts.Publisher.Capabilities().Has(broker.StreamPartitioning) {
-		return Keep{}
+		return outbox.Keep{}
 	}
-	return KeepFor(r.opts.Partitions(), r.lanes())
+	return outbox.KeepFor(r.opts.Partitions(), r.lanes())
 }
 
 // fillPositions copies the event's positions and time from the row's

@@ -1,0 +1,48 @@
+package outbox
+
+import (
+	"context"
+	"time"
+)
+
+// RelayStore is what the relay (internal/relay) needs of an outbox store:
+// both stores implement it.
+type RelayStore interface {
+	Claim(ctx context.Context, broker, owner string, limit int, lockFor time.Duration) ([]Row, error)
+	MarkPublishedBatch(ctx context.Context, owner string, ids []int64) error
+	MarkFailed(ctx context.Context, id int64, owner, errMsg string, nextRetryAt time.Time) error
+	Release(ctx context.Context, owner string, ids []int64) error
+	Abandon(ctx context.Context, id int64, reason string) error
+	Cleanup(ctx context.Context, publishedBefore, abandonedBefore time.Time) (int, error)
+}
+
+// Chainer is a RelayStore whose claim can also tell, for each row, the
+// global position of the row before it on its partition stream, which the
+// relay sends with each message (delivery.Message.Prev) so that a partition
+// worker detects a message its stream lost.
+type Chainer interface {
+	// ClaimChained is Claim, with each row's Prev: for a row with a
+	// partition key, the global position of the newest published row of
+	// its broker, category and key with a lower ID that goes to the same
+	// stream by lanes (0 if none is kept, and for rows without a key).
+	ClaimChained(ctx context.Context, broker, owner string, limit int, lockFor time.Duration, lanes Lanes) ([]Row, error)
+}
+
+// Republisher is a RelayStore that can publish again what a broker that
+// lost its data (broker.ErrEpochLost) may have lost.
+type Republisher interface {
+	// Republish makes every row of broker published at or after since
+	// pending again, in their order, except those keep says every consumer
+	// group applied already, revokes every claim of the broker's
+	// rows (their holders can mark nothing more), and records epoch as the
+	// broker's,
+	// unless stillLost, called under the store's lock, reports that the
+	// broker has a marker again (another relay got there first). For a
+	// broker with no epoch recorded yet (its first start) it requeues
+	// nothing and reports first. It returns how many rows it requeued.
+	Republish(ctx context.Context, broker, epoch string, since time.Time, keep Keep,
+		stillLost func(context.Context) (bool, error)) (n int, first bool, err error)
+	// LastPublished is when the broker's latest published row still kept
+	// was marked published, zero if none.
+	LastPublished(ctx context.Context, broker string) (time.Time, error)
+}
