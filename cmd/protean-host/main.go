@@ -27,9 +27,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/proteanhq/protean-host/broker"
-	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/internal/host"
+	"github.com/proteanhq/protean-host/internal/redisstream"
 )
 
 const defaultConfig = "configs/domain.toml"

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/internal/config"
-	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/subscription"
+	"github.com/proteanhq/protean-host/internal/testwait"
 )
 
 // Two hosts in one process share a hostname and a pid, as two containers

@@ -13,14 +13,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/internal/host"
-	"github.com/proteanhq/protean-host/internal/routes"
-	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/internal/redispartition"
-	"github.com/proteanhq/protean-host/position"
+	"github.com/proteanhq/protean-host/internal/redisstream"
+	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/internal/schema"
+	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/position"
 )
 
 const partitionsUsage = `usage: protean-host partitions list [--group NAME]

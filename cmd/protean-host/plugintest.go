@@ -15,8 +15,8 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/delivery"
-	"github.com/proteanhq/protean-host/internal/engine"
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/engine"
 	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/internal/unitofwork"

@@ -12,9 +12,9 @@ import (
 
 	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/internal/idempotency"
+	"github.com/proteanhq/protean-host/internal/schema"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
-	"github.com/proteanhq/protean-host/internal/schema"
 )
 
 func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {

@@ -18,11 +18,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/internal/config"
+	"github.com/proteanhq/protean-host/internal/redispartition"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 	"github.com/proteanhq/protean-host/partition"
-	"github.com/proteanhq/protean-host/internal/redispartition"
 )
 
 // redisDeployment is a migrated PostgreSQL database and a Redis key prefix

@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"github.com/proteanhq/protean-host/broker"
-	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/httpapi"
-	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/internal/redispartition"
+	"github.com/proteanhq/protean-host/internal/redisstream"
+	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/position"
 )
 

@@ -12,16 +12,16 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/internal/readyourwrites"
+	"github.com/proteanhq/protean-host/internal/schema"
+	"github.com/proteanhq/protean-host/internal/subscription"
+	"github.com/proteanhq/protean-host/internal/unitofwork"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/record"
-	"github.com/proteanhq/protean-host/internal/schema"
-	"github.com/proteanhq/protean-host/internal/subscription"
-	"github.com/proteanhq/protean-host/internal/unitofwork"
 )
 
 // stores are the three stores and the unit-of-work backend over them.

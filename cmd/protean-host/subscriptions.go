@@ -9,13 +9,13 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/clock"
-	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/delivery"
+	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/internal/engine"
-	"github.com/proteanhq/protean-host/partition"
-	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/internal/subscription"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
+	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/position"
 )
 
 // newSubscriptions builds the event-store subscriptions' consumer: the

@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/internal/subscription"
+	"github.com/proteanhq/protean-host/position"
 )
 
 const subscriptionsUsage = `usage: protean-host subscriptions list [--group NAME]

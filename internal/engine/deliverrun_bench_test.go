@@ -11,11 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
-	"github.com/proteanhq/protean-host/internal/groups"
 	"github.com/proteanhq/protean-host/delivery"
+	"github.com/proteanhq/protean-host/internal/groups"
 	"github.com/proteanhq/protean-host/internal/host"
-	"github.com/proteanhq/protean-host/internal/wasmbuild"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
+	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
 // BenchmarkInlineDeliveryWASM (and BenchmarkRedisDeliveryWASM, the same

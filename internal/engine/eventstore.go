@@ -7,9 +7,9 @@ import (
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/host"
-	"github.com/proteanhq/protean-host/record"
 	esub "github.com/proteanhq/protean-host/internal/subscription"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
+	"github.com/proteanhq/protean-host/record"
 )
 
 // ErrNotSubscribed: an event-store subscription's batch reached the

@@ -12,11 +12,11 @@ import (
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/host"
+	esub "github.com/proteanhq/protean-host/internal/subscription"
 	"github.com/proteanhq/protean-host/internal/testserver"
+	"github.com/proteanhq/protean-host/internal/unitofwork"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 	"github.com/proteanhq/protean-host/position"
-	esub "github.com/proteanhq/protean-host/internal/subscription"
-	"github.com/proteanhq/protean-host/internal/unitofwork"
 )
 
 // BenchmarkEventStoreSubscriptionWASM: OrderPlaced events per second

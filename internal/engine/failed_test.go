@@ -11,9 +11,9 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/internal/readyourwrites"
-	"github.com/proteanhq/protean-host/position"
 	esub "github.com/proteanhq/protean-host/internal/subscription"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
+	"github.com/proteanhq/protean-host/position"
 )
 
 // With event-store subscriptions, a min_position wait does not count an

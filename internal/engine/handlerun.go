@@ -9,8 +9,8 @@ import (
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/host"
-	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
+	"github.com/proteanhq/protean-host/position"
 )
 
 // handleRun is the one guest call and group commit of every delivery

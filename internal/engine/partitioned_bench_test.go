@@ -14,15 +14,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
-	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/host"
+	"github.com/proteanhq/protean-host/internal/redispartition"
+	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/internal/testserver"
+	"github.com/proteanhq/protean-host/internal/unitofwork"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 	"github.com/proteanhq/protean-host/partition"
-	"github.com/proteanhq/protean-host/internal/redispartition"
-	"github.com/proteanhq/protean-host/internal/unitofwork"
 )
 
 // counting wraps the engine's partition handler to tell when every

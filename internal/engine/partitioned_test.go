@@ -10,8 +10,8 @@ import (
 
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
-	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
+	"github.com/proteanhq/protean-host/position"
 )
 
 // opBatch is a run of Op messages of the behave module, at global

@@ -12,16 +12,16 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/broker"
-	"github.com/proteanhq/protean-host/internal/groups"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/groups"
 	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/readyourwrites"
 	"github.com/proteanhq/protean-host/internal/testwait"
+	"github.com/proteanhq/protean-host/internal/unitofwork"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
-	"github.com/proteanhq/protean-host/internal/unitofwork"
 )
 
 // examplesEngine runs the example modules on memory stores and a started

@@ -13,17 +13,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
-	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/redispartition"
+	"github.com/proteanhq/protean-host/internal/redisstream"
+	esub "github.com/proteanhq/protean-host/internal/subscription"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
-	"github.com/proteanhq/protean-host/partition"
-	"github.com/proteanhq/protean-host/internal/redispartition"
-	"github.com/proteanhq/protean-host/position"
-	esub "github.com/proteanhq/protean-host/internal/subscription"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
+	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/position"
 )
 
 // pauses records the waits a path asks its clock for; only those the

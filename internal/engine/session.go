@@ -11,8 +11,8 @@ import (
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/host"
-	"github.com/proteanhq/protean-host/record"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
+	"github.com/proteanhq/protean-host/record"
 )
 
 // maxReadLimit caps one protean_read_stream call.

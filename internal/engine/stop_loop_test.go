@@ -9,13 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/broker"
-	"github.com/proteanhq/protean-host/internal/groups"
 	"github.com/proteanhq/protean-host/delivery"
+	"github.com/proteanhq/protean-host/internal/groups"
 	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/internal/testwait"
-	"github.com/proteanhq/protean-host/internal/wasmbuild"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
+	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
 // A delivery whose guest loops without ever calling the host (the case

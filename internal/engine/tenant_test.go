@@ -10,9 +10,9 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/internal/host"
+	"github.com/proteanhq/protean-host/internal/unitofwork"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 	"github.com/proteanhq/protean-host/record"
-	"github.com/proteanhq/protean-host/internal/unitofwork"
 )
 
 // tenantEngine runs the example orders module as tenant "shop" and the

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/internal/engine"
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/engine"
 )
 
 // The answer a command's unit of work stores with its idempotency key, in

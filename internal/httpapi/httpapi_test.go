@@ -13,13 +13,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/abi"
-	"github.com/proteanhq/protean-host/internal/engine"
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/engine"
 	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/httpapi"
+	"github.com/proteanhq/protean-host/internal/unitofwork"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/record"
-	"github.com/proteanhq/protean-host/internal/unitofwork"
 )
 
 // fakeEngine answers every command with err.

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/proteanhq/protean-host/internal/engine"
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/engine"
 	"github.com/proteanhq/protean-host/internal/idempotency"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
 )

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/internal/host"
-	"github.com/proteanhq/protean-host/internal/httpapi"
 	"github.com/proteanhq/protean-host/internal/htmltest"
+	"github.com/proteanhq/protean-host/internal/httpapi"
 )
 
 func parseHTML(t *testing.T, r io.Reader) *htmltest.Node {

@@ -13,12 +13,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/faultproxy"
+	"github.com/proteanhq/protean-host/internal/redispartition"
+	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/partition"
-	"github.com/proteanhq/protean-host/internal/redispartition"
 	"github.com/proteanhq/protean-host/position"
 )
 

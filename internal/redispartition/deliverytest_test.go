@@ -9,11 +9,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/delivery/deliverytest"
-	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/internal/redispartition"
+	"github.com/proteanhq/protean-host/internal/redisstream"
+	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
 )
 

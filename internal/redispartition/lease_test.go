@@ -9,9 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/proteanhq/protean-host/internal/redispartition"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/partition"
-	"github.com/proteanhq/protean-host/internal/redispartition"
 )
 
 func TestMain(m *testing.M) { testserver.Main(m) }

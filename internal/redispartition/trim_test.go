@@ -8,8 +8,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/internal/redispartition"
+	"github.com/proteanhq/protean-host/partition"
 )
 
 // xaddIndexed appends n entries with an "id" field (as the broker's codec

@@ -8,8 +8,8 @@ import (
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/internal/groups"
 	"github.com/proteanhq/protean-host/internal/host"
-	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/internal/subscription"
+	"github.com/proteanhq/protean-host/partition"
 )
 
 // Table is where one module set sends messages, as each delivery source

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/schema"
+	"github.com/proteanhq/protean-host/internal/testserver"
 )
 
 func TestMain(m *testing.M) { testserver.Main(m) }

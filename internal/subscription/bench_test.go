@@ -12,10 +12,10 @@ import (
 
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
-	"github.com/proteanhq/protean-host/internal/testserver"
-	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/internal/subscription"
+	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
+	"github.com/proteanhq/protean-host/position"
 )
 
 // noop is the trivial handler: it handles every message of a batch and

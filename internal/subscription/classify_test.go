@@ -9,8 +9,8 @@ import (
 
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/engine"
-	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/subscription"
+	"github.com/proteanhq/protean-host/internal/testwait"
 )
 
 // A message whose effects the stores refuse (here a record holding

@@ -11,8 +11,8 @@ import (
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/delivery/deliverytest"
 	"github.com/proteanhq/protean-host/eventstore"
-	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/internal/subscription"
+	"github.com/proteanhq/protean-host/position"
 )
 
 // The event-store subscriptions pass the delivery sources' conformance

@@ -16,11 +16,11 @@ import (
 	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/subscription"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
-	"github.com/proteanhq/protean-host/position"
-	"github.com/proteanhq/protean-host/internal/subscription"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
+	"github.com/proteanhq/protean-host/position"
 )
 
 func TestMain(m *testing.M) { testserver.Main(m) }

@@ -11,8 +11,8 @@ import (
 
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
-	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/subscription"
+	"github.com/proteanhq/protean-host/internal/testwait"
 )
 
 // A batch that an owner with per-key workers left unfinished (one slot

@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/delivery"
+	"github.com/proteanhq/protean-host/internal/subscription"
 	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/position"
-	"github.com/proteanhq/protean-host/internal/subscription"
 )
 
 // blocking handles nothing until its context ends.

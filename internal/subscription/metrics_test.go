@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/delivery"
-	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/internal/subscription"
+	"github.com/proteanhq/protean-host/internal/testwait"
 )
 
 // A worker fenced out of its unit (a newer owner claimed it: the lease

@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/subscription"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
-	"github.com/proteanhq/protean-host/internal/subscription"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
 )
 

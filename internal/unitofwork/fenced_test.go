@@ -8,10 +8,10 @@ import (
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/testserver"
+	"github.com/proteanhq/protean-host/internal/unitofwork"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/record"
-	"github.com/proteanhq/protean-host/internal/unitofwork"
 )
 
 // fencedHarness is a unit of work on one backend, and its stores read

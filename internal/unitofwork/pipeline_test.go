@@ -19,10 +19,10 @@ import (
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/idempotency"
 	"github.com/proteanhq/protean-host/internal/testserver"
+	"github.com/proteanhq/protean-host/internal/unitofwork"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/record"
-	"github.com/proteanhq/protean-host/internal/unitofwork"
 )
 
 // roundTrips counts what a pool sends: each query outside a batch and

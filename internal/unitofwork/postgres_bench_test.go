@@ -12,10 +12,10 @@ import (
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/testserver"
+	"github.com/proteanhq/protean-host/internal/unitofwork"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/position"
 	"github.com/proteanhq/protean-host/record"
-	"github.com/proteanhq/protean-host/internal/unitofwork"
 )
 
 // BenchmarkUnitOfWork compares on one database in one run:
