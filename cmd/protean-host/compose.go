@@ -11,6 +11,7 @@ import (
 
 	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/delivery"
+	"github.com/proteanhq/protean-host/internal/auth"
 	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/internal/engine"
 	"github.com/proteanhq/protean-host/internal/groups"
@@ -188,7 +189,18 @@ func (h *hostProcess) composeSources(c *composition, uow *unitofwork.UnitOfWork,
 
 // listen opens the HTTP listener and builds the server and its API; serve
 // (a component's start) serves it.
-func (h *hostProcess) listen(c *composition, configPath string) error {
+func (h *hostProcess) listen(c *composition) error {
+	if err := c.cfg.HTTP.CheckExposure(); err != nil {
+		return err
+	}
+	var keys *auth.Keys
+	if len(c.cfg.HTTP.Auth.Keys) > 0 {
+		var err error
+		if keys, err = auth.NewKeys(c.cfg.HTTP.Auth.AuthKeys()); err != nil {
+			return fmt.Errorf("http.auth.keys: %w", err)
+		}
+		c.log.Info("http: API keys required", "keys", keys.Len())
+	}
 	ln, err := net.Listen("tcp", c.cfg.HTTP.Listen)
 	if err != nil {
 		return fmt.Errorf("http.listen %s: %w", c.cfg.HTTP.Listen, err)
@@ -205,7 +217,7 @@ func (h *hostProcess) listen(c *composition, configPath string) error {
 		return err
 	}
 	api := httpapi.New(h.eng, httpapi.Options{Logger: c.log, Registry: c.reg, ReadWait: c.cfg.HTTP.ReadWait(),
-		BodyTimeout: c.cfg.HTTP.ReadBodyTimeout(), Idempotency: c.st.idempotency, Status: status})
+		BodyTimeout: c.cfg.HTTP.ReadBodyTimeout(), Idempotency: c.st.idempotency, Status: status, Keys: keys})
 	h.srv, h.ln = newServer(c.cfg.HTTP, ln, api, c.reg, c.log)
 	return nil
 }

@@ -7,6 +7,7 @@
 //	protean-host plugin new NAME --kind KIND --category C [--dir DIR]
 //	protean-host plugin test MODULE.wasm... --messages FILE.jsonl [--json]
 //	protean-host subscriptions list | failed | retry|skip GROUP UNIT POSITION [--config FILE]
+//	protean-host keys new TENANT --role ROLE
 //
 // Every subcommand takes --config (default configs/domain.toml) and
 // --plugins (overrides [plugins] dir). Exit status 0 is success; failures
@@ -56,6 +57,7 @@ func commands() []command {
 		{"plugin", "new NAME --kind K --category C: scaffold a handler module; test MODULE.wasm --messages FILE.jsonl: run it on in-memory stores", cmdPlugin},
 		{"partitions", "list | inspect CATEGORY KEY | skip | dlq | resume CATEGORY KEY: see and unblock halted partitions (Redis)", cmdPartitions},
 		{"subscriptions", "list | failed | retry|skip GROUP UNIT POSITION: event-store subscriptions' positions, leases and failed messages (PostgreSQL)", cmdSubscriptions},
+		{"keys", "new TENANT --role ROLE: print a new API key once, with the [[http.auth.keys]] lines to add", cmdKeys},
 	}
 }
 

@@ -233,7 +233,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	if err := h.compose(c, loader, e.broker()); err != nil {
 		return nil, err
 	}
-	if err := h.listen(c, e.configPath); err != nil {
+	if err := h.listen(c); err != nil {
 		return nil, err
 	}
 	cs := h.components()

@@ -3,11 +3,13 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/proteanhq/protean-host/internal/auth"
 	"github.com/proteanhq/protean-host/internal/httpapi"
 	"github.com/proteanhq/protean-host/internal/idempotency"
 	"github.com/proteanhq/protean-host/internal/redispartition"
@@ -428,6 +430,66 @@ type HTTP struct {
 	// warning, to leave 1,024 file descriptors (or half the limit, if
 	// less) for its stores, plugins and logs.
 	MaxConnections int `toml:"max_connections"`
+	// Auth is who may use the API ([http.auth]); no keys: anyone who
+	// reaches the listener, which must then be loopback (CheckExposure).
+	Auth HTTPAuth `toml:"auth"`
+}
+
+// HTTPAuth is the [http.auth] table (package auth).
+type HTTPAuth struct {
+	// Keys are the API keys ([[http.auth.keys]]): `protean-host keys new
+	// TENANT --role ROLE` prints a key once, with its lines. Several may
+	// name one tenant and role, so a key rotates without downtime.
+	Keys []APIKey `toml:"keys"`
+	// AllowUnauthenticated lets the host serve a non-loopback address with
+	// no keys, where anyone who reaches it acts for every tenant (behind a
+	// proxy that authenticates, say).
+	AllowUnauthenticated bool `toml:"allow_unauthenticated"`
+}
+
+// APIKey is one [[http.auth.keys]] entry: a tenant, a role (read, write,
+// operator, deployer, admin) and the key's SHA-256 in hex. An admin key
+// needs no tenant.
+type APIKey struct {
+	Tenant string `toml:"tenant"`
+	Role   string `toml:"role"`
+	SHA256 string `toml:"sha256"`
+}
+
+// AuthKeys are the keys as package auth takes them.
+func (a HTTPAuth) AuthKeys() []auth.Key {
+	out := make([]auth.Key, len(a.Keys))
+	for i, k := range a.Keys {
+		out[i] = auth.Key{Tenant: k.Tenant, Role: auth.Role(k.Role), SHA256: k.SHA256}
+	}
+	return out
+}
+
+// CheckExposure refuses to serve a listen address other than loopback
+// with no API keys, unless AllowUnauthenticated says so: anyone who could
+// reach it would act for every tenant. The host checks it at start, after
+// --listen.
+func (h HTTP) CheckExposure() error {
+	if len(h.Auth.Keys) > 0 || h.Auth.AllowUnauthenticated || loopback(h.Listen) {
+		return nil
+	}
+	return fmt.Errorf("http.listen %s is not a loopback address and [http.auth] has no keys: anyone who reaches it "+
+		"could act for every tenant; add keys (protean-host keys new TENANT --role ROLE) or set "+
+		"http.auth.allow_unauthenticated = true", h.Listen)
+}
+
+// loopback reports whether listen's host is a loopback address or
+// localhost. An empty host (every interface) is not.
+func loopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // ReadHeaderTimeout is ReadHeaderTimeoutMS as a duration.

@@ -507,6 +507,16 @@ func TestValidate(t *testing.T) {
 			[]string{`http.listen has a bad port "70000" (want 0..65535)`}},
 		{"listen any port", func(c *config.Config) { c.HTTP.Listen = ":0" }, nil},
 		{"listen ipv6", func(c *config.Config) { c.HTTP.Listen = "[::1]:8080" }, nil},
+		{"auth key of an unknown tenant", func(c *config.Config) {
+			c.HTTP.Auth.Keys = []config.APIKey{{Tenant: "nobody", Role: "read", SHA256: strings.Repeat("ab", 32)}}
+		}, []string{`http.auth.keys key 0: tenant "nobody" is not configured (add [tenants.nobody], or use "default")`}},
+		{"auth key with a bad hash and role", func(c *config.Config) {
+			c.HTTP.Auth.Keys = []config.APIKey{{Tenant: "default", Role: "read", SHA256: "abc"}}
+		}, []string{"http.auth.keys key 0: sha256 must be 64 hex digits (protean-host keys new prints it)"}},
+		{"auth keys of the default tenant and an admin", func(c *config.Config) {
+			c.HTTP.Auth.Keys = []config.APIKey{{Tenant: "default", Role: "write", SHA256: strings.Repeat("ab", 32)},
+				{Role: "admin", SHA256: strings.Repeat("cd", 32)}}
+		}, nil},
 		{"write timeout within the read wait", func(c *config.Config) { c.HTTP.ReadBodyTimeoutMS, c.HTTP.WriteTimeoutMS = 1000, 5000 },
 			[]string{"http.write_timeout_ms must be > http.read_wait_ms, or it cuts a ?min_position wait (got 5000 <= 5000)"}},
 		{"write timeout within the body timeout", func(c *config.Config) { c.HTTP.ReadBodyTimeoutMS, c.HTTP.WriteTimeoutMS = 9000, 8000 },
@@ -652,4 +662,24 @@ func TestLoadPluginFileRules(t *testing.T) {
 
 	_, err = config.Load(writeFile(t, "[plugins]\nfollow_links = \"inside\"\n"))
 	require.ErrorContains(t, err, "follow_links")
+}
+
+// TestCheckExposure: only a loopback listen address may go without keys,
+// unless the config says so.
+func TestCheckExposure(t *testing.T) {
+	for listen, exposed := range map[string]bool{
+		"127.0.0.1:8080": false, "[::1]:8080": false, "localhost:8080": false, "127.0.0.2:0": false,
+		"0.0.0.0:8080": true, ":8080": true, "10.0.0.1:8080": true, "[::]:8080": true, "example.com:80": true,
+	} {
+		h := config.HTTP{Listen: listen}
+		if exposed {
+			require.ErrorContains(t, h.CheckExposure(), "is not a loopback address", listen)
+		} else {
+			require.NoError(t, h.CheckExposure(), listen)
+		}
+		h.Auth.AllowUnauthenticated = true
+		require.NoError(t, h.CheckExposure(), listen)
+		h.Auth = config.HTTPAuth{Keys: []config.APIKey{{Role: "admin", SHA256: strings.Repeat("ab", 32)}}}
+		require.NoError(t, h.CheckExposure(), listen)
+	}
 }

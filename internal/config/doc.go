@@ -36,6 +36,9 @@
 //	[http]                    listen, read_wait_ms, idempotency_ttl_seconds, read_header_timeout_ms,
 //	                          read_body_timeout_ms, write_timeout_ms (> read_wait_ms and read_body_timeout_ms),
 //	                          idle_timeout_ms, max_header_bytes, max_connections
+//	[http.auth]               allow_unauthenticated (serve a non-loopback listen address with no keys);
+//	                          [[http.auth.keys]] tenant, role (read, write, operator, deployer, admin),
+//	                          sha256 (of the key; protean-host keys new prints the lines)
 //
 // Defaults (generated from Default, which reads them from the packages that
 // own them: relay.DefaultOptions, broker.DefaultOptions,
@@ -49,6 +52,8 @@
 //	databases.default.provider = "memory"
 //	event_store.database_uri = ""
 //	event_store.provider = "memory"
+//	http.auth.allow_unauthenticated = false
+//	http.auth.keys = []
 //	http.idempotency_ttl_seconds = 86400
 //	http.idle_timeout_ms = 60000
 //	http.listen = "127.0.0.1:8080"

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proteanhq/protean-host/internal/auth"
 	"github.com/proteanhq/protean-host/internal/host"
 )
 
@@ -56,6 +57,7 @@ func (c Config) Validate() error {
 	v.plugins(c.Plugins)
 	v.tenants(c.Tenants)
 	v.http(c.HTTP)
+	v.httpAuth(c)
 	return errors.Join(v.errs...)
 }
 
@@ -190,6 +192,19 @@ func (v *validator) http(h HTTP) {
 	}
 	v.positive("http.max_header_bytes", h.MaxHeaderBytes)
 	v.positive("http.max_connections", h.MaxConnections)
+}
+
+// httpAuth checks [http.auth]: every key well formed (auth.NewKeys), of a
+// tenant the config knows.
+func (v *validator) httpAuth(c Config) {
+	if _, err := auth.NewKeys(c.HTTP.Auth.AuthKeys()); err != nil {
+		v.add("http.auth.keys", "%v", err)
+	}
+	for i, k := range c.HTTP.Auth.Keys {
+		if _, ok := c.Tenants[k.Tenant]; k.Tenant != "" && k.Tenant != host.DefaultTenant && !ok {
+			v.add("http.auth.keys", "key %d: tenant %q is not configured (add [tenants.%s], or use %q)", i, k.Tenant, k.Tenant, host.DefaultTenant)
+		}
+	}
 }
 
 func (v *validator) outbox(c Config) {

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/internal/auth"
 	"github.com/proteanhq/protean-host/internal/engine"
 	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/idempotency"
@@ -57,6 +58,9 @@ type Options struct {
 	// Status feeds the status page (GET /) and the reload part of GET
 	// /v1/plugins. Optional.
 	Status Status
+	// Keys are the API keys every route but /healthz asks for (access.go);
+	// nil lets every request through (a loopback-only host).
+	Keys *auth.Keys
 	// BodyTimeout bounds the reading of a command body (DefaultBodyTimeout
 	// if zero); past it the command answers 408 ([http]
 	// read_body_timeout_ms). It is a read deadline on the connection set
@@ -81,6 +85,8 @@ type api struct {
 	bodyTimeout time.Duration
 	idem        idempotency.Store
 	status      Status
+	keys        *auth.Keys
+	authm       *authMetrics
 	requests    *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
 }
@@ -100,6 +106,7 @@ func New(e Engine, opts Options) http.Handler {
 		opts.BodyTimeout = DefaultBodyTimeout
 	}
 	a := &api{e: e, log: opts.Logger, readWait: opts.ReadWait, bodyTimeout: opts.BodyTimeout, idem: opts.Idempotency, status: opts.Status,
+		keys: opts.Keys, authm: newAuthMetrics(opts.Registry),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_http_requests_total",
 			Help: "HTTP requests, by route and status code."}, []string{"route", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "protean_http_request_seconds",
@@ -107,12 +114,17 @@ func New(e Engine, opts Options) http.Handler {
 	}
 	opts.Registry.MustRegister(a.requests, a.latency)
 	mux := http.NewServeMux()
-	a.route(mux, "POST /v1/commands/{type}", a.idempotentCommand)
-	a.route(mux, "GET /v1/projections/{name}/{id}", a.projection)
-	a.route(mux, "GET /v1/plugins", a.plugins)
-	a.route(mux, "GET /healthz", a.healthz)
-	a.route(mux, "GET /{$}", a.page)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))
+	a.route(mux, "POST /v1/commands/{type}", commandGuard, a.idempotentCommand)
+	a.route(mux, "GET /v1/projections/{name}/{id}", projectionGuard, a.projection)
+	a.route(mux, "GET /v1/plugins", adminGuard, a.plugins)
+	a.route(mux, "GET /healthz", open, a.healthz)
+	a.route(mux, "GET /{$}", adminGuard, a.page)
+	metrics := promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := a.admit(w, r, "GET /metrics", adminGuard); ok {
+			metrics.ServeHTTP(w, r)
+		}
+	})
 	// Unmatched requests get JSON too: 405 with Allow for a known path
 	// used with another method, else 404.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -161,11 +173,15 @@ func (w *statusWriter) WriteHeader(code int) {
 // Unwrap lets http.ResponseController reach the connection.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func (a *api) route(mux *http.ServeMux, pattern string, h http.HandlerFunc) {
+// route serves pattern with h, once g admits the request (access.go),
+// and counts it.
+func (a *api) route(mux *http.ServeMux, pattern string, g guard, h http.HandlerFunc) {
 	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
-		h(sw, r)
+		if r, ok := a.admit(sw, r, pattern, g); ok {
+			h(sw, r)
+		}
 		a.requests.WithLabelValues(pattern, strconv.Itoa(sw.code)).Inc()
 		a.latency.WithLabelValues(pattern).Observe(time.Since(start).Seconds())
 	})

@@ -48,7 +48,7 @@ func (a *api) idempotentCommand(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req := idempotency.Request{Scope: r.PathValue("type"), Key: key, Hash: idempotency.HashBody(body)}
+	req := idempotency.Request{Scope: idempotencyScope(r), Key: key, Hash: idempotency.HashBody(body)}
 	stored, done, err := a.idem.Begin(r.Context(), req)
 	switch {
 	case errors.Is(err, idempotency.ErrMismatch):

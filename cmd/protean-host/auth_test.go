@@ -1,0 +1,220 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/internal/auth"
+	"github.com/proteanhq/protean-host/internal/config"
+	"github.com/proteanhq/protean-host/internal/wasmbuild"
+)
+
+// authFixture is a plugins directory of two tenants, shop (orders and
+// its client_orders projection) and lab (behave, which grants shop the
+// dispatch of Again), and one API key per principal the table uses.
+type authFixture struct {
+	dir  string
+	keys map[string]string // principal -> API key
+	conf []config.APIKey
+}
+
+func newAuthFixture(t *testing.T) authFixture {
+	t.Helper()
+	examples := wasmbuild.Examples(t)
+	dir := t.TempDir()
+	wasmbuild.Copy(t, filepath.Join(examples, "orders.wasm"), dir, "orders.wasm")
+	wasmbuild.Copy(t, filepath.Join(examples, "client_orders.wasm"), dir, "client_orders.wasm")
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/behave"), dir, "behave.wasm")
+	f := authFixture{dir: dir, keys: map[string]string{}}
+	for _, p := range []struct{ name, tenant, role string }{
+		{"shop-read", "shop", "read"}, {"shop-write", "shop", "write"}, {"shop-operator", "shop", "operator"},
+		{"shop-deployer", "shop", "deployer"}, {"lab-write", "lab", "write"}, {"admin", "", "admin"},
+		{"shop-write-old", "shop", "write"}, // a second key of one tenant and role: a rotation's overlap
+	} {
+		key, hash, err := auth.NewKey()
+		require.NoError(t, err)
+		f.keys[p.name] = key
+		f.conf = append(f.conf, config.APIKey{Tenant: p.tenant, Role: p.role, SHA256: hash})
+	}
+	return f
+}
+
+// apply configures the tenants and the keys.
+func (f authFixture) apply(c *config.Config) {
+	c.Tenants = map[string]config.Tenant{
+		"shop": {Modules: []string{"orders", "client_orders"}},
+		"lab":  {Modules: []string{"behave"}, GrantDispatch: map[string][]string{"shop": {"Again"}}},
+	}
+	c.HTTP.Auth.Keys = f.conf
+}
+
+// request makes one request as principal (a name of f.keys; "none" sends
+// no Authorization, "bad" a key no config knows).
+func (f authFixture) request(t *testing.T, h *testHost, principal, method, path, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+h.addr+path, strings.NewReader(body))
+	require.NoError(t, err)
+	switch principal {
+	case "none":
+	case "bad":
+		req.Header.Set("Authorization", "Bearer "+auth.KeyPrefix+"AAAAnotakeyAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
+	default:
+		req.Header.Set("Authorization", "Bearer "+f.keys[principal])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+// requireAccessTable runs every route against every principal: a
+// principal allowed a route gets the route's own answer (never 401 or
+// 403), any other gets 403, and a request without a valid credential
+// 401. A route that names a command or projection that does not exist
+// answers as one of another tenant's does, but to an admin.
+func requireAccessTable(t *testing.T, h *testHost, f authFixture) {
+	all := []string{"shop-read", "shop-write", "shop-write-old", "shop-operator", "shop-deployer", "lab-write", "admin"}
+	routes := []struct {
+		method, path, body string
+		allowed            []string
+	}{
+		{"POST", "/v1/commands/PlaceOrder", `{"order_id":"o-1","client_id":"c-1","total":1}`, []string{"shop-write", "shop-write-old", "admin"}},
+		{"POST", "/v1/commands/Increment", `{"id":"x"}`, []string{"lab-write", "admin"}},
+		{"POST", "/v1/commands/Again", `{"id":"y"}`, []string{"lab-write", "shop-write", "shop-write-old", "admin"}}, // lab grants shop its dispatch
+		{"POST", "/v1/commands/NoSuchCommand", `{}`, []string{"admin"}},
+		{"GET", "/v1/projections/client_orders/c-1", "", []string{"shop-read", "shop-write", "shop-write-old", "admin"}},
+		{"GET", "/v1/projections/no_such_projection/x", "", []string{"admin"}},
+		{"GET", "/v1/plugins", "", []string{"admin"}},
+		{"GET", "/", "", []string{"admin"}},
+		{"GET", "/metrics", "", []string{"admin"}},
+		{"GET", "/healthz", "", append([]string{"none", "bad"}, all...)},
+	}
+	var forbidden, unauthorized []string
+	for _, r := range routes {
+		for _, p := range append([]string{"none", "bad"}, all...) {
+			code, body := f.request(t, h, p, r.method, r.path, r.body)
+			what := fmt.Sprintf("%s %s as %s: %d %s", r.method, r.path, p, code, body)
+			switch {
+			case slices.Contains(r.allowed, p):
+				require.NotContains(t, []int{401, 403}, code, what)
+				require.Less(t, code, 500, what)
+			case p == "none" || p == "bad":
+				require.Equal(t, 401, code, what)
+				unauthorized = append(unauthorized, body)
+			default:
+				require.Equal(t, 403, code, what)
+				forbidden = append(forbidden, body)
+			}
+		}
+	}
+	// One answer for each refusal, whatever the route named.
+	for _, b := range forbidden {
+		require.Equal(t, forbidden[0], b)
+	}
+	for _, b := range unauthorized {
+		require.Equal(t, unauthorized[0], b)
+	}
+	// The answers a route gives an admin: what the handler says.
+	code, _ := f.request(t, h, "admin", "POST", "/v1/commands/NoSuchCommand", `{}`)
+	require.Equal(t, 404, code)
+	code, body := f.request(t, h, "shop-read", "GET", "/v1/projections/client_orders/c-1", "")
+	require.Equal(t, 200, code, body)
+	require.Contains(t, body, "o-1")
+}
+
+// TestAccessEveryRouteEveryRoleEmbedded: the route × principal table on
+// the embedded host (memory stores, inline broker).
+func TestAccessEveryRouteEveryRoleEmbedded(t *testing.T) {
+	f := newAuthFixture(t)
+	h, err := startHostWith(t, "domain.toml", f.dir, f.apply)
+	require.NoError(t, err)
+	requireAccessTable(t, h, f)
+}
+
+// TestAccessEveryRouteEveryRoleOnServers: the same table on PostgreSQL
+// and Redis (production.toml).
+func TestAccessEveryRouteEveryRoleOnServers(t *testing.T) {
+	d := newRedisDeployment(t)
+	f := newAuthFixture(t)
+	h, err := startHostWith(t, "production.toml", f.dir, func(c *config.Config) { d.fastLeases(c); f.apply(c) })
+	require.NoError(t, err)
+	requireAccessTable(t, h, f)
+}
+
+// TestIdempotencyKeysAreTheTenants: with keys, an Idempotency-Key is the
+// sending tenant's: another tenant's request with the same key and type
+// is its own, not a replay of the first.
+func TestIdempotencyKeysAreTheTenants(t *testing.T) {
+	f := newAuthFixture(t)
+	h, err := startHostWith(t, "domain.toml", f.dir, f.apply)
+	require.NoError(t, err)
+	send := func(principal, body string) (int, string, string) {
+		req, err := http.NewRequest("POST", "http://"+h.addr+"/v1/commands/Again", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+f.keys[principal])
+		req.Header.Set("Idempotency-Key", "k-1")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), string(b)
+	}
+	code, replayed, body := send("lab-write", `{"id":"a"}`)
+	require.Equal(t, 200, code, body)
+	require.Empty(t, replayed)
+	code, replayed, body = send("lab-write", `{"id":"a"}`)
+	require.Equal(t, 200, code, body)
+	require.Equal(t, "true", replayed, "the same tenant's repeat is a replay")
+	code, replayed, body = send("shop-write", `{"id":"b"}`)
+	require.Equal(t, 200, code, "another tenant's key is its own (not a body mismatch): %s", body)
+	require.Empty(t, replayed)
+}
+
+// TestNonLoopbackWithoutKeysRefusesToStart: serving every interface with
+// no keys is refused with the way out in the error, and allowed when the
+// config says so explicitly.
+func TestNonLoopbackWithoutKeysRefusesToStart(t *testing.T) {
+	dir := wasmbuild.Examples(t)
+	_, err := startHostWith(t, "domain.toml", dir, func(c *config.Config) { c.HTTP.Listen = "0.0.0.0:0" })
+	require.ErrorContains(t, err, "is not a loopback address and [http.auth] has no keys")
+	require.ErrorContains(t, err, "protean-host keys new")
+	h, err := startHostWith(t, "domain.toml", dir, func(c *config.Config) {
+		c.HTTP.Listen = "0.0.0.0:0"
+		c.HTTP.Auth.AllowUnauthenticated = true
+	})
+	require.NoError(t, err)
+	require.Equal(t, 200, get(t, h, "/healthz").code)
+}
+
+// TestKeysNewPrintsAKeyAndItsConfig: keys new prints a key once and the
+// lines that let it in: a host configured with them admits the key.
+func TestKeysNewPrintsAKeyAndItsConfig(t *testing.T) {
+	code, out, errs := cli(t, "keys", "new", "default", "--role", "admin")
+	require.Equal(t, 0, code, errs)
+	var key string
+	for _, l := range strings.Split(out, "\n") {
+		if s := strings.TrimSpace(l); strings.HasPrefix(s, auth.KeyPrefix) {
+			key = s
+		}
+	}
+	require.NotEmpty(t, key, out)
+	require.Contains(t, out, fmt.Sprintf("sha256 = %q", auth.Hash(key)))
+	require.Contains(t, out, `role = "admin"`)
+	require.NotContains(t, out[strings.Index(out, "[[http.auth.keys]]"):], key, "the config lines hold only the hash")
+
+	code, _, errs = cli(t, "keys", "new", "shop", "--role", "owner")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errs, "unknown role")
+	code, _, errs = cli(t, "keys", "new", "--role", "write")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errs, "needs a TENANT")
+}
