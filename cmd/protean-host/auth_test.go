@@ -1,14 +1,21 @@
 package main
 
 import (
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/internal/auth"
@@ -217,4 +224,52 @@ func TestKeysNewPrintsAKeyAndItsConfig(t *testing.T) {
 	code, _, errs = cli(t, "keys", "new", "--role", "write")
 	require.NotEqual(t, 0, code)
 	require.Contains(t, errs, "needs a TENANT")
+}
+
+// TestOIDCTokensAtTheAPI: a host that accepts OIDC tokens beside API
+// keys maps a token's permissions onto the same rule: shop:write sends
+// shop's commands and no other tenant's; an admin token reads /metrics;
+// a token of another issuer is 401.
+func TestOIDCTokensAtTheAPI(t *testing.T) {
+	f := newAuthFixture(t)
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	set, err := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: "k1", Algorithm: "RS256", Use: "sig"}}})
+	require.NoError(t, err)
+	jwks := filepath.Join(t.TempDir(), "jwks.json")
+	require.NoError(t, os.WriteFile(jwks, set, 0o600))
+	h, err := startHostWith(t, "domain.toml", f.dir, func(c *config.Config) {
+		f.apply(c)
+		c.HTTP.Auth.OIDC = config.OIDC{Issuer: "https://idp.test", Audience: "protean-host", JWKSFile: jwks}
+	})
+	require.NoError(t, err)
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: jose.JSONWebKey{Key: key, KeyID: "k1"}},
+		(&jose.SignerOptions{}).WithType("JWT"))
+	require.NoError(t, err)
+	token := func(iss string, perms ...string) string {
+		now := time.Now()
+		tok, err := jwt.Signed(signer).Claims(map[string]any{"iss": iss, "aud": "protean-host", "sub": "alice",
+			"exp": now.Add(time.Hour).Unix(), "permissions": perms}).Serialize()
+		require.NoError(t, err)
+		return tok
+	}
+	call := func(tok, method, path, body string) int {
+		req, err := http.NewRequest(method, "http://"+h.addr+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	shop := token("https://idp.test", "shop:write")
+	require.Equal(t, 200, call(shop, "POST", "/v1/commands/PlaceOrder", `{"order_id":"o-9","client_id":"c-9","total":1}`))
+	require.Equal(t, 403, call(shop, "POST", "/v1/commands/Increment", `{"id":"x"}`))
+	require.Equal(t, 403, call(shop, "GET", "/metrics", ""))
+	require.Equal(t, 200, call(token("https://idp.test", "*:admin"), "GET", "/metrics", ""))
+	require.Equal(t, 401, call(token("https://evil.test", "*:admin"), "GET", "/metrics", ""))
+	// API keys still work beside tokens.
+	code, _ := f.request(t, h, "lab-write", "POST", "/v1/commands/Increment", `{"id":"y"}`)
+	require.Equal(t, 200, code)
 }

@@ -193,13 +193,9 @@ func (h *hostProcess) listen(c *composition) error {
 	if err := c.cfg.HTTP.CheckExposure(); err != nil {
 		return err
 	}
-	var keys *auth.Keys
-	if len(c.cfg.HTTP.Auth.Keys) > 0 {
-		var err error
-		if keys, err = auth.NewKeys(c.cfg.HTTP.Auth.AuthKeys()); err != nil {
-			return fmt.Errorf("http.auth.keys: %w", err)
-		}
-		c.log.Info("http: API keys required", "keys", keys.Len())
+	authn, err := newAuthenticator(c.cfg.HTTP.Auth, c.log)
+	if err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", c.cfg.HTTP.Listen)
 	if err != nil {
@@ -217,9 +213,29 @@ func (h *hostProcess) listen(c *composition) error {
 		return err
 	}
 	api := httpapi.New(h.eng, httpapi.Options{Logger: c.log, Registry: c.reg, ReadWait: c.cfg.HTTP.ReadWait(),
-		BodyTimeout: c.cfg.HTTP.ReadBodyTimeout(), Idempotency: c.st.idempotency, Status: status, Keys: keys})
+		BodyTimeout: c.cfg.HTTP.ReadBodyTimeout(), Idempotency: c.st.idempotency, Status: status, Auth: authn})
 	h.srv, h.ln = newServer(c.cfg.HTTP, ln, api, c.reg, c.log)
 	return nil
+}
+
+// newAuthenticator builds what checks the API's credentials: the API
+// keys and the OIDC issuer the config names (none: nil).
+func newAuthenticator(a config.HTTPAuth, log *slog.Logger) (*auth.Authenticator, error) {
+	if !a.Credentials() {
+		return nil, nil
+	}
+	keys, err := auth.NewKeys(a.AuthKeys())
+	if err != nil {
+		return nil, fmt.Errorf("http.auth.keys: %w", err)
+	}
+	out := &auth.Authenticator{Keys: keys}
+	if a.OIDC.Enabled() {
+		if out.OIDC, err = auth.NewOIDC(a.OIDC.Options()); err != nil {
+			return nil, fmt.Errorf("http.auth.oidc: %w", err)
+		}
+	}
+	log.Info("http: credentials required", "api_keys", keys.Len(), "oidc_issuer", a.OIDC.Issuer)
+	return out, nil
 }
 
 // serve starts serving HTTP.

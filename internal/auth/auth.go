@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -73,27 +74,62 @@ func (r Role) allows(a Action) bool {
 	return false
 }
 
-// Principal is who a request acts for: a tenant and a role. Key names the
-// credential (a key's id) for metrics and audit, never the secret.
-type Principal struct {
+// Grant is one role in one tenant ("" for an admin's, which is every
+// tenant's).
+type Grant struct {
 	Tenant string
 	Role   Role
-	Key    string
 }
 
-// May reports whether p may do a on tenant's behalf. An admin may do
-// everything for every tenant; any other role only for its own tenant,
-// and only the actions its role grants. Grants between tenants (a
-// command another tenant lets this one dispatch) are the caller's to
-// check: it passes the tenant the grant makes p act for.
+// Principal is who a request acts for: the grants of its credential (an
+// API key has one; a token as many as its permissions claim lists). Key
+// names the credential for metrics and logs, never its secret: an API
+// key's id, or a token's issuer and subject.
+type Principal struct {
+	Grants []Grant
+	Key    string
+	// APIKey says the credential is an API key (whose last use the
+	// metrics show).
+	APIKey bool
+}
+
+// May reports whether p may do a on tenant's behalf: one of its grants is
+// admin's, or is tenant's and its role grants a. Grants between tenants
+// (a command another tenant lets this one dispatch) are the caller's to
+// check, for the tenants of TenantsFor.
 func (p Principal) May(a Action, tenant string) bool {
-	if p.Role == RoleAdmin {
-		return true
+	for _, g := range p.Grants {
+		if g.Role == RoleAdmin || (a != Administer && g.Tenant == tenant && g.Role.allows(a)) {
+			return true
+		}
 	}
-	if a == Administer {
-		return false
+	return false
+}
+
+// TenantsFor lists the tenants in which p may do a, sorted, without an
+// admin's "".
+func (p Principal) TenantsFor(a Action) []string {
+	var out []string
+	for _, g := range p.Grants {
+		if g.Tenant != "" && g.Role.allows(a) && !slices.Contains(out, g.Tenant) {
+			out = append(out, g.Tenant)
+		}
 	}
-	return p.Tenant == tenant && p.Role.allows(a)
+	slices.Sort(out)
+	return out
+}
+
+// Tenants lists p's tenants, sorted: who p is, as far as tenant-scoped
+// state (an idempotency key) goes.
+func (p Principal) Tenants() []string {
+	var out []string
+	for _, g := range p.Grants {
+		if g.Tenant != "" && !slices.Contains(out, g.Tenant) {
+			out = append(out, g.Tenant)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // KeyPrefix starts every API key, so a key is recognisable where it leaks
@@ -172,7 +208,7 @@ func NewKeys(keys []Key) (*Keys, error) {
 		if _, dup := k.byHash[h]; dup {
 			return nil, fmt.Errorf("key %d: the same key is configured twice", i)
 		}
-		k.byHash[h] = Principal{Tenant: c.Tenant, Role: c.Role, Key: KeyID(strings.ToLower(c.SHA256))}
+		k.byHash[h] = Principal{Grants: []Grant{{Tenant: c.Tenant, Role: c.Role}}, Key: KeyID(strings.ToLower(c.SHA256)), APIKey: true}
 	}
 	return k, nil
 }
@@ -180,16 +216,11 @@ func NewKeys(keys []Key) (*Keys, error) {
 // Len is how many keys k knows.
 func (k *Keys) Len() int { return len(k.byHash) }
 
-// Authenticate returns the principal of an Authorization header's bearer
-// API key. A header that is absent is ErrNoCredential; one that is not a
-// bearer API key, or a key k does not know, is ErrBadCredential. The key
-// is compared by its hash: what is compared is no secret.
-func (k *Keys) Authenticate(header string) (Principal, error) {
-	if header == "" {
-		return Principal{}, ErrNoCredential
-	}
-	scheme, token, ok := strings.Cut(header, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || !strings.HasPrefix(token, KeyPrefix) {
+// Authenticate returns the principal of an API key (what follows
+// "Bearer "): a key k does not know is ErrBadCredential. The key is
+// compared by its hash: what is compared is no secret.
+func (k *Keys) Authenticate(token string) (Principal, error) {
+	if !strings.HasPrefix(token, KeyPrefix) {
 		return Principal{}, ErrBadCredential
 	}
 	p, ok := k.byHash[sha256.Sum256([]byte(token))]

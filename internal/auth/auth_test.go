@@ -1,6 +1,7 @@
 package auth_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -29,20 +30,21 @@ func TestAuthenticate(t *testing.T) {
 	require.NoError(t, err)
 	ks, err := auth.NewKeys([]auth.Key{{Tenant: "shop", Role: auth.RoleWrite, SHA256: hash}, {Tenant: "shop", Role: auth.RoleWrite, SHA256: strings.ToUpper(oldHash)}})
 	require.NoError(t, err)
+	a := &auth.Authenticator{Keys: ks}
 	for _, h := range []string{"Bearer " + key, "bearer " + key, "Bearer " + old} {
-		p, err := ks.Authenticate(h)
+		p, err := a.Authenticate(context.Background(), h)
 		require.NoError(t, err, h)
-		require.Equal(t, "shop", p.Tenant)
-		require.Equal(t, auth.RoleWrite, p.Role)
+		require.Equal(t, []auth.Grant{{Tenant: "shop", Role: auth.RoleWrite}}, p.Grants)
+		require.True(t, p.APIKey)
 		require.Len(t, p.Key, 12)
 		require.NotContains(t, key, p.Key, "the key id is of the hash, not the key")
 	}
-	_, err = ks.Authenticate("")
+	_, err = a.Authenticate(context.Background(), "")
 	require.ErrorIs(t, err, auth.ErrNoCredential)
 	other, _, err := auth.NewKey()
 	require.NoError(t, err)
-	for _, h := range []string{"Bearer " + other, "Basic " + key, key, "Bearer " + strings.TrimPrefix(key, auth.KeyPrefix), "Bearer"} {
-		_, err = ks.Authenticate(h)
+	for _, h := range []string{"Bearer " + other, "Basic " + key, key, "Bearer " + strings.TrimPrefix(key, auth.KeyPrefix), "Bearer", "Bearer eyJhbGciOi.x.y"} {
+		_, err = a.Authenticate(context.Background(), h)
 		require.ErrorIs(t, err, auth.ErrBadCredential, h)
 	}
 }
@@ -79,10 +81,20 @@ func TestMay(t *testing.T) {
 		auth.RoleAdmin:    {true, true, true, true, true},
 	}
 	for role, allowed := range want {
-		p := auth.Principal{Tenant: "shop", Role: role}
+		p := auth.Principal{Grants: []auth.Grant{{Tenant: "shop", Role: role}}}
 		for i, a := range actions {
 			require.Equal(t, allowed[i], p.May(a, "shop"), "%s action %d on its tenant", role, a)
 			require.Equal(t, role == auth.RoleAdmin, p.May(a, "lab"), "%s action %d on another tenant", role, a)
 		}
 	}
+}
+
+func TestTenantsFor(t *testing.T) {
+	p := auth.Principal{Grants: []auth.Grant{{Tenant: "shop", Role: auth.RoleRead}, {Tenant: "lab", Role: auth.RoleWrite}, {Tenant: "lab", Role: auth.RoleRead}}}
+	require.Equal(t, []string{"lab"}, p.TenantsFor(auth.Write))
+	require.Equal(t, []string{"lab", "shop"}, p.TenantsFor(auth.Read))
+	require.Equal(t, []string{"lab", "shop"}, p.Tenants())
+	require.True(t, p.May(auth.Write, "lab"))
+	require.False(t, p.May(auth.Write, "shop"))
+	require.False(t, auth.Principal{}.May(auth.Read, ""), "no grant, no access")
 }

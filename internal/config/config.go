@@ -441,6 +441,8 @@ type HTTPAuth struct {
 	// TENANT --role ROLE` prints a key once, with its lines. Several may
 	// name one tenant and role, so a key rotates without downtime.
 	Keys []APIKey `toml:"keys"`
+	// OIDC accepts JWT bearer tokens of one issuer ([http.auth.oidc]).
+	OIDC OIDC `toml:"oidc"`
 	// AllowUnauthenticated lets the host serve a non-loopback address with
 	// no keys, where anyone who reaches it acts for every tenant (behind a
 	// proxy that authenticates, say).
@@ -456,6 +458,34 @@ type APIKey struct {
 	SHA256 string `toml:"sha256"`
 }
 
+// OIDC is the [http.auth.oidc] table: tokens of Issuer for Audience,
+// signed by a key of JWKSURL or JWKSFile (exactly one), their permissions
+// in PermissionsClaim as "TENANT:ROLE" ("*:admin" for admin).
+type OIDC struct {
+	Issuer           string `toml:"issuer"`
+	Audience         string `toml:"audience"`
+	JWKSURL          string `toml:"jwks_url"`
+	JWKSFile         string `toml:"jwks_file"`
+	PermissionsClaim string `toml:"permissions_claim"`
+	// ClockSkewSeconds is the skew allowed on a token's expiry.
+	ClockSkewSeconds float64 `toml:"clock_skew_seconds"`
+}
+
+// Enabled reports whether the table is set at all.
+func (o OIDC) Enabled() bool {
+	return o.Issuer != "" || o.Audience != "" || o.JWKSURL != "" || o.JWKSFile != ""
+}
+
+// Options are the table as package auth takes it.
+func (o OIDC) Options() auth.OIDCOptions {
+	return auth.OIDCOptions{Issuer: o.Issuer, Audience: o.Audience, JWKSURL: o.JWKSURL, JWKSFile: o.JWKSFile,
+		Claim: o.PermissionsClaim, Skew: time.Duration(o.ClockSkewSeconds * float64(time.Second))}
+}
+
+// Credentials reports whether any credential is configured (keys, or
+// OIDC).
+func (a HTTPAuth) Credentials() bool { return len(a.Keys) > 0 || a.OIDC.Enabled() }
+
 // AuthKeys are the keys as package auth takes them.
 func (a HTTPAuth) AuthKeys() []auth.Key {
 	out := make([]auth.Key, len(a.Keys))
@@ -470,12 +500,12 @@ func (a HTTPAuth) AuthKeys() []auth.Key {
 // reach it would act for every tenant. The host checks it at start, after
 // --listen.
 func (h HTTP) CheckExposure() error {
-	if len(h.Auth.Keys) > 0 || h.Auth.AllowUnauthenticated || loopback(h.Listen) {
+	if h.Auth.Credentials() || h.Auth.AllowUnauthenticated || loopback(h.Listen) {
 		return nil
 	}
 	return fmt.Errorf("http.listen %s is not a loopback address and [http.auth] has no keys: anyone who reaches it "+
-		"could act for every tenant; add keys (protean-host keys new TENANT --role ROLE) or set "+
-		"http.auth.allow_unauthenticated = true", h.Listen)
+		"could act for every tenant; add keys (protean-host keys new TENANT --role ROLE) or [http.auth.oidc], "+
+		"or set http.auth.allow_unauthenticated = true", h.Listen)
 }
 
 // loopback reports whether listen's host is a loopback address or

@@ -513,6 +513,17 @@ func TestValidate(t *testing.T) {
 		{"auth key with a bad hash and role", func(c *config.Config) {
 			c.HTTP.Auth.Keys = []config.APIKey{{Tenant: "default", Role: "read", SHA256: "abc"}}
 		}, []string{"http.auth.keys key 0: sha256 must be 64 hex digits (protean-host keys new prints it)"}},
+		{"oidc incomplete", func(c *config.Config) { c.HTTP.Auth.OIDC = config.OIDC{JWKSURL: "http://idp.example.com/keys"} }, []string{
+			"http.auth.oidc.issuer must be set (the tokens' iss)",
+			"http.auth.oidc.audience must be set (one of the tokens' aud)",
+			`http.auth.oidc.jwks_url must be an https URL (http only on loopback; got "http://idp.example.com/keys")`,
+		}},
+		{"oidc two key sets and a big skew", func(c *config.Config) {
+			c.HTTP.Auth.OIDC = config.OIDC{Issuer: "i", Audience: "a", JWKSURL: "https://idp/keys", JWKSFile: "keys.json", ClockSkewSeconds: 600}
+		}, []string{"http.auth.oidc set exactly one of jwks_url and jwks_file", "http.auth.oidc.clock_skew_seconds must be 0..300 (got 600; 0 means 1m0s)"}},
+		{"oidc on a loopback http JWKS", func(c *config.Config) {
+			c.HTTP.Auth.OIDC = config.OIDC{Issuer: "i", Audience: "a", JWKSURL: "http://127.0.0.1:9000/keys"}
+		}, nil},
 		{"auth keys of the default tenant and an admin", func(c *config.Config) {
 			c.HTTP.Auth.Keys = []config.APIKey{{Tenant: "default", Role: "write", SHA256: strings.Repeat("ab", 32)},
 				{Role: "admin", SHA256: strings.Repeat("cd", 32)}}

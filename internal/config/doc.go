@@ -39,6 +39,9 @@
 //	[http.auth]               allow_unauthenticated (serve a non-loopback listen address with no keys);
 //	                          [[http.auth.keys]] tenant, role (read, write, operator, deployer, admin),
 //	                          sha256 (of the key; protean-host keys new prints the lines)
+//	[http.auth.oidc]          issuer, audience, jwks_url (https; fetched again on an unknown kid) or jwks_file,
+//	                          permissions_claim ("permissions": ["TENANT:ROLE", "*:admin"]),
+//	                          clock_skew_seconds (0..300; 0 means 60, on exp; nbf allows 5 minutes)
 //
 // Defaults (generated from Default, which reads them from the packages that
 // own them: relay.DefaultOptions, broker.DefaultOptions,
@@ -54,6 +57,12 @@
 //	event_store.provider = "memory"
 //	http.auth.allow_unauthenticated = false
 //	http.auth.keys = []
+//	http.auth.oidc.audience = ""
+//	http.auth.oidc.clock_skew_seconds = 0
+//	http.auth.oidc.issuer = ""
+//	http.auth.oidc.jwks_file = ""
+//	http.auth.oidc.jwks_url = ""
+//	http.auth.oidc.permissions_claim = ""
 //	http.idempotency_ttl_seconds = 86400
 //	http.idle_timeout_ms = 60000
 //	http.listen = "127.0.0.1:8080"

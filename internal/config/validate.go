@@ -200,6 +200,23 @@ func (v *validator) httpAuth(c Config) {
 	if _, err := auth.NewKeys(c.HTTP.Auth.AuthKeys()); err != nil {
 		v.add("http.auth.keys", "%v", err)
 	}
+	if o := c.HTTP.Auth.OIDC; o.Enabled() {
+		if o.Issuer == "" {
+			v.add("http.auth.oidc.issuer", "must be set (the tokens' iss)")
+		}
+		if o.Audience == "" {
+			v.add("http.auth.oidc.audience", "must be set (one of the tokens' aud)")
+		}
+		if (o.JWKSURL == "") == (o.JWKSFile == "") {
+			v.add("http.auth.oidc", "set exactly one of jwks_url and jwks_file")
+		}
+		if u, err := url.Parse(o.JWKSURL); o.JWKSURL != "" && (err != nil || (u.Scheme != "https" && !(u.Scheme == "http" && loopback(net.JoinHostPort(u.Hostname(), "0"))))) {
+			v.add("http.auth.oidc.jwks_url", "must be an https URL (http only on loopback; got %q)", o.JWKSURL)
+		}
+		if o.ClockSkewSeconds < 0 || o.ClockSkewSeconds > 300 {
+			v.add("http.auth.oidc.clock_skew_seconds", "must be 0..300 (got %v; 0 means %s)", o.ClockSkewSeconds, auth.DefaultSkew)
+		}
+	}
 	for i, k := range c.HTTP.Auth.Keys {
 		if _, ok := c.Tenants[k.Tenant]; k.Tenant != "" && k.Tenant != host.DefaultTenant && !ok {
 			v.add("http.auth.keys", "key %d: tenant %q is not configured (add [tenants.%s], or use %q)", i, k.Tenant, k.Tenant, host.DefaultTenant)

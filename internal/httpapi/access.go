@@ -2,8 +2,8 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,8 +15,8 @@ import (
 
 // Access control (package auth): every route but /healthz names, through
 // its guard, what a request asks and for which tenant; route() checks it
-// before the handler runs, in this one place. Without keys (Options.Keys
-// nil) every request is let through, as on a loopback-only host
+// before the handler runs, in this one place. Without credentials
+// (Options.Auth not Enabled) every request is let through, as on a loopback-only host
 // (config.HTTP.CheckExposure).
 //
 // A request without a credential, or with one that is not valid, answers
@@ -42,7 +42,15 @@ func commandGuard(p auth.Principal, r *http.Request, set *host.Set) bool {
 	if p.May(auth.Write, owner) {
 		return true
 	}
-	return owner != "" && p.May(auth.Write, p.Tenant) && set.Owners().Grants().CanDispatch(owner, p.Tenant, typ)
+	if owner == "" {
+		return false
+	}
+	for _, t := range p.TenantsFor(auth.Write) {
+		if set.Owners().Grants().CanDispatch(owner, t, typ) {
+			return true
+		}
+	}
+	return false
 }
 
 // projectionGuard: read on the tenant of the module whose handler names
@@ -93,38 +101,39 @@ func newAuthMetrics(reg prometheus.Registerer) *authMetrics {
 // admit authenticates r and checks g: it answers 401 or 403 itself and
 // returns false, or returns r with the principal in its context.
 func (a *api) admit(w http.ResponseWriter, r *http.Request, pattern string, g guard) (*http.Request, bool) {
-	if a.keys == nil || g == nil {
+	if !a.auth.Enabled() || g == nil {
 		return r, true
 	}
-	p, err := a.keys.Authenticate(r.Header.Get("Authorization"))
+	p, err := a.auth.Authenticate(r.Context(), r.Header.Get("Authorization"))
 	if err != nil {
-		kind := "missing"
-		if !errors.Is(err, auth.ErrNoCredential) {
-			kind = "invalid"
-		}
-		a.log.Info("http: unauthenticated request refused", "route", pattern, "credential", kind)
+		a.log.Info("http: unauthenticated request refused", "route", pattern, "why", err)
 		a.authm.refused.WithLabelValues(pattern, "401").Inc()
 		w.Header().Set("WWW-Authenticate", `Bearer realm="protean-host"`)
 		writeError(w, http.StatusUnauthorized, "unauthorized: send Authorization: Bearer <API key>")
 		return nil, false
 	}
 	if !g(p, r, a.e.Set()) {
-		a.log.Info("http: request outside its credential's scope refused", "route", pattern, "key", p.Key, "tenant", p.Tenant, "role", p.Role)
+		a.log.Info("http: request outside its credential's scope refused", "route", pattern, "credential", p.Key, "grants", p.Grants)
 		a.authm.refused.WithLabelValues(pattern, "403").Inc()
 		writeError(w, http.StatusForbidden, "forbidden: the credential does not allow this request")
 		return nil, false
 	}
-	a.authm.lastUse.WithLabelValues(p.Key, p.Tenant, string(p.Role)).Set(float64(time.Now().Unix()))
+	if p.APIKey {
+		g := p.Grants[0]
+		a.authm.lastUse.WithLabelValues(p.Key, g.Tenant, string(g.Role)).Set(float64(time.Now().Unix()))
+	}
 	return r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), true
 }
 
 // idempotencyScope is the scope of a command's Idempotency-Key: the
-// command type, and with keys the credential's tenant too, so one
+// command type, and with credentials the credential's tenants too, so one
 // tenant's key never answers another's request.
 func idempotencyScope(r *http.Request) string {
 	typ := r.PathValue("type")
-	if p, ok := principalOf(r.Context()); ok && p.Tenant != "" {
-		return p.Tenant + "/" + typ
+	if p, ok := principalOf(r.Context()); ok {
+		if ts := p.Tenants(); len(ts) > 0 {
+			return strings.Join(ts, ",") + "/" + typ
+		}
 	}
 	return typ
 }

@@ -58,9 +58,10 @@ type Options struct {
 	// Status feeds the status page (GET /) and the reload part of GET
 	// /v1/plugins. Optional.
 	Status Status
-	// Keys are the API keys every route but /healthz asks for (access.go);
-	// nil lets every request through (a loopback-only host).
-	Keys *auth.Keys
+	// Auth authenticates the credential every route but /healthz asks for
+	// (access.go); nil, or none configured, lets every request through (a
+	// loopback-only host).
+	Auth *auth.Authenticator
 	// BodyTimeout bounds the reading of a command body (DefaultBodyTimeout
 	// if zero); past it the command answers 408 ([http]
 	// read_body_timeout_ms). It is a read deadline on the connection set
@@ -85,7 +86,7 @@ type api struct {
 	bodyTimeout time.Duration
 	idem        idempotency.Store
 	status      Status
-	keys        *auth.Keys
+	auth        *auth.Authenticator
 	authm       *authMetrics
 	requests    *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
@@ -106,7 +107,7 @@ func New(e Engine, opts Options) http.Handler {
 		opts.BodyTimeout = DefaultBodyTimeout
 	}
 	a := &api{e: e, log: opts.Logger, readWait: opts.ReadWait, bodyTimeout: opts.BodyTimeout, idem: opts.Idempotency, status: opts.Status,
-		keys: opts.Keys, authm: newAuthMetrics(opts.Registry),
+		auth: opts.Auth, authm: newAuthMetrics(opts.Registry),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_http_requests_total",
 			Help: "HTTP requests, by route and status code."}, []string{"route", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "protean_http_request_seconds",
