@@ -340,7 +340,7 @@ const eligibleSQL = `(%[1]s.retry_count < %[1]s.max_retries
 // once. A per-candidate probe of every earlier row, as the claim had before,
 // read each key's run and the dead index entries of its rows published in
 // the drain once per candidate, and a productive claim and mark of 50 rows
-// on 6 keys cost 30 ms instead of 12 (BenchmarkClaimPostgresHeld).
+// on 6 keys cost 30 ms instead of 12 (BenchmarkClaimPostgresHeld, internal/relay).
 //
 // The UPDATE sets only the lock columns, so that it is a HOT update (see
 // Postgres), and must cost the candidates too, not the backlog: its probes

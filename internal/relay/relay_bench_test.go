@@ -287,3 +287,56 @@ func BenchmarkRelayPostgresContended(b *testing.B) {
 	}
 	b.Run("raw", func(b *testing.B) { benchRaw(b, pool, n, refill) })
 }
+
+// BenchmarkClaimPostgresHeld is the claim of a relay that comes while
+// another relay holds the first rows of every key: 7,000 rows on 6 keys,
+// as a broker outage leaves them, with relay a's claim of 50 rows taking
+// each key's head. Relay b's claim finds nothing; it should cost about as
+// much as a claim that finds its rows (productive, the baseline in the
+// same run: a claim of 50 rows and their mark), not a walk of the
+// backlog behind the held heads. It measures the store (outbox.Postgres),
+// beside the relay benchmarks whose backlog helper it shares.
+func BenchmarkClaimPostgresHeld(b *testing.B) {
+	pool := benchPool(b)
+	s := outbox.NewPostgres(pool, nil)
+	ctx := context.Background()
+	const n, keys = 7000, 6
+	claim := func(b *testing.B, owner string) []outbox.Row {
+		rows, err := s.ClaimChained(ctx, "default", owner, 50, time.Hour, outbox.Lanes{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return rows
+	}
+	b.Run("held", func(b *testing.B) {
+		refillKeyed(b, pool, s, n, keys)
+		if got := len(claim(b, "a")); got != 50 {
+			b.Fatalf("relay a claimed %d rows", got)
+		}
+		for b.Loop() {
+			if got := len(claim(b, "b")); got != 0 {
+				b.Fatalf("relay b claimed %d rows behind a's", got)
+			}
+		}
+	})
+	b.Run("productive", func(b *testing.B) {
+		refillKeyed(b, pool, s, n, keys)
+		for b.Loop() {
+			rows := claim(b, "b")
+			if len(rows) < 50 { // drained: a fresh backlog, off the clock
+				refillKeyed(b, pool, s, n, keys)
+				rows = claim(b, "b")
+			}
+			if len(rows) != 50 {
+				b.Fatalf("claimed %d rows", len(rows))
+			}
+			ids := make([]int64, len(rows))
+			for i := range rows {
+				ids[i] = rows[i].ID
+			}
+			if err := s.MarkPublishedBatch(ctx, "b", ids); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
