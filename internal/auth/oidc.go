@@ -48,6 +48,15 @@ const DefaultClaim = "permissions"
 var Algorithms = []string{oidc.RS256, oidc.RS384, oidc.RS512, oidc.ES256, oidc.ES384, oidc.ES512,
 	oidc.PS256, oidc.PS384, oidc.PS512, oidc.EdDSA}
 
+// signatureAlgs are Algorithms as go-jose takes them.
+var signatureAlgs = func() []jose.SignatureAlgorithm {
+	out := make([]jose.SignatureAlgorithm, len(Algorithms))
+	for i, a := range Algorithms {
+		out[i] = jose.SignatureAlgorithm(a)
+	}
+	return out
+}()
+
 // OIDC verifies JWT bearer tokens of one issuer and maps their
 // permissions claim onto grants.
 type OIDC struct {
@@ -164,11 +173,7 @@ type fileKeys struct {
 }
 
 func (f *fileKeys) VerifySignature(_ context.Context, token string) ([]byte, error) {
-	algs := make([]jose.SignatureAlgorithm, len(Algorithms))
-	for i, a := range Algorithms {
-		algs[i] = jose.SignatureAlgorithm(a)
-	}
-	jws, err := jose.ParseSigned(token, algs)
+	jws, err := jose.ParseSigned(token, signatureAlgs)
 	if err != nil {
 		return nil, err
 	}

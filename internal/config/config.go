@@ -500,7 +500,10 @@ func (a HTTPAuth) AuthKeys() []auth.Key {
 // reach it would act for every tenant. The host checks it at start, after
 // --listen.
 func (h HTTP) CheckExposure() error {
-	if h.Auth.Credentials() || h.Auth.AllowUnauthenticated || loopback(h.Listen) {
+	if h.Auth.Credentials() || h.Auth.AllowUnauthenticated {
+		return nil
+	}
+	if host, _, err := net.SplitHostPort(h.Listen); err == nil && loopback(host) {
 		return nil
 	}
 	return fmt.Errorf("http.listen %s is not a loopback address and [http.auth] has no keys: anyone who reaches it "+
@@ -508,13 +511,9 @@ func (h HTTP) CheckExposure() error {
 		"or set http.auth.allow_unauthenticated = true", h.Listen)
 }
 
-// loopback reports whether listen's host is a loopback address or
-// localhost. An empty host (every interface) is not.
-func loopback(listen string) bool {
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		return false
-	}
+// loopback reports whether host is a loopback address or localhost. An
+// empty host (every interface) is not.
+func loopback(host string) bool {
 	if host == "localhost" {
 		return true
 	}

@@ -210,7 +210,7 @@ func (v *validator) httpAuth(c Config) {
 		if (o.JWKSURL == "") == (o.JWKSFile == "") {
 			v.add("http.auth.oidc", "set exactly one of jwks_url and jwks_file")
 		}
-		if u, err := url.Parse(o.JWKSURL); o.JWKSURL != "" && (err != nil || (u.Scheme != "https" && !(u.Scheme == "http" && loopback(net.JoinHostPort(u.Hostname(), "0"))))) {
+		if u, err := url.Parse(o.JWKSURL); o.JWKSURL != "" && (err != nil || (u.Scheme != "https" && !(u.Scheme == "http" && loopback(u.Hostname())))) {
 			v.add("http.auth.oidc.jwks_url", "must be an https URL (http only on loopback; got %q)", o.JWKSURL)
 		}
 		if o.ClockSkewSeconds < 0 || o.ClockSkewSeconds > 300 {

@@ -22,6 +22,6 @@ func (h handler) Handle(ctx context.Context, b delivery.Batch) (int, error) {
 // Handles reports whether the handler named handler handles message type
 // typ in the running set.
 func (e *Engine) Handles(handler, typ string) bool {
-	_, ok := (&loaded{set: e.Set()}).route(handler, typ)
+	_, ok := routeIn(e.Set(), handler, typ)
 	return ok
 }

@@ -104,7 +104,7 @@ func (e *Engine) handleRun(ctx context.Context, b delivery.Batch) (int, error) {
 // b.Messages.
 func (e *Engine) runEnvelopes(l *loaded, b delivery.Batch) (route host.Route, envs []abi.Envelope, idx []int) {
 	for i, m := range b.Messages {
-		r, ok := l.route(b.Group, m.Type)
+		r, ok := routeIn(l.set, b.Group, m.Type)
 		if !ok {
 			continue
 		}
@@ -168,4 +168,27 @@ func runSteps(b delivery.Batch, fenced bool, fail int, handled []int, changes []
 		ends[j], from = end, end
 	}
 	return steps, ends
+}
+
+// routeIn finds the handler named handler among typ's subscribers in set.
+func routeIn(set *host.Set, handler, typ string) (host.Route, bool) {
+	for _, r := range set.Subscribers(typ) {
+		if r.Handler.Name == handler {
+			return r, true
+		}
+	}
+	return host.Route{}, false
+}
+
+// messageEnvelope is the ABI envelope of a delivered message.
+func (e *Engine) messageEnvelope(m delivery.Message) abi.Envelope {
+	return abi.Envelope{ID: m.ID, Type: m.Type, Stream: m.EventStream, Position: m.Position,
+		GlobalPosition: m.GlobalPosition, Time: m.Time, Data: m.Data, Metadata: e.metadata(m.ID, m.Metadata)}
+}
+
+func correlation(env abi.Envelope) string {
+	if env.Metadata != nil && env.Metadata.CorrelationID != "" {
+		return env.Metadata.CorrelationID
+	}
+	return env.ID
 }

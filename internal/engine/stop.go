@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/proteanhq/protean-host/abi"
-	"github.com/proteanhq/protean-host/delivery"
-	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/lifecycle"
 )
 
@@ -74,26 +71,3 @@ func (e *Engine) Stop(ctx context.Context) error {
 // running and has closed every module set it owned: at Stop's return,
 // unless Stop returned ErrAbandoned, then when the abandoned work returns.
 func (e *Engine) Done() <-chan struct{} { return e.done }
-
-// route finds the handler named handler among typ's subscribers.
-func (l *loaded) route(handler, typ string) (host.Route, bool) {
-	for _, r := range l.set.Subscribers(typ) {
-		if r.Handler.Name == handler {
-			return r, true
-		}
-	}
-	return host.Route{}, false
-}
-
-// messageEnvelope is the ABI envelope of a delivered message.
-func (e *Engine) messageEnvelope(m delivery.Message) abi.Envelope {
-	return abi.Envelope{ID: m.ID, Type: m.Type, Stream: m.EventStream, Position: m.Position,
-		GlobalPosition: m.GlobalPosition, Time: m.Time, Data: m.Data, Metadata: e.metadata(m.ID, m.Metadata)}
-}
-
-func correlation(env abi.Envelope) string {
-	if env.Metadata != nil && env.Metadata.CorrelationID != "" {
-		return env.Metadata.CorrelationID
-	}
-	return env.ID
-}
