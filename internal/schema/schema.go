@@ -20,7 +20,8 @@
 //   - outbox (package outbox);
 //   - consumer_positions (package position);
 //   - idempotency_keys (package idempotency);
-//   - subscription_leases and subscription_failures (package subscription).
+//   - subscription_leases and subscription_failures (package subscription);
+//   - protean_audit (package audit).
 package schema
 
 import (
