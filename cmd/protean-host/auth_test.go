@@ -42,7 +42,7 @@ func newAuthFixture(t *testing.T) authFixture {
 	f := authFixture{dir: dir, keys: map[string]string{}}
 	for _, p := range []struct{ name, tenant, role string }{
 		{"shop-read", "shop", "read"}, {"shop-write", "shop", "write"}, {"shop-operator", "shop", "operator"},
-		{"shop-deployer", "shop", "deployer"}, {"lab-write", "lab", "write"}, {"admin", "", "admin"},
+		{"shop-deployer", "shop", "deployer"}, {"lab-write", "lab", "write"}, {"lab-operator", "lab", "operator"}, {"admin", "", "admin"},
 		{"shop-write-old", "shop", "write"}, // a second key of one tenant and role: a rotation's overlap
 	} {
 		key, hash, err := auth.NewKey()
@@ -89,7 +89,8 @@ func (f authFixture) request(t *testing.T, h *testHost, principal, method, path,
 // 401. A route that names a command or projection that does not exist
 // answers as one of another tenant's does, but to an admin.
 func requireAccessTable(t *testing.T, h *testHost, f authFixture) {
-	all := []string{"shop-read", "shop-write", "shop-write-old", "shop-operator", "shop-deployer", "lab-write", "admin"}
+	all := []string{"shop-read", "shop-write", "shop-write-old", "shop-operator", "shop-deployer", "lab-write", "lab-operator", "admin"}
+	operators := []string{"shop-operator", "lab-operator", "admin"}
 	routes := []struct {
 		method, path, body string
 		allowed            []string
@@ -104,6 +105,18 @@ func requireAccessTable(t *testing.T, h *testHost, f authFixture) {
 		{"GET", "/", "", []string{"admin"}},
 		{"GET", "/metrics", "", []string{"admin"}},
 		{"GET", "/healthz", "", append([]string{"none", "bad"}, all...)},
+		// The operations API: any operator's credential lists (its own
+		// tenant's items: TestOperationsAreTheTenants); an action on a
+		// target that does not exist is refused as another tenant's is.
+		{"GET", "/v1/ops/partitions", "", operators},
+		{"GET", "/v1/ops/subscriptions", "", operators},
+		{"GET", "/v1/ops/subscriptions/failures?all=true", "", operators},
+		{"GET", "/v1/ops/outbox", "", operators},
+		{"GET", "/v1/ops/audit", "", operators},
+		{"GET", "/v1/ops/partitions/nosuch/k", "", []string{"admin"}},
+		{"POST", "/v1/ops/partitions/nosuch/k/resume", "", []string{"admin"}},
+		{"POST", "/v1/ops/subscriptions/nosuch/order/5/retry", "", []string{"admin"}},
+		{"POST", "/v1/ops/outbox/999999/retry", `{"reason":"x"}`, []string{"admin"}},
 	}
 	var forbidden, unauthorized []string
 	for _, r := range routes {
@@ -136,6 +149,10 @@ func requireAccessTable(t *testing.T, h *testHost, f authFixture) {
 	code, body := f.request(t, h, "shop-read", "GET", "/v1/projections/client_orders/c-1", "")
 	require.Equal(t, 200, code, body)
 	require.Contains(t, body, "o-1")
+	for _, path := range []string{"/v1/ops/outbox/999999/retry", "/v1/ops/partitions/nosuch/k/resume", "/v1/ops/subscriptions/nosuch/order/5/retry"} {
+		code, body = f.request(t, h, "admin", "POST", path, "")
+		require.Equal(t, 404, code, "POST %s as admin: %s", path, body)
+	}
 }
 
 // TestAccessEveryRouteEveryRoleEmbedded: the route × principal table on

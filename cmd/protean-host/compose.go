@@ -17,6 +17,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/groups"
 	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/httpapi"
+	"github.com/proteanhq/protean-host/internal/ops"
 	"github.com/proteanhq/protean-host/internal/redispartition"
 	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/internal/relay"
@@ -212,8 +213,17 @@ func (h *hostProcess) listen(c *composition) error {
 	if err != nil {
 		return err
 	}
+	o := ops.Options{Tenancy: func() ops.Tenancy { return ops.TenancyOf(h.eng.Set()) }, Partitions: h.routes.Partitions, Admin: status.admin,
+		BackfillSuffix: c.cfg.Server.PriorityLanes.BackfillSuffix, Outbox: c.st.outbox, Audit: c.st.audit}
+	if c.fromStore {
+		o.Subscriptions, o.Positions, o.Leases, o.Head, o.Failures = h.routes.Subscriptions, c.st.positions, c.st.leases, c.st.head, c.st.failures
+	}
+	operations, err := ops.New(o)
+	if err != nil {
+		return err
+	}
 	api := httpapi.New(h.eng, httpapi.Options{Logger: c.log, Registry: c.reg, ReadWait: c.cfg.HTTP.ReadWait(),
-		BodyTimeout: c.cfg.HTTP.ReadBodyTimeout(), Idempotency: c.st.idempotency, Status: status, Auth: authn})
+		BodyTimeout: c.cfg.HTTP.ReadBodyTimeout(), Idempotency: c.st.idempotency, Status: status, Auth: authn, Ops: operations})
 	h.srv, h.ln = newServer(c.cfg.HTTP, ln, api, c.reg, c.log)
 	return nil
 }

@@ -114,8 +114,7 @@ func (a *api) admit(w http.ResponseWriter, r *http.Request, pattern string, g gu
 	}
 	if !g(p, r, a.e.Set()) {
 		a.log.Info("http: request outside its credential's scope refused", "route", pattern, "credential", p.Key, "grants", p.Grants)
-		a.authm.refused.WithLabelValues(pattern, "403").Inc()
-		writeError(w, http.StatusForbidden, "forbidden: the credential does not allow this request")
+		a.refuse(w, pattern, "")
 		return nil, false
 	}
 	if p.APIKey {
@@ -123,6 +122,16 @@ func (a *api) admit(w http.ResponseWriter, r *http.Request, pattern string, g gu
 		a.authm.lastUse.WithLabelValues(p.Key, g.Tenant, string(g.Role)).Set(float64(time.Now().Unix()))
 	}
 	return r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), true
+}
+
+// refuse answers 403, the same whatever was refused and why (why is
+// logged, if given), and counts it.
+func (a *api) refuse(w http.ResponseWriter, pattern, why string) {
+	if why != "" {
+		a.log.Info("http: request outside its credential's scope refused", "route", pattern, "why", why)
+	}
+	a.authm.refused.WithLabelValues(pattern, "403").Inc()
+	writeError(w, http.StatusForbidden, "forbidden: the credential does not allow this request")
 }
 
 // idempotencyScope is the scope of a command's Idempotency-Key: the

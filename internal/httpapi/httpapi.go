@@ -19,6 +19,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/engine"
 	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/idempotency"
+	"github.com/proteanhq/protean-host/internal/ops"
 	"github.com/proteanhq/protean-host/internal/readyourwrites"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
 )
@@ -69,6 +70,9 @@ type Options struct {
 	// request's context once it passed, cutting a ?min_position wait or a
 	// long command.
 	BodyTimeout time.Duration
+	// Ops serves the operations API under /v1/ops (ops.go); nil serves
+	// none.
+	Ops ops.API
 }
 
 // DefaultBodyTimeout is the bound on reading a command body when Options
@@ -118,6 +122,7 @@ func New(e Engine, opts Options) http.Handler {
 	a.route(mux, "POST /v1/commands/{type}", commandGuard, a.idempotentCommand)
 	a.route(mux, "GET /v1/projections/{name}/{id}", projectionGuard, a.projection)
 	a.route(mux, "GET /v1/plugins", adminGuard, a.plugins)
+	a.routeOps(mux, opts.Ops)
 	a.route(mux, "GET /healthz", open, a.healthz)
 	a.route(mux, "GET /{$}", adminGuard, a.page)
 	metrics := promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})
@@ -156,6 +161,8 @@ func allowed(path string) string {
 	case len(parts) == 4 && parts[0] == "v1" && parts[1] == "projections",
 		path == "/v1/plugins", path == "/healthz", path == "/metrics", path == "/":
 		return http.MethodGet
+	case len(parts) >= 3 && parts[0] == "v1" && parts[1] == "ops":
+		return opsAllowed(parts[2:])
 	}
 	return ""
 }

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/internal/audit"
+	"github.com/proteanhq/protean-host/internal/auth"
+	"github.com/proteanhq/protean-host/internal/config"
+	"github.com/proteanhq/protean-host/internal/ops"
+	"github.com/proteanhq/protean-host/internal/redispartition"
+)
+
+// TestOperationsAreTheTenants: on PostgreSQL and Redis, a poison entry
+// halts shop's client_orders partition order:c-poison. Shop's operator
+// sees it, inspects it and skips it over HTTP; lab's operator sees none
+// of it (not in its lists, 403 on its inspect and its actions, the same
+// 403 as any refusal), and the audit log shows the skip to shop and the
+// admin only.
+func TestOperationsAreTheTenants(t *testing.T) {
+	d := newRedisDeployment(t)
+	f := newAuthFixture(t)
+	h, err := startHostWith(t, "production.toml", f.dir, func(c *config.Config) { d.fastLeases(c); f.apply(c) })
+	require.NoError(t, err)
+	ctx := context.Background()
+	opt, err := redis.ParseURL(d.redisURL)
+	require.NoError(t, err)
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: d.prefix + "order:c-poison", Values: map[string]any{"not": "a message"}}).Err())
+	require.NoError(t, rdb.SAdd(ctx, d.prefix+redispartition.IndexKey("order"), "c-poison").Err())
+
+	partitions := func(principal string) []ops.Partition {
+		t.Helper()
+		code, body := f.request(t, h, principal, "GET", "/v1/ops/partitions", "")
+		require.Equal(t, 200, code, body)
+		var ps []ops.Partition
+		require.NoError(t, json.Unmarshal([]byte(body), &ps), body)
+		return ps
+	}
+	halted := func(ps []ops.Partition) *ops.Partition {
+		for _, p := range ps {
+			if p.Key == "c-poison" && p.State == "halted" {
+				return &p
+			}
+		}
+		return nil
+	}
+	eventually(t, h, "order:c-poison halted", func() (bool, string) {
+		ps := partitions("admin")
+		return halted(ps) != nil, fmt.Sprint(ps)
+	})
+	p := halted(partitions("shop-operator"))
+	require.NotNil(t, p, "shop's operator sees its halted partition")
+	require.Equal(t, "shop", p.Tenant)
+	require.Equal(t, "client_orders", p.Group)
+	require.NotNil(t, p.Halt)
+	for _, q := range partitions("lab-operator") {
+		require.NotEqual(t, "shop", q.Tenant, "lab's operator sees only lab's partitions: %+v", q)
+	}
+
+	_, refusal := f.request(t, h, "lab-operator", "GET", "/v1/plugins", "")
+	for _, r := range []struct{ method, path, body string }{
+		{"GET", "/v1/ops/partitions/order/c-poison", ""},
+		{"POST", "/v1/ops/partitions/order/c-poison/skip", `{"reason":"not mine"}`},
+		{"POST", "/v1/ops/partitions/order/c-poison/resume", `{"group":"client_orders"}`},
+	} {
+		code, body := f.request(t, h, "lab-operator", r.method, r.path, r.body)
+		require.Equal(t, 403, code, "%s %s as lab's operator: %s", r.method, r.path, body)
+		require.Equal(t, refusal, body, "the same answer as any refusal")
+	}
+
+	code, body := f.request(t, h, "shop-operator", "GET", "/v1/ops/partitions/order/c-poison", "")
+	require.Equal(t, 200, code, body)
+	var ds []ops.PartitionDetail
+	require.NoError(t, json.Unmarshal([]byte(body), &ds))
+	require.Len(t, ds, 1)
+	require.Equal(t, "halted", ds[0].State)
+	require.NotEmpty(t, ds[0].Entries)
+	require.Equal(t, "halted", ds[0].Entries[0].State)
+
+	code, body = f.request(t, h, "shop-operator", "POST", "/v1/ops/partitions/order/c-poison/skip", `{"reason":"a bad entry"}`)
+	require.Equal(t, 200, code, body)
+	var done ops.Done
+	require.NoError(t, json.Unmarshal([]byte(body), &done))
+	require.Equal(t, "shop", done.Tenant)
+	eventually(t, h, "order:c-poison no longer halted", func() (bool, string) {
+		ps := partitions("shop-operator")
+		return halted(ps) == nil, fmt.Sprint(ps)
+	})
+	code, body = f.request(t, h, "shop-operator", "POST", "/v1/ops/partitions/order/c-poison/skip", "")
+	require.Equal(t, 409, code, "the tenant's own partition, not halted: %s", body)
+
+	entries := func(principal string) []audit.Entry {
+		code, body := f.request(t, h, principal, "GET", "/v1/ops/audit", "")
+		require.Equal(t, 200, code, body)
+		var es []audit.Entry
+		require.NoError(t, json.Unmarshal([]byte(body), &es), body)
+		return es
+	}
+	shopKey := auth.KeyID(auth.Hash(f.keys["shop-operator"]))
+	es := entries("shop-operator")
+	require.Len(t, es, 2, "%+v", es)
+	require.Equal(t, "partitions.skip", es[1].Action)
+	require.Equal(t, "shop", es[1].Tenant)
+	require.Equal(t, audit.OK, es[1].Outcome)
+	require.Equal(t, "a bad entry", es[1].Reason)
+	require.Contains(t, es[1].Principal, shopKey)
+	require.Contains(t, es[0].Outcome, "not halted")
+	require.Empty(t, entries("lab-operator"))
+	require.Len(t, entries("admin"), 2)
+}

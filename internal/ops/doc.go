@@ -1,0 +1,26 @@
+// Package ops is what an operator does to a running host's deliveries, one
+// tenant at a time: list and inspect the Redis partitions and act on a
+// halted one (skip, dlq, resume), list the event-store subscriptions and
+// their failure records and act on one (retry, skip), list the outbox's
+// halted and abandoned rows and act on one (retry, skip), and read the
+// audit log of all of it.
+//
+// Every call takes a Scope: the tenants the caller may operate (an API
+// key's, a token's), or all of them (an admin, the local CLI). A list
+// holds only the scope's items; an action on a target outside the scope
+// fails with ErrForbidden whether or not the target exists, so a tenant
+// learns nothing of the others'. An item's tenant is its handler's
+// module's (a partition, a subscription, a failure record: the consumer
+// group is the handler) or its category's owner's (an outbox row). An
+// item whose tenant the running set no longer knows (a halted partition of
+// a removed handler) is an admin's.
+//
+// Every action, done or failed, is recorded in the audit log (package
+// audit) with who asked, the tenant, the action, the target and the
+// outcome.
+//
+// Service is the API over the host's stores; the HTTP routes under
+// /v1/ops serve it (package httpapi), and Client calls those routes, so
+// the CLI speaks to a Service directly or to a host by HTTP through one
+// interface, API.
+package ops
