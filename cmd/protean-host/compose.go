@@ -194,10 +194,14 @@ func (h *hostProcess) listen(c *composition) error {
 	if err := c.cfg.HTTP.CheckExposure(); err != nil {
 		return err
 	}
-	authn, err := newAuthenticator(c.cfg.HTTP.Auth, c.log)
+	authn, err := newAuthenticator(c.cfg.HTTP.Auth, nil)
 	if err != nil {
 		return err
 	}
+	if authn.Enabled() {
+		c.log.Info("http: credentials required", "api_keys", len(authn.KeyIDs()), "oidc_issuer", c.cfg.HTTP.Auth.OIDC.Issuer)
+	}
+	h.auth = auth.NewLive(authn) // a SIGHUP swaps it (reloadAuth)
 	ln, err := net.Listen("tcp", c.cfg.HTTP.Listen)
 	if err != nil {
 		return fmt.Errorf("http.listen %s: %w", c.cfg.HTTP.Listen, err)
@@ -223,14 +227,16 @@ func (h *hostProcess) listen(c *composition) error {
 		return err
 	}
 	api := httpapi.New(h.eng, httpapi.Options{Logger: c.log, Registry: c.reg, ReadWait: c.cfg.HTTP.ReadWait(),
-		BodyTimeout: c.cfg.HTTP.ReadBodyTimeout(), Idempotency: c.st.idempotency, Status: status, Auth: authn, Ops: operations})
+		BodyTimeout: c.cfg.HTTP.ReadBodyTimeout(), Idempotency: c.st.idempotency, Status: status, Auth: h.auth, Ops: operations})
 	h.srv, h.ln = newServer(c.cfg.HTTP, ln, api, c.reg, c.log)
 	return nil
 }
 
 // newAuthenticator builds what checks the API's credentials: the API
-// keys and the OIDC issuer the config names (none: nil).
-func newAuthenticator(a config.HTTPAuth, log *slog.Logger) (*auth.Authenticator, error) {
+// keys and the OIDC issuer the config names (none: nil). An OIDC verifier
+// of prev's (the running one, on a reload) that serves the same options
+// is kept, with the keys it fetched.
+func newAuthenticator(a config.HTTPAuth, prev *auth.Authenticator) (*auth.Authenticator, error) {
 	if !a.Credentials() {
 		return nil, nil
 	}
@@ -240,11 +246,12 @@ func newAuthenticator(a config.HTTPAuth, log *slog.Logger) (*auth.Authenticator,
 	}
 	out := &auth.Authenticator{Keys: keys}
 	if a.OIDC.Enabled() {
-		if out.OIDC, err = auth.NewOIDC(a.OIDC.Options()); err != nil {
+		if prev != nil && prev.OIDC != nil && prev.OIDC.Serves(a.OIDC.Options()) {
+			out.OIDC = prev.OIDC
+		} else if out.OIDC, err = auth.NewOIDC(a.OIDC.Options()); err != nil {
 			return nil, fmt.Errorf("http.auth.oidc: %w", err)
 		}
 	}
-	log.Info("http: credentials required", "api_keys", keys.Len(), "oidc_issuer", a.OIDC.Issuer)
 	return out, nil
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/clock"
+	"github.com/proteanhq/protean-host/internal/auth"
 	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/internal/engine"
 	"github.com/proteanhq/protean-host/internal/groups"
@@ -142,6 +143,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 			stopReload()
 			return h.shutdown()
 		case <-hup:
+			h.reloadAuth(e)
 			if reloading != nil {
 				select {
 				case <-reloading:
@@ -194,6 +196,8 @@ type hostProcess struct {
 	// compiled code are then not closed under it; the process's exit ends
 	// the call.
 	guestsRunning bool
+	// auth is the API's credentials, which a SIGHUP swaps (reloadAuth).
+	auth *auth.Live
 }
 
 // start opens the stores and the broker, loads and validates the plugins,

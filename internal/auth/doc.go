@@ -6,7 +6,9 @@
 // config keeps only its SHA-256 ([Hash]); `protean-host keys new` prints a
 // new key once, with the config lines to add. Several keys may name the
 // same tenant and role, so a key is rotated by adding the new one, moving
-// the clients, then removing the old one.
+// the clients, then removing the old one; a SIGHUP makes the config's
+// credentials the host's, swapped whole through a [Live]. A JWKS URL is
+// fetched at most once per [DefaultRefetchEvery] (jwks.go).
 //
 // A role acts within its tenant ([Principal.May]): read reads its
 // projections; write sends its commands and reads; operator acts on its

@@ -35,7 +35,18 @@ type OIDCOptions struct {
 	Now func() time.Time
 	// Client fetches JWKSURL (nil: http.DefaultClient).
 	Client *http.Client
+	// RefetchEvery is the least time between two fetches of JWKSURL
+	// (default DefaultRefetchEvery): a token naming a key not in the set
+	// fetched last is refused without a fetch within it.
+	RefetchEvery time.Duration
 }
+
+// DefaultRefetchEvery is the least time between two fetches of a JWKS
+// URL. A client can name any kid it likes in a token, and the claims a
+// verifier checks before the signature (iss, aud, exp) are the client's
+// to write: without a bound, each such token would be a request to the
+// identity provider.
+const DefaultRefetchEvery = 10 * time.Second
 
 // DefaultSkew is the clock skew allowed on a token's expiry.
 const DefaultSkew = time.Minute
@@ -62,6 +73,7 @@ var signatureAlgs = func() []jose.SignatureAlgorithm {
 type OIDC struct {
 	verifier *oidc.IDTokenVerifier
 	claim    string
+	opts     OIDCOptions // as given to NewOIDC, defaults set
 }
 
 // NewOIDC returns the verifier o describes. The key set of a JWKSFile is
@@ -78,6 +90,9 @@ func NewOIDC(o OIDCOptions) (*OIDC, error) {
 	}
 	if o.Skew <= 0 {
 		o.Skew = DefaultSkew
+	}
+	if o.RefetchEvery <= 0 {
+		o.RefetchEvery = DefaultRefetchEvery
 	}
 	now := o.Now
 	if now == nil {
@@ -98,18 +113,35 @@ func NewOIDC(o OIDCOptions) (*OIDC, error) {
 		}
 		keys = &fileKeys{set: set}
 	} else {
-		ctx := context.Background()
-		if o.Client != nil {
-			ctx = oidc.ClientContext(ctx, o.Client)
-		}
-		keys = oidc.NewRemoteKeySet(ctx, o.JWKSURL)
+		keys = newRemoteKeys(o.JWKSURL, o.Client, now, o.RefetchEvery)
 	}
 	skew := o.Skew
 	v := oidc.NewVerifier(o.Issuer, keys, &oidc.Config{ClientID: o.Audience, SupportedSigningAlgs: Algorithms,
 		// exp is checked against Now: checking against Now - skew allows
 		// a token skew past its expiry.
 		Now: func() time.Time { return now().Add(-skew) }})
-	return &OIDC{verifier: v, claim: o.Claim}, nil
+	return &OIDC{verifier: v, claim: o.Claim, opts: o}, nil
+}
+
+// Serves reports whether v verifies tokens exactly as NewOIDC(o) would,
+// from a key set fetched from a URL: a reload that finds the same
+// [http.auth.oidc] keeps v, and the keys it fetched, instead of fetching
+// them again. A JWKSFile is never kept: a reload reads the file again.
+// (Now and Client are not compared: the host sets neither.)
+func (v *OIDC) Serves(o OIDCOptions) bool {
+	if o.Claim == "" {
+		o.Claim = DefaultClaim
+	}
+	if o.Skew <= 0 {
+		o.Skew = DefaultSkew
+	}
+	if o.RefetchEvery <= 0 {
+		o.RefetchEvery = DefaultRefetchEvery
+	}
+	w := v.opts
+	return o.JWKSURL != "" && o.JWKSFile == "" && o.Issuer == w.Issuer && o.Audience == w.Audience &&
+		o.JWKSURL == w.JWKSURL && o.JWKSFile == w.JWKSFile && o.Claim == w.Claim && o.Skew == w.Skew &&
+		o.RefetchEvery == w.RefetchEvery
 }
 
 // Authenticate verifies token (signature by a key of the set, named by

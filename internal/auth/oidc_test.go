@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -20,7 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/internal/auth"
-	"github.com/proteanhq/protean-host/internal/testwait"
 )
 
 // issuer is a test identity provider: signing keys by kid, and the JWKS
@@ -147,51 +145,194 @@ func TestOIDCChecksEveryClaimAndTheSignature(t *testing.T) {
 	require.Equal(t, []auth.Grant{{Role: auth.RoleAdmin}}, p.Grants)
 }
 
-// TestOIDCFollowsTheIssuersKeyRotation: a token signed by a key the
-// issuer published after the host started is accepted (the JWKS is
-// fetched again for an unknown kid); once the issuer drops a key, its
-// tokens are refused.
-func TestOIDCFollowsTheIssuersKeyRotation(t *testing.T) {
-	now := time.Now()
-	is := newIssuer(t, "k1")
-	fetches := 0
-	var mu sync.Mutex
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		mu.Lock()
-		fetches++
-		mu.Unlock()
+// testClock is a time a test moves on.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// jwksServer publishes is's key set and counts its fetches.
+type jwksServer struct {
+	*httptest.Server
+	mu      sync.Mutex
+	fetches int
+	fail    bool // answer 500
+}
+
+func newJWKSServer(t *testing.T, is *issuer) *jwksServer {
+	s := &jwksServer{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		s.mu.Lock()
+		s.fetches++
+		fail := s.fail
+		s.mu.Unlock()
+		if fail {
+			http.Error(w, "down", http.StatusInternalServerError)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(is.jwks())
 	}))
-	t.Cleanup(srv.Close)
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *jwksServer) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fetches
+}
+
+func (s *jwksServer) failing(f bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fail = f
+}
+
+// TestOIDCFollowsTheIssuersKeyRotation: a token signed by a key the
+// issuer published after the host started is accepted (the JWKS is
+// fetched again for an unknown kid, once the last fetch is
+// RefetchEvery old); once the issuer drops a key, its tokens are refused.
+func TestOIDCFollowsTheIssuersKeyRotation(t *testing.T) {
+	clk := &testClock{now: time.Now()}
+	is := newIssuer(t, "k1")
+	srv := newJWKSServer(t, is)
 	v, err := auth.NewOIDC(auth.OIDCOptions{Issuer: "https://idp.test", Audience: "protean-host", JWKSURL: srv.URL,
-		Client: srv.Client(), Now: func() time.Time { return now }})
+		Client: srv.Client(), Now: clk.Now})
 	require.NoError(t, err)
-	_, err = v.Authenticate(context.Background(), is.sign(t, "k1", "k1", goodClaims(now)))
+	_, err = v.Authenticate(context.Background(), is.sign(t, "k1", "k1", goodClaims(clk.Now())))
 	require.NoError(t, err)
 
 	// The issuer rotates: k2 is published beside k1, then k1 is dropped.
 	is.addKey(t, "k2")
 	is.publish("k1", "k2")
-	_, err = v.Authenticate(context.Background(), is.sign(t, "k2", "k2", goodClaims(now)))
+	clk.Add(auth.DefaultRefetchEvery)
+	_, err = v.Authenticate(context.Background(), is.sign(t, "k2", "k2", goodClaims(clk.Now())))
 	require.NoError(t, err, "a token of the new key")
 	is.publish("k2")
-	_, err = v.Authenticate(context.Background(), is.sign(t, "k2", "k2", goodClaims(now)))
+	_, err = v.Authenticate(context.Background(), is.sign(t, "k2", "k2", goodClaims(clk.Now())))
 	require.NoError(t, err)
 	is.addKey(t, "k3") // forces a fetch that drops k1 from the cache
 	is.publish("k2", "k3")
-	_, err = v.Authenticate(context.Background(), is.sign(t, "k3", "k3", goodClaims(now)))
+	clk.Add(auth.DefaultRefetchEvery)
+	_, err = v.Authenticate(context.Background(), is.sign(t, "k3", "k3", goodClaims(clk.Now())))
 	require.NoError(t, err)
-	// The library stores the fetched set just after it answers the fetch's
-	// waiters: the dropped key is refused once it has.
-	old := is.sign(t, "k1", "k1", goodClaims(now))
-	testwait.For(t, "a token of a key the issuer dropped to be refused", func() (bool, string) {
-		_, err := v.Authenticate(context.Background(), old)
-		return errors.Is(err, auth.ErrBadCredential), fmt.Sprint(err)
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	require.GreaterOrEqual(t, fetches, 3)
+	_, err = v.Authenticate(context.Background(), is.sign(t, "k1", "k1", goodClaims(clk.Now())))
+	require.ErrorIs(t, err, auth.ErrBadCredential, "a token of a key the issuer dropped")
+	require.Equal(t, 3, srv.count())
+}
+
+// TestOIDCRefetchIsLimited: tokens naming keys the set does not hold
+// (random kids, sprayed by a client) make at most one fetch of the JWKS
+// per RefetchEvery, and concurrent ones share it; within the window they
+// are refused without a fetch. A failed fetch counts too: an identity
+// provider that is down is not hammered either.
+func TestOIDCRefetchIsLimited(t *testing.T) {
+	clk := &testClock{now: time.Now()}
+	is := newIssuer(t, "k1")
+	is.addKey(t, "rogue") // never published: signs the sprayed tokens
+	srv := newJWKSServer(t, is)
+	v, err := auth.NewOIDC(auth.OIDCOptions{Issuer: "https://idp.test", Audience: "protean-host", JWKSURL: srv.URL,
+		Client: srv.Client(), Now: clk.Now})
+	require.NoError(t, err)
+	spray := func(n int) []error {
+		toks := make([]string, n)
+		for i := range toks {
+			toks[i] = is.sign(t, fmt.Sprintf("random-%d", i), "rogue", goodClaims(clk.Now()))
+		}
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i, tok := range toks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = v.Authenticate(context.Background(), tok)
+			}()
+		}
+		wg.Wait()
+		return errs
+	}
+	for _, err := range spray(50) {
+		require.ErrorIs(t, err, auth.ErrBadCredential)
+	}
+	require.Equal(t, 1, srv.count(), "the first tokens share one fetch")
+	_, err = v.Authenticate(context.Background(), is.sign(t, "k1", "k1", goodClaims(clk.Now())))
+	require.NoError(t, err, "a known key needs no fetch")
+	errs := spray(50)
+	require.Equal(t, 1, srv.count(), "within the window: no fetch")
+	require.ErrorContains(t, errs[0], auth.ErrRefetchLimited.Error())
+
+	// Past the window, one fetch for all of them, and a new key of the
+	// issuer's is accepted by it.
+	clk.Add(auth.DefaultRefetchEvery + time.Second)
+	is.addKey(t, "k2")
+	is.publish("k1", "k2")
+	spray(50)
+	require.Equal(t, 2, srv.count())
+	_, err = v.Authenticate(context.Background(), is.sign(t, "k2", "k2", goodClaims(clk.Now())))
+	require.NoError(t, err, "the window's fetch brought k2")
+
+	// A fetch that fails counts: the next one waits out the window, and
+	// the keys fetched before it stay.
+	srv.failing(true)
+	clk.Add(auth.DefaultRefetchEvery)
+	for _, err := range spray(20) {
+		require.ErrorIs(t, err, auth.ErrBadCredential)
+	}
+	require.Equal(t, 3, srv.count())
+	spray(20)
+	require.Equal(t, 3, srv.count())
+	_, err = v.Authenticate(context.Background(), is.sign(t, "k2", "k2", goodClaims(clk.Now())))
+	require.NoError(t, err)
+	srv.failing(false)
+	is.addKey(t, "k3")
+	is.publish("k3")
+	clk.Add(auth.DefaultRefetchEvery)
+	_, err = v.Authenticate(context.Background(), is.sign(t, "k3", "k3", goodClaims(clk.Now())))
+	require.NoError(t, err)
+	require.Equal(t, 4, srv.count())
+}
+
+// TestOIDCServes: a verifier of a JWKS URL serves the same options again
+// (a reload keeps it and its fetched keys), not changed ones, and never a
+// JWKS file (a reload reads the file again).
+func TestOIDCServes(t *testing.T) {
+	o := auth.OIDCOptions{Issuer: "https://idp.test", Audience: "protean-host", JWKSURL: "https://idp.test/jwks"}
+	v, err := auth.NewOIDC(o)
+	require.NoError(t, err)
+	require.True(t, v.Serves(o))
+	same := o
+	same.Claim, same.Skew = auth.DefaultClaim, auth.DefaultSkew
+	require.True(t, v.Serves(same), "defaults spelled out are the same options")
+	for name, change := range map[string]func(*auth.OIDCOptions){
+		"issuer":   func(o *auth.OIDCOptions) { o.Issuer = "https://other.test" },
+		"audience": func(o *auth.OIDCOptions) { o.Audience = "other" },
+		"url":      func(o *auth.OIDCOptions) { o.JWKSURL = "https://idp.test/jwks2" },
+		"claim":    func(o *auth.OIDCOptions) { o.Claim = "roles" },
+		"skew":     func(o *auth.OIDCOptions) { o.Skew = 2 * time.Minute },
+	} {
+		c := o
+		change(&c)
+		require.False(t, v.Serves(c), name)
+	}
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	require.NoError(t, os.WriteFile(path, newIssuer(t, "k1").jwks(), 0o600))
+	f := auth.OIDCOptions{Issuer: "https://idp.test", Audience: "protean-host", JWKSFile: path}
+	fv, err := auth.NewOIDC(f)
+	require.NoError(t, err)
+	require.False(t, fv.Serves(f))
 }
 
 func TestNewOIDCRefusesAnIncompleteConfig(t *testing.T) {

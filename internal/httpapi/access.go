@@ -101,10 +101,11 @@ func newAuthMetrics(reg prometheus.Registerer) *authMetrics {
 // admit authenticates r and checks g: it answers 401 or 403 itself and
 // returns false, or returns r with the principal in its context.
 func (a *api) admit(w http.ResponseWriter, r *http.Request, pattern string, g guard) (*http.Request, bool) {
-	if !a.auth.Enabled() || g == nil {
+	authn := a.auth.Load() // once: the request is checked against one set
+	if !authn.Enabled() || g == nil {
 		return r, true
 	}
-	p, err := a.auth.Authenticate(r.Context(), r.Header.Get("Authorization"))
+	p, err := authn.Authenticate(r.Context(), r.Header.Get("Authorization"))
 	if err != nil {
 		a.log.Info("http: unauthenticated request refused", "route", pattern, "why", err)
 		a.authm.refused.WithLabelValues(pattern, "401").Inc()

@@ -60,9 +60,10 @@ type Options struct {
 	// /v1/plugins. Optional.
 	Status Status
 	// Auth authenticates the credential every route but /healthz asks for
-	// (access.go); nil, or none configured, lets every request through (a
-	// loopback-only host).
-	Auth *auth.Authenticator
+	// (access.go): each request uses the authenticator it holds when the
+	// request arrives, so a reload can swap it. nil, or none configured,
+	// lets every request through (a loopback-only host).
+	Auth *auth.Live
 	// BodyTimeout bounds the reading of a command body (DefaultBodyTimeout
 	// if zero); past it the command answers 408 ([http]
 	// read_body_timeout_ms). It is a read deadline on the connection set
@@ -90,7 +91,7 @@ type api struct {
 	bodyTimeout time.Duration
 	idem        idempotency.Store
 	status      Status
-	auth        *auth.Authenticator
+	auth        *auth.Live
 	authm       *authMetrics
 	requests    *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
