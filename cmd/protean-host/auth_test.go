@@ -102,7 +102,7 @@ func requireAccessTable(t *testing.T, h *testHost, f authFixture) {
 		{"GET", "/v1/projections/client_orders/c-1", "", []string{"shop-read", "shop-write", "shop-write-old", "admin"}},
 		{"GET", "/v1/projections/no_such_projection/x", "", []string{"admin"}},
 		{"GET", "/v1/plugins", "", []string{"admin"}},
-		{"GET", "/", "", []string{"admin"}},
+		{"GET", "/", "", operators}, // an operator's page is its tenant's part (TestOperationsAreTheTenants)
 		{"GET", "/metrics", "", []string{"admin"}},
 		{"GET", "/healthz", "", append([]string{"none", "bad"}, all...)},
 		// The operations API: any operator's credential lists (its own

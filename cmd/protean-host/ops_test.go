@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -114,4 +115,26 @@ func TestOperationsAreTheTenants(t *testing.T) {
 	require.Contains(t, es[0].Outcome, "not halted")
 	require.Empty(t, entries("lab-operator"))
 	require.Len(t, entries("admin"), 2)
+
+	// The status page: each operator's part of it, the admin's whole.
+	code, shopPage := f.request(t, h, "shop-operator", "GET", "/", "")
+	require.Equal(t, 200, code)
+	code, labPage := f.request(t, h, "lab-operator", "GET", "/", "")
+	require.Equal(t, 200, code)
+	code, adminPage := f.request(t, h, "admin", "GET", "/", "")
+	require.Equal(t, 200, code)
+	for _, c := range []struct {
+		page, what string
+		want       bool
+	}{
+		{shopPage, `data-handler="client_orders"`, true}, {shopPage, `data-handler="behave`, false},
+		{shopPage, `data-group="client_orders"`, true}, {shopPage, `data-action="partitions.skip"`, true},
+		{shopPage, `data-status="pending"`, false}, {shopPage, "tenant shop", true},
+		{labPage, `data-handler="client_orders"`, false}, {labPage, `data-group="client_orders"`, false},
+		{labPage, `data-action="partitions.skip"`, false}, {labPage, "tenant lab", true}, {labPage, `data-handler="behave"`, true},
+		{adminPage, `data-handler="client_orders"`, true}, {adminPage, `data-action="partitions.skip"`, true},
+		{adminPage, `data-status="pending"`, true},
+	} {
+		require.Equal(t, c.want, strings.Contains(c.page, c.what), "%q in the page: want %v", c.what, c.want)
+	}
 }

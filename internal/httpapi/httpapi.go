@@ -93,6 +93,7 @@ type api struct {
 	status      Status
 	auth        *auth.Live
 	authm       *authMetrics
+	ops         ops.API
 	requests    *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
 }
@@ -123,9 +124,10 @@ func New(e Engine, opts Options) http.Handler {
 	a.route(mux, "POST /v1/commands/{type}", commandGuard, a.idempotentCommand)
 	a.route(mux, "GET /v1/projections/{name}/{id}", projectionGuard, a.projection)
 	a.route(mux, "GET /v1/plugins", adminGuard, a.plugins)
+	a.ops = opts.Ops
 	a.routeOps(mux, opts.Ops)
 	a.route(mux, "GET /healthz", open, a.healthz)
-	a.route(mux, "GET /{$}", adminGuard, a.page)
+	a.route(mux, "GET /{$}", opsGuard, a.page)
 	metrics := promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := a.admit(w, r, "GET /metrics", adminGuard); ok {

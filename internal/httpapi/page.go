@@ -2,15 +2,19 @@ package httpapi
 
 import (
 	"bytes"
+	"cmp"
 	_ "embed"
 	"fmt"
 	"html/template"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/proteanhq/protean-host/internal/audit"
 	"github.com/proteanhq/protean-host/internal/host"
+	"github.com/proteanhq/protean-host/internal/ops"
 )
 
 // The status page (GET /) is rendered on the server from one template
@@ -67,7 +71,17 @@ type pageData struct {
 	Partitions *Partitions
 	Problems   []string
 	HasStatus  bool
+	// Tenants names the tenants an operator's page is kept to ("" for
+	// the whole host's page).
+	Tenants string
+	// Audit is the newest entries of the audit log the page's scope
+	// sees; HasAudit says the host keeps one.
+	Audit    []audit.Entry
+	HasAudit bool
 }
+
+// pageAudit is how many audit entries the page shows.
+const pageAudit = 20
 
 func (a *api) page(w http.ResponseWriter, r *http.Request) {
 	d := pageData{Now: time.Now().UTC(), Healthy: a.e.Healthy() == nil}
@@ -88,6 +102,18 @@ func (a *api) page(w http.ResponseWriter, r *http.Request) {
 		}
 		sort.Strings(d.Statuses)
 	}
+	sc := scopeOf(r)
+	if !sc.IsAll() {
+		d.keep(sc, ops.TenancyOf(a.e.Set()))
+	}
+	if a.ops != nil {
+		d.HasAudit = true
+		es, err := a.ops.Audit(r.Context(), sc, audit.Query{Limit: pageAudit})
+		if err != nil {
+			d.Problems = append(d.Problems, "audit log: "+err.Error())
+		}
+		d.Audit = es
+	}
 	var b bytes.Buffer
 	if err := pageTemplate.Execute(&b, d); err != nil {
 		a.log.Error("status page", "error", err)
@@ -97,4 +123,36 @@ func (a *api) page(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write(b.Bytes())
+}
+
+// keep cuts d to an operator's part of the page: the modules, handlers,
+// consumers and partitions of the scope's tenants, and the reload's
+// changes to those modules. The outbox's counts and the files a reload
+// rejected are the whole host's (no tenant is known for them): an
+// admin's.
+func (d *pageData) keep(sc ops.Scope, t ops.Tenancy) {
+	tenants := ""
+	for _, p := range d.Plugins {
+		if p.Tenant != "" && sc.Has(p.Tenant) && !strings.Contains(","+tenants+",", ","+p.Tenant+",") {
+			tenants = strings.TrimPrefix(tenants+","+p.Tenant, ",")
+		}
+	}
+	d.Tenants = cmp.Or(tenants, "none of this host's")
+	files := map[string]bool{}
+	d.Plugins = slices.DeleteFunc(d.Plugins, func(p Plugin) bool {
+		files[p.File] = p.State == "running" && sc.Has(p.Tenant)
+		return !files[p.File]
+	})
+	if d.Reload != nil {
+		r := *d.Reload
+		r.Changes = slices.DeleteFunc(slices.Clone(r.Changes), func(c host.ModuleChange) bool { return !files[c.File] })
+		r.Problems = nil
+		d.Reload = &r
+	}
+	d.Consumers = slices.DeleteFunc(d.Consumers, func(c Consumer) bool { return !sc.Has(t.Handlers[c.Group]) })
+	if d.Partitions != nil {
+		out := func(u Unit) bool { return !sc.Has(t.Handlers[u.Group]) }
+		d.Partitions = &Partitions{Owned: slices.DeleteFunc(d.Partitions.Owned, out), Halted: slices.DeleteFunc(d.Partitions.Halted, out)}
+	}
+	d.Outbox, d.Statuses = nil, nil
 }

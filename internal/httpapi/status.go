@@ -85,6 +85,8 @@ type Plugin struct {
 	Version string `json:"version,omitempty"`
 	SHA256  string `json:"sha256,omitempty"`
 	ABI     int    `json:"abi_version,omitempty"`
+	// Tenant is the running module's tenant.
+	Tenant string `json:"tenant,omitempty"`
 	// State is "running", or "rejected" for a file the last reload
 	// refused that is not running.
 	State string `json:"state"`
@@ -127,7 +129,7 @@ func Plugins(set *host.Set, reload *host.ReloadStatus) []Plugin {
 	for _, m := range set.Modules() {
 		running[m.File] = true
 		p := Plugin{File: m.File, Name: m.Manifest.Module.Name, Version: m.Manifest.Module.Version,
-			SHA256: m.SHA256, ABI: m.Manifest.ABIVersion, State: "running", LastError: problems[m.File], Handlers: []PluginHandler{}}
+			SHA256: m.SHA256, ABI: m.Manifest.ABIVersion, Tenant: m.Tenant, State: "running", LastError: problems[m.File], Handlers: []PluginHandler{}}
 		for _, h := range m.Manifest.Handlers {
 			p.Handlers = append(p.Handlers, handlerOf(set, h))
 		}
