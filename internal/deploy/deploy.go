@@ -51,6 +51,9 @@ var (
 	ErrTooLarge = errors.New("module too large")
 	// ErrNoHistory: a rollback with no earlier version to go back to.
 	ErrNoHistory = errors.New("no earlier version of the module")
+	// ErrRead: the module's bytes could not be read (the client's body
+	// broke off).
+	ErrRead = errors.New("reading the module's bytes")
 	// ErrNotRegular: the module's path holds something other than a
 	// regular file (a link, a directory), which a deploy does not replace.
 	ErrNotRegular = errors.New("not a regular file")
@@ -206,7 +209,7 @@ func (d *Deployer) Put(ctx context.Context, principal, name string, wasm io.Read
 	// Read before taking the lock: a slow client holds no other deploy.
 	b, err := io.ReadAll(io.LimitReader(wasm, d.o.MaxModuleBytes+1))
 	if err != nil {
-		return Result{}, fmt.Errorf("module %s: reading: %w", name, err)
+		return Result{}, fmt.Errorf("module %s: %w: %w", name, ErrRead, err)
 	}
 	if int64(len(b)) > d.o.MaxModuleBytes {
 		return Result{}, fmt.Errorf("module %s: %w: over %d bytes", name, ErrTooLarge, d.o.MaxModuleBytes)
