@@ -237,4 +237,3 @@ func TestModuleListIsTheDeployersTenants(t *testing.T) {
 	require.Equal(t, "key:"+auth.KeyID(auth.Hash(keys["lab"])), entries[0].Principal)
 	require.Equal(t, "lab", entries[0].Tenant)
 }
-
