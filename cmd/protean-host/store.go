@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/audit"
 	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/internal/readyourwrites"
 	"github.com/proteanhq/protean-host/internal/schema"
@@ -48,7 +49,10 @@ type stores struct {
 	// Idempotency-Key (in the database, written in each command's unit of
 	// work, or in memory).
 	idempotency idempotency.Store
-	close       func()
+	// audit records what operators and deployers did (protean_audit, or
+	// memory).
+	audit audit.Log
+	close func()
 }
 
 // errMemoryOnly is returned by commands that need a database when the
@@ -131,7 +135,7 @@ func openStores(ctx context.Context, cfg config.Config) (*stores, error) {
 		mem := unitofwork.NewMemory()
 		return &stores{events: mem.Events, records: mem.Records, outbox: mem.Outbox, positions: mem.Positions, backend: mem,
 			leases: &subscription.MemoryLeases{}, failures: &subscription.MemoryFailures{Positions: mem.Positions},
-			idempotency: idempotency.NewMemory(cfg.HTTP.IdempotencyTTL(), nil), close: func() {}}, nil
+			idempotency: idempotency.NewMemory(cfg.HTTP.IdempotencyTTL(), nil), audit: audit.NewMemory(nil), close: func() {}}, nil
 	}
 	pool, err := openMigratedPool(ctx, cfg)
 	if err != nil {
@@ -141,7 +145,7 @@ func openStores(ctx context.Context, cfg config.Config) (*stores, error) {
 	return &stores{events: pg.Events, records: pg.Records, outbox: pg.Outbox, positions: pg.Positions, backend: pg,
 		leases: subscription.NewPostgresLeases(pool), failures: subscription.NewPostgresFailures(pool),
 		head: subscription.PostgresHead(pool), idempotency: idempotency.NewPostgres(pool, cfg.HTTP.IdempotencyTTL()).WithLease(cfg.Server.Partitioning.LeaseTTL()),
-		close: pool.Close}, nil
+		audit: audit.NewPostgres(pool), close: pool.Close}, nil
 }
 
 // openMigratedPool connects to the config's database and checks that it is
