@@ -237,3 +237,17 @@ func TestModuleListIsTheDeployersTenants(t *testing.T) {
 	require.Equal(t, "key:"+auth.KeyID(auth.Hash(keys["lab"])), entries[0].Principal)
 	require.Equal(t, "lab", entries[0].Tenant)
 }
+
+// A plugins directory that is not there: 500, naming it.
+func TestModuleRoutesAnswer500OnAFailingDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "gone")
+	srv := httptest.NewServer(httpapi.New(&fakeEngine{}, httpapi.Options{Modules: deploy.New(deploy.Options{Dir: dir,
+		Reload: fakeReload(dir), Audit: audit.NewMemory(nil)})}))
+	defer srv.Close()
+	a := callModules(t, "GET", srv.URL+"/v1/modules", "", "")
+	require.Equal(t, 500, a.code)
+	require.Contains(t, a.body["error"], "gone")
+	a = callModules(t, "PUT", srv.URL+"/v1/modules/orders", "", "good")
+	require.Equal(t, 500, a.code)
+	require.Contains(t, a.body["error"], "module orders")
+}
