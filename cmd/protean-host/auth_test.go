@@ -56,7 +56,7 @@ func newAuthFixture(t *testing.T) authFixture {
 // apply configures the tenants and the keys.
 func (f authFixture) apply(c *config.Config) {
 	c.Tenants = map[string]config.Tenant{
-		"shop": {Modules: []string{"orders", "client_orders"}},
+		"shop": {Modules: []string{"orders", "client_orders", "shop_extra"}}, // shop_extra: a module not deployed yet
 		"lab":  {Modules: []string{"behave"}, GrantDispatch: map[string][]string{"shop": {"Again"}}},
 	}
 	c.HTTP.Auth.Keys = f.conf
@@ -117,6 +117,15 @@ func requireAccessTable(t *testing.T, h *testHost, f authFixture) {
 		{"POST", "/v1/ops/partitions/nosuch/k/resume", "", []string{"admin"}},
 		{"POST", "/v1/ops/subscriptions/nosuch/order/5/retry", "", []string{"admin"}},
 		{"POST", "/v1/ops/outbox/999999/retry", `{"reason":"x"}`, []string{"admin"}},
+		// The deploy routes: deploy on the module's tenant (by the config,
+		// whether the module exists or not), and an admin.
+		{"GET", "/v1/modules", "", []string{"shop-deployer", "admin"}},
+		{"PUT", "/v1/modules/client_orders", fixtureModule(t, f, "client_orders"), []string{"shop-deployer", "admin"}},
+		{"PUT", "/v1/modules/behave", fixtureModule(t, f, "behave"), []string{"admin"}},
+		{"DELETE", "/v1/modules/shop_extra", "", []string{"shop-deployer", "admin"}},
+		{"DELETE", "/v1/modules/no_such_module", "", []string{"admin"}},
+		{"POST", "/v1/modules/client_orders/rollback", "", []string{"shop-deployer", "admin"}},
+		{"POST", "/v1/modules/behave/rollback", "", []string{"admin"}},
 	}
 	var forbidden, unauthorized []string
 	for _, r := range routes {
@@ -153,6 +162,55 @@ func requireAccessTable(t *testing.T, h *testHost, f authFixture) {
 		code, body = f.request(t, h, "admin", "POST", path, "")
 		require.Equal(t, 404, code, "POST %s as admin: %s", path, body)
 	}
+	requireDeployAnswers(t, h, f)
+}
+
+// requireDeployAnswers: what the deploy routes answer those they admit.
+// A deployer lists its tenant's modules, an admin every one; a module
+// the reload rejects answers 422 with its problems and the running
+// module keeps serving; a module that is not there, 404; a rollback with
+// no earlier version, 409.
+func requireDeployAnswers(t *testing.T, h *testHost, f authFixture) {
+	names := func(principal string) []string {
+		code, body := f.request(t, h, principal, "GET", "/v1/modules", "")
+		require.Equal(t, 200, code, body)
+		var out struct {
+			Modules []struct {
+				Name   string `json:"name"`
+				Tenant string `json:"tenant"`
+			} `json:"modules"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &out))
+		var ns []string
+		for _, m := range out.Modules {
+			ns = append(ns, m.Tenant+"/"+m.Name)
+		}
+		return ns
+	}
+	require.Equal(t, []string{"lab/behave", "shop/client_orders", "shop/orders"}, names("admin"))
+	require.Equal(t, []string{"shop/client_orders", "shop/orders"}, names("shop-deployer"))
+
+	code, body := f.request(t, h, "shop-deployer", "PUT", "/v1/modules/client_orders", "\x00asm junk")
+	require.Equal(t, 422, code, body)
+	require.Contains(t, body, `"problems":[{"file":"client_orders.wasm"`)
+	code, body = f.request(t, h, "shop-read", "GET", "/v1/projections/client_orders/c-1", "")
+	require.Equal(t, 200, code, "the running module keeps serving: %s", body)
+	code, body = f.request(t, h, "shop-deployer", "DELETE", "/v1/modules/shop_extra", "")
+	require.Equal(t, 404, code, body)
+	code, body = f.request(t, h, "shop-deployer", "POST", "/v1/modules/client_orders/rollback", "")
+	require.Equal(t, 409, code, body)
+	code, body = f.request(t, h, "shop-deployer", "PUT", "/v1/modules/client_orders", fixtureModule(t, f, "client_orders"))
+	require.Equal(t, 200, code, body)
+	require.Contains(t, body, `"outcome":"unchanged"`)
+	require.NotContains(t, h.logs.String(), "audit entry not recorded", "each action is in the stores' audit log")
+}
+
+// fixtureModule reads a module's bytes from the fixture's plugins directory.
+func fixtureModule(t *testing.T, f authFixture, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(f.dir, name+".wasm"))
+	require.NoError(t, err)
+	return string(b)
 }
 
 // TestAccessEveryRouteEveryRoleEmbedded: the route × principal table on

@@ -227,7 +227,8 @@ func (h *hostProcess) listen(c *composition) error {
 		return err
 	}
 	api := httpapi.New(h.eng, httpapi.Options{Logger: c.log, Registry: c.reg, ReadWait: c.cfg.HTTP.ReadWait(),
-		BodyTimeout: c.cfg.HTTP.ReadBodyTimeout(), Idempotency: c.st.idempotency, Status: status, Auth: h.auth, Ops: operations})
+		BodyTimeout: c.cfg.HTTP.ReadBodyTimeout(), Idempotency: c.st.idempotency, Status: status, Auth: h.auth, Ops: operations,
+		Modules: newDeployer(c, h.reloader)})
 	h.srv, h.ln = newServer(c.cfg.HTTP, ln, api, c.reg, c.log)
 	return nil
 }

@@ -125,6 +125,19 @@ func (a *api) admit(w http.ResponseWriter, r *http.Request, pattern string, g gu
 	return r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), true
 }
 
+// actor names who acts, for the audit (audit.Entry.Principal): "key:"
+// and an API key's id, a token's "oidc:" and subject, or "anonymous"
+// without credentials configured.
+func actor(r *http.Request) string {
+	if p, ok := principalOf(r.Context()); ok {
+		if p.APIKey {
+			return "key:" + p.Key
+		}
+		return p.Key
+	}
+	return "anonymous"
+}
+
 // refuse answers 403, the same whatever was refused and why (why is
 // logged, if given), and counts it.
 func (a *api) refuse(w http.ResponseWriter, pattern, why string) {

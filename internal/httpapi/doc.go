@@ -12,6 +12,12 @@
 //	                                  last error, their handlers' categories and partition keys, the last reload
 //	GET  /                            the status page: server-rendered HTML (status.html, embedded), no script,
 //	                                  refreshing itself; it reads Options.Status, which cmd/protean-host implements
+//	GET    /v1/modules                the modules of the tenants the credential deploys (modules.go;
+//	                                  served when Options.Modules is set, else 404)
+//	PUT    /v1/modules/{name}         deploy a module's bytes, validated as a reload (422 with the
+//	                                  reload's problems when rejected; the previous bytes are back)
+//	DELETE /v1/modules/{name}         remove a module, validated the same way
+//	POST   /v1/modules/{name}/rollback  put back the module's newest earlier version
 //	GET  /healthz                     200 while the host accepts work, 503 while it stops
 //	GET  /metrics                     Prometheus text format
 //

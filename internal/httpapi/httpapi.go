@@ -74,6 +74,8 @@ type Options struct {
 	// Ops serves the operations API under /v1/ops (ops.go); nil serves
 	// none.
 	Ops ops.API
+	// Modules serves the deploy routes (modules.go); nil: they answer 404.
+	Modules Modules
 }
 
 // DefaultBodyTimeout is the bound on reading a command body when Options
@@ -94,6 +96,7 @@ type api struct {
 	auth        *auth.Live
 	authm       *authMetrics
 	ops         ops.API
+	modules     Modules
 	requests    *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
 }
@@ -113,7 +116,7 @@ func New(e Engine, opts Options) http.Handler {
 		opts.BodyTimeout = DefaultBodyTimeout
 	}
 	a := &api{e: e, log: opts.Logger, readWait: opts.ReadWait, bodyTimeout: opts.BodyTimeout, idem: opts.Idempotency, status: opts.Status,
-		auth: opts.Auth, authm: newAuthMetrics(opts.Registry),
+		auth: opts.Auth, modules: opts.Modules, authm: newAuthMetrics(opts.Registry),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_http_requests_total",
 			Help: "HTTP requests, by route and status code."}, []string{"route", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "protean_http_request_seconds",
@@ -128,6 +131,7 @@ func New(e Engine, opts Options) http.Handler {
 	a.routeOps(mux, opts.Ops)
 	a.route(mux, "GET /healthz", open, a.healthz)
 	a.route(mux, "GET /{$}", opsGuard, a.page)
+	a.routeModules(mux)
 	metrics := promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := a.admit(w, r, "GET /metrics", adminGuard); ok {
@@ -158,6 +162,9 @@ func New(e Engine, opts Options) http.Handler {
 // allowed returns the method a known path takes, or "".
 func allowed(path string) string {
 	parts := strings.Split(strings.Trim(path, "/"), "/")
+	if m := moduleMethods(parts); m != "" {
+		return m
+	}
 	switch {
 	case len(parts) == 3 && parts[0] == "v1" && parts[1] == "commands":
 		return http.MethodPost

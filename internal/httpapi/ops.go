@@ -27,25 +27,28 @@ func opsGuard(p auth.Principal, _ *http.Request, _ *host.Set) bool {
 	return p.May(auth.Administer, "") || len(p.TenantsFor(auth.Operate)) > 0
 }
 
-// scopeOf is the tenants the request's principal may operate: every one
-// without credentials (a loopback-only host) or for an admin.
-func scopeOf(r *http.Request) ops.Scope {
+// auditGuard admits a principal that may operate or deploy some tenant:
+// each reads the audit entries of its tenants.
+func auditGuard(p auth.Principal, r *http.Request, s *host.Set) bool {
+	return opsGuard(p, r, s) || len(p.TenantsFor(auth.Deploy)) > 0
+}
+
+// scopeOf is the tenants in which the request's principal may do one of
+// actions (auth.Operate if none): every one without credentials (a
+// loopback-only host) or for an admin.
+func scopeOf(r *http.Request, actions ...auth.Action) ops.Scope {
 	p, ok := principalOf(r.Context())
 	if !ok || p.May(auth.Administer, "") {
 		return ops.All()
 	}
-	return ops.Tenants(p.TenantsFor(auth.Operate)...)
-}
-
-// actor names the request's principal for the audit log.
-func actor(r *http.Request) string {
-	if p, ok := principalOf(r.Context()); ok {
-		if p.APIKey {
-			return "key:" + p.Key
-		}
-		return p.Key
+	if len(actions) == 0 {
+		actions = []auth.Action{auth.Operate}
 	}
-	return "anonymous (no credentials configured)"
+	var ts []string
+	for _, a := range actions {
+		ts = append(ts, p.TenantsFor(a)...)
+	}
+	return ops.Tenants(ts...)
 }
 
 // routeOps registers the operations routes, if the host has a Service.
@@ -123,7 +126,8 @@ func (a *api) routeOps(mux *http.ServeMux, o ops.API) {
 		}
 		return o.ActOnOutbox(ctx, sc, act, id)
 	}))
-	a.route(mux, "GET /v1/ops/audit", opsGuard, list(func(ctx context.Context, sc ops.Scope, r *http.Request) (any, error) {
+	a.route(mux, "GET /v1/ops/audit", auditGuard, list(func(ctx context.Context, _ ops.Scope, r *http.Request) (any, error) {
+		sc := scopeOf(r, auth.Operate, auth.Deploy)
 		var q audit.Query
 		for name, v := range map[string]*int64{"before": &q.Before} {
 			if s := r.URL.Query().Get(name); s != "" {
