@@ -18,6 +18,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/stretchr/testify/require"
 
+	"github.com/proteanhq/protean-host/internal/audit"
 	"github.com/proteanhq/protean-host/internal/auth"
 	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
@@ -112,7 +113,7 @@ func requireAccessTable(t *testing.T, h *testHost, f authFixture) {
 		{"GET", "/v1/ops/subscriptions", "", operators},
 		{"GET", "/v1/ops/subscriptions/failures?all=true", "", operators},
 		{"GET", "/v1/ops/outbox", "", operators},
-		{"GET", "/v1/ops/audit", "", operators},
+		{"GET", "/v1/ops/audit", "", append([]string{"shop-deployer"}, operators...)}, // a deployer reads its tenant's entries
 		{"GET", "/v1/ops/partitions/nosuch/k", "", []string{"admin"}},
 		{"POST", "/v1/ops/partitions/nosuch/k/resume", "", []string{"admin"}},
 		{"POST", "/v1/ops/subscriptions/nosuch/order/5/retry", "", []string{"admin"}},
@@ -203,6 +204,16 @@ func requireDeployAnswers(t *testing.T, h *testHost, f authFixture) {
 	require.Equal(t, 200, code, body)
 	require.Contains(t, body, `"outcome":"unchanged"`)
 	require.NotContains(t, h.logs.String(), "audit entry not recorded", "each action is in the stores' audit log")
+	code, body = f.request(t, h, "shop-deployer", "GET", "/v1/ops/audit", "")
+	require.Equal(t, 200, code, body)
+	var es []audit.Entry
+	require.NoError(t, json.Unmarshal([]byte(body), &es))
+	require.NotEmpty(t, es)
+	for _, e := range es {
+		require.Equal(t, "shop", e.Tenant, "a deployer reads its tenant's entries only: %+v", e)
+	}
+	require.Equal(t, "modules.put", es[0].Action)
+	require.Equal(t, "key:"+auth.KeyID(auth.Hash(f.keys["shop-deployer"])), es[0].Principal)
 }
 
 // fixtureModule reads a module's bytes from the fixture's plugins directory.
