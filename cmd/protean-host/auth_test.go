@@ -67,7 +67,13 @@ func (f authFixture) apply(c *config.Config) {
 // no Authorization, "bad" a key no config knows).
 func (f authFixture) request(t *testing.T, h *testHost, principal, method, path, body string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+h.addr+path, strings.NewReader(body))
+	return f.requestAt(t, h.addr, principal, method, path, body)
+}
+
+// requestAt is request to the listener at addr.
+func (f authFixture) requestAt(t *testing.T, addr, principal, method, path, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
 	require.NoError(t, err)
 	switch principal {
 	case "none":
@@ -358,4 +364,48 @@ func TestOIDCTokensAtTheAPI(t *testing.T) {
 	// API keys still work beside tokens.
 	code, _ := f.request(t, h, "lab-write", "POST", "/v1/commands/Increment", `{"id":"y"}`)
 	require.Equal(t, 200, code)
+}
+
+// TestAdminListenerSplitsTheRoutes: with [http] admin_listen, clients'
+// routes (commands, projections) stay on listen and the admin routes
+// (status page, metrics, plugins, operations, deploys) move to the admin
+// listener; each answers 404 for the other's, naming where they are;
+// /healthz is on both, and credentials apply on both.
+func TestAdminListenerSplitsTheRoutes(t *testing.T) {
+	f := newAuthFixture(t)
+	h, err := startHostWith(t, "domain.toml", f.dir, func(c *config.Config) {
+		f.apply(c)
+		c.HTTP.AdminListen = "127.0.0.1:0"
+	})
+	require.NoError(t, err)
+	require.NotEqual(t, h.addr, h.adminAddr)
+	for _, r := range []struct {
+		addr, principal, method, path, body string
+		code                                int
+		says                                string
+	}{
+		{h.addr, "shop-write", "POST", "/v1/commands/PlaceOrder", `{"order_id":"o-1","client_id":"c-1","total":1}`, 200, ""},
+		{h.addr, "shop-read", "GET", "/v1/projections/client_orders/c-1?min_position=1", "", 200, "o-1"},
+		{h.addr, "none", "GET", "/healthz", "", 200, ""},
+		{h.addr, "admin", "GET", "/", "", 404, "served on [http] admin_listen"},
+		{h.addr, "admin", "GET", "/metrics", "", 404, "served on [http] admin_listen"},
+		{h.addr, "admin", "GET", "/v1/plugins", "", 404, "served on [http] admin_listen"},
+		{h.addr, "admin", "GET", "/v1/ops/partitions", "", 404, "served on [http] admin_listen"},
+		{h.addr, "admin", "PUT", "/v1/modules/client_orders", "x", 404, "served on [http] admin_listen"},
+		{h.adminAddr, "admin", "GET", "/", "", 200, "protean-host"},
+		{h.adminAddr, "admin", "GET", "/metrics", "", 200, "protean_http_requests_total"},
+		{h.adminAddr, "admin", "GET", "/v1/plugins", "", 200, "client_orders"},
+		{h.adminAddr, "shop-operator", "GET", "/v1/ops/audit", "", 200, ""},
+		{h.adminAddr, "shop-deployer", "GET", "/v1/modules", "", 200, "client_orders"},
+		{h.adminAddr, "none", "GET", "/healthz", "", 200, ""},
+		{h.adminAddr, "none", "GET", "/", "", 401, ""},
+		{h.adminAddr, "lab-operator", "GET", "/v1/modules", "", 403, ""},
+		{h.adminAddr, "shop-write", "POST", "/v1/commands/PlaceOrder", `{"order_id":"o-2","client_id":"c-1","total":1}`, 404, "served on [http] listen"},
+		{h.adminAddr, "shop-read", "GET", "/v1/projections/client_orders/c-1", "", 404, "served on [http] listen"},
+	} {
+		code, body := f.requestAt(t, r.addr, r.principal, r.method, r.path, r.body)
+		require.Equal(t, r.code, code, "%s %s on %s as %s: %s", r.method, r.path, r.addr, r.principal, body)
+		require.Contains(t, body, r.says, "%s %s on %s", r.method, r.path, r.addr)
+	}
+	require.Contains(t, h.logs.String(), "admin_addr="+h.adminAddr)
 }

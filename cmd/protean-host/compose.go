@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -202,17 +203,11 @@ func (h *hostProcess) listen(c *composition) error {
 		c.log.Info("http: credentials required", "api_keys", len(authn.KeyIDs()), "oidc_issuer", c.cfg.HTTP.Auth.OIDC.Issuer)
 	}
 	h.auth = auth.NewLive(authn) // a SIGHUP swaps it (reloadAuth)
-	ln, err := net.Listen("tcp", c.cfg.HTTP.Listen)
+	ln, err := h.listener("http.listen", c.cfg.HTTP.Listen)
 	if err != nil {
-		return fmt.Errorf("http.listen %s: %w", c.cfg.HTTP.Listen, err)
+		return err
 	}
 	h.addr = ln.Addr().String()
-	h.closers = append(h.closers, func() error {
-		if h.serving {
-			return nil // the server owns the listener
-		}
-		return ln.Close()
-	})
 	status, err := newHostStatus(c.cfg, c.st, c.br, h.routes, h.reloader, c.fromStore)
 	if err != nil {
 		return err
@@ -226,11 +221,40 @@ func (h *hostProcess) listen(c *composition) error {
 	if err != nil {
 		return err
 	}
-	api := httpapi.New(h.eng, httpapi.Options{Logger: c.log, Registry: c.reg, ReadWait: c.cfg.HTTP.ReadWait(),
+	opts := httpapi.Options{Logger: c.log, Registry: c.reg, ReadWait: c.cfg.HTTP.ReadWait(),
 		BodyTimeout: c.cfg.HTTP.ReadBodyTimeout(), Idempotency: c.st.idempotency, Status: status, Auth: h.auth, Ops: operations,
-		Modules: newDeployer(c, h.reloader)})
-	h.srv, h.ln = newServer(c.cfg.HTTP, ln, api, c.reg, c.log)
+		Modules: newDeployer(c, h.reloader)}
+	if c.cfg.HTTP.AdminListen == "" {
+		h.srv, h.ln = newServer(c.cfg.HTTP, ln, httpapi.New(h.eng, opts), c.reg, c.log)
+		return nil
+	}
+	ingress, admin := httpapi.NewSplit(h.eng, opts)
+	h.srv, h.ln = newServer(c.cfg.HTTP, ln, ingress, c.reg, c.log)
+	aln, err := h.listener("http.admin_listen", c.cfg.HTTP.AdminListen)
+	if err != nil {
+		return err
+	}
+	h.adminAddr = aln.Addr().String()
+	// protean_http_connections_* count the API listener's connections;
+	// the admin listener has its own bound, uncounted.
+	h.adminSrv, h.adminLn = newServer(c.cfg.HTTP, aln, admin, prometheus.NewRegistry(), c.log)
 	return nil
+}
+
+// listener opens addr, named by its config key in errors. Once serving,
+// its server owns it; before, shutdown closes it.
+func (h *hostProcess) listener(key, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", key, addr, err)
+	}
+	h.closers = append(h.closers, func() error {
+		if h.serving {
+			return nil
+		}
+		return ln.Close()
+	})
+	return ln, nil
 }
 
 // newAuthenticator builds what checks the API's credentials: the API
@@ -260,7 +284,20 @@ func newAuthenticator(a config.HTTPAuth, prev *auth.Authenticator) (*auth.Authen
 func (h *hostProcess) serve(context.Context) error {
 	h.serving = true
 	go func() { h.served <- h.srv.Serve(h.ln) }()
+	if h.adminSrv != nil {
+		go func() { h.served <- h.adminSrv.Serve(h.adminLn) }()
+	}
 	return nil
+}
+
+// stopServing shuts the HTTP servers down: each stops taking requests
+// and waits for those in flight.
+func (h *hostProcess) stopServing(ctx context.Context) error {
+	err := h.srv.Shutdown(ctx)
+	if h.adminSrv != nil {
+		err = errors.Join(err, h.adminSrv.Shutdown(ctx))
+	}
+	return err
 }
 
 // startReloader watches the plugins directory when the config asks for it

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -170,8 +171,13 @@ type hostProcess struct {
 	served   chan error
 	serveErr error
 	srv      *http.Server
-	eng      *engine.Engine
-	relay    *relay.Relay
+	// adminSrv serves the admin routes on [http] admin_listen (adminLn,
+	// adminAddr); nil when they are on srv.
+	adminSrv  *http.Server
+	adminLn   net.Listener
+	adminAddr string
+	eng       *engine.Engine
+	relay     *relay.Relay
 	// partitions is the partitioned consumer; nil without a Redis broker.
 	partitions *redispartition.Consumer
 	// subs runs the event-store subscriptions; nil unless the delivery is
@@ -210,7 +216,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	// One owner name per start (not per process: a test runs several
 	// hosts in one), unique even where every container is pid 1 on one
 	// hostname (package owner).
-	h := &hostProcess{log: e.log, owner: owner.New(), served: make(chan error, 1), shutdownTimeout: defaultShutdownTimeout}
+	h := &hostProcess{log: e.log, owner: owner.New(), served: make(chan error, 2), shutdownTimeout: defaultShutdownTimeout}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, h.shutdown())
@@ -248,7 +254,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 			}
 		}
 	}
-	e.log.Info("listening", "addr", h.addr, "config", e.configPath)
+	e.log.Info("listening", "addr", h.addr, "admin_addr", cmp.Or(h.adminAddr, h.addr), "config", e.configPath)
 	return h, nil
 }
 
@@ -269,7 +275,7 @@ type component struct {
 func (h *hostProcess) components() []component {
 	return []component{
 		{"plugin reloader", h.reloader != nil, h.startReloader, func(ctx context.Context) error { return h.reloader.Stop(ctx) }},
-		{"http", h.srv != nil, h.serve, func(ctx context.Context) error { return h.srv.Shutdown(ctx) }},
+		{"http", h.srv != nil, h.serve, h.stopServing},
 		{"partition workers", h.partitions != nil, func(ctx context.Context) error { return h.partitions.Start(ctx) },
 			func(ctx context.Context) error { return h.partitions.Stop(ctx) }},
 		{"event-store subscriptions", h.subs != nil, func(ctx context.Context) error { return h.subs.Start(ctx) },

@@ -404,6 +404,11 @@ type Tenant struct {
 // HTTP is the [http] table.
 type HTTP struct {
 	Listen string `toml:"listen"` // host:port of the HTTP API
+	// AdminListen, if set, is the host:port of the admin routes (the
+	// status page, /metrics, /v1/plugins, /v1/ops, /v1/modules), which
+	// then leave Listen: clients reach commands and projections, and
+	// operators the rest on a private network.
+	AdminListen string `toml:"admin_listen"`
 	// ReadWaitMS bounds how long GET /v1/projections/{name}/{id}?min_position=N
 	// waits for the projection to reach N before it answers 504.
 	ReadWaitMS int `toml:"read_wait_ms"`
@@ -503,12 +508,17 @@ func (h HTTP) CheckExposure() error {
 	if h.Auth.Credentials() || h.Auth.AllowUnauthenticated {
 		return nil
 	}
-	if host, _, err := net.SplitHostPort(h.Listen); err == nil && loopback(host) {
-		return nil
+	for _, a := range []struct{ key, addr string }{{"http.listen", h.Listen}, {"http.admin_listen", h.AdminListen}} {
+		if a.addr == "" {
+			continue
+		}
+		if host, _, err := net.SplitHostPort(a.addr); err != nil || !loopback(host) {
+			return fmt.Errorf("%s %s is not a loopback address and [http.auth] has no keys: anyone who reaches it "+
+				"could act for every tenant; add keys (protean-host keys new TENANT --role ROLE) or [http.auth.oidc], "+
+				"or set http.auth.allow_unauthenticated = true", a.key, a.addr)
+		}
 	}
-	return fmt.Errorf("http.listen %s is not a loopback address and [http.auth] has no keys: anyone who reaches it "+
-		"could act for every tenant; add keys (protean-host keys new TENANT --role ROLE) or [http.auth.oidc], "+
-		"or set http.auth.allow_unauthenticated = true", h.Listen)
+	return nil
 }
 
 // loopback reports whether host is a loopback address or localhost. An

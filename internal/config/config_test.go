@@ -507,6 +507,11 @@ func TestValidate(t *testing.T) {
 			[]string{`http.listen has a bad port "70000" (want 0..65535)`}},
 		{"listen any port", func(c *config.Config) { c.HTTP.Listen = ":0" }, nil},
 		{"listen ipv6", func(c *config.Config) { c.HTTP.Listen = "[::1]:8080" }, nil},
+		{"admin listen", func(c *config.Config) { c.HTTP.AdminListen = "127.0.0.1:9070" }, nil},
+		{"admin listen no port", func(c *config.Config) { c.HTTP.AdminListen = "localhost" },
+			[]string{`http.admin_listen must be host:port, e.g. 127.0.0.1:9070 (got "localhost")`}},
+		{"admin listen is listen", func(c *config.Config) { c.HTTP.AdminListen = c.HTTP.Listen },
+			[]string{`http.admin_listen must differ from http.listen ("127.0.0.1:8080"): leave it out to serve the admin routes there`}},
 		{"auth key of an unknown tenant", func(c *config.Config) {
 			c.HTTP.Auth.Keys = []config.APIKey{{Tenant: "nobody", Role: "read", SHA256: strings.Repeat("ab", 32)}}
 		}, []string{`http.auth.keys key 0: tenant "nobody" is not configured (add [tenants.nobody], or use "default")`}},
@@ -692,5 +697,12 @@ func TestCheckExposure(t *testing.T) {
 		require.NoError(t, h.CheckExposure(), listen)
 		h.Auth = config.HTTPAuth{Keys: []config.APIKey{{Role: "admin", SHA256: strings.Repeat("ab", 32)}}}
 		require.NoError(t, h.CheckExposure(), listen)
+		// The admin listener is checked the same way.
+		h = config.HTTP{Listen: "127.0.0.1:8080", AdminListen: listen}
+		if exposed {
+			require.ErrorContains(t, h.CheckExposure(), "http.admin_listen "+listen+" is not a loopback address", listen)
+		} else {
+			require.NoError(t, h.CheckExposure(), listen)
+		}
 	}
 }

@@ -55,6 +55,7 @@
 //	databases.default.provider = "memory"
 //	event_store.database_uri = ""
 //	event_store.provider = "memory"
+//	http.admin_listen = ""
 //	http.auth.allow_unauthenticated = false
 //	http.auth.keys = []
 //	http.auth.oidc.audience = ""

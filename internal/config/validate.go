@@ -167,16 +167,27 @@ func (v *validator) plugins(p Plugins) {
 	}
 }
 
+// address checks a listen address, host:port.
+func (v *validator) address(key, addr, example string) {
+	if _, port, err := net.SplitHostPort(addr); err != nil {
+		v.add(key, "must be host:port, e.g. %s (got %q)", example, addr)
+	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		v.add(key, "has a bad port %q (want 0..65535)", port)
+	}
+}
+
 // http checks the [http] table. The write timeout runs from the end of a
 // request's header to the end of its answer, so it must outlast a
 // ?min_position wait and a body's reading.
 func (v *validator) http(h HTTP) {
 	okWait := v.ms("http.read_wait_ms", h.ReadWaitMS, false)
 	v.positive("http.idempotency_ttl_seconds", h.IdempotencyTTLSeconds)
-	if _, port, err := net.SplitHostPort(h.Listen); err != nil {
-		v.add("http.listen", "must be host:port, e.g. 127.0.0.1:8080 (got %q)", h.Listen)
-	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-		v.add("http.listen", "has a bad port %q (want 0..65535)", port)
+	v.address("http.listen", h.Listen, "127.0.0.1:8080")
+	if h.AdminListen != "" {
+		v.address("http.admin_listen", h.AdminListen, "127.0.0.1:9070")
+		if h.AdminListen == h.Listen {
+			v.add("http.admin_listen", "must differ from http.listen (%q): leave it out to serve the admin routes there", h.Listen)
+		}
 	}
 	v.ms("http.read_header_timeout_ms", h.ReadHeaderTimeoutMS, false)
 	okBody := v.ms("http.read_body_timeout_ms", h.ReadBodyTimeoutMS, false)

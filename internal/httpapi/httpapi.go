@@ -101,8 +101,50 @@ type api struct {
 	latency     *prometheus.HistogramVec
 }
 
-// New returns the HTTP API of a running host.
+// New returns the HTTP API of a running host: every route on one handler.
 func New(e Engine, opts Options) http.Handler {
+	h, _ := build(e, opts, false)
+	return h
+}
+
+// NewSplit returns the HTTP API of a running host as two handlers, for
+// two listeners ([http] admin_listen): ingress serves commands,
+// projections and /healthz; admin serves the status page, /metrics,
+// /v1/plugins, the operations and deploy routes, and /healthz. Each
+// answers 404 for the other's routes, naming where they are.
+func NewSplit(e Engine, opts Options) (ingress, admin http.Handler) {
+	return build(e, opts, true)
+}
+
+// muxes are the ingress and admin routes: one mux unless split.
+type muxes struct {
+	ingress, admin *http.ServeMux
+}
+
+// adminRoute reports whether pattern ("METHOD /path") is an admin route.
+func adminRoute(pattern string) bool {
+	_, path, _ := strings.Cut(pattern, " ")
+	return path == "/{$}" || path == "/" || path == "/metrics" || path == "/v1/plugins" ||
+		strings.HasPrefix(path, "/v1/ops/") || strings.HasPrefix(path, "/v1/modules")
+}
+
+// HandleFunc registers h for pattern on its side's mux (both for
+// /healthz).
+func (m *muxes) HandleFunc(pattern string, h http.HandlerFunc) {
+	switch {
+	case m.admin == m.ingress:
+		m.ingress.HandleFunc(pattern, h)
+	case pattern == "GET /healthz":
+		m.ingress.HandleFunc(pattern, h)
+		m.admin.HandleFunc(pattern, h)
+	case adminRoute(pattern):
+		m.admin.HandleFunc(pattern, h)
+	default:
+		m.ingress.HandleFunc(pattern, h)
+	}
+}
+
+func build(e Engine, opts Options, split bool) (ingress, admin http.Handler) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -116,18 +158,21 @@ func New(e Engine, opts Options) http.Handler {
 		opts.BodyTimeout = DefaultBodyTimeout
 	}
 	a := &api{e: e, log: opts.Logger, readWait: opts.ReadWait, bodyTimeout: opts.BodyTimeout, idem: opts.Idempotency, status: opts.Status,
-		auth: opts.Auth, modules: opts.Modules, authm: newAuthMetrics(opts.Registry),
+		auth: opts.Auth, modules: opts.Modules, authm: newAuthMetrics(opts.Registry), ops: opts.Ops,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_http_requests_total",
 			Help: "HTTP requests, by route and status code."}, []string{"route", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "protean_http_request_seconds",
 			Help: "HTTP request duration, by route.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8)}, []string{"route"}),
 	}
 	opts.Registry.MustRegister(a.requests, a.latency)
-	mux := http.NewServeMux()
+	mux := &muxes{ingress: http.NewServeMux()}
+	mux.admin = mux.ingress
+	if split {
+		mux.admin = http.NewServeMux()
+	}
 	a.route(mux, "POST /v1/commands/{type}", commandGuard, a.idempotentCommand)
 	a.route(mux, "GET /v1/projections/{name}/{id}", projectionGuard, a.projection)
 	a.route(mux, "GET /v1/plugins", adminGuard, a.plugins)
-	a.ops = opts.Ops
 	a.routeOps(mux, opts.Ops)
 	a.route(mux, "GET /healthz", open, a.healthz)
 	a.route(mux, "GET /{$}", opsGuard, a.page)
@@ -138,18 +183,36 @@ func New(e Engine, opts Options) http.Handler {
 			metrics.ServeHTTP(w, r)
 		}
 	})
-	// Unmatched requests get JSON too: 405 with Allow for a known path
-	// used with another method, else 404.
+	if !split {
+		h := serveMux(mux.ingress, "")
+		return h, h
+	}
+	return serveMux(mux.ingress, "ingress"), serveMux(mux.admin, "admin")
+}
+
+// serveMux answers what mux does not match with JSON too (405 with
+// Allow for a known path used with another method, else 404; on a split
+// listener, 404 naming the listener that serves it), and refuses a path
+// that is not UTF-8 or holds a NUL (it names no command, projection or
+// document) with 400 before any route sees it.
+func serveMux(mux *http.ServeMux, side string) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if allow := allowed(r.URL.Path); allow != "" {
+		allow := allowed(r.URL.Path)
+		if allow != "" && side != "" && adminRoute(r.Method+" "+r.URL.Path) != (side == "admin") && r.URL.Path != "/healthz" {
+			other := "[http] admin_listen"
+			if side == "admin" {
+				other = "[http] listen"
+			}
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s here: it is served on %s", r.Method, r.URL.Path, other))
+			return
+		}
+		if allow != "" {
 			w.Header().Set("Allow", allow)
 			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: use %s", r.Method, r.URL.Path, allow))
 			return
 		}
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})
-	// A path that is not UTF-8 or holds a NUL names no command,
-	// projection or document: 400 before any route sees it.
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if why := checkPath(r.URL.Path); why != "" {
 			writeError(w, http.StatusBadRequest, why)
@@ -193,7 +256,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // route serves pattern with h, once g admits the request (access.go),
 // and counts it.
-func (a *api) route(mux *http.ServeMux, pattern string, g guard, h http.HandlerFunc) {
+func (a *api) route(mux *muxes, pattern string, g guard, h http.HandlerFunc) {
 	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}

@@ -32,7 +32,7 @@ var modulePatterns = []string{"GET /v1/modules", "PUT /v1/modules/{name}", "DELE
 
 // routeModules registers the deploy routes when Options.Modules is set;
 // without it they answer 404 as any unknown path does.
-func (a *api) routeModules(mux *http.ServeMux) {
+func (a *api) routeModules(mux *muxes) {
 	if a.modules == nil {
 		for _, p := range []string{"/v1/modules", "/v1/modules/"} {
 			mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {

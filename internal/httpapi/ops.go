@@ -52,7 +52,7 @@ func scopeOf(r *http.Request, actions ...auth.Action) ops.Scope {
 }
 
 // routeOps registers the operations routes, if the host has a Service.
-func (a *api) routeOps(mux *http.ServeMux, o ops.API) {
+func (a *api) routeOps(mux *muxes, o ops.API) {
 	if o == nil {
 		return
 	}
