@@ -25,8 +25,9 @@ import (
 )
 
 // authFixture is a plugins directory of two tenants, shop (orders and
-// its client_orders projection) and lab (behave, which grants shop the
-// dispatch of Again), and one API key per principal the table uses.
+// its client_orders projection, which it grants lab to read) and lab
+// (behave, which grants shop the dispatch of Again), and one API key per
+// principal the table uses.
 type authFixture struct {
 	dir  string
 	keys map[string]string // principal -> API key
@@ -57,7 +58,9 @@ func newAuthFixture(t *testing.T) authFixture {
 // apply configures the tenants and the keys.
 func (f authFixture) apply(c *config.Config) {
 	c.Tenants = map[string]config.Tenant{
-		"shop": {Modules: []string{"orders", "client_orders", "shop_extra"}}, // shop_extra: a module not deployed yet
+		// shop_extra: a module not deployed yet; shop lets lab's readers
+		// read its client_orders projection.
+		"shop": {Modules: []string{"orders", "client_orders", "shop_extra"}, GrantProjections: map[string][]string{"lab": {"client_orders"}}},
 		"lab":  {Modules: []string{"behave"}, GrantDispatch: map[string][]string{"shop": {"Again"}}},
 	}
 	c.HTTP.Auth.Keys = f.conf
@@ -106,7 +109,7 @@ func requireAccessTable(t *testing.T, h *testHost, f authFixture) {
 		{"POST", "/v1/commands/Increment", `{"id":"x"}`, []string{"lab-write", "admin"}},
 		{"POST", "/v1/commands/Again", `{"id":"y"}`, []string{"lab-write", "shop-write", "shop-write-old", "admin"}}, // lab grants shop its dispatch
 		{"POST", "/v1/commands/NoSuchCommand", `{}`, []string{"admin"}},
-		{"GET", "/v1/projections/client_orders/c-1", "", []string{"shop-read", "shop-write", "shop-write-old", "admin"}},
+		{"GET", "/v1/projections/client_orders/c-1", "", []string{"shop-read", "shop-write", "shop-write-old", "lab-write", "admin"}}, // shop grants lab the projection
 		{"GET", "/v1/projections/no_such_projection/x", "", []string{"admin"}},
 		{"GET", "/v1/plugins", "", []string{"admin"}},
 		{"GET", "/", "", operators}, // an operator's page is its tenant's part (TestOperationsAreTheTenants)

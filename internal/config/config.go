@@ -399,6 +399,10 @@ type Tenant struct {
 	// GrantDispatch lets other tenants dispatch this tenant's command
 	// types as follow-up commands: reader tenant → command types.
 	GrantDispatch map[string][]string `toml:"grant_dispatch"`
+	// GrantProjections lets other tenants' read credentials read
+	// projections of this tenant's modules at the API: reader tenant →
+	// projection names.
+	GrantProjections map[string][]string `toml:"grant_projections"`
 }
 
 // HTTP is the [http] table.
@@ -773,13 +777,17 @@ func (c Config) TenantName(module string) string {
 // Tenancy returns the modules' tenants and the grants between tenants, as
 // the host validates and enforces them.
 func (c Config) Tenancy() host.Tenancy {
-	g := host.Grants{Read: map[string]map[string][]string{}, Dispatch: map[string]map[string][]string{}}
+	g := host.Grants{Read: map[string]map[string][]string{}, Dispatch: map[string]map[string][]string{},
+		Projections: map[string]map[string][]string{}}
 	for name, t := range c.Tenants {
 		if len(t.GrantRead) > 0 {
 			g.Read[name] = t.GrantRead
 		}
 		if len(t.GrantDispatch) > 0 {
 			g.Dispatch[name] = t.GrantDispatch
+		}
+		if len(t.GrantProjections) > 0 {
+			g.Projections[name] = t.GrantProjections
 		}
 	}
 	return host.Tenancy{Of: c.TenantName, Grants: g}

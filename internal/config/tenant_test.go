@@ -16,6 +16,7 @@ func TestTenancyFromFile(t *testing.T) {
 modules = ["orders"]
 grant_read = { analytics = ["order"], default = ["order"] }
 grant_dispatch = { analytics = ["CancelOrder"] }
+grant_projections = { analytics = ["client_orders"] }
 
 [tenants.analytics]
 modules = ["reports"]
@@ -30,6 +31,9 @@ modules = ["reports"]
 	require.False(t, ten.Grants.CanRead("analytics", "shop", "order"))
 	require.True(t, ten.Grants.CanDispatch("shop", "analytics", "CancelOrder"))
 	require.False(t, ten.Grants.CanDispatch("shop", "analytics", "PlaceOrder"))
+	require.True(t, ten.Grants.CanReadProjection("shop", "analytics", "client_orders"))
+	require.False(t, ten.Grants.CanReadProjection("shop", "analytics", "totals"))
+	require.False(t, ten.Grants.CanReadProjection("analytics", "shop", "client_orders"))
 }
 
 func TestTenancyGrantErrors(t *testing.T) {
@@ -38,6 +42,7 @@ func TestTenancyGrantErrors(t *testing.T) {
 [tenants.shop]
 modules = ["orders"]
 grant_read = { shop = ["order"], ghost = ["order"], analytics = [""] }
+grant_projections = { ghost = ["client_orders"] }
 
 [tenants.analytics]
 modules = ["reports"]
@@ -47,4 +52,5 @@ modules = ["reports"]
 	require.Contains(t, msg, "tenants.shop.grant_read.shop grants tenant shop to itself")
 	require.Contains(t, msg, "tenants.shop.grant_read.ghost names tenant ghost, which is not a [tenants.ghost] table")
 	require.Contains(t, msg, "tenants.shop.grant_read.analytics[0] must not be empty")
+	require.Contains(t, msg, "tenants.shop.grant_projections.ghost names tenant ghost")
 }

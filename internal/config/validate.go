@@ -338,6 +338,7 @@ func (v *validator) tenants(tenants map[string]Tenant) {
 		}
 		v.grants(tenants, name, pre+"grant_read", t.GrantRead)
 		v.grants(tenants, name, pre+"grant_dispatch", t.GrantDispatch)
+		v.grants(tenants, name, pre+"grant_projections", t.GrantProjections)
 		for i, m := range t.Modules {
 			switch prev, taken := owner[m]; {
 			case m == "":

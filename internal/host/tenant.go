@@ -29,6 +29,9 @@ type Grants struct {
 	// Dispatch[owner][reader] lists the command types of owner that
 	// reader's modules may dispatch as follow-up commands.
 	Dispatch map[string]map[string][]string
+	// Projections[owner][reader] lists the projections of owner's
+	// modules that reader's read credentials may read at the API.
+	Projections map[string]map[string][]string
 }
 
 // CanRead reports whether owner lets reader read category.
@@ -39,6 +42,12 @@ func (g Grants) CanRead(owner, reader, category string) bool {
 // CanDispatch reports whether owner lets reader dispatch command type typ.
 func (g Grants) CanDispatch(owner, reader, typ string) bool {
 	return slices.Contains(g.Dispatch[owner][reader], typ)
+}
+
+// CanReadProjection reports whether owner lets reader's credentials read
+// projection name.
+func (g Grants) CanReadProjection(owner, reader, name string) bool {
+	return slices.Contains(g.Projections[owner][reader], name)
 }
 
 // Tenancy says which tenant each module belongs to and what tenants grant

@@ -54,13 +54,24 @@ func commandGuard(p auth.Principal, r *http.Request, set *host.Set) bool {
 }
 
 // projectionGuard: read on the tenant of the module whose handler names
-// the projection.
+// the projection, or on one that tenant grants the projection to.
 func projectionGuard(p auth.Principal, r *http.Request, set *host.Set) bool {
-	tenant := ""
-	if route, ok := set.ProjectionRoute(r.PathValue("name")); ok {
-		tenant = route.Module.Tenant
+	name, owner := r.PathValue("name"), ""
+	if route, ok := set.ProjectionRoute(name); ok {
+		owner = route.Module.Tenant
 	}
-	return p.May(auth.Read, tenant)
+	if p.May(auth.Read, owner) {
+		return true
+	}
+	if owner == "" {
+		return false
+	}
+	for _, t := range p.TenantsFor(auth.Read) {
+		if set.Owners().Grants().CanReadProjection(owner, t, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // adminGuard: the whole host's views (the status page, the plugins list,
