@@ -39,18 +39,9 @@ func commandGuard(p auth.Principal, r *http.Request, set *host.Set) bool {
 	if msg, ok := set.Message(typ); ok && msg.Kind == abi.MessageCommand {
 		owner, _ = set.Owners().Owner(msg.Category)
 	}
-	if p.May(auth.Write, owner) {
-		return true
-	}
-	if owner == "" {
-		return false
-	}
-	for _, t := range p.TenantsFor(auth.Write) {
-		if set.Owners().Grants().CanDispatch(owner, t, typ) {
-			return true
-		}
-	}
-	return false
+	return mayOrGranted(p, auth.Write, owner, func(reader string) bool {
+		return set.Owners().Grants().CanDispatch(owner, reader, typ)
+	})
 }
 
 // projectionGuard: read on the tenant of the module whose handler names
@@ -60,14 +51,23 @@ func projectionGuard(p auth.Principal, r *http.Request, set *host.Set) bool {
 	if route, ok := set.ProjectionRoute(name); ok {
 		owner = route.Module.Tenant
 	}
-	if p.May(auth.Read, owner) {
+	return mayOrGranted(p, auth.Read, owner, func(reader string) bool {
+		return set.Owners().Grants().CanReadProjection(owner, reader, name)
+	})
+}
+
+// mayOrGranted reports whether p may do a for owner, or for a tenant
+// owner grants it to (granted(tenant)). Nothing is owner-less but an
+// admin's.
+func mayOrGranted(p auth.Principal, a auth.Action, owner string, granted func(reader string) bool) bool {
+	if p.May(a, owner) {
 		return true
 	}
 	if owner == "" {
 		return false
 	}
-	for _, t := range p.TenantsFor(auth.Read) {
-		if set.Owners().Grants().CanReadProjection(owner, t, name) {
+	for _, t := range p.TenantsFor(a) {
+		if granted(t) {
 			return true
 		}
 	}
