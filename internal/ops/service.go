@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -279,14 +280,15 @@ func (s *Service) ActOnPartition(ctx context.Context, sc Scope, act Act, categor
 		return Done{}, err
 	}
 	h := out.Halt
+	msg := cmp.Or(h.MessageID, "-")
 	d := Done{Tenant: tenant, Action: act.Action, Target: target, Audit: id}
 	switch act.Action {
 	case "skip":
-		d.Detail = fmt.Sprintf("skipped entry %s of %s (message %s) for group %s; acked: %v; the partition is released", h.Entry, h.Stream, h.MessageID, group, out.Acked)
+		d.Detail = fmt.Sprintf("skipped entry %s of %s (message %s) for group %s; acked: %v; the partition is released", h.Entry, h.Stream, msg, group, out.Acked)
 	case "dlq":
-		d.Detail = fmt.Sprintf("moved entry %s of %s (message %s) for group %s to %s as %s; the partition is released", h.Entry, h.Stream, h.MessageID, group, out.DLQStream, out.DLQEntry)
+		d.Detail = fmt.Sprintf("moved entry %s of %s (message %s) for group %s to %s as %s; the partition is released", h.Entry, h.Stream, msg, group, out.DLQStream, out.DLQEntry)
 	default:
-		d.Detail = fmt.Sprintf("resumed %s for group %s: entry %s (message %s) is retried with fresh attempts; the partition is released", unit, group, h.Entry, h.MessageID)
+		d.Detail = fmt.Sprintf("resumed %s for group %s: entry %s (message %s) is retried with fresh attempts; the partition is released", unit, group, h.Entry, msg)
 	}
 	return d, nil
 }
