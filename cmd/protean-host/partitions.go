@@ -78,7 +78,7 @@ func cmdPartitions(ctx context.Context, e *env, args []string) error {
 	var o operator
 	o.bind(fs)
 	group := fs.String("group", "", "the consumer group (handler) `NAME`")
-	by := fs.String("by", os.Getenv("USER"), "who acts, for the audit record (without --url: the host names the key)")
+	by := fs.String("by", os.Getenv("USER"), "who acts, for the audit record (with --url the host names the key instead)")
 	reason := fs.String("reason", "", "why, for the audit record")
 	pos, err := parseMixed(fs, args)
 	if err != nil {

@@ -106,11 +106,11 @@ func cmdSubscriptions(ctx context.Context, e *env, args []string) error {
 		printDone(e.stdout, d)
 		return nil
 	case "failed":
-		fs, err := api.Failures(ctx, sc, *all)
+		recs, err := api.Failures(ctx, sc, *all)
 		if err != nil {
 			return err
 		}
-		return printFailures(e.stdout, slices.DeleteFunc(fs, func(f ops.Failure) bool { return *group != "" && f.Group != *group }))
+		return printFailures(e.stdout, slices.DeleteFunc(recs, func(f ops.Failure) bool { return *group != "" && f.Group != *group }))
 	}
 	subs, err := api.Subscriptions(ctx, sc)
 	if err != nil {
