@@ -24,17 +24,7 @@ import (
 // 403 as any refusal), and the audit log shows the skip to shop and the
 // admin only.
 func TestOperationsAreTheTenants(t *testing.T) {
-	d := newRedisDeployment(t)
-	f := newAuthFixture(t)
-	h, err := startHostWith(t, "production.toml", f.dir, func(c *config.Config) { d.fastLeases(c); f.apply(c) })
-	require.NoError(t, err)
-	ctx := context.Background()
-	opt, err := redis.ParseURL(d.redisURL)
-	require.NoError(t, err)
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
-	require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: d.prefix + "order:c-poison", Values: map[string]any{"not": "a message"}}).Err())
-	require.NoError(t, rdb.SAdd(ctx, d.prefix+redispartition.IndexKey("order"), "c-poison").Err())
+	h, f := poisonedHost(t)
 
 	partitions := func(principal string) []ops.Partition {
 		t.Helper()
@@ -137,4 +127,23 @@ func TestOperationsAreTheTenants(t *testing.T) {
 	} {
 		require.Equal(t, c.want, strings.Contains(c.page, c.what), "%q in the page: want %v", c.what, c.want)
 	}
+}
+
+// poisonedHost starts a host of the auth fixture's tenants on PostgreSQL
+// and Redis, with a poison entry at the head of shop's partition
+// order:c-poison (client_orders halts it).
+func poisonedHost(t *testing.T) (*testHost, authFixture) {
+	t.Helper()
+	d := newRedisDeployment(t)
+	f := newAuthFixture(t)
+	h, err := startHostWith(t, "production.toml", f.dir, func(c *config.Config) { d.fastLeases(c); f.apply(c) })
+	require.NoError(t, err)
+	ctx := context.Background()
+	opt, err := redis.ParseURL(d.redisURL)
+	require.NoError(t, err)
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	require.NoError(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: d.prefix + "order:c-poison", Values: map[string]any{"not": "a message"}}).Err())
+	require.NoError(t, rdb.SAdd(ctx, d.prefix+redispartition.IndexKey("order"), "c-poison").Err())
+	return h, f
 }

@@ -5,20 +5,25 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/proteanhq/protean-host/internal/audit"
 	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/internal/host"
+	"github.com/proteanhq/protean-host/internal/ops"
 	"github.com/proteanhq/protean-host/internal/redispartition"
 	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/internal/routes"
-	"github.com/proteanhq/protean-host/internal/schema"
+	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
 )
@@ -26,6 +31,7 @@ import (
 const partitionsUsage = `usage: protean-host partitions list [--group NAME]
        protean-host partitions inspect CATEGORY KEY [--group NAME]
        protean-host partitions skip|dlq|resume CATEGORY KEY [--group NAME] [--by NAME] [--reason TEXT]
+       (each also takes --url URL, with the key in $PROTEAN_API_KEY)
 
 A partition halts when a message fails max_retries times (or cannot be
 decoded): its lease is released, no instance takes it until an operator acts,
@@ -44,9 +50,11 @@ and the message stays pending at its head.
 For a process manager with sequential_by = true, CATEGORY is the process
 manager's name and KEY the correlation value. skip, dlq and resume act on
 the one group the partition is halted in; --group chooses when several are.
-Every action is recorded on the Redis stream protean:audit. A running host
-takes the partition again on its next discovery pass.
-`
+Every action is recorded in the audit log (protean-host audit) and on the
+Redis stream protean:audit (without a database: on the stream only). A running host takes the partition
+again on its next discovery pass. Without --url every subcommand loads the
+plugins (--plugins) to place the partitions in their tenants.
+` + remoteHelp
 
 func cmdPartitions(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
@@ -67,8 +75,10 @@ func cmdPartitions(ctx context.Context, e *env, args []string) error {
 		fmt.Fprint(e.stderr, partitionsUsage, "\nflags:\n")
 		fs.PrintDefaults()
 	}
+	var o operator
+	o.bind(fs)
 	group := fs.String("group", "", "the consumer group (handler) `NAME`")
-	by := fs.String("by", os.Getenv("USER"), "who acts, for the audit record")
+	by := fs.String("by", os.Getenv("USER"), "who acts, for the audit record (with --url the host names the key instead)")
 	reason := fs.String("reason", "", "why, for the audit record")
 	pos, err := parseMixed(fs, args)
 	if err != nil {
@@ -81,32 +91,41 @@ func cmdPartitions(ctx context.Context, e *env, args []string) error {
 	if len(pos) != want {
 		return fmt.Errorf("partitions %s takes %d arguments, got %d: %v\n%s", sub, want, len(pos), pos, strings.SplitN(partitionsUsage, "\n\n", 2)[0])
 	}
-	if err := e.parse(fs, nil); err != nil {
+	if err := o.parse(e, fs, nil); err != nil {
 		return err
 	}
-	adm, closeAll, err := openAdmin(ctx, e)
+	api, sc, closeAll, err := o.open(ctx, func(ctx context.Context) (*ops.Service, func(), error) { return partitionOps(ctx, e) })
 	if err != nil {
 		return err
 	}
 	defer closeAll()
 	switch sub {
 	case "list":
-		subs, err := e.subscriptions(ctx)
+		ps, err := api.Partitions(ctx, sc)
 		if err != nil {
 			return err
 		}
-		return partitionsList(ctx, e, adm, subs, *group)
+		printPartitions(e.stdout, ps, *group)
+		return nil
 	case "inspect":
-		subs, err := e.subscriptions(ctx)
+		ds, err := api.Partition(ctx, sc, pos[0], pos[1])
 		if err != nil {
 			return err
 		}
-		return partitionsInspect(ctx, e, adm, subs, *group, pos[0], pos[1])
+		ds = slices.DeleteFunc(ds, func(d ops.PartitionDetail) bool { return *group != "" && d.Group != *group })
+		if len(ds) == 0 {
+			return fmt.Errorf("no handler %s reads partitioned category %s, and %s is not halted in group %s", *group, pos[0],
+				partition.PartitionUnit(pos[0], pos[1]), *group)
+		}
+		printPartitionDetails(e.stdout, ds)
+		return nil
 	}
-	if *by == "" {
-		*by = "operator"
+	d, err := api.ActOnPartition(ctx, sc, ops.Act{Action: sub, By: cliActor(*by), Reason: *reason}, pos[0], pos[1], *group)
+	if err != nil {
+		return err
 	}
-	return partitionsAct(ctx, e, adm, sub, *group, pos[0], pos[1], redispartition.Operator{By: *by, Reason: *reason})
+	printDone(e.stdout, d)
+	return nil
 }
 
 // parseMixed parses flags that may come before, between or after the
@@ -125,17 +144,47 @@ func parseMixed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// partitionOps is the operations API over the config's Redis broker, with
+// the loaded plugins' partitions and tenants, and the audit log in the
+// database (none: kept in memory, so only the Redis stream protean:audit
+// records the action).
+func partitionOps(ctx context.Context, e *env) (*ops.Service, func(), error) {
+	adm, pool, closeAll, err := openAdmin(ctx, e)
+	if err != nil {
+		return nil, nil, err
+	}
+	set, err := e.loadSet(ctx)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	closeBoth := func() { set.Close(ctx); closeAll() }
+	subs, tenancy := routes.Of(set, true).Partitions(), ops.TenancyOf(set)
+	o := ops.Options{Tenancy: func() ops.Tenancy { return tenancy }, Partitions: func() []partition.Subscription { return subs },
+		Admin: adm, BackfillSuffix: e.cfg.Server.PriorityLanes.BackfillSuffix, Outbox: outbox.NewMemory(nil), Audit: audit.NewMemory(nil)}
+	if pool != nil {
+		o.Outbox, o.Audit = outbox.NewPostgres(pool, nil), audit.NewPostgres(pool)
+	}
+	s, err := ops.New(o)
+	if err != nil {
+		closeBoth()
+		return nil, nil, err
+	}
+	return s, closeBoth, nil
+}
+
 // openAdmin connects to the config's Redis broker and, when the config has
-// one, the PostgreSQL database holding the consumer positions.
-func openAdmin(ctx context.Context, e *env) (*redispartition.Admin, func(), error) {
+// one, the PostgreSQL database holding the consumer positions (nil pool:
+// none).
+func openAdmin(ctx context.Context, e *env) (*redispartition.Admin, *pgxpool.Pool, func(), error) {
 	cfg := e.cfg
 	b := cfg.OutboxBroker()
 	if b.Provider != config.ProviderRedis {
-		return nil, nil, fmt.Errorf("brokers.%s.provider is %q: partitions live on a Redis broker only (provider = \"redis\")", cfg.Outbox.Broker, b.Provider)
+		return nil, nil, nil, fmt.Errorf("brokers.%s.provider is %q: partitions live on a Redis broker only (provider = \"redis\")", cfg.Outbox.Broker, b.Provider)
 	}
 	ropts, err := redis.ParseURL(b.URI)
 	if err != nil {
-		return nil, nil, fmt.Errorf("brokers.%s.uri: %w", cfg.Outbox.Broker, err)
+		return nil, nil, nil, fmt.Errorf("brokers.%s.uri: %w", cfg.Outbox.Broker, err)
 	}
 	rdb := redis.NewClient(ropts)
 	closers := []func(){func() { _ = rdb.Close() }}
@@ -146,40 +195,33 @@ func openAdmin(ctx context.Context, e *env) (*redispartition.Admin, func(), erro
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		closeAll()
-		return nil, nil, fmt.Errorf("connecting to Redis (brokers.%s.uri): %w", cfg.Outbox.Broker, err)
+		return nil, nil, nil, fmt.Errorf("connecting to Redis (brokers.%s.uri): %w", cfg.Outbox.Broker, err)
 	}
 	var positions position.Store
+	var pool *pgxpool.Pool
 	if _, err := postgresURI(cfg); err == nil {
-		pool, err := openPool(ctx, cfg)
-		if err != nil {
+		if pool, err = openMigratedPool(ctx, cfg); err != nil {
 			closeAll()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		closers = append(closers, pool.Close)
-		if err := schema.Check(ctx, pool); err != nil {
-			closeAll()
-			return nil, nil, err
-		}
 		positions = position.NewPostgres(pool, nil)
 	} else if !errors.Is(err, errMemoryOnly) {
 		closeAll()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	adm, err := redispartition.NewAdmin(redispartition.AdminOptions{Redis: rdb, Prefix: b.KeyPrefix, Positions: positions,
 		BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix, Decode: redisstream.Decode})
 	if err != nil {
 		closeAll()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return adm, closeAll, nil
+	return adm, pool, closeAll, nil
 }
 
-// subscriptions loads the plugins and lists their consumer groups on
-// partitioned categories, by the rule the running host uses
-// (routes.Table.Partitions): every handler but a command handler that
-// reads a partitioned category; a process manager with sequential_by = true
-// owns a correlation value across its categories.
-func (e *env) subscriptions(ctx context.Context) ([]partition.Subscription, error) {
+// loadSet loads the plugins as one set, by the rules the running host
+// uses; the caller closes it.
+func (e *env) loadSet(ctx context.Context) (*host.Set, error) {
 	l, err := e.loader(nil)
 	if err != nil {
 		return nil, err
@@ -192,8 +234,7 @@ func (e *env) subscriptions(ctx context.Context) ([]partition.Subscription, erro
 		}
 		return nil, fmt.Errorf("%d problem(s) in %s", len(errs), e.cfg.Plugins.Dir)
 	}
-	defer set.Close(ctx)
-	return routes.Of(set, true).Partitions(), nil
+	return set, nil
 }
 
 func dash(s string) string {
@@ -203,195 +244,76 @@ func dash(s string) string {
 	return s
 }
 
-func haltLine(h *redispartition.Halt) string {
+func haltLine(h *ops.Halt) string {
 	return fmt.Sprintf("entry %s of %s (message %s) after %d attempt(s), halted at %s (generation %d): %s",
 		h.Entry, h.Stream, dash(h.MessageID), h.Attempts, h.HaltedAt.Format(time.RFC3339), h.Generation, h.Reason)
 }
 
-func partitionsList(ctx context.Context, e *env, adm *redispartition.Admin, subs []partition.Subscription, group string) error {
-	sts, err := adm.List(ctx, subs)
-	if err != nil {
-		return err
+func generation(g int64) string {
+	if g > 0 {
+		return fmt.Sprint(g)
 	}
-	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	return "-"
+}
+
+// printPartitions prints the partitions (of group, if set) as a table,
+// then the halted ones' halt records.
+func printPartitions(out io.Writer, ps []ops.Partition, group string) {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "CATEGORY\tKEY\tGROUP\tOWNER\tGEN\tPENDING\tLAG\tSTATE")
-	var halted []redispartition.Status
+	var halted []ops.Partition
 	n := 0
-	for _, s := range sts {
-		if group != "" && s.Group != group {
+	for _, p := range ps {
+		if group != "" && p.Group != group {
 			continue
 		}
 		n++
-		gen := "-"
-		if s.Generation > 0 {
-			gen = fmt.Sprint(s.Generation)
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", s.Category, s.Key, s.Group, dash(s.Owner), gen, s.Pending, s.Lag, s.State())
-		if s.Halt != nil {
-			halted = append(halted, s)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", p.Category, p.Key, p.Group, dash(p.Owner), generation(p.Generation), p.Pending, p.Lag, p.State)
+		if p.Halt != nil {
+			halted = append(halted, p)
 		}
 	}
 	w.Flush()
-	fmt.Fprintf(e.stdout, "%d partition(s), %d halted\n", n, len(halted))
-	for _, s := range halted {
-		fmt.Fprintf(e.stdout, "halted: %s %s group %s at %s\n", s.Category, s.Key, s.Group, haltLine(s.Halt))
+	fmt.Fprintf(out, "%d partition(s), %d halted\n", n, len(halted))
+	for _, p := range halted {
+		fmt.Fprintf(out, "halted: %s %s group %s at %s\n", p.Category, p.Key, p.Group, haltLine(p.Halt))
 	}
-	return nil
 }
 
-// candidates returns the subscriptions a unit named CATEGORY KEY belongs
-// to: handlers reading the partitioned category, or the correlated process
-// manager named CATEGORY.
-func candidates(subs []partition.Subscription, category, group string) []partition.Subscription {
-	var out []partition.Subscription
-	for _, s := range subs {
-		if group != "" && s.Group != group {
-			continue
-		}
-		if (s.Correlated && s.Group == category) || (!s.Correlated && containsString(s.Categories, category)) {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// unitOf names the partition of key in category, refusing a pair that is
-// not read back as itself (a key with a colon, an empty one): the unit
-// would name another partition.
-func unitOf(category, key, backfillSuffix string) (string, error) {
-	unit := partition.PartitionUnit(category, key)
-	c, k, err := partition.ParseUnit(unit, backfillSuffix)
-	if err == nil && (c != category || k != key) {
-		err = fmt.Errorf("%w: category %q and key %q name partition %q of category %q", partition.ErrInvalidUnit, category, key, k, c)
-	}
-	return unit, err
-}
-
-func containsString(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-func partitionsInspect(ctx context.Context, e *env, adm *redispartition.Admin, subs []partition.Subscription, group, category, key string) error {
-	unit, err := unitOf(category, key, e.cfg.Server.PriorityLanes.BackfillSuffix)
-	if err != nil {
-		return err
-	}
-	cs := candidates(subs, category, group)
-	if len(cs) == 0 {
-		// No loaded handler names it: a halted unit of a removed handler
-		// is still worth seeing.
-		groups, err := adm.HaltedGroups(ctx, unit)
-		if err != nil {
-			return err
-		}
-		for _, g := range groups {
-			if group == "" || g == group {
-				cs = append(cs, partition.Subscription{Group: g, Categories: []string{category}})
-			}
-		}
-	}
-	if len(cs) == 0 {
-		if group != "" {
-			return fmt.Errorf("no handler %s reads partitioned category %s, and %s is not halted in group %s", group, category, unit, group)
-		}
-		return fmt.Errorf("no handler reads partitioned category %s (or is a correlated process manager of that name), and %s is not halted in any group", category, unit)
-	}
-	for i, s := range cs {
+// printPartitionDetails prints each group's view of one partition: its
+// state, halt record and head entries.
+func printPartitionDetails(out io.Writer, ds []ops.PartitionDetail) {
+	for i, d := range ds {
 		if i > 0 {
-			fmt.Fprintln(e.stdout)
+			fmt.Fprintln(out)
 		}
-		d, err := adm.Inspect(ctx, s, unit)
-		if err != nil {
-			return err
-		}
-		gen := "-"
-		if d.Generation > 0 {
-			gen = fmt.Sprint(d.Generation)
-		}
-		fmt.Fprintf(e.stdout, "partition %s %s  group %s  state %s\n", d.Category, d.Key, d.Group, d.State())
-		fmt.Fprintf(e.stdout, "owner %s  generation %s  pending %d  lag %d  streams %s\n", dash(d.Owner), gen, d.Pending, d.Lag, strings.Join(d.Sources, ", "))
+		fmt.Fprintf(out, "partition %s %s  group %s  state %s\n", d.Category, d.Key, d.Group, d.State)
+		fmt.Fprintf(out, "owner %s  generation %s  pending %d  lag %d  streams %s\n", dash(d.Owner), generation(d.Generation), d.Pending, d.Lag, strings.Join(d.Streams, ", "))
 		if d.Positions != nil {
 			var ps []string
 			for src, p := range d.Positions {
 				ps = append(ps, fmt.Sprintf("%s=%d", src, p))
 			}
 			sort.Strings(ps)
-			fmt.Fprintf(e.stdout, "positions %s\n", strings.Join(ps, " "))
+			fmt.Fprintf(out, "positions %s\n", strings.Join(ps, " "))
 		}
 		if d.Halt != nil {
-			fmt.Fprintf(e.stdout, "halted at %s\n", haltLine(d.Halt))
-			fmt.Fprintf(e.stdout, "act with: protean-host partitions skip|dlq|resume %s %s --group %s\n", category, key, d.Group)
+			fmt.Fprintf(out, "halted at %s\n", haltLine(d.Halt))
+			fmt.Fprintf(out, "act with: protean-host partitions skip|dlq|resume %s %s --group %s\n", d.Category, d.Key, d.Group)
 		}
 		if len(d.Entries) == 0 {
-			fmt.Fprintln(e.stdout, "no entries")
+			fmt.Fprintln(out, "no entries")
 			continue
 		}
-		w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+		w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(w, "STREAM\tENTRY\tSTATE\tDELIVERIES\tFAILURES\tMESSAGE\tTYPE\tGLOBAL\tDATA")
 		for _, en := range d.Entries {
-			state := "new"
-			switch {
-			case en.Halted:
-				state = "halted"
-			case en.Pending:
-				state = "pending"
-			}
 			data := en.Data
 			if en.Problem != "" {
 				data = "(" + en.Problem + ")"
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%s\n", en.Stream, en.ID, state, en.Deliveries, en.Failures, dash(en.MessageID), dash(en.Type), en.GlobalPosition, data)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%s\n", en.Stream, en.ID, en.State, en.Deliveries, en.Failures, dash(en.MessageID), dash(en.Type), en.GlobalPosition, data)
 		}
 		w.Flush()
 	}
-	return nil
-}
-
-func partitionsAct(ctx context.Context, e *env, adm *redispartition.Admin, action, group, category, key string, op redispartition.Operator) error {
-	unit, err := unitOf(category, key, e.cfg.Server.PriorityLanes.BackfillSuffix)
-	if err != nil {
-		return err
-	}
-	if group == "" {
-		groups, err := adm.HaltedGroups(ctx, unit)
-		if err != nil {
-			return err
-		}
-		switch len(groups) {
-		case 0:
-			return fmt.Errorf("partition %s is not halted in any consumer group", unit)
-		case 1:
-			group = groups[0]
-		default:
-			return fmt.Errorf("partition %s is halted in groups %s: choose one with --group", unit, strings.Join(groups, ", "))
-		}
-	}
-	var out redispartition.Outcome
-	switch action {
-	case "skip":
-		out, err = adm.Skip(ctx, group, unit, op)
-	case "dlq":
-		out, err = adm.DLQ(ctx, group, unit, op)
-	default:
-		out, err = adm.Resume(ctx, group, unit, op)
-	}
-	if err != nil {
-		return err
-	}
-	h := out.Halt
-	switch action {
-	case "skip":
-		fmt.Fprintf(e.stdout, "skipped entry %s of %s (message %s) for group %s; acked: %v\n", h.Entry, h.Stream, dash(h.MessageID), group, out.Acked)
-	case "dlq":
-		fmt.Fprintf(e.stdout, "moved entry %s of %s (message %s) for group %s to %s as %s\n", h.Entry, h.Stream, dash(h.MessageID), group, out.DLQStream, out.DLQEntry)
-	default:
-		fmt.Fprintf(e.stdout, "resumed %s for group %s: entry %s (message %s) is retried with fresh attempts\n", unit, group, h.Entry, dash(h.MessageID))
-	}
-	fmt.Fprintf(e.stdout, "partition %s released for group %s; audit record %s on %s\n", unit, group, out.AuditEntry, redispartition.AuditStream)
-	return nil
 }

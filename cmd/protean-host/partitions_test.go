@@ -107,22 +107,22 @@ func TestPartitionsCommands(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, errs, `invalid partition unit: category "order" and key "c-1:x" name partition "x" of category "order:c-1"`)
 
-	code, out, errs = cli(t, "partitions", "skip", "order", "c-1", "--by", "tester", "--reason", "bad data", "--config", cfg)
+	code, out, errs = cli(t, "partitions", "skip", "order", "c-1", "--by", "tester", "--reason", "bad data", "--config", cfg, "--plugins", dir)
 	require.Equal(t, 0, code, errs)
 	require.Contains(t, out, "skipped entry "+first+" of order:c-1 (message m-1) for group client_orders; acked: true")
 	p, err := rdb.XPending(ctx, prefix+unit, group).Result()
 	require.NoError(t, err)
 	require.Equal(t, int64(2), p.Count)
 
-	code, _, errs = cli(t, "partitions", "skip", "order", "c-1", "--config", cfg)
+	code, _, errs = cli(t, "partitions", "skip", "order", "c-1", "--config", cfg, "--plugins", dir)
 	require.Equal(t, 1, code)
 	require.Contains(t, errs, "partition order:c-1 is not halted in any consumer group")
-	code, _, errs = cli(t, "partitions", "resume", "order", "c-1", "--group", group, "--config", cfg)
+	code, _, errs = cli(t, "partitions", "resume", "order", "c-1", "--group", group, "--config", cfg, "--plugins", dir)
 	require.Equal(t, 1, code)
 	require.Contains(t, errs, "partition client_orders order:c-1: not halted: partition not halted")
 
 	second := halt()
-	code, out, errs = cli(t, "partitions", "dlq", "order", "c-1", "--config", cfg)
+	code, out, errs = cli(t, "partitions", "dlq", "order", "c-1", "--config", cfg, "--plugins", dir)
 	require.Equal(t, 0, code, errs)
 	require.Contains(t, out, "moved entry "+second+" of order:c-1 (message m-2) for group client_orders to order:c-1:dlq as ")
 	dl, err := rdb.XRange(ctx, prefix+"order:c-1:dlq", "-", "+").Result()
@@ -131,7 +131,7 @@ func TestPartitionsCommands(t *testing.T) {
 	require.Equal(t, "m-2", dl[0].Values["id"])
 
 	third := halt()
-	code, out, errs = cli(t, "partitions", "resume", "order", "c-1", "--group", group, "--config", cfg)
+	code, out, errs = cli(t, "partitions", "resume", "order", "c-1", "--group", group, "--config", cfg, "--plugins", dir)
 	require.Equal(t, 0, code, errs)
 	require.Contains(t, out, "resumed order:c-1 for group client_orders: entry "+third+" (message m-3)")
 	n, err := rdb.Exists(ctx, prefix+redispartition.HaltKey(group, unit)).Result()
@@ -147,10 +147,27 @@ func TestPartitionsCommands(t *testing.T) {
 	for _, a := range audit {
 		actions = append(actions, fmt.Sprint(a.Values["action"], " ", a.Values["by"]))
 	}
-	require.Equal(t, "skip tester", actions[0])
+	require.Equal(t, "skip cli:tester", actions[0])
 	require.Len(t, actions, 3)
 	require.Equal(t, "dlq", strings.Fields(actions[1])[0])
 	require.Equal(t, "resume", strings.Fields(actions[2])[0])
+
+	// The audit log has each action, done or refused, with its tenant (the config names none: "default").
+	code, out, errs = cli(t, "audit", "--config", cfg)
+	require.Equal(t, 0, code, errs)
+	require.Regexp(t, `(?m)^ID\s+AT\s+PRINCIPAL\s+TENANT\s+ACTION\s+TARGET\s+OUTCOME\s+REASON$`, out)
+	require.Regexp(t, `(?m)^\d+\s+\S+\s+cli:tester\s+default\s+partitions.skip\s+order:c-1 group client_orders\s+ok\s+bad data$`, out)
+	var entries []string
+	rows, err := pool.Query(ctx, `SELECT action || ' ' || tenant || ' ' || (outcome = 'ok')::text FROM protean_audit ORDER BY id`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var a string
+		require.NoError(t, rows.Scan(&a))
+		entries = append(entries, a)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"partitions.skip default true", "partitions.skip default false", "partitions.resume default false",
+		"partitions.dlq default true", "partitions.resume default true"}, entries)
 
 	code, out, errs = cli(t, "partitions", "list", "--group", "nobody", "--config", cfg, "--plugins", dir)
 	require.Equal(t, 0, code, errs)

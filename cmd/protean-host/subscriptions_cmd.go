@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,13 +14,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/proteanhq/protean-host/internal/ops"
 	"github.com/proteanhq/protean-host/internal/subscription"
 	"github.com/proteanhq/protean-host/position"
 )
 
 const subscriptionsUsage = `usage: protean-host subscriptions list [--group NAME]
        protean-host subscriptions failed [--group NAME] [--all]
-       protean-host subscriptions retry|skip GROUP UNIT POSITION
+       protean-host subscriptions retry|skip GROUP UNIT POSITION [--reason TEXT]
+       (each also takes --url URL, with the key in $PROTEAN_API_KEY)
 
 Event-store subscriptions (server.default_subscription_type = "event_store")
 read a category (UNIT, or $all) in global position order. A message that
@@ -36,10 +39,14 @@ held behind it.
           behind its key, in order)
   skip    give a failed or held message up (the held messages behind it
           then run)
-`
+
+Without --url, list shows every subscription with a row in the positions
+table, of handlers no longer loaded too; a host's list (--url) shows the
+subscriptions of its running handlers only.
+` + remoteHelp
 
 // cmdSubscriptions parses a subscriptions subcommand and its arguments, then
-// runs it against the migrated PostgreSQL store.
+// runs it against the migrated PostgreSQL store, or a host's API (--url).
 func cmdSubscriptions(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
 		return errors.New(strings.SplitN(subscriptionsUsage, "\n\n", 2)[0])
@@ -55,8 +62,11 @@ func cmdSubscriptions(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("unknown subcommand %q\n%s", sub, strings.SplitN(subscriptionsUsage, "\n\n", 2)[0])
 	}
 	fs := e.flags("subscriptions " + sub)
+	var o operator
+	o.bind(fs)
 	group := fs.String("group", "", "only the consumer group (handler) `NAME`")
 	all := fs.Bool("all", false, "failed: also the resolved and skipped records")
+	reason := fs.String("reason", "", "retry, skip: why, for the audit record")
 	pos, err := parseMixed(fs, args)
 	if err != nil {
 		return err
@@ -68,98 +78,70 @@ func cmdSubscriptions(ctx context.Context, e *env, args []string) error {
 	if len(pos) != want {
 		return fmt.Errorf("subscriptions %s takes %d arguments, got %d: %v\n%s", sub, want, len(pos), pos, strings.SplitN(subscriptionsUsage, "\n\n", 2)[0])
 	}
-	if err := e.parse(fs, nil); err != nil {
+	var gp int64
+	if want == 3 {
+		if gp, err = strconv.ParseInt(pos[2], 10, 64); err != nil || gp <= 0 {
+			return fmt.Errorf("POSITION %q must be a positive integer", pos[2])
+		}
+	}
+	if err := o.parse(e, fs, nil); err != nil {
 		return err
 	}
-	pool, err := openMigratedPool(ctx, e.cfg)
+	api, sc, closeAll, err := o.open(ctx, databaseOps(e))
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	failures := subscription.NewPostgresFailures(pool)
-	if *group != "" && (sub == "list" || sub == "failed") {
-		if err := knownGroup(ctx, pool, failures, *group); err != nil {
+	defer closeAll()
+	if *group != "" {
+		if err := knownGroup(ctx, api, sc, *group); err != nil {
 			return err
 		}
 	}
 	switch sub {
 	case "retry", "skip":
-		return subscriptionsMark(ctx, e, failures, sub, pos)
+		d, err := api.ActOnFailure(ctx, sc, ops.Act{Action: sub, By: cliActor(""), Reason: *reason}, pos[0], pos[1], gp)
+		if err != nil {
+			return err
+		}
+		printDone(e.stdout, d)
+		return nil
 	case "failed":
-		return subscriptionsFailed(ctx, e, failures, *group, *all)
+		recs, err := api.Failures(ctx, sc, *all)
+		if err != nil {
+			return err
+		}
+		return printFailures(e.stdout, slices.DeleteFunc(recs, func(f ops.Failure) bool { return *group != "" && f.Group != *group }))
 	}
-	return subscriptionsList(ctx, e, pool, failures, *group)
-}
-
-// subscriptionsMark runs retry or skip (sub): it marks the failure record at
-// GROUP UNIT POSITION (pos) for the owner to act on.
-func subscriptionsMark(ctx context.Context, e *env, failures *subscription.PostgresFailures, sub string, pos []string) error {
-	gp, err := strconv.ParseInt(pos[2], 10, 64)
-	if err != nil || gp <= 0 {
-		return fmt.Errorf("POSITION %q must be a positive integer", pos[2])
-	}
-	if err := failures.Mark(ctx, pos[0], pos[1], gp, sub); err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stdout, "subscription %s/%s: message at %d marked for %s; its owner acts within its poll interval\n", pos[0], pos[1], gp, sub)
-	return nil
-}
-
-// subscriptionsFailed runs failed: a table of the group's open failure
-// records, or of all of them with all.
-func subscriptionsFailed(ctx context.Context, e *env, failures *subscription.PostgresFailures, group string, all bool) error {
-	fs, err := failures.List(ctx, group, "", !all)
+	subs, err := api.Subscriptions(ctx, sc)
 	if err != nil {
 		return err
 	}
-	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	return printSubscriptions(e.stdout, slices.DeleteFunc(subs, func(s ops.Subscription) bool { return *group != "" && s.Group != *group }))
+}
+
+// printFailures prints failure records as a table.
+func printFailures(out io.Writer, fs []ops.Failure) error {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "GROUP\tUNIT\tPOSITION\tSTATUS\tKEY\tTYPE\tSTREAM\tATTEMPTS\tFAILED\tERROR")
 	for _, f := range fs {
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", f.Group, f.Unit, f.GlobalPosition, f.Status, f.Key, f.Type,
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", f.Group, f.Unit, f.Position, f.Status, f.Key, f.Type,
 			f.Stream, f.Attempts, f.FailedAt.Format(time.RFC3339), f.Error)
 	}
 	return w.Flush()
 }
 
-// subscriptionsList runs list: a table of every event-store subscription's
-// position, head, lag, lease and open failures (the group's only, if set).
-func subscriptionsList(ctx context.Context, e *env, pool *pgxpool.Pool, failures *subscription.PostgresFailures, group string) error {
-	rows, err := position.NewPostgres(pool, nil).List(ctx, group)
-	if err != nil {
-		return err
-	}
-	leases, head := subscription.NewPostgresLeases(pool), subscription.PostgresHead(pool)
-	open, err := failures.List(ctx, group, "", true)
-	if err != nil {
-		return err
-	}
-	isSub, err := subscriptionUnits(ctx, pool, rows)
-	if err != nil {
-		return err
-	}
-	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+// printSubscriptions prints event-store subscriptions as a table: position,
+// head, lag, lease and open failures.
+func printSubscriptions(out io.Writer, subs []ops.Subscription) error {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "GROUP\tUNIT\tPOSITION\tHEAD\tLAG\tGENERATION\tOWNER\tLEASE\tOPEN FAILURES")
-	for _, r := range rows {
-		if !isSub(r.Unit) {
-			continue // a Redis partition's row: protean-host partitions list
+	for _, s := range subs {
+		var exp time.Time
+		if s.LeaseExpires != nil {
+			exp = *s.LeaseExpires
 		}
-		p := r.Positions[r.Unit]
-		h, err := head(ctx, r.Unit)
-		if err != nil {
-			return err
-		}
-		owner, exp, ok, err := leases.Holder(ctx, r.Group, r.Unit)
-		if err != nil {
-			return err
-		}
-		lease := leaseState(exp, ok)
-		n := 0
-		for _, f := range open {
-			if f.Group == r.Group && f.Unit == r.Unit {
-				n++
-			}
-		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%d\n", r.Group, r.Unit, p, h, max(h-p, 0), r.Generation, owner, lease, n)
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%d\n", s.Group, s.Unit, s.Position, s.Head, s.Lag, s.Generation, s.Owner,
+			leaseState(exp, s.LeaseExpires != nil), s.OpenFailures)
 	}
 	return w.Flush()
 }
@@ -217,27 +199,21 @@ func subscriptionUnits(ctx context.Context, pool *pgxpool.Pool, rows []position.
 }
 
 // knownGroup refuses a --group no event-store subscription has run under
-// (no row in the positions table, no failure record), so that a typo is
-// not read as a group that is caught up and has no failures.
-func knownGroup(ctx context.Context, pool *pgxpool.Pool, failures *subscription.PostgresFailures, group string) error {
-	rows, err := position.NewPostgres(pool, nil).List(ctx, group)
+// (none listed, no failure record), so that a typo is not read as a group
+// that is caught up and has no failures.
+func knownGroup(ctx context.Context, api ops.API, sc ops.Scope, group string) error {
+	subs, err := api.Subscriptions(ctx, sc)
 	if err != nil {
 		return err
 	}
-	isSub, err := subscriptionUnits(ctx, pool, rows)
+	if slices.ContainsFunc(subs, func(s ops.Subscription) bool { return s.Group == group }) {
+		return nil
+	}
+	fs, err := api.Failures(ctx, sc, true)
 	if err != nil {
 		return err
 	}
-	for _, r := range rows {
-		if isSub(r.Unit) {
-			return nil
-		}
-	}
-	recs, err := failures.List(ctx, group, "", false)
-	if err != nil {
-		return err
-	}
-	if len(recs) > 0 {
+	if slices.ContainsFunc(fs, func(f ops.Failure) bool { return f.Group == group }) {
 		return nil
 	}
 	return fmt.Errorf("group %q: no event-store subscription has run under that name (a group is its handler's name; subscriptions list shows them all)", group)

@@ -22,5 +22,8 @@
 // Service is the API over the host's stores; the HTTP routes under
 // /v1/ops serve it (package httpapi), and Client calls those routes, so
 // the CLI speaks to a Service directly or to a host by HTTP through one
-// interface, API.
+// interface, API. A Client's errors unwrap to the same sentinels
+// (StatusError carries the host's status and message), so the CLI reports
+// a refusal alike either way; the host, not the Client's Scope, decides
+// what a key sees.
 package ops

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,7 +32,12 @@ type Options struct {
 	// Subscriptions are the event-store subscriptions of the running
 	// set, read through Positions, Leases, Head and Failures.
 	Subscriptions func() []subscription.Subscription
-	Positions     interface {
+	// Stored, if set, lists the subscriptions in place of Subscriptions:
+	// the CLI's direct access, which loads no plugins, lists every
+	// subscription that has a positions row, of handlers no longer
+	// loaded too.
+	Stored    func(ctx context.Context) ([]subscription.Subscription, error)
+	Positions interface {
 		Get(ctx context.Context, group, unit string) (position.Row, bool, error)
 	}
 	Leases interface {
@@ -274,14 +280,15 @@ func (s *Service) ActOnPartition(ctx context.Context, sc Scope, act Act, categor
 		return Done{}, err
 	}
 	h := out.Halt
+	msg := cmp.Or(h.MessageID, "-")
 	d := Done{Tenant: tenant, Action: act.Action, Target: target, Audit: id}
 	switch act.Action {
 	case "skip":
-		d.Detail = fmt.Sprintf("skipped entry %s of %s (message %s); acked: %v; the partition is released", h.Entry, h.Stream, h.MessageID, out.Acked)
+		d.Detail = fmt.Sprintf("skipped entry %s of %s (message %s) for group %s; acked: %v; the partition is released", h.Entry, h.Stream, msg, group, out.Acked)
 	case "dlq":
-		d.Detail = fmt.Sprintf("moved entry %s of %s (message %s) to %s as %s; the partition is released", h.Entry, h.Stream, h.MessageID, out.DLQStream, out.DLQEntry)
+		d.Detail = fmt.Sprintf("moved entry %s of %s (message %s) for group %s to %s as %s; the partition is released", h.Entry, h.Stream, msg, group, out.DLQStream, out.DLQEntry)
 	default:
-		d.Detail = fmt.Sprintf("entry %s of %s (message %s) is retried with fresh attempts; the partition is released", h.Entry, h.Stream, h.MessageID)
+		d.Detail = fmt.Sprintf("resumed %s for group %s: entry %s (message %s) is retried with fresh attempts; the partition is released", unit, group, h.Entry, msg)
 	}
 	return d, nil
 }
@@ -336,11 +343,18 @@ func orEmpty(v, format string) string {
 // Subscriptions implements API.
 func (s *Service) Subscriptions(ctx context.Context, sc Scope) ([]Subscription, error) {
 	out := []Subscription{}
-	if s.o.Subscriptions == nil {
-		return out, nil
+	var subs []subscription.Subscription
+	switch {
+	case s.o.Stored != nil:
+		var err error
+		if subs, err = s.o.Stored(ctx); err != nil {
+			return nil, err
+		}
+	case s.o.Subscriptions != nil:
+		subs = s.o.Subscriptions()
 	}
 	ts := s.tenants()
-	for _, sub := range s.o.Subscriptions() {
+	for _, sub := range subs {
 		t := ts[sub.Group]
 		if !sc.Has(t) {
 			continue
