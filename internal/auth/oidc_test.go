@@ -29,7 +29,7 @@ type issuer struct {
 	pub  []string // the kids the JWKS publishes
 }
 
-func newIssuer(t *testing.T, kids ...string) *issuer {
+func newIssuer(t testing.TB, kids ...string) *issuer {
 	t.Helper()
 	is := &issuer{keys: map[string]*rsa.PrivateKey{}}
 	for _, k := range kids {
@@ -39,7 +39,7 @@ func newIssuer(t *testing.T, kids ...string) *issuer {
 	return is
 }
 
-func (is *issuer) addKey(t *testing.T, kid string) {
+func (is *issuer) addKey(t testing.TB, kid string) {
 	t.Helper()
 	k, err := rsa.GenerateKey(rand.Reader, 2048)
 	require.NoError(t, err)
@@ -75,7 +75,7 @@ func goodClaims(now time.Time) map[string]any {
 
 // sign signs claims with the key kid (signKid names the key used, which
 // may differ from the kid the header names).
-func (is *issuer) sign(t *testing.T, headerKid, signKid string, claims map[string]any) string {
+func (is *issuer) sign(t testing.TB, headerKid, signKid string, claims map[string]any) string {
 	t.Helper()
 	is.mu.Lock()
 	key := is.keys[signKid]
