@@ -413,6 +413,11 @@ type HTTP struct {
 	// then leave Listen: clients reach commands and projections, and
 	// operators the rest on a private network.
 	AdminListen string `toml:"admin_listen"`
+	// Pprof serves net/http/pprof under /debug/pprof/ on the admin routes
+	// (an admin's, with credentials) and turns on the block and mutex
+	// profiles (sampled: a block of 10 µs or more on average, one
+	// contention in 100). Off by default.
+	Pprof bool `toml:"pprof"`
 	// ReadWaitMS bounds how long GET /v1/projections/{name}/{id}?min_position=N
 	// waits for the projection to reach N before it answers 504.
 	ReadWaitMS int `toml:"read_wait_ms"`

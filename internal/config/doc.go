@@ -69,6 +69,7 @@
 //	http.listen = "127.0.0.1:8080"
 //	http.max_connections = 10000
 //	http.max_header_bytes = 65536
+//	http.pprof = false
 //	http.read_body_timeout_ms = 30000
 //	http.read_header_timeout_ms = 10000
 //	http.read_wait_ms = 5000

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -71,6 +72,9 @@ type Options struct {
 	// request's context once it passed, cutting a ?min_position wait or a
 	// long command.
 	BodyTimeout time.Duration
+	// Pprof serves net/http/pprof under /debug/pprof/ to admins, on the
+	// admin routes ([http] pprof).
+	Pprof bool
 	// Ops serves the operations API under /v1/ops (ops.go); nil serves
 	// none.
 	Ops ops.API
@@ -125,7 +129,7 @@ type muxes struct {
 func adminRoute(pattern string) bool {
 	_, path, _ := strings.Cut(pattern, " ")
 	return path == "/{$}" || path == "/" || path == "/metrics" || path == "/v1/plugins" ||
-		strings.HasPrefix(path, "/v1/ops/") || strings.HasPrefix(path, "/v1/modules")
+		strings.HasPrefix(path, "/v1/ops/") || strings.HasPrefix(path, "/v1/modules") || strings.HasPrefix(path, "/debug/pprof/")
 }
 
 // HandleFunc registers h for pattern on its side's mux (both for
@@ -177,6 +181,13 @@ func build(e Engine, opts Options, split bool) (ingress, admin http.Handler) {
 	a.route(mux, "GET /healthz", open, a.healthz)
 	a.route(mux, "GET /{$}", opsGuard, a.page)
 	a.routeModules(mux)
+	if opts.Pprof {
+		a.route(mux, "GET /debug/pprof/", adminGuard, pprof.Index) // and every named profile under it
+		a.route(mux, "GET /debug/pprof/cmdline", adminGuard, pprof.Cmdline)
+		a.route(mux, "GET /debug/pprof/profile", adminGuard, pprof.Profile)
+		a.route(mux, "GET /debug/pprof/symbol", adminGuard, pprof.Symbol)
+		a.route(mux, "GET /debug/pprof/trace", adminGuard, pprof.Trace)
+	}
 	metrics := promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := a.admit(w, r, "GET /metrics", adminGuard); ok {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/auth"
 	"github.com/proteanhq/protean-host/internal/engine"
 	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/httpapi"
@@ -141,4 +142,44 @@ func readAll(t *testing.T, resp *http.Response) string {
 			return b.String()
 		}
 	}
+}
+
+// TestPprof: /debug/pprof/ is served only when asked for, to an admin,
+// and on the admin listener of a split API.
+func TestPprof(t *testing.T) {
+	get := func(h http.Handler, path, key string) (int, string) {
+		req := httptest.NewRequest("GET", path, nil)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Code, w.Body.String()
+	}
+	code, _ := get(httpapi.New(&fakeEngine{}, httpapi.Options{}), "/debug/pprof/", "")
+	require.Equal(t, 404, code, "off by default")
+
+	on := httpapi.New(&fakeEngine{}, httpapi.Options{Pprof: true})
+	code, body := get(on, "/debug/pprof/", "")
+	require.Equal(t, 200, code)
+	require.Contains(t, body, "goroutine")
+	code, body = get(on, "/debug/pprof/goroutine?debug=1", "")
+	require.Equal(t, 200, code)
+	require.Contains(t, body, "goroutine profile")
+
+	admin, adminHash, err := auth.NewKey()
+	require.NoError(t, err)
+	reader, readerHash, err := auth.NewKey()
+	require.NoError(t, err)
+	keys, err := auth.NewKeys([]auth.Key{{Role: auth.RoleAdmin, SHA256: adminHash}, {Tenant: "shop", Role: auth.RoleOperator, SHA256: readerHash}})
+	require.NoError(t, err)
+	ingress, adm := httpapi.NewSplit(&fakeEngine{}, httpapi.Options{Pprof: true, Auth: auth.NewLive(&auth.Authenticator{Keys: keys})})
+	code, _ = get(adm, "/debug/pprof/heap?debug=1", admin)
+	require.Equal(t, 200, code)
+	code, _ = get(adm, "/debug/pprof/heap?debug=1", reader)
+	require.Equal(t, 403, code, "an admin's")
+	code, _ = get(adm, "/debug/pprof/heap?debug=1", "")
+	require.Equal(t, 401, code)
+	code, _ = get(ingress, "/debug/pprof/heap?debug=1", admin)
+	require.Equal(t, 404, code, "not on the ingress listener")
 }
