@@ -122,11 +122,13 @@ func requireAccessTable(t *testing.T, h *testHost, f authFixture) {
 		{"GET", "/v1/ops/subscriptions", "", operators},
 		{"GET", "/v1/ops/subscriptions/failures?all=true", "", operators},
 		{"GET", "/v1/ops/outbox", "", operators},
+		{"GET", "/v1/ops/dead-letters", "", operators},
 		{"GET", "/v1/ops/audit", "", append([]string{"shop-deployer"}, operators...)}, // a deployer reads its tenant's entries
 		{"GET", "/v1/ops/partitions/nosuch/k", "", []string{"admin"}},
 		{"POST", "/v1/ops/partitions/nosuch/k/resume", "", []string{"admin"}},
 		{"POST", "/v1/ops/subscriptions/nosuch/order/5/retry", "", []string{"admin"}},
 		{"POST", "/v1/ops/outbox/999999/retry", `{"reason":"x"}`, []string{"admin"}},
+		{"POST", "/v1/ops/dead-letters/order/nosuch/m-1/replay", `{"reason":"x"}`, []string{"admin"}},
 		// The deploy routes: deploy on the module's tenant (by the config,
 		// whether the module exists or not), and an admin.
 		{"GET", "/v1/modules", "", []string{"shop-deployer", "admin"}},
@@ -168,7 +170,8 @@ func requireAccessTable(t *testing.T, h *testHost, f authFixture) {
 	code, body := f.request(t, h, "shop-read", "GET", "/v1/projections/client_orders/c-1", "")
 	require.Equal(t, 200, code, body)
 	require.Contains(t, body, "o-1")
-	for _, path := range []string{"/v1/ops/outbox/999999/retry", "/v1/ops/partitions/nosuch/k/resume", "/v1/ops/subscriptions/nosuch/order/5/retry"} {
+	for _, path := range []string{"/v1/ops/outbox/999999/retry", "/v1/ops/partitions/nosuch/k/resume", "/v1/ops/subscriptions/nosuch/order/5/retry",
+		"/v1/ops/dead-letters/order/nosuch/m-1/replay"} {
 		code, body = f.request(t, h, "admin", "POST", path, "")
 		require.Equal(t, 404, code, "POST %s as admin: %s", path, body)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/auth"
@@ -215,8 +216,11 @@ func (h *hostProcess) listen(c *composition) error {
 	}
 	o := ops.Options{Tenancy: func() ops.Tenancy { return ops.TenancyOf(h.eng.Set()) }, Partitions: h.routes.Partitions, Admin: status.admin,
 		BackfillSuffix: c.cfg.Server.PriorityLanes.BackfillSuffix, Outbox: c.st.outbox, Audit: c.st.audit}
+	o.DeadLetters, _ = c.br.pub.(broker.DeadLetterer)
 	if c.fromStore {
 		o.Subscriptions, o.Positions, o.Leases, o.Head, o.Failures = h.routes.Subscriptions, c.st.positions, c.st.leases, c.st.head, c.st.failures
+	} else {
+		o.Groups = h.routes.Groups // the broker groups run: their dead letters replay
 	}
 	operations, err := ops.New(o)
 	if err != nil {

@@ -8,11 +8,12 @@
 //	protean-host plugin test MODULE.wasm... --messages FILE.jsonl [--json]
 //	protean-host subscriptions list | failed | retry|skip GROUP UNIT POSITION [--config FILE]
 //	protean-host keys new TENANT --role ROLE
+//	protean-host dead-letters list | replay STREAM GROUP ID [--url URL]
 //	protean-host audit [--limit N] [--before ID] [--url URL]
 //
-// The operator commands (partitions, subscriptions, outbox, audit) take
-// --url URL (or $PROTEAN_URL) to ask a running host's HTTP API, with the
-// key in $PROTEAN_API_KEY, instead of the stores.
+// The operator commands (partitions, subscriptions, outbox, dead-letters,
+// audit) take --url URL (or $PROTEAN_URL) to ask a running host's HTTP
+// API, with the key in $PROTEAN_API_KEY, instead of the stores.
 //
 // Every subcommand takes --config (default configs/domain.toml) and
 // --plugins (overrides [plugins] dir). Exit status 0 is success; failures
@@ -62,6 +63,7 @@ func commands() []command {
 		{"plugin", "new NAME --kind K --category C: scaffold a handler module; test MODULE.wasm --messages FILE.jsonl: run it on in-memory stores", cmdPlugin},
 		{"partitions", "list | inspect CATEGORY KEY | skip | dlq | resume CATEGORY KEY: see and unblock halted partitions (Redis)", cmdPartitions},
 		{"subscriptions", "list | failed | retry|skip GROUP UNIT POSITION: event-store subscriptions' positions, leases and failed messages (PostgreSQL)", cmdSubscriptions},
+		{"dead-letters", "list | replay STREAM GROUP ID: the messages the consumer groups gave up on, and the partitions' moved aside; replay one", cmdDeadLetters},
 		{"audit", "[--limit N] [--before ID]: the audit log of the operators' actions, newest first", cmdAudit},
 		{"keys", "new TENANT --role ROLE: print a new API key once, with the [[http.auth.keys]] lines to add", cmdKeys},
 	}

@@ -17,10 +17,10 @@ import (
 	"github.com/proteanhq/protean-host/position"
 )
 
-// The operator commands (partitions, subscriptions, outbox, audit) speak
-// to one interface, ops.API: a running host's over HTTP with --url, or an
-// ops.Service over the config's stores. Each view has one printing
-// function, so the output is the same either way.
+// The operator commands (partitions, subscriptions, outbox, dead-letters,
+// audit) speak to one interface, ops.API: a running host's over HTTP with
+// --url, or an ops.Service over the config's stores. Each view has one
+// printing function, so the output is the same either way.
 
 // remoteHelp is the operator commands' usage of --url.
 const remoteHelp = `

@@ -147,3 +147,47 @@ func poisonedHost(t *testing.T) (*testHost, authFixture) {
 	require.NoError(t, rdb.SAdd(ctx, d.prefix+redispartition.IndexKey("order"), "c-poison").Err())
 	return h, f
 }
+
+// TestDeadLettersAreTheTenants: on PostgreSQL and Redis, shop's operator
+// moves its halted partition's head to order:c-poison:dlq; the dead
+// letters then list it for shop's operator (source partition, not
+// replayable) and through the CLI with --url, not for lab's, and its
+// replay is refused as a conflict (replayed by hand) to shop, as
+// forbidden to lab.
+func TestDeadLettersAreTheTenants(t *testing.T) {
+	h, f := poisonedHost(t)
+	eventually(t, h, "order:c-poison halted", func() (bool, string) {
+		code, body := f.request(t, h, "shop-operator", "POST", "/v1/ops/partitions/order/c-poison/dlq", `{"reason":"aside"}`)
+		return code == 200, body
+	})
+	deadLetters := func(principal string) []ops.DeadLetter {
+		t.Helper()
+		code, body := f.request(t, h, principal, "GET", "/v1/ops/dead-letters", "")
+		require.Equal(t, 200, code, body)
+		var dls []ops.DeadLetter
+		require.NoError(t, json.Unmarshal([]byte(body), &dls), body)
+		return dls
+	}
+	dls := deadLetters("shop-operator")
+	require.Len(t, dls, 1, "%+v", dls)
+	dl := dls[0]
+	require.Equal(t, "shop", dl.Tenant)
+	require.Equal(t, "client_orders", dl.Group)
+	require.Equal(t, "order:c-poison", dl.Stream)
+	require.Equal(t, "partition", dl.Source)
+	require.False(t, dl.Replayable)
+	require.Empty(t, deadLetters("lab-operator"), "lab's operator sees only lab's dead letters")
+
+	replay := "/v1/ops/dead-letters/order:c-poison/client_orders/" + dl.ID + "/replay"
+	code, body := f.request(t, h, "shop-operator", "POST", replay, "")
+	require.Equal(t, 409, code, body)
+	require.Contains(t, body, "replayed by hand")
+	code, body = f.request(t, h, "lab-operator", "POST", replay, "")
+	require.Equal(t, 403, code, body)
+
+	t.Setenv(envAPIKey, f.keys["shop-operator"])
+	code, out, errs := cli(t, "dead-letters", "list", "--url", "http://"+h.addr)
+	require.Equal(t, 0, code, errs)
+	require.Regexp(t, `(?m)^shop\s+client_orders\s+order:c-poison\s+\S+\s+-\s+.*\s+partition\s+false$`, out)
+	require.Contains(t, out, "1 dead letter(s) (at most 100 of each stream, the oldest)")
+}

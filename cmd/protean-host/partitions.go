@@ -145,12 +145,18 @@ func parseMixed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // partitionOps is the operations API over the config's Redis broker, with
-// the loaded plugins' partitions and tenants, and the audit log in the
-// database (none: kept in memory, so only the Redis stream protean:audit
-// records the action).
+// the loaded plugins' partitions, broker groups and tenants, and the audit
+// log in the database (none: kept in memory, so only the Redis stream
+// protean:audit records a partition's action). A dead letter replayed
+// here waits in its group's line for the running host.
 func partitionOps(ctx context.Context, e *env) (*ops.Service, func(), error) {
-	adm, pool, closeAll, err := openAdmin(ctx, e)
+	adm, rdb, pool, closeAll, err := openAdmin(ctx, e)
 	if err != nil {
+		return nil, nil, err
+	}
+	dls, err := redisstream.New(rdb, redisstream.Options{Options: brokerOptions(e.cfg), Prefix: e.cfg.OutboxBroker().KeyPrefix, Consumer: cliActor("")})
+	if err != nil {
+		closeAll()
 		return nil, nil, err
 	}
 	set, err := e.loadSet(ctx)
@@ -159,9 +165,12 @@ func partitionOps(ctx context.Context, e *env) (*ops.Service, func(), error) {
 		return nil, nil, err
 	}
 	closeBoth := func() { set.Close(ctx); closeAll() }
-	subs, tenancy := routes.Of(set, true).Partitions(), ops.TenancyOf(set)
-	o := ops.Options{Tenancy: func() ops.Tenancy { return tenancy }, Partitions: func() []partition.Subscription { return subs },
-		Admin: adm, BackfillSuffix: e.cfg.Server.PriorityLanes.BackfillSuffix, Outbox: outbox.NewMemory(nil), Audit: audit.NewMemory(nil)}
+	rt, tenancy := routes.Of(set, true), ops.TenancyOf(set)
+	o := ops.Options{Tenancy: func() ops.Tenancy { return tenancy }, Partitions: rt.Partitions,
+		Admin: adm, BackfillSuffix: e.cfg.Server.PriorityLanes.BackfillSuffix, DeadLetters: dls, Outbox: outbox.NewMemory(nil), Audit: audit.NewMemory(nil)}
+	if e.cfg.SubscriptionType() != config.SubscriptionEventStore {
+		o.Groups = rt.Groups // the running host's broker groups
+	}
 	if pool != nil {
 		o.Outbox, o.Audit = outbox.NewPostgres(pool, nil), audit.NewPostgres(pool)
 	}
@@ -173,18 +182,18 @@ func partitionOps(ctx context.Context, e *env) (*ops.Service, func(), error) {
 	return s, closeBoth, nil
 }
 
-// openAdmin connects to the config's Redis broker and, when the config has
-// one, the PostgreSQL database holding the consumer positions (nil pool:
-// none).
-func openAdmin(ctx context.Context, e *env) (*redispartition.Admin, *pgxpool.Pool, func(), error) {
+// openAdmin connects to the config's Redis broker (rdb) and, when the
+// config has one, the PostgreSQL database holding the consumer positions
+// (nil pool: none).
+func openAdmin(ctx context.Context, e *env) (*redispartition.Admin, redis.UniversalClient, *pgxpool.Pool, func(), error) {
 	cfg := e.cfg
 	b := cfg.OutboxBroker()
 	if b.Provider != config.ProviderRedis {
-		return nil, nil, nil, fmt.Errorf("brokers.%s.provider is %q: partitions live on a Redis broker only (provider = \"redis\")", cfg.Outbox.Broker, b.Provider)
+		return nil, nil, nil, nil, fmt.Errorf("brokers.%s.provider is %q: partitions live on a Redis broker only (provider = \"redis\")", cfg.Outbox.Broker, b.Provider)
 	}
 	ropts, err := redis.ParseURL(b.URI)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("brokers.%s.uri: %w", cfg.Outbox.Broker, err)
+		return nil, nil, nil, nil, fmt.Errorf("brokers.%s.uri: %w", cfg.Outbox.Broker, err)
 	}
 	rdb := redis.NewClient(ropts)
 	closers := []func(){func() { _ = rdb.Close() }}
@@ -195,28 +204,28 @@ func openAdmin(ctx context.Context, e *env) (*redispartition.Admin, *pgxpool.Poo
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		closeAll()
-		return nil, nil, nil, fmt.Errorf("connecting to Redis (brokers.%s.uri): %w", cfg.Outbox.Broker, err)
+		return nil, nil, nil, nil, fmt.Errorf("connecting to Redis (brokers.%s.uri): %w", cfg.Outbox.Broker, err)
 	}
 	var positions position.Store
 	var pool *pgxpool.Pool
 	if _, err := postgresURI(cfg); err == nil {
 		if pool, err = openMigratedPool(ctx, cfg); err != nil {
 			closeAll()
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		closers = append(closers, pool.Close)
 		positions = position.NewPostgres(pool, nil)
 	} else if !errors.Is(err, errMemoryOnly) {
 		closeAll()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	adm, err := redispartition.NewAdmin(redispartition.AdminOptions{Redis: rdb, Prefix: b.KeyPrefix, Positions: positions,
 		BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix, Decode: redisstream.Decode})
 	if err != nil {
 		closeAll()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	return adm, pool, closeAll, nil
+	return adm, rdb, pool, closeAll, nil
 }
 
 // loadSet loads the plugins as one set, by the rules the running host

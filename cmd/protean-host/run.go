@@ -50,9 +50,8 @@ type openedBroker struct {
 // openBroker opens the outbox broker the config names.
 func openBroker(ctx context.Context, cfg config.Config, owner string, clk clock.Clock) (*openedBroker, error) {
 	b := cfg.OutboxBroker()
-	opts := broker.DefaultOptions()
+	opts := brokerOptions(cfg)
 	opts.Clock = clk
-	opts.Policy = cfg.Server.StreamSubscription.Policy()
 	switch b.Provider {
 	case config.ProviderInline:
 		in, err := broker.NewInline(opts)
@@ -80,6 +79,13 @@ func openBroker(ctx context.Context, cfg config.Config, owner string, clk clock.
 		}}, nil
 	}
 	return nil, fmt.Errorf("brokers.%s.provider %q: not available (use \"inline\" or \"redis\")", cfg.Outbox.Broker, b.Provider)
+}
+
+// brokerOptions are the delivery settings of the config's broker.
+func brokerOptions(cfg config.Config) broker.Options {
+	opts := broker.DefaultOptions()
+	opts.Policy = cfg.Server.StreamSubscription.Policy()
+	return opts
 }
 
 func cmdRun(ctx context.Context, e *env, args []string) error {

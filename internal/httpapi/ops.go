@@ -15,8 +15,8 @@ import (
 )
 
 // The operations API (package ops) under /v1/ops: an operator's view of
-// and actions on its tenants' partitions, event-store subscriptions and
-// outbox rows, and the audit log. The route admits any credential that
+// and actions on its tenants' partitions, event-store subscriptions,
+// outbox rows and dead letters, and the audit log. The route admits any credential that
 // may operate some tenant (an operator's, an admin's); the Service then
 // keeps each answer to the caller's tenants, and an action on another
 // tenant's target, or on one that does not exist, answers the same 403
@@ -126,6 +126,13 @@ func (a *api) routeOps(mux *muxes, o ops.API) {
 		}
 		return o.ActOnOutbox(ctx, sc, act, id)
 	}))
+	a.route(mux, "GET /v1/ops/dead-letters", opsGuard, list(func(ctx context.Context, sc ops.Scope, _ *http.Request) (any, error) {
+		return o.DeadLetters(ctx, sc)
+	}))
+	a.route(mux, "POST /v1/ops/dead-letters/{stream}/{group}/{id}/replay", opsGuard, act(func(ctx context.Context, sc ops.Scope, act ops.Act, _ string, r *http.Request) (ops.Done, error) {
+		act.Action = "replay"
+		return o.ReplayDeadLetter(ctx, sc, act, r.PathValue("stream"), r.PathValue("group"), r.PathValue("id"))
+	}))
 	a.route(mux, "GET /v1/ops/audit", auditGuard, list(func(ctx context.Context, _ ops.Scope, r *http.Request) (any, error) {
 		sc := scopeOf(r, auth.Operate, auth.Deploy)
 		var q audit.Query
@@ -185,13 +192,14 @@ func (a *api) opsError(w http.ResponseWriter, r *http.Request, err error) {
 // takes, or "".
 func opsAllowed(parts []string) string {
 	switch {
-	case len(parts) == 1 && (parts[0] == "partitions" || parts[0] == "subscriptions" || parts[0] == "outbox" || parts[0] == "audit"),
+	case len(parts) == 1 && (parts[0] == "partitions" || parts[0] == "subscriptions" || parts[0] == "outbox" || parts[0] == "audit" || parts[0] == "dead-letters"),
 		len(parts) == 3 && parts[0] == "partitions",
 		len(parts) == 2 && parts[0] == "subscriptions" && parts[1] == "failures":
 		return http.MethodGet
 	case len(parts) == 4 && parts[0] == "partitions",
 		len(parts) == 5 && parts[0] == "subscriptions",
-		len(parts) == 3 && parts[0] == "outbox":
+		len(parts) == 3 && parts[0] == "outbox",
+		len(parts) == 5 && parts[0] == "dead-letters" && parts[4] == "replay":
 		return http.MethodPost
 	}
 	return ""

@@ -217,6 +217,23 @@ func (c *Client) ActOnOutbox(ctx context.Context, _ Scope, act Act, id int64) (D
 	return out, err
 }
 
+// DeadLetters implements API.
+func (c *Client) DeadLetters(ctx context.Context, _ Scope) ([]DeadLetter, error) {
+	var out []DeadLetter
+	err := c.do(ctx, http.MethodGet, path("dead-letters"), nil, nil, &out)
+	return out, err
+}
+
+// ReplayDeadLetter implements API.
+func (c *Client) ReplayDeadLetter(ctx context.Context, _ Scope, act Act, stream, group, id string) (Done, error) {
+	if err := checkReplay(act); err != nil {
+		return Done{}, err
+	}
+	var out Done
+	err := c.do(ctx, http.MethodPost, path("dead-letters", stream, group, id, act.Action), nil, actBody{Reason: act.Reason}, &out)
+	return out, err
+}
+
 // Audit implements API; q.Tenants is the host's to decide.
 func (c *Client) Audit(ctx context.Context, _ Scope, q audit.Query) ([]audit.Entry, error) {
 	v := url.Values{}

@@ -2,8 +2,9 @@
 // tenant at a time: list and inspect the Redis partitions and act on a
 // halted one (skip, dlq, resume), list the event-store subscriptions and
 // their failure records and act on one (retry, skip), list the outbox's
-// halted and abandoned rows and act on one (retry, skip), and read the
-// audit log of all of it.
+// halted and abandoned rows and act on one (retry, skip), list the dead
+// letters of the broker groups and of the partitions and replay a
+// running group's, and read the audit log of all of it.
 //
 // Every call takes a Scope: the tenants the caller may operate (an API
 // key's, a token's), or all of them (an admin, the local CLI). A list

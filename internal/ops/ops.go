@@ -36,6 +36,16 @@ type API interface {
 	Outbox(ctx context.Context, s Scope) (Outbox, error)
 	// ActOnOutbox retries or skips (act.Action) outbox row id.
 	ActOnOutbox(ctx context.Context, s Scope, act Act, id int64) (Done, error)
+	// DeadLetters lists the scope's dead letters: the broker groups'
+	// (replayable while the group runs) and, on Redis, the partitions'
+	// that an operator moved to a DLQ stream (partitions dlq; not
+	// replayable here). At most MaxDeadLetters of each stream, oldest
+	// first.
+	DeadLetters(ctx context.Context, s Scope) ([]DeadLetter, error)
+	// ReplayDeadLetter (act.Action "replay") moves dead letter id (its
+	// message id) of group on stream back to the head of the group's
+	// line, with fresh attempts.
+	ReplayDeadLetter(ctx context.Context, s Scope, act Act, stream, group, id string) (Done, error)
 	// Audit lists the scope's audit entries, newest first.
 	Audit(ctx context.Context, s Scope, q audit.Query) ([]audit.Entry, error)
 }
@@ -73,7 +83,8 @@ func (s Scope) list() []string {
 // Act is an action and who asks for it.
 type Act struct {
 	// Action is the verb: skip, dlq or resume for a partition; retry or
-	// skip for a failure record or an outbox row.
+	// skip for a failure record or an outbox row; replay for a dead
+	// letter.
 	Action string `json:"action"`
 	// By names who acts, for the audit log (a credential's name, or
 	// "cli:" and the local user).
@@ -213,4 +224,32 @@ type OutboxRow struct {
 	Retries   int       `json:"retries"`
 	LastError string    `json:"last_error"`
 	CreatedAt time.Time `json:"created_at"`
+}
+
+// MaxDeadLetters is how many dead letters of one stream a listing holds,
+// the oldest: a DLQ can grow without bound, an answer cannot.
+const MaxDeadLetters = 100
+
+// DeadLetter is a message a consumer group gave up on, or a halted
+// partition's head an operator moved aside.
+type DeadLetter struct {
+	Tenant string `json:"tenant"`
+	Group  string `json:"group"`
+	// Stream is the broker stream the group reads, or the partition's
+	// stream ("{category}:{key}").
+	Stream         string `json:"stream"`
+	ID             string `json:"id"`
+	Type           string `json:"type,omitempty"`
+	GlobalPosition int64  `json:"global_position,omitempty"`
+	// Reason is max_retries, timeout or rejected.
+	Reason   string    `json:"reason"`
+	Attempts int       `json:"attempts"`
+	FailedAt time.Time `json:"failed_at"`
+	// Source is "group" (the broker dead-lettered it) or "partition"
+	// (an operator's partitions dlq).
+	Source string `json:"source"`
+	// Replayable: a running broker group's, so ReplayDeadLetter takes it.
+	Replayable bool `json:"replayable"`
+	// Data is the message's data, cut to 200 bytes.
+	Data string `json:"data,omitempty"`
 }

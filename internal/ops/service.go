@@ -8,7 +8,9 @@ import (
 	"sort"
 	"time"
 
+	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/internal/audit"
+	"github.com/proteanhq/protean-host/internal/groups"
 	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/redispartition"
 	"github.com/proteanhq/protean-host/internal/subscription"
@@ -45,8 +47,15 @@ type Options struct {
 	}
 	Head     func(ctx context.Context, category string) (int64, error)
 	Failures subscription.Failures
-	Outbox   outbox.Store
-	Audit    audit.Log
+	// DeadLetters is the broker's dead-letter queues (nil: it keeps
+	// none), and Groups the running broker groups, whose dead letters
+	// ReplayDeadLetter replays. A broker that lists every dead letter it
+	// keeps (redisstream's) is listed whole, groups that no longer run
+	// and partitions' included; another is asked for each of Groups'.
+	DeadLetters broker.DeadLetterer
+	Groups      func() []groups.Group
+	Outbox      outbox.Store
+	Audit       audit.Log
 }
 
 // Service is the API over a host's stores.

@@ -554,7 +554,7 @@ func (a *Admin) describe(e *HeadEntry, values map[string]any) {
 func (a *Admin) scanHalts(ctx context.Context) ([]unitID, error) {
 	const suffix = ":__halt__"
 	var out []unitID
-	iter := a.rdb.Scan(ctx, 0, globEscape(a.prefix)+"*"+suffix, 1000).Iterator()
+	iter := a.rdb.Scan(ctx, 0, GlobEscape(a.prefix)+"*"+suffix, 1000).Iterator()
 	for iter.Next(ctx) {
 		k := strings.TrimSuffix(strings.TrimPrefix(iter.Val(), a.prefix), suffix)
 		g, u, ok := strings.Cut(k, ":")
@@ -590,7 +590,9 @@ func (a *Admin) HaltedGroups(ctx context.Context, unit string) ([]string, error)
 	return out, nil
 }
 
-func globEscape(s string) string {
+// GlobEscape escapes the glob characters of s, a key prefix, for a SCAN
+// MATCH pattern.
+func GlobEscape(s string) string {
 	var b strings.Builder
 	for _, r := range s {
 		if strings.ContainsRune(`*?[]\`, r) {

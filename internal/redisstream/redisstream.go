@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -703,28 +704,104 @@ func (b *Broker) DLQ(ctx context.Context, stream, group string) ([]broker.DeadLe
 		if g, _ := vals["dl_group"].(string); g != group {
 			continue
 		}
-		m, err := Decode(did, vals)
+		dl, err := b.deadLetter(stream, did, vals)
 		if err != nil {
-			// A poison message is exactly what a DLQ is for: list what
-			// can be read of it rather than hide it or fail the listing.
-			b.log.Warn("broker: malformed dead letter", "stream", stream, "group", group, "entry", did, "error", err)
-			m = delivery.Message{ID: did}
-			if id, ok := vals[FieldID].(string); ok && id != "" {
-				m.ID = id
-			}
+			return nil, fmt.Errorf("redisstream: dlq: stream %s: group %s: %w", stream, group, err)
 		}
-		m.Stream = stream
-		dl := broker.DeadLetter{Message: m, Group: group}
-		dl.Reason, _ = vals["dl_reason"].(string)
-		a, _ := vals["dl_attempts"].(string)
-		dl.Attempts, _ = strconv.Atoi(a)
-		fa, _ := vals["dl_failed_at"].(string)
-		if dl.FailedAt, err = parsePair(fa); err != nil {
-			return nil, fmt.Errorf("redisstream: dlq: stream %s: group %s: entry %s: %w", stream, group, did, err)
-		}
-		out = append(out, dl)
+		out = append(out, dl.DeadLetter)
 	}
 	return out, nil
+}
+
+// deadLetter decodes entry did of stream's DLQ stream.
+func (b *Broker) deadLetter(stream, did string, vals map[string]any) (DeadLetter, error) {
+	group, _ := vals["dl_group"].(string)
+	m, err := Decode(did, vals)
+	if err != nil {
+		// A poison message is exactly what a DLQ is for: list what
+		// can be read of it rather than hide it or fail the listing.
+		b.log.Warn("broker: malformed dead letter", "stream", stream, "group", group, "entry", did, "error", err)
+		m = delivery.Message{ID: did}
+		if id, ok := vals[FieldID].(string); ok && id != "" {
+			m.ID = id
+		}
+	}
+	m.Stream = stream
+	dl := DeadLetter{DeadLetter: broker.DeadLetter{Message: m, Group: group}}
+	dl.Reason, _ = vals["dl_reason"].(string)
+	a, _ := vals["dl_attempts"].(string)
+	dl.Attempts, _ = strconv.Atoi(a)
+	dl.Unit, _ = vals["dl_unit"].(string)
+	fa, _ := vals["dl_failed_at"].(string)
+	if dl.FailedAt, err = parsePair(fa); err != nil {
+		return DeadLetter{}, fmt.Errorf("entry %s: %w", did, err)
+	}
+	return dl, nil
+}
+
+// DeadLetter is a dead letter as a DLQ stream keeps it: a consumer
+// group's, or a partition's.
+type DeadLetter struct {
+	broker.DeadLetter
+	// Unit is the partition unit of a partition's dead letter (moved to
+	// "{category}:{key}:dlq" by an operator, redispartition.Admin.DLQ),
+	// "" for a consumer group's. Replay does not take a partition's: its
+	// workers read by global position, not through a group's requeue.
+	Unit string
+}
+
+// DeadLetters lists the dead letters of stream's DLQ stream, or with
+// stream "" of every DLQ stream under the prefix ({prefix}*:dlq, found by
+// SCAN, so the groups and partitions that wrote them need not be known):
+// every group's and every partition's, at most perStream of each stream,
+// oldest first, streams in name order. Unlike DLQ it does not first
+// dead-letter a group's timed-out messages; the group's next read does.
+func (b *Broker) DeadLetters(ctx context.Context, stream string, perStream int) ([]DeadLetter, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	if perStream <= 0 {
+		return nil, fmt.Errorf("redisstream: dead letters: %w: perStream must be > 0, got %d", broker.ErrInvalid, perStream)
+	}
+	streams := []string{stream}
+	if stream == "" {
+		var err error
+		if streams, err = b.deadLetterStreams(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var out []DeadLetter
+	for _, s := range streams {
+		es, err := b.rdb.XRangeN(ctx, b.opts.Prefix+dlqKey(s), "-", "+", int64(perStream)).Result()
+		if err != nil {
+			return nil, fmt.Errorf("redisstream: dead letters: stream %s: %w", s, err)
+		}
+		for _, e := range es {
+			dl, err := b.deadLetter(s, e.ID, e.Values)
+			if err != nil {
+				return nil, fmt.Errorf("redisstream: dead letters: stream %s: %w", s, err)
+			}
+			out = append(out, dl)
+		}
+	}
+	return out, nil
+}
+
+// deadLetterStreams names the streams (without the prefix) that have a
+// DLQ stream, in name order.
+func (b *Broker) deadLetterStreams(ctx context.Context) ([]string, error) {
+	p := b.opts.Prefix
+	var out []string
+	// TYPE stream: a group named "dlq" has a hash "{stream}:__group__:dlq".
+	iter := b.rdb.ScanType(ctx, 0, redispartition.GlobEscape(p)+"*:dlq", 1000, "stream").Iterator()
+	for iter.Next(ctx) {
+		out = append(out, strings.TrimSuffix(strings.TrimPrefix(iter.Val(), p), ":dlq"))
+	}
+	if err := iter.Err(); err != nil {
+		return nil, fmt.Errorf("redisstream: dead letters: scan for DLQ streams: %w", err)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // Stats counts the group's messages of stream by state, after expiring
