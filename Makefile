@@ -128,12 +128,16 @@ chaos: build plugins ## Fault injection: 3 hosts on a private PostgreSQL and Red
 # make load: the end-to-end HTTP measurement (internal/loadgen/,
 # cmd/loadgen) on a private PostgreSQL and Redis: the raw commit-and-publish
 # floor, then each host count of HOSTS, each phase LOAD_DURATION long.
+# PROFILE=dir saves each host's CPU, block and mutex profiles and goroutine
+# dump over each maximum phase into dir, with summary.txt (every process's
+# CPU, the profiles' top entries), printed after the table.
 HOSTS ?= 1,3
 LOAD_DURATION ?= 20s
+PROFILE ?=
 
 .PHONY: load
-load: build plugins ## End to end over HTTP: orders/s and accepted -> projection p50/p99 at half load, 1 and 3 hosts, beside the floor
-	$(GO) run ./cmd/loadgen -bin build/protean-host -plugins $(PLUGINS_DIR) -hosts $(HOSTS) -duration $(LOAD_DURATION)
+load: build plugins ## End to end over HTTP: orders/s and accepted -> projection p50/p99 at half load, 1 and 3 hosts, beside the floor; PROFILE=dir saves profiles and a summary
+	$(GO) run ./cmd/loadgen -bin build/protean-host -plugins $(PLUGINS_DIR) -hosts $(HOSTS) -duration $(LOAD_DURATION) $(if $(PROFILE),-profile $(PROFILE))
 
 .PHONY: clean
 clean: ## Remove build outputs

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,6 +28,7 @@ func main() {
 	flag.StringVar(&o.Root, "root", ".", "the repository root (configs/production.toml)")
 	flag.IntVar(&o.Clients, "clients", 64, "concurrent clients")
 	flag.IntVar(&o.KeysPerClient, "orders-per-key", 50, "orders a client places for one client_id before it moves to the next (bounds each document's size)")
+	flag.StringVar(&o.Profile, "profile", "", "a directory for each host's CPU, block and mutex profiles and goroutine dump over each maximum phase, and summary.txt (printed after the table): every process's CPU and the profiles' top entries")
 	flag.DurationVar(&o.Duration, "duration", 20*time.Second, "length of each phase (maximum, half load) of each configuration")
 	flag.Parse()
 	for _, h := range strings.Split(*hosts, ",") {
@@ -42,6 +44,11 @@ func main() {
 	rows, err := loadgen.Run(ctx, o)
 	if len(rows) > 0 {
 		fmt.Print(loadgen.Table(rows))
+	}
+	if o.Profile != "" {
+		if b, err := os.ReadFile(filepath.Join(o.Profile, "summary.txt")); err == nil {
+			fmt.Printf("\nProfiles in %s:\n\n%s", o.Profile, b)
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)

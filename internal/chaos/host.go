@@ -29,6 +29,10 @@ type HostConfig struct {
 	PluginsDir  string
 	CacheDir    string
 	LeaseTTL    time.Duration
+	// Pprof turns on [http] pprof (net/http/pprof under /debug/pprof/,
+	// block and mutex sampling) for a load run's profiles; false leaves
+	// the base file's setting.
+	Pprof bool
 }
 
 // WriteConfig writes base (a TOML file, e.g. configs/production.toml)
@@ -64,6 +68,9 @@ func WriteConfig(base, path string, c HostConfig) error {
 	set("plugins", "cache_dir", c.CacheDir)
 	set("plugins", "watch", false)
 	set("http", "listen", c.Listen)
+	if c.Pprof {
+		set("http", "pprof", true)
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err

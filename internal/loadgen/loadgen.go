@@ -54,7 +54,12 @@ type Options struct {
 	// KeysPerClient: a client moves to a new client_id every this many
 	// orders, so no projection document grows without bound (default 50).
 	KeysPerClient int
-	Out           io.Writer
+	// Profile, when set, is a directory for each host's CPU, block and
+	// mutex profiles and goroutine dump over each configuration's
+	// maximum phase, and summary.txt: every process's CPU over the
+	// phase and the profiles' top entries (hosts run with [http] pprof).
+	Profile string
+	Out     io.Writer
 }
 
 // Row is one configuration's figures.
@@ -77,7 +82,7 @@ type Row struct {
 
 // Run starts the servers, measures the floor and each host count, and
 // returns the rows, the floor first.
-func Run(ctx context.Context, o Options) ([]Row, error) {
+func Run(ctx context.Context, o Options) (_ []Row, err error) {
 	o.setDefaults()
 	dir, err := os.MkdirTemp("", "protean-loadgen-")
 	if err != nil {
@@ -98,6 +103,17 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 	}
 	defer rs.Stop(false)
 	note := func(format string, args ...any) { fmt.Fprintf(o.Out, format+"\n", args...) }
+	var prof *profiler
+	if o.Profile != "" {
+		if prof, err = newProfiler(o.Profile, dir); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if werr := os.WriteFile(filepath.Join(o.Profile, "summary.txt"), []byte(prof.summary(ctx)), 0o644); werr != nil && err == nil {
+				err = werr
+			}
+		}()
+	}
 	note("PostgreSQL on %s, Redis on %s; %d clients, %s per phase", pg.Addr(), rs.Addr(), o.Clients, o.Duration)
 
 	fl, err := newFloor(ctx, chaos.URL(pg.Addr()), "redis://"+rs.Addr()+"/0")
@@ -105,16 +121,16 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 		return nil, err
 	}
 	defer fl.close()
-	rows := []Row{measure(ctx, o, "floor", fl.order)}
+	rows := []Row{measure(ctx, o, "floor", fl.order, prof, nil)}
 	note("%s", rows[0])
 	fl.lock = true
-	rows = append(rows, measure(ctx, o, "floor+lock", fl.order))
+	rows = append(rows, measure(ctx, o, "floor+lock", fl.order, prof, nil))
 	note("%s", rows[1])
 
 	return measureHosts(ctx, o, dir, chaos.HostConfig{
 		DatabaseURL: chaos.URL(pg.Addr()), RedisURL: "redis://" + rs.Addr() + "/0",
-		CacheDir: filepath.Join(dir, "wasm-cache"), LeaseTTL: 15 * time.Second,
-	}, rows, note)
+		CacheDir: filepath.Join(dir, "wasm-cache"), LeaseTTL: 15 * time.Second, Pprof: prof != nil,
+	}, rows, prof, note)
 }
 
 // setDefaults fills in the options left zero.
@@ -139,7 +155,7 @@ func (o *Options) setDefaults() {
 // measureHosts measures each host count of o.Hosts in turn, starting
 // hosts (configured by cfg) as a count needs them and stopping them all at
 // the end, and returns rows with a row for each count added.
-func measureHosts(ctx context.Context, o Options, dir string, cfg chaos.HostConfig, rows []Row, note func(string, ...any)) ([]Row, error) {
+func measureHosts(ctx context.Context, o Options, dir string, cfg chaos.HostConfig, rows []Row, prof *profiler, note func(string, ...any)) ([]Row, error) {
 	var hosts []*chaos.Host
 	defer func() {
 		for _, h := range hosts {
@@ -155,7 +171,7 @@ func measureHosts(ctx context.Context, o Options, dir string, cfg chaos.HostConf
 			}
 			hosts = append(hosts, h)
 		}
-		row := measureOver(ctx, o, hosts[:n])
+		row := measureOver(ctx, o, hosts[:n], prof)
 		rows = append(rows, row)
 		note("%s", row)
 	}
@@ -187,7 +203,7 @@ func startHost(ctx context.Context, o Options, i int, dir, base string, cfg chao
 
 // measureOver measures the configuration of hosts, each order sent to
 // one of them in turn by its sequence number.
-func measureOver(ctx context.Context, o Options, hosts []*chaos.Host) Row {
+func measureOver(ctx context.Context, o Options, hosts []*chaos.Host, prof *profiler) Row {
 	addrs := make([]string, len(hosts))
 	for i, h := range hosts {
 		addrs[i] = h.Addr
@@ -195,7 +211,7 @@ func measureOver(ctx context.Context, o Options, hosts []*chaos.Host) Row {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients}, Timeout: 30 * time.Second}
 	return measure(ctx, o, fmt.Sprintf("%d host(s)", len(hosts)), func(ctx context.Context, client, key string, seq int) (time.Duration, time.Duration, error) {
 		return httpOrder(ctx, hc, addrs[seq%len(addrs)], client, key, seq)
-	})
+	}, prof, hosts)
 }
 
 // orderFunc places one order of key as client (its seq-th) and waits
@@ -204,10 +220,15 @@ func measureOver(ctx context.Context, o Options, hosts []*chaos.Host) Row {
 type orderFunc func(ctx context.Context, client, key string, seq int) (projected, command time.Duration, _ error)
 
 // measure runs the maximum phase, then the half-load phase, of one
-// configuration.
-func measure(ctx context.Context, o Options, name string, order orderFunc) Row {
+// configuration; prof (nil: none) profiles hosts over the maximum phase.
+func measure(ctx context.Context, o Options, name string, order orderFunc, prof *profiler, hosts []*chaos.Host) Row {
 	row := Row{Name: name}
+	done := func() {}
+	if prof != nil {
+		done = prof.watch(ctx, name, hosts, o.Duration)
+	}
 	n, _, cmds, _ := phase(ctx, o, name+"/max", order, 0)
+	done()
 	row.MaxRate = float64(n) / o.Duration.Seconds()
 	if len(cmds) > 0 {
 		slices.Sort(cmds)

@@ -1,10 +1,21 @@
 package loadgen
 
 import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/pprof"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/internal/chaos"
 )
 
 // The table gives each row's maximum as a ratio of the floor's, the first
@@ -17,4 +28,200 @@ func TestTableRatiosAgainstTheFloor(t *testing.T) {
 	got := Table(rows)
 	require.Contains(t, got, "| floor | 400 | 1.00× | 1ms / 3ms | 200 | 2ms / 9ms | 0 |")
 	require.Contains(t, got, "| 1 host(s) | 100 | 0.25× | 4ms / 30ms | 50 | 5ms / 40ms | 2 |")
+}
+
+// parseProcStat counts the fields from comm's last ')', so a comm with
+// spaces and parentheses does not shift utime and stime.
+func TestParseProcStat(t *testing.T) {
+	t.Parallel()
+	st, err := parseProcStat("4242 (a (b) c) S 7 4242 4242 0 -1 4194560 100 0 0 0 310 42 5 3 20 0 9 0 1234 0 0")
+	require.NoError(t, err)
+	require.Equal(t, procStat{ppid: 7, comm: "a (b) c", ticks: 352, childTicks: 8}, st)
+
+	for _, bad := range []string{"", "4242 no comm S 1", "4242 (x) S 7 1 1", "4242 (x) S 7 1 1 0 -1 0 0 0 0 0 ten 42 5 3"} {
+		_, err := parseProcStat(bad)
+		require.Error(t, err, bad)
+	}
+}
+
+// A tree's CPU is every live member's own and reaped time; a backend
+// that ends moves into its parent's reaped time, so the difference
+// between two readings counts it once.
+func TestTreeTicksCountsAnEndedChildOnce(t *testing.T) {
+	t.Parallel()
+	before := map[int]procStat{
+		1:  {ppid: 0, ticks: 1000},
+		10: {ppid: 1, ticks: 50, childTicks: 4}, // the postmaster
+		11: {ppid: 10, ticks: 30},               // a backend that will end
+		12: {ppid: 10, ticks: 20},
+		20: {ppid: 1, ticks: 500}, // not in the tree
+	}
+	after := map[int]procStat{
+		1:  {ppid: 0, ticks: 1100},
+		10: {ppid: 1, ticks: 60, childTicks: 4 + 45}, // reaped 11, at 45
+		12: {ppid: 10, ticks: 70},
+		13: {ppid: 10, ticks: 5}, // a new backend
+		20: {ppid: 1, ticks: 900},
+	}
+	t0, ok := treeTicks(before, 10, true)
+	require.True(t, ok)
+	require.EqualValues(t, 50+4+30+20, t0)
+	t1, ok := treeTicks(after, 10, true)
+	require.True(t, ok)
+	require.EqualValues(t, (60-50)+(45-30)+(70-20)+5, t1-t0)
+
+	own, ok := treeTicks(after, 10, false)
+	require.True(t, ok)
+	require.EqualValues(t, 60, own)
+	_, ok = treeTicks(after, 11, true)
+	require.False(t, ok, "an ended process")
+	require.Equal(t, 1500*time.Millisecond, ticksDuration(150))
+}
+
+// The machine's busy time leaves out idle and iowait, and guest time
+// (already in user).
+func TestMachineTicks(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "stat")
+	require.NoError(t, os.WriteFile(path, []byte("cpu  100 2 30 900 7 1 4 0 50 0\ncpu0 50 1 15 450 3 0 2 0 25 0\n"), 0o644))
+	busy, ok := machineTicks(path)
+	require.True(t, ok)
+	require.EqualValues(t, 100+2+30+1+4, busy)
+	require.NoError(t, os.WriteFile(path, []byte("intr 1 2 3\n"), 0o644))
+	_, ok = machineTicks(path)
+	require.False(t, ok)
+}
+
+const goroutineDump = `goroutine profile: total 71
+3 @ 0x4a1 0x4a2 0x4a3
+#	0x4a1	runtime.gopark+0xce				/go/src/runtime/proc.go:435
+#	0x4a2	github.com/x/outbox.(*Relay).loop+0x1f5	/src/outbox/relay.go:120
+#	0x4a3	runtime.goexit+0x1				/go/src/runtime/asm_amd64.s:1700
+
+64 @ 0x4b1 0x4b2 0x4b3 0x4b4
+# labels: {"handler":"orders"}
+#	0x4b1	internal/poll.runtime_pollWait+0x85	/go/src/runtime/netpoll.go:351
+#	0x4b2	internal/poll.(*pollDesc).wait+0x26	/go/src/internal/poll/fd_poll_runtime.go:84
+#	0x4b3	net/http.(*conn).serve+0x65a		/go/src/net/http/server.go:2102
+#	0x4b4	runtime.goexit+0x1			/go/src/runtime/asm_amd64.s:1700
+
+4 @ 0x4c1
+#	0x4c1	runtime.gopark+0xce	/go/src/runtime/proc.go:435
+
+`
+
+// The dump's stacks come out the most goroutines first, each named by
+// where it waits (outside runtime) and the goroutine's own function.
+func TestParseGoroutinesTopStacks(t *testing.T) {
+	t.Parallel()
+	total, stacks, err := parseGoroutines(goroutineDump)
+	require.NoError(t, err)
+	require.Equal(t, 71, total)
+	require.Len(t, stacks, 3)
+	require.Equal(t, []int{64, 4, 3}, []int{stacks[0].count, stacks[1].count, stacks[2].count})
+	require.Equal(t, []string{"internal/poll.runtime_pollWait", "internal/poll.(*pollDesc).wait", "net/http.(*conn).serve", "runtime.goexit"}, stacks[0].frames)
+
+	for i, want := range [][2]string{
+		{"internal/poll.runtime_pollWait", "net/http.(*conn).serve"},
+		{"runtime.gopark", "runtime.gopark"}, // runtime only
+		{"github.com/x/outbox.(*Relay).loop", "github.com/x/outbox.(*Relay).loop"},
+	} {
+		wait, owner := stacks[i].waitAndOwner()
+		require.Equal(t, want, [2]string{wait, owner}, i)
+	}
+
+	_, _, err = parseGoroutines("3 @ 0x1\n")
+	require.Error(t, err, "no total line")
+	_, _, err = parseGoroutines("goroutine profile: total 1\nx3 @ 0x1\n")
+	require.Error(t, err)
+
+	path := filepath.Join(t.TempDir(), "g.txt")
+	require.NoError(t, os.WriteFile(path, []byte(goroutineDump), 0o644))
+	lines, err := goroutineSummary(path)
+	require.NoError(t, err)
+	require.Equal(t, []string{
+		"71 goroutines in 3 stacks; the 3 largest (count, where it waits, whose goroutine):",
+		"   64  internal/poll.runtime_pollWait  in net/http.(*conn).serve",
+		"    4  runtime.gopark  in runtime.gopark",
+		"    3  github.com/x/outbox.(*Relay).loop  in github.com/x/outbox.(*Relay).loop",
+	}, lines)
+}
+
+// Of go tool pprof -top's output the summary keeps the duration and
+// total, what the nodes shown account for, and the table.
+func TestTopTableKeepsTheTable(t *testing.T) {
+	t.Parallel()
+	out := `File: protean-host
+Build ID: abc
+Type: cpu
+Time: 2026-12-06 10:00:00 UTC
+Duration: 5s, Total samples = 3.20s (64.00%)
+Showing nodes accounting for 1.50s, 46.88% of 3.20s total
+Dropped 200 nodes (cum <= 0.02s)
+Showing top 8 nodes out of 400
+      flat  flat%   sum%        cum   cum%
+     0.50s 15.62% 15.62%      0.50s 15.62%  runtime/internal/syscall.Syscall6
+     0.40s 12.50% 28.12%      0.90s 28.12%  github.com/tetratelabs/wazero.(*callEngine).call
+`
+	require.Equal(t, []string{
+		"Duration: 5s, Total samples = 3.20s (64.00%)",
+		"Showing nodes accounting for 1.50s, 46.88% of 3.20s total",
+		"      flat  flat%   sum%        cum   cum%",
+		"     0.50s 15.62% 15.62%      0.50s 15.62%  runtime/internal/syscall.Syscall6",
+		"     0.40s 12.50% 28.12%      0.90s 28.12%  github.com/tetratelabs/wazero.(*callEngine).call",
+	}, topTable(out))
+}
+
+func TestConfigSlug(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{"1 host(s)": "1hosts", "3 host(s)": "3hosts", "floor": "floor", "floor+lock": "floor-lock"} {
+		require.Equal(t, want, configSlug(in))
+	}
+}
+
+// Over a phase the profiler fetches a host's CPU, block and mutex
+// profiles and a goroutine dump from its /debug/pprof/, accounts this
+// process's CPU, and summarises them with go tool pprof.
+func TestProfilerSavesAHostsProfiles(t *testing.T) {
+	t.Parallel()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	dir := t.TempDir()
+	p, err := newProfiler(dir, t.TempDir())
+	require.NoError(t, err)
+	ctx := context.Background()
+	done := p.watch(ctx, "1 host(s)", []*chaos.Host{{Index: 0, Addr: strings.TrimPrefix(srv.URL, "http://")}}, 2*time.Second)
+	busy := time.Now().Add(2 * time.Second) // the phase: something for the CPU profile to see
+	for n := 0; time.Now().Before(busy); n++ {
+		_ = fmt.Sprint(n)
+	}
+	done()
+
+	require.Len(t, p.records, 1)
+	r := p.records[0]
+	require.Empty(t, r.errs)
+	require.Len(t, r.files, 4)
+	for _, kind := range []string{"cpu.pb.gz", "block.pb.gz", "mutex.pb.gz", "goroutines.txt"} {
+		fi, err := os.Stat(filepath.Join(dir, "1hosts-host0-"+kind))
+		require.NoError(t, err, kind)
+		require.Positive(t, fi.Size(), kind)
+	}
+	byName := map[string]time.Duration{}
+	for _, c := range r.cpu {
+		byName[c.name] = c.used
+	}
+	require.Equal(t, time.Duration(-1), byName["host0"], "no child process runs the host's config")
+	require.Positive(t, byName["loadgen"], "this process spun for the phase")
+
+	sum := p.summary(ctx)
+	require.Contains(t, sum, "## 1 host(s), maximum phase")
+	require.Contains(t, sum, "host0 goroutines (1hosts-host0-goroutines.txt):")
+	if _, err := exec.LookPath("go"); err == nil {
+		require.Contains(t, sum, "host0 cpu (1hosts-host0-cpu.pb.gz):\n  Duration: ")
+		require.Contains(t, sum, "flat%")
+	}
 }

@@ -1,0 +1,205 @@
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/proteanhq/protean-host/internal/chaos"
+)
+
+// profileMargin is how much shorter than the maximum phase the CPU, block
+// and mutex profiles are, so that they end inside it.
+const profileMargin = time.Second
+
+// fetchSlack bounds a profile's fetch beyond the seconds it covers.
+const fetchSlack = 15 * time.Second
+
+// profiler saves, during each configuration's maximum phase, every host's
+// CPU, block and mutex profiles and a goroutine dump under dir, and
+// accounts the CPU of each process of the run over the phase.
+type profiler struct {
+	dir     string
+	runDir  string // the run's directory, where PostgreSQL's data is
+	proc    string // /proc
+	hc      *http.Client
+	mu      sync.Mutex
+	records []phaseRecord
+}
+
+// phaseRecord is what one configuration's maximum phase left for the
+// summary.
+type phaseRecord struct {
+	config string
+	wall   time.Duration
+	cpu    []procCPU
+	// machine is the busy CPU of the whole machine over the phase, -1
+	// when /proc/stat is unreadable.
+	machine time.Duration
+	files   []savedProfile
+	errs    []string
+}
+
+// procCPU is one process's CPU over a phase; a process not running at
+// either end has used -1.
+type procCPU struct {
+	name string
+	used time.Duration
+}
+
+// savedProfile is one file the profiler saved.
+type savedProfile struct {
+	host int
+	kind string // cpu, block, mutex, goroutines
+	path string
+}
+
+func newProfiler(dir, runDir string) (*profiler, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	// No client timeout: each fetch has its own deadline, as long as the
+	// profile it waits for.
+	return &profiler{dir: dir, runDir: runDir, proc: "/proc", hc: &http.Client{}}, nil
+}
+
+// account is a process the CPU accounting follows: tree counts its
+// descendants (PostgreSQL's backends) too.
+type account struct {
+	name string
+	pid  int
+	tree bool
+}
+
+// accounts finds this run's processes: the hosts (children of this
+// process running their config), PostgreSQL (its postmaster's pid file),
+// Redis (the child redis-server) and loadgen itself.
+func (p *profiler) accounts(procs map[int]procStat, hosts []*chaos.Host) []account {
+	self := os.Getpid()
+	var out []account
+	for _, h := range hosts {
+		out = append(out, account{fmt.Sprintf("host%d", h.Index), childWith(procs, p.proc, self, "", h.Config()), true})
+	}
+	pg := 0
+	if files, _ := filepath.Glob(filepath.Join(p.runDir, "postgres-*", "data", "postmaster.pid")); len(files) > 0 {
+		pg = pidFile(files[0])
+	}
+	return append(out,
+		account{"postgres", pg, true},
+		account{"redis", childWith(procs, p.proc, self, "redis-server", ""), true},
+		account{"loadgen", self, false})
+}
+
+// watch starts the phase's profiles and CPU reading; the function it
+// returns, called when the phase ends, reads the CPU again, waits for the
+// fetches (each bounded by its timeout) and records the phase.
+func (p *profiler) watch(ctx context.Context, config string, hosts []*chaos.Host, d time.Duration) func() {
+	rec := phaseRecord{config: config, machine: -1}
+	before := readProcs(p.proc)
+	accts := p.accounts(before, hosts)
+	machine0, machineOK := machineTicks(filepath.Join(p.proc, "stat"))
+	start := time.Now()
+
+	secs := max(int((d-profileMargin)/time.Second), 1)
+	slug := configSlug(config)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	get := func(h *chaos.Host, kind, query string, timeout time.Duration) {
+		defer wg.Done()
+		name := fmt.Sprintf("%s-host%d-%s", slug, h.Index, kind)
+		if kind == "goroutines" {
+			name += ".txt"
+		} else {
+			name += ".pb.gz"
+		}
+		path := filepath.Join(p.dir, name)
+		err := p.fetch(ctx, "http://"+h.Addr+"/debug/pprof/"+query, path, timeout)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			rec.errs = append(rec.errs, fmt.Sprintf("host%d %s: %v", h.Index, kind, err))
+			return
+		}
+		rec.files = append(rec.files, savedProfile{host: h.Index, kind: kind, path: path})
+	}
+	long := time.Duration(secs)*time.Second + fetchSlack
+	for _, h := range hosts {
+		wg.Add(4)
+		go get(h, "cpu", fmt.Sprintf("profile?seconds=%d", secs), long)
+		// seconds=N on a named profile answers the delta over those
+		// seconds (net/http/pprof, Go 1.16 on).
+		go get(h, "block", fmt.Sprintf("block?seconds=%d", secs), long)
+		go get(h, "mutex", fmt.Sprintf("mutex?seconds=%d", secs), long)
+		go func() {
+			select {
+			case <-time.After(d / 2):
+				get(h, "goroutines", "goroutine?debug=1", fetchSlack)
+			case <-ctx.Done():
+				wg.Done()
+			}
+		}()
+	}
+	return func() {
+		after := readProcs(p.proc)
+		rec.wall = time.Since(start)
+		if m1, ok := machineTicks(filepath.Join(p.proc, "stat")); ok && machineOK {
+			rec.machine = ticksDuration(m1 - machine0)
+		}
+		for _, a := range accts {
+			used := time.Duration(-1)
+			t0, ok0 := treeTicks(before, a.pid, a.tree)
+			t1, ok1 := treeTicks(after, a.pid, a.tree)
+			if a.pid > 0 && ok0 && ok1 {
+				used = ticksDuration(t1 - t0)
+			}
+			rec.cpu = append(rec.cpu, procCPU{a.name, used})
+		}
+		wg.Wait()
+		p.mu.Lock()
+		p.records = append(p.records, rec)
+		p.mu.Unlock()
+	}
+}
+
+func ticksDuration(t int64) time.Duration { return time.Duration(t) * time.Second / clockTicks }
+
+// fetch saves url's answer to path, within timeout.
+func (p *profiler) fetch(ctx context.Context, url, path string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		os.Remove(path)
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	return f.Close()
+}
+
+// configSlug names a configuration in file names: "1 host(s)" → "1hosts",
+// "floor+lock" → "floor-lock".
+func configSlug(config string) string {
+	return strings.NewReplacer(" host(s)", "hosts", " ", "-", "+", "-", "(", "", ")", "", "/", "-").Replace(config)
+}
