@@ -21,6 +21,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/httpapi"
 	"github.com/proteanhq/protean-host/internal/ops"
+	"github.com/proteanhq/protean-host/internal/ops/local"
 	"github.com/proteanhq/protean-host/internal/redispartition"
 	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/internal/relay"
@@ -214,7 +215,7 @@ func (h *hostProcess) listen(c *composition) error {
 	if err != nil {
 		return err
 	}
-	o := ops.Options{Tenancy: func() ops.Tenancy { return ops.TenancyOf(h.eng.Set()) }, Partitions: h.routes.Partitions, Admin: status.admin,
+	o := local.Options{Tenancy: func() ops.Tenancy { return ops.TenancyOf(h.eng.Set()) }, Partitions: h.routes.Partitions, Admin: status.admin,
 		BackfillSuffix: c.cfg.Server.PriorityLanes.BackfillSuffix, Outbox: c.st.outbox, Audit: c.st.audit}
 	o.DeadLetters, _ = c.br.pub.(broker.DeadLetterer)
 	if c.fromStore {
@@ -222,7 +223,7 @@ func (h *hostProcess) listen(c *composition) error {
 	} else {
 		o.Groups = h.routes.Groups // the broker groups run: their dead letters replay
 	}
-	operations, err := ops.New(o)
+	operations, err := local.New(o)
 	if err != nil {
 		return err
 	}

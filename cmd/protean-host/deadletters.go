@@ -12,6 +12,7 @@ import (
 
 	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/internal/ops"
+	"github.com/proteanhq/protean-host/internal/ops/local"
 )
 
 const deadLettersUsage = `usage: protean-host dead-letters list [--url URL]
@@ -73,7 +74,7 @@ func cmdDeadLetters(ctx context.Context, e *env, args []string) error {
 	if err := o.parse(e, fs, nil); err != nil {
 		return err
 	}
-	api, sc, closeAll, err := o.open(ctx, func(ctx context.Context) (*ops.Service, func(), error) {
+	api, sc, closeAll, err := o.open(ctx, func(ctx context.Context) (*local.Service, func(), error) {
 		if b := e.cfg.OutboxBroker(); b.Provider != config.ProviderRedis {
 			return nil, nil, fmt.Errorf("brokers.%s.provider is %q: the inline broker's dead letters live in the running host's memory: ask it with --url", e.cfg.Outbox.Broker, b.Provider)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/proteanhq/protean-host/internal/audit"
 	"github.com/proteanhq/protean-host/internal/ops"
+	"github.com/proteanhq/protean-host/internal/ops/local"
 	"github.com/proteanhq/protean-host/internal/subscription"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/position"
@@ -19,7 +20,7 @@ import (
 
 // The operator commands (partitions, subscriptions, outbox, dead-letters,
 // audit) speak to one interface, ops.API: a running host's over HTTP with
-// --url, or an ops.Service over the config's stores. Each view has one
+// --url, or an local.Service over the config's stores. Each view has one
 // printing function, so the output is the same either way.
 
 // remoteHelp is the operator commands' usage of --url.
@@ -69,7 +70,7 @@ func (o *operator) parse(e *env, fs *flag.FlagSet, args []string) error {
 
 // open returns the operations and the scope to ask them in: a Client of
 // the host at --url, or the Service direct opens, in the All scope.
-func (o *operator) open(ctx context.Context, direct func(ctx context.Context) (*ops.Service, func(), error)) (ops.API, ops.Scope, func(), error) {
+func (o *operator) open(ctx context.Context, direct func(ctx context.Context) (*local.Service, func(), error)) (ops.API, ops.Scope, func(), error) {
 	if o.url != "" {
 		c, err := ops.NewClient(o.url, os.Getenv(envAPIKey), remoteTimeout)
 		if err != nil {
@@ -98,14 +99,14 @@ func noTenancy() ops.Tenancy {
 // databaseOps is the operations API over the config's migrated database:
 // the event-store subscriptions (every one with a positions row, loaded
 // or not), the outbox and the audit log.
-func databaseOps(e *env) func(ctx context.Context) (*ops.Service, func(), error) {
-	return func(ctx context.Context) (*ops.Service, func(), error) {
+func databaseOps(e *env) func(ctx context.Context) (*local.Service, func(), error) {
+	return func(ctx context.Context) (*local.Service, func(), error) {
 		pool, err := openMigratedPool(ctx, e.cfg)
 		if err != nil {
 			return nil, nil, err
 		}
 		positions := position.NewPostgres(pool, nil)
-		s, err := ops.New(ops.Options{Tenancy: noTenancy,
+		s, err := local.New(local.Options{Tenancy: noTenancy,
 			Stored: func(ctx context.Context) ([]subscription.Subscription, error) {
 				rows, err := positions.List(ctx, "")
 				if err != nil {

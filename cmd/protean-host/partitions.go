@@ -20,6 +20,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/config"
 	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/ops"
+	"github.com/proteanhq/protean-host/internal/ops/local"
 	"github.com/proteanhq/protean-host/internal/redispartition"
 	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/internal/routes"
@@ -94,7 +95,7 @@ func cmdPartitions(ctx context.Context, e *env, args []string) error {
 	if err := o.parse(e, fs, nil); err != nil {
 		return err
 	}
-	api, sc, closeAll, err := o.open(ctx, func(ctx context.Context) (*ops.Service, func(), error) { return partitionOps(ctx, e) })
+	api, sc, closeAll, err := o.open(ctx, func(ctx context.Context) (*local.Service, func(), error) { return partitionOps(ctx, e) })
 	if err != nil {
 		return err
 	}
@@ -149,7 +150,7 @@ func parseMixed(fs *flag.FlagSet, args []string) ([]string, error) {
 // log in the database (none: kept in memory, so only the Redis stream
 // protean:audit records a partition's action). A dead letter replayed
 // here waits in its group's line for the running host.
-func partitionOps(ctx context.Context, e *env) (*ops.Service, func(), error) {
+func partitionOps(ctx context.Context, e *env) (*local.Service, func(), error) {
 	adm, rdb, pool, closeAll, err := openAdmin(ctx, e)
 	if err != nil {
 		return nil, nil, err
@@ -166,7 +167,7 @@ func partitionOps(ctx context.Context, e *env) (*ops.Service, func(), error) {
 	}
 	closeBoth := func() { set.Close(ctx); closeAll() }
 	rt, tenancy := routes.Of(set, true), ops.TenancyOf(set)
-	o := ops.Options{Tenancy: func() ops.Tenancy { return tenancy }, Partitions: rt.Partitions,
+	o := local.Options{Tenancy: func() ops.Tenancy { return tenancy }, Partitions: rt.Partitions,
 		Admin: adm, BackfillSuffix: e.cfg.Server.PriorityLanes.BackfillSuffix, DeadLetters: dls, Outbox: outbox.NewMemory(nil), Audit: audit.NewMemory(nil)}
 	if e.cfg.SubscriptionType() != config.SubscriptionEventStore {
 		o.Groups = rt.Groups // the running host's broker groups
@@ -174,7 +175,7 @@ func partitionOps(ctx context.Context, e *env) (*ops.Service, func(), error) {
 	if pool != nil {
 		o.Outbox, o.Audit = outbox.NewPostgres(pool, nil), audit.NewPostgres(pool)
 	}
-	s, err := ops.New(o)
+	s, err := local.New(o)
 	if err != nil {
 		closeBoth()
 		return nil, nil, err

@@ -226,7 +226,7 @@ func (c *Client) DeadLetters(ctx context.Context, _ Scope) ([]DeadLetter, error)
 
 // ReplayDeadLetter implements API.
 func (c *Client) ReplayDeadLetter(ctx context.Context, _ Scope, act Act, stream, group, id string) (Done, error) {
-	if err := checkReplay(act); err != nil {
+	if err := CheckReplay(act); err != nil {
 		return Done{}, err
 	}
 	var out Done

@@ -20,9 +20,12 @@
 // audit) with who asked, the tenant, the action, the target and the
 // outcome.
 //
-// Service is the API over the host's stores; the HTTP routes under
-// /v1/ops serve it (package httpapi), and Client calls those routes, so
-// the CLI speaks to a Service directly or to a host by HTTP through one
+// This package holds the contract: API, its types and errors, Scope and
+// Tenancy, and Client. Package ops/local implements API over the host's
+// own stores (Redis partitions, PostgreSQL or memory), so that the HTTP
+// API (package httpapi), which serves it under /v1/ops, links no Redis
+// client on a PostgreSQL-only host. Client calls those routes, so the CLI
+// speaks to a local Service directly or to a host by HTTP through one
 // interface, API. A Client's errors unwrap to the same sentinels
 // (StatusError carries the host's status and message), so the CLI reports
 // a refusal alike either way; the host, not the Client's Scope, decides

@@ -3,10 +3,12 @@ package ops
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/proteanhq/protean-host/internal/audit"
+	"github.com/proteanhq/protean-host/internal/host"
 )
 
 // API is what an operator may do; Service and Client implement it.
@@ -72,8 +74,8 @@ func (s Scope) Has(tenant string) bool {
 // IsAll reports whether s is All.
 func (s Scope) IsAll() bool { return s.all }
 
-// list is the scope as an audit query's tenants: nil for All.
-func (s Scope) list() []string {
+// List is the scope as an audit query's tenants: nil for All.
+func (s Scope) List() []string {
 	if s.all {
 		return nil
 	}
@@ -252,4 +254,35 @@ type DeadLetter struct {
 	Replayable bool `json:"replayable"`
 	// Data is the message's data, cut to 200 bytes.
 	Data string `json:"data,omitempty"`
+}
+
+// Tenancy places a running set's items in their tenants.
+type Tenancy struct {
+	// Handlers maps each handler (a consumer group) to its module's
+	// tenant.
+	Handlers map[string]string
+	// Owner returns the tenant that owns category ("" for none).
+	Owner func(category string) string
+}
+
+// TenancyOf is the Tenancy of set.
+func TenancyOf(set *host.Set) Tenancy {
+	t := Tenancy{Handlers: map[string]string{}, Owner: func(c string) string {
+		o, _ := set.Owners().Owner(c)
+		return o
+	}}
+	for _, m := range set.Modules() {
+		for _, h := range m.Manifest.Handlers {
+			t.Handlers[h.Name] = m.Tenant
+		}
+	}
+	return t
+}
+
+// CheckReplay refuses an action on a dead letter other than replay.
+func CheckReplay(act Act) error {
+	if act.Action != "replay" {
+		return fmt.Errorf("%w: a dead letter's action is replay, not %q", ErrInvalid, act.Action)
+	}
+	return nil
 }

@@ -1,10 +1,12 @@
-package ops
+package local
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/proteanhq/protean-host/internal/ops"
 
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/internal/groups"
@@ -19,15 +21,7 @@ type storeLister interface {
 }
 
 // errNoDeadLetters: the host's broker keeps none.
-var errNoDeadLetters = fmt.Errorf("%w: this host's broker keeps no dead letters", ErrNotFound)
-
-// checkReplay refuses an action on a dead letter other than replay.
-func checkReplay(act Act) error {
-	if act.Action != "replay" {
-		return fmt.Errorf("%w: a dead letter's action is replay, not %q", ErrInvalid, act.Action)
-	}
-	return nil
-}
+var errNoDeadLetters = fmt.Errorf("%w: this host's broker keeps no dead letters", ops.ErrNotFound)
 
 // groups returns the running broker groups.
 func (s *Service) groups() []groups.Group {
@@ -38,8 +32,8 @@ func (s *Service) groups() []groups.Group {
 }
 
 // DeadLetters implements API.
-func (s *Service) DeadLetters(ctx context.Context, sc Scope) ([]DeadLetter, error) {
-	out := []DeadLetter{}
+func (s *Service) DeadLetters(ctx context.Context, sc ops.Scope) ([]ops.DeadLetter, error) {
+	out := []ops.DeadLetter{}
 	if s.o.DeadLetters == nil {
 		return out, nil
 	}
@@ -53,7 +47,7 @@ func (s *Service) DeadLetters(ctx context.Context, sc Scope) ([]DeadLetter, erro
 		if !sc.Has(t) {
 			continue
 		}
-		d := DeadLetter{Tenant: t, Group: dl.Group, Stream: dl.Stream, ID: dl.ID, Type: dl.Type, GlobalPosition: dl.GlobalPosition,
+		d := ops.DeadLetter{Tenant: t, Group: dl.Group, Stream: dl.Stream, ID: dl.ID, Type: dl.Type, GlobalPosition: dl.GlobalPosition,
 			Reason: dl.Reason, Attempts: dl.Attempts, FailedAt: dl.FailedAt, Source: "group", Data: string(dl.Data)}
 		if dl.Unit != "" {
 			d.Source = "partition"
@@ -73,7 +67,7 @@ func (s *Service) DeadLetters(ctx context.Context, sc Scope) ([]DeadLetter, erro
 // the running groups'.
 func (s *Service) stored(ctx context.Context, stream string) ([]redisstream.DeadLetter, error) {
 	if l, ok := s.o.DeadLetters.(storeLister); ok {
-		return l.DeadLetters(ctx, stream, MaxDeadLetters)
+		return l.DeadLetters(ctx, stream, ops.MaxDeadLetters)
 	}
 	var out []redisstream.DeadLetter
 	n := map[string]int{}
@@ -86,7 +80,7 @@ func (s *Service) stored(ctx context.Context, stream string) ([]redisstream.Dead
 			return nil, err
 		}
 		for _, dl := range dls {
-			if n[g.Stream] == MaxDeadLetters {
+			if n[g.Stream] == ops.MaxDeadLetters {
 				break
 			}
 			n[g.Stream]++
@@ -98,26 +92,26 @@ func (s *Service) stored(ctx context.Context, stream string) ([]redisstream.Dead
 }
 
 // ReplayDeadLetter implements API.
-func (s *Service) ReplayDeadLetter(ctx context.Context, sc Scope, act Act, stream, group, id string) (Done, error) {
-	if err := checkReplay(act); err != nil {
-		return Done{}, err
+func (s *Service) ReplayDeadLetter(ctx context.Context, sc ops.Scope, act ops.Act, stream, group, id string) (ops.Done, error) {
+	if err := ops.CheckReplay(act); err != nil {
+		return ops.Done{}, err
 	}
 	if stream == "" || group == "" || id == "" {
-		return Done{}, fmt.Errorf("%w: a dead letter is named by its stream, group and message id, none empty", ErrInvalid)
+		return ops.Done{}, fmt.Errorf("%w: a dead letter is named by its stream, group and message id, none empty", ops.ErrInvalid)
 	}
 	tenant := s.tenants()[group]
 	if !sc.Has(tenant) {
-		return Done{}, hidden(sc, fmt.Errorf("%w: no dead letter %s of group %s on stream %s", ErrNotFound, id, group, stream))
+		return ops.Done{}, hidden(sc, fmt.Errorf("%w: no dead letter %s of group %s on stream %s", ops.ErrNotFound, id, group, stream))
 	}
 	if s.o.DeadLetters == nil {
-		return Done{}, errNoDeadLetters // the group is the scope's: nothing to hide
+		return ops.Done{}, errNoDeadLetters // the group is the scope's: nothing to hide
 	}
 	target := stream + " " + group + " " + id
 	aid, err := s.record(ctx, act, "deadletters", tenant, target, s.replay(ctx, stream, group, id))
 	if err != nil {
-		return Done{}, err
+		return ops.Done{}, err
 	}
-	return Done{Tenant: tenant, Action: act.Action, Target: target, Audit: aid,
+	return ops.Done{Tenant: tenant, Action: act.Action, Target: target, Audit: aid,
 		Detail: fmt.Sprintf("dead letter %s is back at the head of group %s's line on stream %s, with fresh attempts", id, group, stream)}, nil
 }
 
@@ -134,17 +128,17 @@ func (s *Service) replay(ctx context.Context, stream, group, id string) error {
 				// The partition's workers fence by global position and read
 				// no requeue line: the broker cannot put it back.
 				return fmt.Errorf("%w: stream %s is partition %s's, and partitions' dead letters are replayed by hand, not through the broker (see protean-host dead-letters --help)",
-					ErrConflict, stream, dl.Unit)
+					ops.ErrConflict, stream, dl.Unit)
 			}
 		}
-		return fmt.Errorf("%w: group %s does not read stream %s on this host, so nothing would deliver its dead letters again", ErrNotFound, group, stream)
+		return fmt.Errorf("%w: group %s does not read stream %s on this host, so nothing would deliver its dead letters again", ops.ErrNotFound, group, stream)
 	}
 	err := s.o.DeadLetters.Replay(ctx, stream, group, id)
 	switch {
 	case errors.Is(err, broker.ErrNotDeadLettered):
-		err = fmt.Errorf("%w: %w", ErrNotFound, err)
+		err = fmt.Errorf("%w: %w", ops.ErrNotFound, err)
 	case errors.Is(err, broker.ErrInvalid):
-		err = fmt.Errorf("%w: %w", ErrInvalid, err)
+		err = fmt.Errorf("%w: %w", ops.ErrInvalid, err)
 	}
 	return err
 }

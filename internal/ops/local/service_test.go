@@ -1,4 +1,4 @@
-package ops_test
+package local_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/proteanhq/protean-host/internal/audit"
 	"github.com/proteanhq/protean-host/internal/ops"
+	"github.com/proteanhq/protean-host/internal/ops/local"
 	"github.com/proteanhq/protean-host/internal/subscription"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/position"
@@ -17,7 +18,7 @@ import (
 // rig is a Service over memory stores with two tenants: shop (handler
 // client_orders, category order) and lab (handler behave, category lab).
 type rig struct {
-	svc      *ops.Service
+	svc      *local.Service
 	outbox   *outbox.Memory
 	failures *subscription.MemoryFailures
 	audit    *audit.Memory
@@ -32,7 +33,7 @@ func newRig(t *testing.T) rig {
 	}}
 	subs := []subscription.Subscription{{Group: "client_orders", Category: "order"}, {Group: "behave", Category: "lab"}}
 	var err error
-	r.svc, err = ops.New(ops.Options{Tenancy: func() ops.Tenancy { return tenancy }, Outbox: r.outbox, Audit: r.audit,
+	r.svc, err = local.New(local.Options{Tenancy: func() ops.Tenancy { return tenancy }, Outbox: r.outbox, Audit: r.audit,
 		Subscriptions: func() []subscription.Subscription { return subs }, Positions: positions,
 		Leases: &subscription.MemoryLeases{}, Head: func(context.Context, string) (int64, error) { return 7, nil }, Failures: r.failures})
 	require.NoError(t, err)

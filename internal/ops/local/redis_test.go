@@ -1,4 +1,4 @@
-package ops_test
+package local_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/audit"
 	"github.com/proteanhq/protean-host/internal/groups"
 	"github.com/proteanhq/protean-host/internal/ops"
+	"github.com/proteanhq/protean-host/internal/ops/local"
 	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/outbox"
@@ -44,7 +45,7 @@ func TestPartitionDeadLettersAreListedNotReplayed(t *testing.T) {
 		"data", `{"n":1}`, "global_position", "12", "dl_group", "client_orders", "dl_reason", "max_retries", "dl_attempts", "3",
 		"dl_failed_at", "1700000000 0", "dl_entry", "1-0", "dl_stream", "order:c-1", "dl_unit", "order:c-1"}}).Err())
 
-	svc, err := ops.New(ops.Options{Tenancy: handlerTenancy, Outbox: outbox.NewMemory(nil), Audit: audit.NewMemory(nil),
+	svc, err := local.New(local.Options{Tenancy: handlerTenancy, Outbox: outbox.NewMemory(nil), Audit: audit.NewMemory(nil),
 		DeadLetters: b, Groups: func() []groups.Group { return []groups.Group{{Handler: "client_orders", Stream: "order"}} }})
 	require.NoError(t, err)
 

@@ -1,4 +1,4 @@
-package ops_test
+package local_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/audit"
 	"github.com/proteanhq/protean-host/internal/groups"
 	"github.com/proteanhq/protean-host/internal/ops"
+	"github.com/proteanhq/protean-host/internal/ops/local"
 	"github.com/proteanhq/protean-host/outbox"
 )
 
@@ -35,7 +36,7 @@ func handlerTenancy() ops.Tenancy {
 
 // deadLetterRig is a Service over an inline broker whose running groups
 // are shop's client_orders on order and lab's behave on lab.
-func deadLetterRig(t *testing.T) (*ops.Service, *broker.Inline, *audit.Memory) {
+func deadLetterRig(t *testing.T) (*local.Service, *broker.Inline, *audit.Memory) {
 	t.Helper()
 	opts := broker.DefaultOptions()
 	opts.MaxRetries = 0
@@ -43,7 +44,7 @@ func deadLetterRig(t *testing.T) (*ops.Service, *broker.Inline, *audit.Memory) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close() })
 	log := audit.NewMemory(nil)
-	svc, err := ops.New(ops.Options{Tenancy: handlerTenancy, Outbox: outbox.NewMemory(nil), Audit: log,
+	svc, err := local.New(local.Options{Tenancy: handlerTenancy, Outbox: outbox.NewMemory(nil), Audit: log,
 		DeadLetters: b, Groups: func() []groups.Group {
 			return []groups.Group{{Handler: "client_orders", Stream: "order"}, {Handler: "behave", Stream: "lab"}}
 		}})

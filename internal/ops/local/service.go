@@ -1,4 +1,4 @@
-package ops
+package local
 
 import (
 	"cmp"
@@ -11,7 +11,7 @@ import (
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/internal/audit"
 	"github.com/proteanhq/protean-host/internal/groups"
-	"github.com/proteanhq/protean-host/internal/host"
+	"github.com/proteanhq/protean-host/internal/ops"
 	"github.com/proteanhq/protean-host/internal/redispartition"
 	"github.com/proteanhq/protean-host/internal/subscription"
 	"github.com/proteanhq/protean-host/outbox"
@@ -25,7 +25,7 @@ import (
 type Options struct {
 	// Tenancy is the running set's: the tenants of the handlers and
 	// categories (TenancyOf).
-	Tenancy func() Tenancy
+	Tenancy func() ops.Tenancy
 	// Partitions are the partition workers' groups of the running set,
 	// and Admin acts on them; nil Admin: this host has no partitions.
 	Partitions     func() []partition.Subscription
@@ -69,30 +69,7 @@ func New(o Options) (*Service, error) {
 	return &Service{o: o}, nil
 }
 
-var _ API = (*Service)(nil)
-
-// Tenancy places a running set's items in their tenants.
-type Tenancy struct {
-	// Handlers maps each handler (a consumer group) to its module's
-	// tenant.
-	Handlers map[string]string
-	// Owner returns the tenant that owns category ("" for none).
-	Owner func(category string) string
-}
-
-// TenancyOf is the Tenancy of set.
-func TenancyOf(set *host.Set) Tenancy {
-	t := Tenancy{Handlers: map[string]string{}, Owner: func(c string) string {
-		o, _ := set.Owners().Owner(c)
-		return o
-	}}
-	for _, m := range set.Modules() {
-		for _, h := range m.Manifest.Handlers {
-			t.Handlers[h.Name] = m.Tenant
-		}
-	}
-	return t
-}
+var _ ops.API = (*Service)(nil)
 
 // tenants maps each handler of the running set to its module's tenant.
 func (s *Service) tenants() map[string]string { return s.o.Tenancy().Handlers }
@@ -100,7 +77,7 @@ func (s *Service) tenants() map[string]string { return s.o.Tenancy().Handlers }
 // record appends the audit entry of an action on target of tenant that
 // ended with err, and returns its id and err, or the audit's error if
 // the entry could not be kept.
-func (s *Service) record(ctx context.Context, act Act, kind, tenant, target string, err error) (int64, error) {
+func (s *Service) record(ctx context.Context, act ops.Act, kind, tenant, target string, err error) (int64, error) {
 	id, aerr := s.o.Audit.Append(context.WithoutCancel(ctx), audit.Entry{Principal: act.By, Tenant: tenant, Action: kind + "." + act.Action,
 		Target: target, Outcome: audit.Outcome(err), Reason: act.Reason})
 	if aerr != nil {
@@ -110,27 +87,27 @@ func (s *Service) record(ctx context.Context, act Act, kind, tenant, target stri
 }
 
 // errNoPartitions: the host has no Redis partitions.
-var errNoPartitions = fmt.Errorf("%w: this host has no partitions (they live on a Redis broker, with the partition workers)", ErrNotFound)
+var errNoPartitions = fmt.Errorf("%w: this host has no partitions (they live on a Redis broker, with the partition workers)", ops.ErrNotFound)
 
 // hidden is ErrNotFound for a scope that may know, else ErrForbidden.
-func hidden(sc Scope, err error) error {
+func hidden(sc ops.Scope, err error) error {
 	if sc.IsAll() {
 		return err
 	}
-	return ErrForbidden
+	return ops.ErrForbidden
 }
 
 // Partitions implements API.
-func (s *Service) Partitions(ctx context.Context, sc Scope) ([]Partition, error) {
+func (s *Service) Partitions(ctx context.Context, sc ops.Scope) ([]ops.Partition, error) {
 	if s.o.Admin == nil {
-		return []Partition{}, nil // partitions live on a Redis broker, with the partition workers
+		return []ops.Partition{}, nil // partitions live on a Redis broker, with the partition workers
 	}
 	sts, err := s.o.Admin.List(ctx, s.o.Partitions())
 	if err != nil {
 		return nil, err
 	}
 	ts := s.tenants()
-	out := []Partition{}
+	out := []ops.Partition{}
 	for _, st := range sts {
 		if t := ts[st.Group]; sc.Has(t) {
 			out = append(out, partitionOf(t, st))
@@ -139,11 +116,11 @@ func (s *Service) Partitions(ctx context.Context, sc Scope) ([]Partition, error)
 	return out, nil
 }
 
-func partitionOf(tenant string, st redispartition.Status) Partition {
-	p := Partition{Tenant: tenant, Category: st.Category, Key: st.Key, Group: st.Group, Owner: st.Owner, Generation: st.Generation,
+func partitionOf(tenant string, st redispartition.Status) ops.Partition {
+	p := ops.Partition{Tenant: tenant, Category: st.Category, Key: st.Key, Group: st.Group, Owner: st.Owner, Generation: st.Generation,
 		Pending: st.Pending, Lag: st.Lag, State: st.State()}
 	if h := st.Halt; h != nil {
-		p.Halt = &Halt{Stream: h.Stream, Entry: h.Entry, MessageID: h.MessageID, Attempts: h.Attempts, HaltedAt: h.HaltedAt,
+		p.Halt = &ops.Halt{Stream: h.Stream, Entry: h.Entry, MessageID: h.MessageID, Attempts: h.Attempts, HaltedAt: h.HaltedAt,
 			Generation: h.Generation, Reason: h.Reason}
 	}
 	return p
@@ -159,7 +136,7 @@ func (s *Service) unitOf(category, key string) (string, error) {
 		err = fmt.Errorf("%w: category %q and key %q name partition %q of category %q", partition.ErrInvalidUnit, category, key, k, c)
 	}
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+		return "", fmt.Errorf("%w: %w", ops.ErrInvalid, err)
 	}
 	return unit, nil
 }
@@ -200,7 +177,7 @@ func contains(s []string, v string) bool {
 }
 
 // Partition implements API.
-func (s *Service) Partition(ctx context.Context, sc Scope, category, key string) ([]PartitionDetail, error) {
+func (s *Service) Partition(ctx context.Context, sc ops.Scope, category, key string) ([]ops.PartitionDetail, error) {
 	if s.o.Admin == nil {
 		return nil, hidden(sc, errNoPartitions)
 	}
@@ -212,7 +189,7 @@ func (s *Service) Partition(ctx context.Context, sc Scope, category, key string)
 	if err != nil {
 		return nil, err
 	}
-	var out []PartitionDetail
+	var out []ops.PartitionDetail
 	for _, sub := range subs {
 		t := ts[sub.Group]
 		if !sc.Has(t) {
@@ -222,7 +199,7 @@ func (s *Service) Partition(ctx context.Context, sc Scope, category, key string)
 		if err != nil {
 			return nil, err
 		}
-		pd := PartitionDetail{Partition: partitionOf(t, d.Status), Streams: d.Sources, Positions: d.Positions, Entries: []Entry{}}
+		pd := ops.PartitionDetail{Partition: partitionOf(t, d.Status), Streams: d.Sources, Positions: d.Positions, Entries: []ops.Entry{}}
 		for _, e := range d.Entries {
 			state := "new"
 			switch {
@@ -231,42 +208,42 @@ func (s *Service) Partition(ctx context.Context, sc Scope, category, key string)
 			case e.Pending:
 				state = "pending"
 			}
-			pd.Entries = append(pd.Entries, Entry{Stream: e.Stream, ID: e.ID, State: state, Deliveries: e.Deliveries, Failures: e.Failures,
+			pd.Entries = append(pd.Entries, ops.Entry{Stream: e.Stream, ID: e.ID, State: state, Deliveries: e.Deliveries, Failures: e.Failures,
 				MessageID: e.MessageID, Type: e.Type, GlobalPosition: e.GlobalPosition, Data: e.Data, Problem: e.Problem})
 		}
 		out = append(out, pd)
 	}
 	if len(out) == 0 {
 		return nil, hidden(sc, fmt.Errorf("%w: no handler reads partitioned category %s (or is a correlated process manager of that name), and %s is not halted in any group",
-			ErrNotFound, category, unit))
+			ops.ErrNotFound, category, unit))
 	}
 	return out, nil
 }
 
 // ActOnPartition implements API.
-func (s *Service) ActOnPartition(ctx context.Context, sc Scope, act Act, category, key, group string) (Done, error) {
+func (s *Service) ActOnPartition(ctx context.Context, sc ops.Scope, act ops.Act, category, key, group string) (ops.Done, error) {
 	if s.o.Admin == nil {
-		return Done{}, hidden(sc, errNoPartitions)
+		return ops.Done{}, hidden(sc, errNoPartitions)
 	}
 	switch act.Action {
 	case "skip", "dlq", "resume":
 	default:
-		return Done{}, fmt.Errorf("%w: a partition's action is skip, dlq or resume, not %q", ErrInvalid, act.Action)
+		return ops.Done{}, fmt.Errorf("%w: a partition's action is skip, dlq or resume, not %q", ops.ErrInvalid, act.Action)
 	}
 	unit, err := s.unitOf(category, key)
 	if err != nil {
-		return Done{}, err
+		return ops.Done{}, err
 	}
 	subs, ts, err := s.groupsOf(ctx, category, unit)
 	if err != nil {
-		return Done{}, err
+		return ops.Done{}, err
 	}
 	mine := false // a group in scope reads the partition
 	for _, sub := range subs {
 		mine = mine || (sc.Has(ts[sub.Group]) && (group == "" || sub.Group == group))
 	}
 	if !mine {
-		return Done{}, hidden(sc, fmt.Errorf("%w: no handler %sreads partition %s", ErrNotFound, orEmpty(group, "%s "), unit))
+		return ops.Done{}, hidden(sc, fmt.Errorf("%w: no handler %sreads partition %s", ops.ErrNotFound, orEmpty(group, "%s "), unit))
 	}
 	tenant, target := "", unit
 	if group == "" {
@@ -286,11 +263,11 @@ func (s *Service) ActOnPartition(ctx context.Context, sc Scope, act Act, categor
 	}
 	id, err := s.record(ctx, act, "partitions", tenant, target, err)
 	if err != nil {
-		return Done{}, err
+		return ops.Done{}, err
 	}
 	h := out.Halt
 	msg := cmp.Or(h.MessageID, "-")
-	d := Done{Tenant: tenant, Action: act.Action, Target: target, Audit: id}
+	d := ops.Done{Tenant: tenant, Action: act.Action, Target: target, Audit: id}
 	switch act.Action {
 	case "skip":
 		d.Detail = fmt.Sprintf("skipped entry %s of %s (message %s) for group %s; acked: %v; the partition is released", h.Entry, h.Stream, msg, group, out.Acked)
@@ -303,7 +280,7 @@ func (s *Service) ActOnPartition(ctx context.Context, sc Scope, act Act, categor
 }
 
 // haltedGroup returns the one group of the scope unit is halted in.
-func (s *Service) haltedGroup(ctx context.Context, sc Scope, ts map[string]string, unit string) (string, error) {
+func (s *Service) haltedGroup(ctx context.Context, sc ops.Scope, ts map[string]string, unit string) (string, error) {
 	halted, err := s.o.Admin.HaltedGroups(ctx, unit)
 	if err != nil {
 		return "", err
@@ -316,15 +293,15 @@ func (s *Service) haltedGroup(ctx context.Context, sc Scope, ts map[string]strin
 	}
 	switch len(in) {
 	case 0:
-		return "", fmt.Errorf("%w: partition %s is not halted in any consumer group", ErrConflict, unit)
+		return "", fmt.Errorf("%w: partition %s is not halted in any consumer group", ops.ErrConflict, unit)
 	case 1:
 		return in[0], nil
 	}
-	return "", fmt.Errorf("%w: partition %s is halted in groups %v: choose one", ErrConflict, unit, in)
+	return "", fmt.Errorf("%w: partition %s is halted in groups %v: choose one", ops.ErrConflict, unit, in)
 }
 
 // act does act.Action to the halted unit of group.
-func (s *Service) act(ctx context.Context, act Act, group, unit string) (redispartition.Outcome, error) {
+func (s *Service) act(ctx context.Context, act ops.Act, group, unit string) (redispartition.Outcome, error) {
 	op := redispartition.Operator{By: act.By, Reason: act.Reason}
 	var out redispartition.Outcome
 	var err error
@@ -337,7 +314,7 @@ func (s *Service) act(ctx context.Context, act Act, group, unit string) (redispa
 		out, err = s.o.Admin.Resume(ctx, group, unit, op)
 	}
 	if errors.Is(err, redispartition.ErrNotHalted) || errors.Is(err, redispartition.ErrHaltChanged) || errors.Is(err, redispartition.ErrEntryGone) {
-		err = fmt.Errorf("%w: %w", ErrConflict, err)
+		err = fmt.Errorf("%w: %w", ops.ErrConflict, err)
 	}
 	return out, err
 }
@@ -350,8 +327,8 @@ func orEmpty(v, format string) string {
 }
 
 // Subscriptions implements API.
-func (s *Service) Subscriptions(ctx context.Context, sc Scope) ([]Subscription, error) {
-	out := []Subscription{}
+func (s *Service) Subscriptions(ctx context.Context, sc ops.Scope) ([]ops.Subscription, error) {
+	out := []ops.Subscription{}
 	var subs []subscription.Subscription
 	switch {
 	case s.o.Stored != nil:
@@ -372,7 +349,7 @@ func (s *Service) Subscriptions(ctx context.Context, sc Scope) ([]Subscription, 
 		if err != nil {
 			return nil, err
 		}
-		o := Subscription{Tenant: t, Group: sub.Group, Unit: sub.Category, Position: row.Positions[sub.Category], Generation: row.Generation}
+		o := ops.Subscription{Tenant: t, Group: sub.Group, Unit: sub.Category, Position: row.Positions[sub.Category], Generation: row.Generation}
 		if s.o.Head != nil {
 			if o.Head, err = s.o.Head(ctx, sub.Category); err != nil {
 				return nil, err
@@ -401,8 +378,8 @@ func (s *Service) Subscriptions(ctx context.Context, sc Scope) ([]Subscription, 
 }
 
 // Failures implements API.
-func (s *Service) Failures(ctx context.Context, sc Scope, all bool) ([]Failure, error) {
-	out := []Failure{}
+func (s *Service) Failures(ctx context.Context, sc ops.Scope, all bool) ([]ops.Failure, error) {
+	out := []ops.Failure{}
 	if s.o.Failures == nil {
 		return out, nil
 	}
@@ -413,7 +390,7 @@ func (s *Service) Failures(ctx context.Context, sc Scope, all bool) ([]Failure, 
 	ts := s.tenants()
 	for _, f := range fs {
 		if t := ts[f.Group]; sc.Has(t) {
-			out = append(out, Failure{Tenant: t, Group: f.Group, Unit: f.Unit, Position: f.GlobalPosition, Status: string(f.Status), Key: f.Key,
+			out = append(out, ops.Failure{Tenant: t, Group: f.Group, Unit: f.Unit, Position: f.GlobalPosition, Status: string(f.Status), Key: f.Key,
 				Type: f.Type, Stream: f.Stream, MessageID: f.MessageID, Attempts: f.Attempts, Error: f.Error, FailedAt: f.FailedAt})
 		}
 	}
@@ -421,45 +398,45 @@ func (s *Service) Failures(ctx context.Context, sc Scope, all bool) ([]Failure, 
 }
 
 // ActOnFailure implements API.
-func (s *Service) ActOnFailure(ctx context.Context, sc Scope, act Act, group, unit string, pos int64) (Done, error) {
+func (s *Service) ActOnFailure(ctx context.Context, sc ops.Scope, act ops.Act, group, unit string, pos int64) (ops.Done, error) {
 	if act.Action != "retry" && act.Action != "skip" {
-		return Done{}, fmt.Errorf("%w: a failure record's action is retry or skip, not %q", ErrInvalid, act.Action)
+		return ops.Done{}, fmt.Errorf("%w: a failure record's action is retry or skip, not %q", ops.ErrInvalid, act.Action)
 	}
 	if pos <= 0 {
-		return Done{}, fmt.Errorf("%w: a failure record's position is a global position > 0 (got %d)", ErrInvalid, pos)
+		return ops.Done{}, fmt.Errorf("%w: a failure record's position is a global position > 0 (got %d)", ops.ErrInvalid, pos)
 	}
 	tenant := s.tenants()[group]
 	if !sc.Has(tenant) {
-		return Done{}, hidden(sc, fmt.Errorf("%w: no failure record of group %s at %s %d", ErrNotFound, group, unit, pos))
+		return ops.Done{}, hidden(sc, fmt.Errorf("%w: no failure record of group %s at %s %d", ops.ErrNotFound, group, unit, pos))
 	}
 	if s.o.Failures == nil {
-		return Done{}, hidden(sc, fmt.Errorf("%w: the handlers read the broker, not the event store: there are no failure records", ErrNotFound))
+		return ops.Done{}, hidden(sc, fmt.Errorf("%w: the handlers read the broker, not the event store: there are no failure records", ops.ErrNotFound))
 	}
 	err := s.o.Failures.Mark(ctx, group, unit, pos, act.Action)
 	switch {
 	case errors.Is(err, subscription.ErrNotFound):
-		err = fmt.Errorf("%w: %w", ErrNotFound, err)
+		err = fmt.Errorf("%w: %w", ops.ErrNotFound, err)
 	case errors.Is(err, subscription.ErrStatus):
-		err = fmt.Errorf("%w: %w", ErrConflict, err)
+		err = fmt.Errorf("%w: %w", ops.ErrConflict, err)
 	case errors.Is(err, subscription.ErrInvalid):
-		err = fmt.Errorf("%w: %w", ErrInvalid, err)
+		err = fmt.Errorf("%w: %w", ops.ErrInvalid, err)
 	}
 	target := fmt.Sprintf("%s/%s@%d", group, unit, pos)
 	id, err := s.record(ctx, act, "subscriptions", tenant, target, err)
 	if err != nil {
-		return Done{}, err
+		return ops.Done{}, err
 	}
-	return Done{Tenant: tenant, Action: act.Action, Target: target, Audit: id,
+	return ops.Done{Tenant: tenant, Action: act.Action, Target: target, Audit: id,
 		Detail: fmt.Sprintf("the message at %d is marked for %s; its owner acts within its poll interval", pos, act.Action)}, nil
 }
 
 // Outbox implements API.
-func (s *Service) Outbox(ctx context.Context, sc Scope) (Outbox, error) {
+func (s *Service) Outbox(ctx context.Context, sc ops.Scope) (ops.Outbox, error) {
 	st, err := s.o.Outbox.Stats(ctx)
 	if err != nil {
-		return Outbox{}, err
+		return ops.Outbox{}, err
 	}
-	out := Outbox{Rows: []OutboxRow{}}
+	out := ops.Outbox{Rows: []ops.OutboxRow{}}
 	if sc.IsAll() {
 		out.Counts = map[string]int{}
 		for k, n := range st.Counts {
@@ -471,7 +448,7 @@ func (s *Service) Outbox(ctx context.Context, sc Scope) (Outbox, error) {
 	for _, a := range st.Abandoned {
 		t := owner(a.Category)
 		if sc.Has(t) {
-			out.Rows = append(out.Rows, OutboxRow{Tenant: t, ID: a.ID, Status: string(a.Status), Category: a.Category, Key: a.Key,
+			out.Rows = append(out.Rows, ops.OutboxRow{Tenant: t, ID: a.ID, Status: string(a.Status), Category: a.Category, Key: a.Key,
 				MessageID: a.MessageID, Broker: a.TargetBroker, Retries: a.RetryCount, LastError: a.LastError, CreatedAt: a.CreatedAt})
 		}
 	}
@@ -480,20 +457,20 @@ func (s *Service) Outbox(ctx context.Context, sc Scope) (Outbox, error) {
 }
 
 // ActOnOutbox implements API.
-func (s *Service) ActOnOutbox(ctx context.Context, sc Scope, act Act, id int64) (Done, error) {
+func (s *Service) ActOnOutbox(ctx context.Context, sc ops.Scope, act ops.Act, id int64) (ops.Done, error) {
 	if act.Action != "retry" && act.Action != "skip" {
-		return Done{}, fmt.Errorf("%w: an outbox row's action is retry or skip, not %q", ErrInvalid, act.Action)
+		return ops.Done{}, fmt.Errorf("%w: an outbox row's action is retry or skip, not %q", ops.ErrInvalid, act.Action)
 	}
 	r, err := s.o.Outbox.Get(ctx, id)
 	if errors.Is(err, outbox.ErrNotFound) {
-		return Done{}, hidden(sc, fmt.Errorf("%w: outbox row %d", ErrNotFound, id))
+		return ops.Done{}, hidden(sc, fmt.Errorf("%w: outbox row %d", ops.ErrNotFound, id))
 	}
 	if err != nil {
-		return Done{}, err
+		return ops.Done{}, err
 	}
 	tenant := s.o.Tenancy().Owner(r.Category)
 	if !sc.Has(tenant) {
-		return Done{}, ErrForbidden
+		return ops.Done{}, ops.ErrForbidden
 	}
 	detail := fmt.Sprintf("outbox row %d is pending again", id)
 	if act.Action == "retry" {
@@ -510,18 +487,18 @@ func (s *Service) ActOnOutbox(ctx context.Context, sc Scope, act Act, id int64) 
 		}
 	}
 	if errors.Is(err, outbox.ErrStatus) || errors.Is(err, outbox.ErrPassed) {
-		err = fmt.Errorf("%w: %w", ErrConflict, err)
+		err = fmt.Errorf("%w: %w", ops.ErrConflict, err)
 	}
 	target := fmt.Sprintf("outbox row %d (%s)", id, r.Category)
 	aid, err := s.record(ctx, act, "outbox", tenant, target, err)
 	if err != nil {
-		return Done{}, err
+		return ops.Done{}, err
 	}
-	return Done{Tenant: tenant, Action: act.Action, Target: target, Detail: detail, Audit: aid}, nil
+	return ops.Done{Tenant: tenant, Action: act.Action, Target: target, Detail: detail, Audit: aid}, nil
 }
 
 // Audit implements API.
-func (s *Service) Audit(ctx context.Context, sc Scope, q audit.Query) ([]audit.Entry, error) {
-	q.Tenants = sc.list()
+func (s *Service) Audit(ctx context.Context, sc ops.Scope, q audit.Query) ([]audit.Entry, error) {
+	q.Tenants = sc.List()
 	return s.o.Audit.List(ctx, q)
 }
