@@ -100,6 +100,11 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 	c.log.Info("delivery", "subscription_type", cfg.SubscriptionType(), "broker", cfg.OutboxBroker().Provider)
 	h.relay = newRelay(c, infra, h.routes)
 	c.reg.MustRegister(newOutboxCollector(st.outbox, c.log))
+	ps := pools{pg: st.pool, rdb: c.br.redis}
+	c.reg.MustRegister(newPoolCollector(ps))
+	for _, p := range ps.stats() {
+		c.log.Info("connection pool", "pool", p.Name, "max", p.Max)
+	}
 	var committed wakeups
 	committed.add(h.relay.Notify)
 	uow := unitofwork.New(st.backend, unitofwork.Options{Keys: h.routes,

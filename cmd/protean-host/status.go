@@ -29,13 +29,14 @@ type hostStatus struct {
 	inspector broker.Inspector      // nil: the broker cannot tell
 	admin     *redispartition.Admin // nil: partitions are off
 	fromStore bool
+	pools     pools
 	now       func() time.Time
 }
 
 // newHostStatus builds the status of a host over its stores, broker,
 // routes and reloader.
 func newHostStatus(cfg config.Config, st *stores, br *openedBroker, rt *routes.Routes, r *host.Reloader, fromStore bool) (*hostStatus, error) {
-	s := &hostStatus{st: st, routes: rt, reloader: r.Status, fromStore: fromStore, now: time.Now}
+	s := &hostStatus{st: st, routes: rt, reloader: r.Status, fromStore: fromStore, pools: pools{pg: st.pool, rdb: br.redis}, now: time.Now}
 	s.inspector, _ = br.source.(broker.Inspector)
 	if br.redis != nil {
 		ps, _ := st.positions.(position.Store)
@@ -57,6 +58,7 @@ func (s *hostStatus) Status(ctx context.Context) (httpapi.Snapshot, error) {
 	if s.reloader != nil {
 		snap.Reload = s.reloader()
 	}
+	snap.Pools = s.pools.stats()
 	if stats, err := s.st.outbox.Stats(ctx); err != nil {
 		problem("outbox", err)
 	} else {

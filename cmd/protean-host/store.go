@@ -51,6 +51,8 @@ type stores struct {
 	idempotency idempotency.Store
 	// audit keeps the operators' and deployers' actions (package audit).
 	audit audit.Log
+	// pool is the PostgreSQL connection pool; nil on memory stores.
+	pool  *pgxpool.Pool
 	close func()
 }
 
@@ -144,7 +146,7 @@ func openStores(ctx context.Context, cfg config.Config) (*stores, error) {
 	return &stores{events: pg.Events, records: pg.Records, outbox: pg.Outbox, positions: pg.Positions, backend: pg,
 		leases: subscription.NewPostgresLeases(pool), failures: subscription.NewPostgresFailures(pool),
 		head: subscription.PostgresHead(pool), idempotency: idempotency.NewPostgres(pool, cfg.HTTP.IdempotencyTTL()).WithLease(cfg.Server.Partitioning.LeaseTTL()),
-		audit: audit.NewPostgres(pool), close: pool.Close}, nil
+		audit: audit.NewPostgres(pool), pool: pool, close: pool.Close}, nil
 }
 
 // openMigratedPool connects to the config's database and checks that it is

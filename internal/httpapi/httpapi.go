@@ -414,18 +414,20 @@ func (a *api) waitHandled(w http.ResponseWriter, r *http.Request, q string) bool
 func (a *api) plugins(w http.ResponseWriter, r *http.Request) {
 	set := a.e.Set()
 	var reload *host.ReloadStatus
+	var pools []Pool
 	if a.status != nil {
 		snap, err := a.status.Status(r.Context())
 		if err != nil {
 			a.log.Warn("status unavailable for /v1/plugins", "error", err)
 		}
-		reload = snap.Reload
+		reload, pools = snap.Reload, snap.Pools
 	}
 	out := struct {
 		Plugins       []Plugin          `json:"plugins"`
 		PartitionKeys map[string]string `json:"partition_keys"`
 		LastReload    *reloadJSON       `json:"last_reload,omitempty"`
-	}{Plugins: Plugins(set, reload), PartitionKeys: map[string]string{}, LastReload: reloadOf(reload)}
+		Pools         []Pool            `json:"pools,omitempty"`
+	}{Plugins: Plugins(set, reload), PartitionKeys: map[string]string{}, LastReload: reloadOf(reload), Pools: pools}
 	for c, k := range set.Keys() {
 		out.PartitionKeys[c] = k.Field
 	}

@@ -69,6 +69,7 @@ type pageData struct {
 	Outbox     *Outbox
 	Statuses   []string // outbox statuses in a stable order
 	Partitions *Partitions
+	Pools      []Pool
 	Problems   []string
 	HasStatus  bool
 	// Tenants names the tenants an operator's page is kept to ("" for
@@ -95,7 +96,7 @@ func (a *api) page(w http.ResponseWriter, r *http.Request) {
 		d.HasStatus = true
 	}
 	d.Plugins = Plugins(a.e.Set(), snap.Reload)
-	d.Reload, d.Consumers, d.Outbox, d.Partitions, d.Problems = snap.Reload, snap.Consumers, snap.Outbox, snap.Partitions, snap.Problems
+	d.Reload, d.Consumers, d.Outbox, d.Partitions, d.Pools, d.Problems = snap.Reload, snap.Consumers, snap.Outbox, snap.Partitions, snap.Pools, snap.Problems
 	if d.Outbox != nil {
 		for s := range d.Outbox.Counts {
 			d.Statuses = append(d.Statuses, s)
@@ -127,9 +128,9 @@ func (a *api) page(w http.ResponseWriter, r *http.Request) {
 
 // keep cuts d to an operator's part of the page: the modules, handlers,
 // consumers and partitions of the scope's tenants, and the reload's
-// changes to those modules. The outbox's counts and the files a reload
-// rejected are the whole host's (no tenant is known for them): an
-// admin's.
+// changes to those modules. The outbox's counts, the connection pools and
+// the files a reload rejected are the whole host's (no tenant is known
+// for them): an admin's.
 func (d *pageData) keep(sc ops.Scope, t ops.Tenancy) {
 	tenants := ""
 	for _, p := range d.Plugins {
@@ -154,5 +155,5 @@ func (d *pageData) keep(sc ops.Scope, t ops.Tenancy) {
 		out := func(u Unit) bool { return !sc.Has(t.Handlers[u.Group]) }
 		d.Partitions = &Partitions{Owned: slices.DeleteFunc(d.Partitions.Owned, out), Halted: slices.DeleteFunc(d.Partitions.Halted, out)}
 	}
-	d.Outbox, d.Statuses = nil, nil
+	d.Outbox, d.Statuses, d.Pools = nil, nil, nil
 }

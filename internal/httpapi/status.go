@@ -30,8 +30,26 @@ type Snapshot struct {
 	Outbox *Outbox
 	// Partitions is nil when Redis partitions are off.
 	Partitions *Partitions
+	// Pools are the connection pools (none with memory stores and the
+	// inline broker).
+	Pools []Pool
 	// Problems are the parts that could not be read, one line each.
 	Problems []string
+}
+
+// Pool is one connection pool's size, use and waits since the start.
+type Pool struct {
+	Name  string `json:"name"`
+	Max   int64  `json:"max"`
+	InUse int64  `json:"in_use"`
+	Idle  int64  `json:"idle"`
+	// Acquires counts the connections taken; Waits those takes that found
+	// no idle connection and waited, WaitSeconds how long in all.
+	Acquires    int64   `json:"acquires"`
+	Waits       int64   `json:"waits"`
+	WaitSeconds float64 `json:"wait_seconds"`
+	// Timeouts counts the waits that gave up (Redis).
+	Timeouts int64 `json:"timeouts,omitempty"`
 }
 
 // Consumer is one consumer group reading one source (a category, or the
