@@ -458,6 +458,12 @@ func (b backlog) oldest(ctx context.Context, rdb redis.UniversalClient, k, group
 	default:
 		return time.Time{}, nil
 	}
+	return entryTime(id)
+}
+
+// entryTime is when the stream entry id was added (its milliseconds part:
+// Redis's clock).
+func entryTime(id string) (time.Time, error) {
 	ms, _, ok := strings.Cut(id, "-")
 	t, err := strconv.ParseInt(ms, 10, 64)
 	if !ok || err != nil {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -354,8 +356,18 @@ func BenchmarkIdle(b *testing.B) {
 			cmds0, cpu0, t0 := totalCommands(b, rdb), processCPU(), time.Now()
 			time.Sleep(window)
 			cmds1, cpu1, elapsed := totalCommands(b, rdb), processCPU(), time.Since(t0)
+			// One scrape of the lag metrics over every owned partition:
+			// it must finish (4 series) within its bound.
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(c.LagCollector())
+			scrape := time.Now()
+			mfs, err := reg.Gather()
+			scraped := time.Since(scrape)
+			require.NoError(b, err)
+			require.Len(b, mfs, 4, "every lag series, read within the scrape's bound")
 			b.StopTimer()
 			require.Len(b, c.Owned(), keys, "a live, connected host lost leases")
+			b.ReportMetric(scraped.Seconds(), "lag_scrape_s")
 			b.ReportMetric(acquired.Seconds(), "acquire_s")
 			b.ReportMetric(float64(cmds1-cmds0-1)/elapsed.Seconds(), "redis_cmds/s")
 			b.ReportMetric(100*(cpu1-cpu0).Seconds()/elapsed.Seconds(), "cpu_%")
