@@ -25,6 +25,31 @@
 // steps commit in order; it returns the prefix that committed and the
 // first step's error.
 //
+// Commit groups commands (group commit) on a backend that pipelines
+// (PostgreSQL): a command that finds no commit of its group in flight
+// commits at once, alone; commands that arrive meanwhile queue, and when
+// it ends the queue's head leads the next transaction, carrying up to
+// Options.GroupCommit queued commands (64 by default; 1 turns grouping
+// off). There is no timer: a lone command never waits, and a batch grows
+// with the time a commit takes. A group is the sorted set of categories a
+// command appends to, so a grouped transaction takes the category locks
+// each of its commands would take alone. Each command gets its own
+// Committed and error: a group refused or failed with proof that nothing
+// committed is rolled back and each member commits alone, in its own
+// caller and concurrently, so one command's conflict or duplicate fails
+// that command only; ErrCommitUnknown for the group is every member's
+// (never committed twice). A member whose context ends while queued leaves
+// the queue with the context's error; once sent it shares the group's
+// outcome, which runs under a context that ends only when every member's
+// has. Options.Committed is called once per transaction. The memory
+// backend commits each command alone.
+//
+// Every unit of work writes its records in key order (a record's chained
+// writes keep theirs) and takes its category locks after them, in
+// category order: a group, or a run, that holds several commands' rows
+// waits on no lock that a transaction could hold while waiting for one of
+// its own, so grouping adds no lock-order deadlock.
+//
 // The Backend seam has a memory implementation (the embedded default,
 // holding the four memory stores' write locks in a fixed order) and a
 // PostgreSQL one (one READ COMMITTED transaction). On PostgreSQL a unit of

@@ -236,6 +236,7 @@ func (p *Postgres) queueStages(b *pgx.Batch, stages []*stage, broker string, max
 			for _, s := range stages {
 				all = append(all, s.writes...)
 			}
+			sortWrites(all) // one lock order: each stage's are sorted already
 		}
 		r, err := record.QueueWrite(b, all)
 		if err != nil {

@@ -33,8 +33,15 @@ type Options struct {
 	// MaxRetries is the outbox rows' publish attempts before abandon.
 	MaxRetries int
 	// Committed, if set, is called after every successful commit (the
-	// outbox relay uses it to wake up).
+	// outbox relay uses it to wake up): once per transaction, so once for
+	// a grouped commit of many commands.
 	Committed func()
+	// GroupCommit is the most commands (Commit) one transaction carries
+	// when they queue behind a commit of the same categories in flight
+	// (group commit, on a backend that pipelines: PostgreSQL). 0 means
+	// DefaultGroupCommit; 1 turns group commit off (each command commits
+	// alone).
+	GroupCommit int
 }
 
 // UnitOfWork commits the effects of handled messages: record writes with
@@ -43,6 +50,7 @@ type Options struct {
 type UnitOfWork struct {
 	backend Backend
 	opts    Options
+	group   *grouper // nil: each command commits alone
 }
 
 // New returns a UnitOfWork over backend.
@@ -50,7 +58,14 @@ func New(backend Backend, opts Options) *UnitOfWork {
 	if opts.BackfillSuffix == "" {
 		opts.BackfillSuffix = partition.DefaultBackfillSuffix
 	}
-	return &UnitOfWork{backend: backend, opts: opts}
+	if opts.GroupCommit == 0 {
+		opts.GroupCommit = DefaultGroupCommit
+	}
+	u := &UnitOfWork{backend: backend, opts: opts}
+	if _, ok := backend.(pipeliner); ok && opts.GroupCommit > 1 {
+		u.group = newGrouper(opts.GroupCommit)
+	}
+	return u
 }
 
 // Change is the effects of one handled message, and what its events carry.
@@ -94,7 +109,10 @@ func (e *KeyError) Error() string {
 func (e *KeyError) Unwrap() error { return e.Err }
 
 // Commit writes the changes in one transaction: everything or nothing.
-// Changes with nothing to write open no transaction.
+// Changes with nothing to write open no transaction. On PostgreSQL,
+// commands that queue behind a commit of the same categories share one
+// transaction (group commit: Options.GroupCommit), each with its own
+// outcome: what it wrote, or its own error.
 func (u *UnitOfWork) Commit(ctx context.Context, changes ...Change) (Committed, error) {
 	return u.commit(ctx, nil, changes)
 }
@@ -212,6 +230,7 @@ func (u *UnitOfWork) stage(fence *position.Fence, changes []Change) (*stage, err
 		}
 		s.commands = append(s.commands, c.Effects.Commands...)
 	}
+	sortWrites(s.writes)
 	return s, nil
 }
 
@@ -237,6 +256,9 @@ func (u *UnitOfWork) commit(ctx context.Context, fence *position.Fence, changes 
 	}
 	if fence == nil {
 		s.key = keyFrom(ctx)
+		if u.group != nil && !s.empty() {
+			return u.group.commit(ctx, u, s)
+		}
 	}
 	return u.commitOne(ctx, s)
 }
