@@ -93,6 +93,20 @@ type Store interface {
 	StreamVersion(ctx context.Context, stream string) (int64, error)
 }
 
+// BackwardReader is an optional ability of a Store (Memory and Postgres
+// have it; it is not part of Store, so that other implementations need
+// not): reading a category newest first, for a reader that looks for the
+// last event of some kind at or below a position and stops at the first
+// it finds (package readyourwrites' search for a key's last event).
+type BackwardReader interface {
+	// ReadCategoryBackward returns up to limit events of category with
+	// global position <= toGlobal, descending (newest first); limit <= 0
+	// is DefaultLimit. Only each event's GlobalPosition and Data are
+	// promised: Memory and Postgres leave the other fields empty (the
+	// reader needs no more, and the database sends no more).
+	ReadCategoryBackward(ctx context.Context, category string, toGlobal int64, limit int) ([]Event, error)
+}
+
 // Errors for conditions.
 var (
 	// ErrExpectedVersion is wrapped by every *VersionError.

@@ -30,8 +30,9 @@ type Memory struct {
 }
 
 var (
-	_ Store    = (*Memory)(nil)
-	_ Appender = (*MemoryTx)(nil)
+	_ Store          = (*Memory)(nil)
+	_ BackwardReader = (*Memory)(nil)
+	_ Appender       = (*MemoryTx)(nil)
 )
 
 // NewMemory returns an empty memory store that stamps events with now; nil
@@ -131,6 +132,27 @@ func (m *Memory) ReadCategory(ctx context.Context, category string, fromGlobal i
 	idx = idx[first:]
 	idx = idx[:min(len(idx), limitOrDefault(limit))]
 	return m.copyAt(idx), nil
+}
+
+// ReadCategoryBackward implements BackwardReader: like Postgres's, its
+// events hold their GlobalPosition and Data only.
+func (m *Memory) ReadCategoryBackward(ctx context.Context, category string, toGlobal int64, limit int) ([]Event, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := validCategory(category); err != nil {
+		return nil, err
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	idx := m.categories[category]
+	end := sort.Search(len(idx), func(k int) bool { return m.events[idx[k]].GlobalPosition > toGlobal })
+	out := make([]Event, 0, min(end, limitOrDefault(limit)))
+	for k := end - 1; k >= 0 && len(out) < cap(out); k-- {
+		e := m.events[idx[k]]
+		out = append(out, Event{GlobalPosition: e.GlobalPosition, Data: slices.Clone(e.Data)})
+	}
+	return out, nil
 }
 
 // ReadAll implements Store.

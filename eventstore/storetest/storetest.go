@@ -53,6 +53,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		"DefaultLimit":                  testDefaultLimit,
 		"ByteBoundedReads":              testByteBoundedReads,
 		"CategoryIsolation":             testCategoryIsolation,
+		"CategoryBackward":              testCategoryBackward,
 		"InvalidInput":                  testInvalidInput,
 		"CancelledContext":              testCancelledContext,
 		"ExpectedVersion":               testExpectedVersion,
@@ -448,6 +449,84 @@ func testCategoryIsolation(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	requireSameEvents(t, oab, got)
 	require.Equal(t, int64(0), streamVersion(t, h.Store, "order-a-b"))
+}
+
+// testCategoryBackward pins eventstore.BackwardReader, an optional
+// ability: a store without it skips the case.
+func testCategoryBackward(t *testing.T, h Harness) {
+	br, ok := h.Store.(eventstore.BackwardReader)
+	if !ok {
+		t.Skip("the store is not an eventstore.BackwardReader (optional)")
+	}
+	ctx := t.Context()
+	var order []eventstore.Event // the category's events, oldest first
+	appendOK(t, h.Store, newEvent("payment-1", "Happened", eventstore.NoStream, 100))
+	for i := range 6 {
+		order = append(order, appendOK(t, h.Store, newEvent(fmt.Sprintf("order-%d", i%2), "Happened", eventstore.AnyVersion, i))...)
+		appendOK(t, h.Store, newEvent("orders-1", "Happened", eventstore.AnyVersion, 200+i))
+		if i%3 == 0 {
+			appendOK(t, h.Store, newEvent("payment-1", "Happened", eventstore.AnyVersion, 300+i))
+		}
+	}
+	head := readAll(t, h.Store)
+	last := head[len(head)-1].GlobalPosition
+	back := func(toGlobal int64, limit int) []eventstore.Event {
+		t.Helper()
+		got, err := br.ReadCategoryBackward(ctx, "order", toGlobal, limit)
+		require.NoError(t, err)
+		return got
+	}
+	// want is order's events at or below to, newest first, at most limit.
+	want := func(to int64, limit int) []eventstore.Event {
+		var out []eventstore.Event
+		for i := len(order) - 1; i >= 0 && len(out) < limit; i-- {
+			if order[i].GlobalPosition <= to {
+				out = append(out, order[i])
+			}
+		}
+		return out
+	}
+	same := func(want, got []eventstore.Event, msg string) {
+		t.Helper()
+		require.Len(t, got, len(want), msg)
+		for i := range want {
+			require.Equal(t, want[i].GlobalPosition, got[i].GlobalPosition, "%s: event %d global position", msg, i)
+			requireJSON(t, want[i].Data, got[i].Data, fmt.Sprintf("%s: event %d data", msg, i))
+		}
+	}
+	same(want(last, 100), back(last+1000, 0), "toGlobal beyond the head: the whole category, newest first")
+	same(want(last, 100), back(last, 100), "toGlobal at the head")
+	for _, ev := range order {
+		same(want(ev.GlobalPosition, 100), back(ev.GlobalPosition, 100), fmt.Sprintf("toGlobal at an event of the category (%d): inclusive", ev.GlobalPosition))
+		same(want(ev.GlobalPosition-1, 100), back(ev.GlobalPosition-1, 100), fmt.Sprintf("toGlobal at another category's event (%d)", ev.GlobalPosition-1))
+	}
+	require.Empty(t, back(order[0].GlobalPosition-1, 0), "toGlobal below the category's first event")
+	require.Empty(t, back(0, 0), "toGlobal 0")
+	require.Empty(t, back(-1, 0), "toGlobal negative")
+	same(want(last, 2), back(last, 2), "limit")
+	same(want(order[4].GlobalPosition, 3), back(order[4].GlobalPosition, 3), "limit below the head")
+	same(want(last, 1), back(last, 1), "limit 1")
+
+	got, err := br.ReadCategoryBackward(ctx, "orders", last, 0)
+	require.NoError(t, err)
+	require.Len(t, got, 6, "a category is matched exactly")
+	got, err = br.ReadCategoryBackward(ctx, "orde", last, 0)
+	require.NoError(t, err)
+	require.Empty(t, got, "a category is matched exactly, not by prefix")
+	got, err = br.ReadCategoryBackward(ctx, "invoice", last, 0)
+	require.NoError(t, err)
+	require.Empty(t, got, "a category without events")
+
+	_, err = br.ReadCategoryBackward(ctx, "order-1", last, 0)
+	require.ErrorIs(t, err, eventstore.ErrInvalid, "a stream is not a category")
+	_, err = br.ReadCategoryBackward(ctx, "", last, 0)
+	require.ErrorIs(t, err, eventstore.ErrInvalid, "an empty category")
+	_, err = br.ReadCategoryBackward(ctx, "\xc3", last, 0)
+	require.ErrorIs(t, err, eventstore.ErrInvalid, "a category that is not UTF-8")
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = br.ReadCategoryBackward(cancelled, "order", last, 0)
+	require.ErrorIs(t, err, context.Canceled)
 }
 
 func testInvalidInput(t *testing.T, h Harness) {
