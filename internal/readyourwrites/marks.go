@@ -40,6 +40,10 @@ const (
 	maxAbove  = 1 << 20
 	// walkBatch is how many events one store read of the walk takes.
 	walkBatch = 512
+	// firstBackPage is how many events the first read of a backward
+	// search for a key's last event takes (lastOfKey): the usual one finds
+	// it first.
+	firstBackPage = 16
 	// remotePoll is how often a wait re-checks when other host instances
 	// may be handling its events (they do not wake it).
 	remotePoll = 50 * time.Millisecond

@@ -231,12 +231,48 @@ func (w *Waiter) keyCaughtUp(ctx context.Context, t Target, n int64, p *pass, at
 }
 
 // lastOfKey is the position of the last event of p's key in category
-// after floor and at or below n, 0 if there is none. It reads windows of
-// walkBatch positions backwards from n (each one category read, which a
-// window cannot overflow), so a key whose last event is the reader's own
-// command's, the usual case, costs one read however far back the key's
-// unit (a new key's: nowhere) or the watermark is.
+// after floor and at or below n, 0 if there is none. A store that reads a
+// category backward (eventstore.BackwardReader: Memory and Postgres)
+// is read from n down in pages of firstBackPage events, each next one 4
+// times larger up to walkBatch, and the search stops at the first event
+// of the key: the usual case, the reader's own command's event at n,
+// costs one read of a few events and one key decoded, however far back
+// the key's unit (a new key's: nowhere) or the watermark is. Another
+// store is searched forward in windows (lastOfKeyForward), with the same
+// answer.
 func (w *Waiter) lastOfKey(ctx context.Context, category string, floor, n int64, p *pass) (int64, error) {
+	br, ok := w.opts.Events.(eventstore.BackwardReader)
+	if !ok {
+		return w.lastOfKeyForward(ctx, category, floor, n, p)
+	}
+	for hi, page := n, int64(firstBackPage); hi > floor; page = min(4*page, walkBatch) {
+		// The category has at most hi-floor events in (floor, hi].
+		limit := int(min(page, hi-floor))
+		evs, err := br.ReadCategoryBackward(ctx, category, hi, limit)
+		if err != nil {
+			return 0, err
+		}
+		for _, ev := range evs {
+			if ev.GlobalPosition <= floor {
+				return 0, nil
+			}
+			if w.ofKey(p, ev) {
+				return ev.GlobalPosition, nil
+			}
+		}
+		if len(evs) < limit {
+			return 0, nil // the category has no more at or below hi
+		}
+		hi = evs[len(evs)-1].GlobalPosition - 1
+	}
+	return 0, nil
+}
+
+// lastOfKeyForward is lastOfKey on a store that reads forward only: it
+// reads windows of walkBatch positions backwards from n (each one
+// category read, which a window cannot overflow), each window's events
+// whole and forward, and decodes the key of every event of the window.
+func (w *Waiter) lastOfKeyForward(ctx context.Context, category string, floor, n int64, p *pass) (int64, error) {
 	for hi := n; hi > floor; {
 		lo := max(floor+1, hi-walkBatch+1)
 		evs, err := w.opts.Events.ReadCategory(ctx, category, lo, walkBatch)
