@@ -174,3 +174,80 @@ func TestLastOfKeyReadsBackwardInGrowingPages(t *testing.T) {
 	require.Equal(t, 1, b.reads)
 	require.Equal(t, 5, b.events, "a page reads no further than the floor")
 }
+
+// size is about what the store sent for ev: the fields it filled.
+func size(ev eventstore.Event) int {
+	n := len(ev.ID) + len(ev.Stream) + len(ev.Type) + len(ev.Data) + len(ev.Metadata) + 8 // global position
+	if ev.Stream != "" {
+		n += 8 + 8 // position, time
+	}
+	return n
+}
+
+// sized sums what a counted store's reads returned.
+type sized struct {
+	Events
+	br    eventstore.BackwardReader
+	bytes int
+}
+
+func (s *sized) ReadCategory(ctx context.Context, category string, from int64, n int) ([]eventstore.Event, error) {
+	evs, err := s.Events.ReadCategory(ctx, category, from, n)
+	for _, ev := range evs {
+		s.bytes += size(ev)
+	}
+	return evs, err
+}
+
+type sizedBackward struct{ *sized }
+
+func (s sizedBackward) ReadCategoryBackward(ctx context.Context, category string, to int64, n int) ([]eventstore.Event, error) {
+	evs, err := s.br.ReadCategoryBackward(ctx, category, to, n)
+	for _, ev := range evs {
+		s.bytes += size(ev)
+	}
+	return evs, err
+}
+
+// BenchmarkLastOfKeyPostgres is the search for a key's last event on
+// PostgreSQL, in a category of 5,000 events of 64 keys, from n with the
+// floor far below: for the key of the event at n (a reader's own
+// command's, the usual case) and for a key whose last event is 300
+// events back; walk is the forward walk of windows of whole events,
+// backward the backward pages. read_B/op is about what the store sent
+// (the fields it filled), events/op the events it returned.
+func BenchmarkLastOfKeyPostgres(b *testing.B) {
+	ctx := b.Context()
+	store := eventstore.NewPostgres(testserver.PostgresPool(b))
+	evs := make([]eventstore.NewEvent, 5000)
+	for i := range evs {
+		evs[i] = keyedEvent(false, 1+i%63, i)
+	}
+	evs[len(evs)-301] = keyedEvent(false, 0, 0)
+	var n int64
+	for i := 0; i < len(evs); i += 100 {
+		out, err := store.Append(ctx, evs[i:i+100])
+		require.NoError(b, err)
+		n = out[len(out)-1].GlobalPosition
+	}
+	for _, c := range []struct{ name, key string }{{"at_n", fmt.Sprintf("k%d", 1+(len(evs)-1)%63)}, {"300_back", "k0"}} {
+		for _, how := range []string{"walk", "backward"} {
+			b.Run(c.name+"/"+how, func(b *testing.B) {
+				s := &sized{Events: store, br: store}
+				var events Events = s
+				if how == "backward" {
+					events = sizedBackward{s}
+				}
+				w := New(Options{Events: events, KeyOf: keyOf})
+				var got int64
+				for b.Loop() {
+					var err error
+					got, err = w.lastOfKey(ctx, "c", 0, n, &pass{field: "id", key: c.key})
+					require.NoError(b, err)
+				}
+				require.NotZero(b, got)
+				b.ReportMetric(float64(s.bytes)/float64(b.N), "read_B/op")
+			})
+		}
+	}
+}
