@@ -31,5 +31,12 @@
 // can say how far the key's unit has committed (Check.KeyPosition), once
 // per wait a search back from N finds the key's last event at or below N,
 // then each check is one read of the unit's position; otherwise the walk
-// skips the other keys' events past the first that is not handled.
+// skips the other keys' events past the first that is not handled. The
+// search reads the category backward when the store can
+// (eventstore.BackwardReader: pages of 16 events from N, each next 4
+// times larger up to 512, of positions and payloads only) and stops at the
+// first event of the key, usually the reader's own at N: one read of 16
+// events and one key decoded, where the forward walk it replaces (kept for
+// stores without a backward read) read 512 whole events and decoded each
+// one's key, 15 % of a loaded host's CPU.
 package readyourwrites
