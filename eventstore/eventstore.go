@@ -100,11 +100,12 @@ type Store interface {
 // it finds (package readyourwrites' search for a key's last event).
 type BackwardReader interface {
 	// ReadCategoryBackward returns up to limit events of category with
-	// global position <= toGlobal, descending (newest first); limit <= 0
-	// is DefaultLimit. Only each event's GlobalPosition and Data are
+	// afterGlobal < global position <= toGlobal, descending (newest
+	// first); limit <= 0 is DefaultLimit. The lower bound keeps the read
+	// within the range whatever the category's density. Only each event's GlobalPosition and Data are
 	// promised: Memory and Postgres leave the other fields empty (the
 	// reader needs no more, and the database sends no more).
-	ReadCategoryBackward(ctx context.Context, category string, toGlobal int64, limit int) ([]Event, error)
+	ReadCategoryBackward(ctx context.Context, category string, afterGlobal, toGlobal int64, limit int) ([]Event, error)
 }
 
 // Errors for conditions.

@@ -136,7 +136,7 @@ func (m *Memory) ReadCategory(ctx context.Context, category string, fromGlobal i
 
 // ReadCategoryBackward implements BackwardReader: like Postgres's, its
 // events hold their GlobalPosition and Data only.
-func (m *Memory) ReadCategoryBackward(ctx context.Context, category string, toGlobal int64, limit int) ([]Event, error) {
+func (m *Memory) ReadCategoryBackward(ctx context.Context, category string, afterGlobal, toGlobal int64, limit int) ([]Event, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -150,6 +150,9 @@ func (m *Memory) ReadCategoryBackward(ctx context.Context, category string, toGl
 	out := make([]Event, 0, min(end, limitOrDefault(limit)))
 	for k := end - 1; k >= 0 && len(out) < cap(out); k-- {
 		e := m.events[idx[k]]
+		if e.GlobalPosition <= afterGlobal {
+			break
+		}
 		out = append(out, Event{GlobalPosition: e.GlobalPosition, Data: slices.Clone(e.Data)})
 	}
 	return out, nil

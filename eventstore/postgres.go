@@ -119,8 +119,8 @@ func (p *Postgres) ReadCategory(ctx context.Context, category string, fromGlobal
 // categoryBackwardSQL is ReadCategoryBackward's query
 // (TestPostgresCategoryBackwardUsesTheCategoryIndex pins its plan).
 const categoryBackwardSQL = `SELECT global_position, data FROM message_store.messages
-	WHERE message_store.category(stream_name) = $1 AND global_position <= $2
-	ORDER BY global_position DESC LIMIT $3`
+	WHERE message_store.category(stream_name) = $1 AND global_position > $2 AND global_position <= $3
+	ORDER BY global_position DESC LIMIT $4`
 
 // ReadCategoryBackward implements BackwardReader. It is a backward index
 // scan that stops at limit, as ReadCategory is a forward one: of
@@ -128,14 +128,14 @@ const categoryBackwardSQL = `SELECT global_position, data FROM message_store.mes
 // rare category, of the primary key with a filter on the category for a
 // common one, as the planner finds cheaper; never a sort of the category.
 // Only global_position and data are selected.
-func (p *Postgres) ReadCategoryBackward(ctx context.Context, category string, toGlobal int64, limit int) ([]Event, error) {
+func (p *Postgres) ReadCategoryBackward(ctx context.Context, category string, afterGlobal, toGlobal int64, limit int) ([]Event, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if err := validCategory(category); err != nil {
 		return nil, err
 	}
-	rows, err := p.pool.Query(ctx, categoryBackwardSQL, category, toGlobal, limitOrDefault(limit))
+	rows, err := p.pool.Query(ctx, categoryBackwardSQL, category, afterGlobal, toGlobal, limitOrDefault(limit))
 	if err != nil {
 		return nil, readError(err)
 	}

@@ -35,7 +35,7 @@ func TestPostgresCategoryBackwardUsesTheCategoryIndex(t *testing.T) {
 	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
 	require.NoError(t, err)
 	defer conn.Exec(ctx, `RESET plan_cache_mode`) //nolint:errcheck // the connection goes back to a test pool
-	_, err = conn.Exec(ctx, `PREPARE category_backward(text, bigint, bigint) AS `+categoryBackwardSQL)
+	_, err = conn.Exec(ctx, `PREPARE category_backward(text, bigint, bigint, bigint) AS `+categoryBackwardSQL)
 	require.NoError(t, err)
 	explain := func(sql string) string {
 		t.Helper()
@@ -45,15 +45,15 @@ func TestPostgresCategoryBackwardUsesTheCategoryIndex(t *testing.T) {
 		require.NoError(t, err)
 		return strings.Join(lines, "\n")
 	}
-	generic := explain(`EXECUTE category_backward('order', 15001, 16)`)
+	generic := explain(`EXECUTE category_backward('order', 0, 15001, 16)`)
 	require.Contains(t, generic, "Index Scan Backward", generic)
 	require.NotContains(t, generic, "Sort", generic)
 	rare := explain(`SELECT global_position, data FROM message_store.messages
-		WHERE message_store.category(stream_name) = 'rare' AND global_position <= 15001
+		WHERE message_store.category(stream_name) = 'rare' AND global_position > 0 AND global_position <= 15001
 		ORDER BY global_position DESC LIMIT 16`)
 	require.Contains(t, rare, "messages_category", rare)
 
-	evs, err := NewPostgres(pool).ReadCategoryBackward(ctx, "order", 15001, 16)
+	evs, err := NewPostgres(pool).ReadCategoryBackward(ctx, "order", 0, 15001, 16)
 	require.NoError(t, err)
 	require.Len(t, evs, 16)
 	require.Equal(t, int64(15001), evs[0].GlobalPosition, "global position 15,001 is g = 15,000, an order event")

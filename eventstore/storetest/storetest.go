@@ -472,7 +472,7 @@ func testCategoryBackward(t *testing.T, h Harness) {
 	last := head[len(head)-1].GlobalPosition
 	back := func(toGlobal int64, limit int) []eventstore.Event {
 		t.Helper()
-		got, err := br.ReadCategoryBackward(ctx, "order", toGlobal, limit)
+		got, err := br.ReadCategoryBackward(ctx, "order", 0, toGlobal, limit)
 		require.NoError(t, err)
 		return got
 	}
@@ -506,26 +506,42 @@ func testCategoryBackward(t *testing.T, h Harness) {
 	same(want(last, 2), back(last, 2), "limit")
 	same(want(order[4].GlobalPosition, 3), back(order[4].GlobalPosition, 3), "limit below the head")
 	same(want(last, 1), back(last, 1), "limit 1")
+	// The lower bound is exclusive, and the read stops there whatever
+	// the limit.
+	for _, after := range []int64{order[1].GlobalPosition, order[1].GlobalPosition + 1, order[4].GlobalPosition} {
+		got, err := br.ReadCategoryBackward(ctx, "order", after, last, 100)
+		require.NoError(t, err)
+		var w []eventstore.Event
+		for _, ev := range want(last, 100) {
+			if ev.GlobalPosition > after {
+				w = append(w, ev)
+			}
+		}
+		same(w, got, fmt.Sprintf("afterGlobal %d: only the events above it", after))
+	}
+	got, err := br.ReadCategoryBackward(ctx, "order", last, last, 0)
+	require.NoError(t, err)
+	require.Empty(t, got, "an empty range")
 
-	got, err := br.ReadCategoryBackward(ctx, "orders", last, 0)
+	got, err = br.ReadCategoryBackward(ctx, "orders", 0, last, 0)
 	require.NoError(t, err)
 	require.Len(t, got, 6, "a category is matched exactly")
-	got, err = br.ReadCategoryBackward(ctx, "orde", last, 0)
+	got, err = br.ReadCategoryBackward(ctx, "orde", 0, last, 0)
 	require.NoError(t, err)
 	require.Empty(t, got, "a category is matched exactly, not by prefix")
-	got, err = br.ReadCategoryBackward(ctx, "invoice", last, 0)
+	got, err = br.ReadCategoryBackward(ctx, "invoice", 0, last, 0)
 	require.NoError(t, err)
 	require.Empty(t, got, "a category without events")
 
-	_, err = br.ReadCategoryBackward(ctx, "order-1", last, 0)
+	_, err = br.ReadCategoryBackward(ctx, "order-1", 0, last, 0)
 	require.ErrorIs(t, err, eventstore.ErrInvalid, "a stream is not a category")
-	_, err = br.ReadCategoryBackward(ctx, "", last, 0)
+	_, err = br.ReadCategoryBackward(ctx, "", 0, last, 0)
 	require.ErrorIs(t, err, eventstore.ErrInvalid, "an empty category")
-	_, err = br.ReadCategoryBackward(ctx, "\xc3", last, 0)
+	_, err = br.ReadCategoryBackward(ctx, "\xc3", 0, last, 0)
 	require.ErrorIs(t, err, eventstore.ErrInvalid, "a category that is not UTF-8")
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err = br.ReadCategoryBackward(cancelled, "order", last, 0)
+	_, err = br.ReadCategoryBackward(cancelled, "order", 0, last, 0)
 	require.ErrorIs(t, err, context.Canceled)
 }
 

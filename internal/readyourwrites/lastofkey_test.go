@@ -48,8 +48,8 @@ type backward struct {
 	reads, events int
 }
 
-func (b *backward) ReadCategoryBackward(ctx context.Context, category string, to int64, n int) ([]eventstore.Event, error) {
-	evs, err := b.br.ReadCategoryBackward(ctx, category, to, n)
+func (b *backward) ReadCategoryBackward(ctx context.Context, category string, after, to int64, n int) ([]eventstore.Event, error) {
+	evs, err := b.br.ReadCategoryBackward(ctx, category, after, to, n)
 	b.reads++
 	b.events += len(evs)
 	return evs, err
@@ -201,8 +201,8 @@ func (s *sized) ReadCategory(ctx context.Context, category string, from int64, n
 
 type sizedBackward struct{ *sized }
 
-func (s sizedBackward) ReadCategoryBackward(ctx context.Context, category string, to int64, n int) ([]eventstore.Event, error) {
-	evs, err := s.br.ReadCategoryBackward(ctx, category, to, n)
+func (s sizedBackward) ReadCategoryBackward(ctx context.Context, category string, after, to int64, n int) ([]eventstore.Event, error) {
+	evs, err := s.br.ReadCategoryBackward(ctx, category, after, to, n)
 	for _, ev := range evs {
 		s.bytes += size(ev)
 	}

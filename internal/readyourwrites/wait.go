@@ -248,7 +248,7 @@ func (w *Waiter) lastOfKey(ctx context.Context, category string, floor, n int64,
 	for hi, page := n, int64(firstBackPage); hi > floor; page = min(4*page, walkBatch) {
 		// The category has at most hi-floor events in (floor, hi].
 		limit := int(min(page, hi-floor))
-		evs, err := br.ReadCategoryBackward(ctx, category, hi, limit)
+		evs, err := br.ReadCategoryBackward(ctx, category, floor, hi, limit)
 		if err != nil {
 			return 0, err
 		}
