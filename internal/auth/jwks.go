@@ -60,14 +60,10 @@ func newRemoteKeys(url string, client *http.Client, now func() time.Time, every 
 // VerifySignature verifies token's signature by the key its kid names (by
 // any key of the set if it names none), and returns its payload.
 func (r *remoteKeys) VerifySignature(ctx context.Context, token string) ([]byte, error) {
-	jws, err := jose.ParseSigned(token, signatureAlgs)
+	jws, kid, err := parseJWS(token)
 	if err != nil {
 		return nil, err
 	}
-	if len(jws.Signatures) != 1 {
-		return nil, errors.New("want one signature")
-	}
-	kid := jws.Signatures[0].Header.KeyID
 	if payload, ok := r.verify(jws, kid); ok {
 		return payload, nil
 	}

@@ -85,15 +85,7 @@ func NewOIDC(o OIDCOptions) (*OIDC, error) {
 	if (o.JWKSURL == "") == (o.JWKSFile == "") {
 		return nil, errors.New("oidc: set exactly one of jwks_url and jwks_file")
 	}
-	if o.Claim == "" {
-		o.Claim = DefaultClaim
-	}
-	if o.Skew <= 0 {
-		o.Skew = DefaultSkew
-	}
-	if o.RefetchEvery <= 0 {
-		o.RefetchEvery = DefaultRefetchEvery
-	}
+	o = o.withDefaults()
 	now := o.Now
 	if now == nil {
 		now = time.Now
@@ -123,12 +115,8 @@ func NewOIDC(o OIDCOptions) (*OIDC, error) {
 	return &OIDC{verifier: v, claim: o.Claim, opts: o}, nil
 }
 
-// Serves reports whether v verifies tokens exactly as NewOIDC(o) would,
-// from a key set fetched from a URL: a reload that finds the same
-// [http.auth.oidc] keeps v, and the keys it fetched, instead of fetching
-// them again. A JWKSFile is never kept: a reload reads the file again.
-// (Now and Client are not compared: the host sets neither.)
-func (v *OIDC) Serves(o OIDCOptions) bool {
+// withDefaults fills o's unset claim, skew and refetch interval.
+func (o OIDCOptions) withDefaults() OIDCOptions {
 	if o.Claim == "" {
 		o.Claim = DefaultClaim
 	}
@@ -138,6 +126,16 @@ func (v *OIDC) Serves(o OIDCOptions) bool {
 	if o.RefetchEvery <= 0 {
 		o.RefetchEvery = DefaultRefetchEvery
 	}
+	return o
+}
+
+// Serves reports whether v verifies tokens exactly as NewOIDC(o) would,
+// from a key set fetched from a URL: a reload that finds the same
+// [http.auth.oidc] keeps v, and the keys it fetched, instead of fetching
+// them again. A JWKSFile is never kept: a reload reads the file again.
+// (Now and Client are not compared: the host sets neither.)
+func (v *OIDC) Serves(o OIDCOptions) bool {
+	o = o.withDefaults()
 	w := v.opts
 	return o.JWKSURL != "" && o.JWKSFile == "" && o.Issuer == w.Issuer && o.Audience == w.Audience &&
 		o.JWKSURL == w.JWKSURL && o.JWKSFile == w.JWKSFile && o.Claim == w.Claim && o.Skew == w.Skew &&
@@ -197,6 +195,19 @@ func Permissions(raw json.RawMessage) []Grant {
 	return out
 }
 
+// parseJWS parses a compact JWS of one signature by one of
+// signatureAlgs and returns it with the key id its header names.
+func parseJWS(token string) (*jose.JSONWebSignature, string, error) {
+	jws, err := jose.ParseSigned(token, signatureAlgs)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(jws.Signatures) != 1 {
+		return nil, "", errors.New("want one signature")
+	}
+	return jws, jws.Signatures[0].Header.KeyID, nil
+}
+
 // fileKeys is a key set read from a file. A token must name its key
 // (kid), and the set must hold it: a token signed by a key of the set
 // under another name is refused.
@@ -205,14 +216,10 @@ type fileKeys struct {
 }
 
 func (f *fileKeys) VerifySignature(_ context.Context, token string) ([]byte, error) {
-	jws, err := jose.ParseSigned(token, signatureAlgs)
+	jws, kid, err := parseJWS(token)
 	if err != nil {
 		return nil, err
 	}
-	if len(jws.Signatures) != 1 {
-		return nil, errors.New("want one signature")
-	}
-	kid := jws.Signatures[0].Header.KeyID
 	if kid == "" {
 		return nil, errors.New("the token names no key (kid)")
 	}
