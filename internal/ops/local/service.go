@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -144,19 +145,20 @@ func (s *Service) unitOf(category, key string) (string, error) {
 // groupsOf returns the groups partition unit of category belongs to: the
 // handlers reading the partitioned category or the correlated process
 // manager named category, and the groups it is halted in, each with its
-// tenant, in the order the subscriptions give them.
-func (s *Service) groupsOf(ctx context.Context, category, unit string) ([]partition.Subscription, map[string]string, error) {
+// tenant, in the order the subscriptions give them; and the groups it is
+// halted in (one SCAN of the halt records, which the caller reuses).
+func (s *Service) groupsOf(ctx context.Context, category, unit string) ([]partition.Subscription, map[string]string, []string, error) {
 	var out []partition.Subscription
 	seen := map[string]bool{}
 	for _, sub := range s.o.Partitions() {
-		if (sub.Correlated && sub.Group == category) || (!sub.Correlated && contains(sub.Categories, category)) {
+		if (sub.Correlated && sub.Group == category) || (!sub.Correlated && slices.Contains(sub.Categories, category)) {
 			out = append(out, sub)
 			seen[sub.Group] = true
 		}
 	}
 	halted, err := s.o.Admin.HaltedGroups(ctx, unit)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	for _, g := range halted {
 		if !seen[g] {
@@ -164,16 +166,7 @@ func (s *Service) groupsOf(ctx context.Context, category, unit string) ([]partit
 			out = append(out, partition.Subscription{Group: g, Categories: []string{category}})
 		}
 	}
-	return out, s.tenants(), nil
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
+	return out, s.tenants(), halted, nil
 }
 
 // Partition implements API.
@@ -185,7 +178,7 @@ func (s *Service) Partition(ctx context.Context, sc ops.Scope, category, key str
 	if err != nil {
 		return nil, err
 	}
-	subs, ts, err := s.groupsOf(ctx, category, unit)
+	subs, ts, _, err := s.groupsOf(ctx, category, unit)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +227,7 @@ func (s *Service) ActOnPartition(ctx context.Context, sc ops.Scope, act ops.Act,
 	if err != nil {
 		return ops.Done{}, err
 	}
-	subs, ts, err := s.groupsOf(ctx, category, unit)
+	subs, ts, halted, err := s.groupsOf(ctx, category, unit)
 	if err != nil {
 		return ops.Done{}, err
 	}
@@ -247,7 +240,7 @@ func (s *Service) ActOnPartition(ctx context.Context, sc ops.Scope, act ops.Act,
 	}
 	tenant, target := "", unit
 	if group == "" {
-		group, err = s.haltedGroup(ctx, sc, ts, unit)
+		group, err = haltedGroup(sc, ts, halted, unit)
 		// Several of the scope's groups read the partition: the tenant
 		// of the record is theirs if they share one.
 		for _, sub := range subs {
@@ -279,12 +272,9 @@ func (s *Service) ActOnPartition(ctx context.Context, sc ops.Scope, act ops.Act,
 	return d, nil
 }
 
-// haltedGroup returns the one group of the scope unit is halted in.
-func (s *Service) haltedGroup(ctx context.Context, sc ops.Scope, ts map[string]string, unit string) (string, error) {
-	halted, err := s.o.Admin.HaltedGroups(ctx, unit)
-	if err != nil {
-		return "", err
-	}
+// haltedGroup returns the one group of the scope, among halted, that
+// unit is halted in.
+func haltedGroup(sc ops.Scope, ts map[string]string, halted []string, unit string) (string, error) {
 	var in []string
 	for _, g := range halted {
 		if sc.Has(ts[g]) {
