@@ -29,12 +29,18 @@ func TestEmbeddedStrictCommandInput(t *testing.T) {
 		{"null for a required field", `{"order_id":"o-1","client_id":"c-1","total":null}`, 422, "total", "total: must not be null (required)"},
 		{"missing field", `{"order_id":"o-1","client_id":"c-1"}`, 422, "total", "total: missing (required)"},
 		{"long unknown field name", `{"order_id":"o-1","client_id":"c-1","total":1,"` + long + `":1}`, 422, strings.Repeat("x", 64) + "…", "unknown field"},
-		{"not JSON", `total=42`, 400, "", "request body must be a JSON object"},
+		{"not JSON", `total=42`, 400, "", "request body must be a JSON object: not valid JSON: invalid character 'o' in literal true (expecting 'r'), after 2 bytes"},
+		{"an array", `[{"order_id":"o-1"}]`, 400, "", "request body must be a JSON object: got an array"},
+		{"a string", ` "o-1" `, 400, "", "request body must be a JSON object: got a string"},
+		{"null", `null`, 400, "", "request body must be a JSON object: got null"},
+		{"empty", ``, 400, "", "request body must be a JSON object: the body is empty"},
+		{"cut short", `{"order_id":"o-1",`, 400, "", "request body must be a JSON object: not valid JSON: unexpected end of JSON input, after 18 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := post(t, h, "PlaceOrder", tc.body)
 			require.Equal(t, tc.code, r.code, r.raw)
 			require.Contains(t, r.body["error"], tc.want)
+			require.NotContains(t, r.raw, "Go value", "no Go type in an answer")
 			require.Less(t, len(r.raw), 600, "the answer is short: %.200s", r.raw)
 			if tc.field != "" {
 				require.Equal(t, tc.field, r.body["fields"].([]any)[0], r.raw)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -441,8 +442,8 @@ func (e *Engine) Projection(ctx context.Context, name, id string) (json.RawMessa
 }
 
 func isObject(b json.RawMessage) bool {
-	var v map[string]json.RawMessage
-	return json.Unmarshal(b, &v) == nil && v != nil
+	b = bytes.TrimLeft(b, " \t\r\n")
+	return len(b) > 0 && b[0] == '{' && json.Valid(b)
 }
 
 // Healthy returns nil while the engine accepts work.

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -285,6 +286,13 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// encodeJSON is v in the bytes writeJSON sends.
+func encodeJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	err := json.NewEncoder(&b).Encode(v)
+	return b.Bytes(), err
+}
+
 // MaxErrorBytes bounds the message of an error answer (and of its log
 // line): a message quoting a client's huge value is cut, so the answer
 // stays short whatever the input.
@@ -315,23 +323,15 @@ func status(err error) int {
 	return http.StatusInternalServerError
 }
 
-func (a *api) command(w http.ResponseWriter, r *http.Request) {
+// command dispatches the command in body (read once, by the caller).
+func (a *api) command(w http.ResponseWriter, r *http.Request, body []byte) {
 	typ := r.PathValue("type")
-	body, ok := a.readBody(w, r)
-	if !ok {
-		return
-	}
 	if at := invalidUTF8(body); at >= 0 {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("request body is not valid UTF-8 at byte offset %d", at))
 		return
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
-		msg := "request body must be a JSON object"
-		if err != nil {
-			msg += ": " + err.Error()
-		}
-		writeError(w, http.StatusBadRequest, msg)
+	if why := notObject(body); why != "" {
+		writeError(w, http.StatusBadRequest, "request body must be a JSON object: "+why)
 		return
 	}
 	if ie := checkValues(typ, body); ie != nil {

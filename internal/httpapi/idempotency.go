@@ -3,13 +3,13 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/proteanhq/protean-host/eventstore"
@@ -39,13 +39,13 @@ func (a *api) idempotentCommand(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, why)
 		return
 	}
-	key := r.Header.Get(IdempotencyHeader)
-	if key == "" || a.idem == nil {
-		a.command(w, r)
-		return
-	}
 	body, ok := a.readBody(w, r)
 	if !ok {
+		return
+	}
+	key := r.Header.Get(IdempotencyHeader)
+	if key == "" || a.idem == nil {
+		a.command(w, r, body)
 		return
 	}
 	req := idempotency.Request{Scope: idempotencyScope(r), Key: key, Hash: idempotency.HashBody(body)}
@@ -59,7 +59,8 @@ func (a *api) idempotentCommand(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "idempotency key: "+err.Error())
 		return
 	}
-	defer done()
+	answered := false
+	defer func() { done(answered) }()
 	if stored != nil {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set(ReplayedHeader, "true")
@@ -68,19 +69,25 @@ func (a *api) idempotentCommand(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	var committed committedAnswer
 	if kw, ok := a.idem.(unitofwork.KeyWriter); ok {
-		ctx = unitofwork.WithIdempotency(ctx, kw, req, committedAnswer)
+		ctx = unitofwork.WithIdempotency(ctx, kw, req, committed.build)
 	}
 	r = r.WithContext(ctx)
-	r.Body = io.NopCloser(bytes.NewReader(body))
 	rec := &recorder{header: w.Header(), code: http.StatusOK}
-	a.command(rec, r)
-	if storable(rec.code) {
+	a.command(rec, r, body)
+	switch {
+	case !storable(rec.code):
+	case committed.is(rec.code, rec.body.Bytes()):
+		answered = true // by the unit of work
+	default:
 		// The command ran: its answer is kept even if the client is gone.
 		if err := a.idem.Save(context.WithoutCancel(r.Context()), req, idempotency.Answer{Status: rec.code, Body: rec.body.Bytes()}); err != nil {
 			// The command ran: answer it. On PostgreSQL its unit of work
 			// stored the key already; a repeat gets that answer.
 			a.log.Error("idempotency key: save", "key", key, "error", err)
+		} else {
+			answered = true
 		}
 	}
 	w.WriteHeader(rec.code)
@@ -153,12 +160,33 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 
 // committedAnswer is the answer a command's unit of work stores with its
 // idempotency key (unitofwork.WithIdempotency): the command's answer
-// without its follow-ups, which run after the commit. Save replaces it
-// with the full answer once the command returns.
-func committedAnswer(id string, events []eventstore.Event) (idempotency.Answer, error) {
-	b, err := json.Marshal(engine.CommandResult{ID: id, Events: engine.Appended(events)})
+// without its follow-ups, which run after the commit, in the bytes
+// writeJSON sends. Save replaces it with the full answer once the command
+// returns, unless it was final (no follow-ups): the key holds the answer
+// already, and saving it again would be one more round trip for nothing.
+type committedAnswer struct {
+	mu    sync.Mutex // build runs on the goroutine that commits, maybe a group's leader
+	final []byte     // the body of the final answer stored, if one was
+}
+
+func (c *committedAnswer) build(id string, events []eventstore.Event, final bool) (idempotency.Answer, error) {
+	b, err := encodeJSON(engine.CommandResult{ID: id, Events: engine.Appended(events)})
 	if err != nil {
 		return idempotency.Answer{}, err
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.final = nil
+	if final {
+		c.final = b
+	}
 	return idempotency.Answer{Status: http.StatusOK, Body: b}, nil
+}
+
+// is reports whether the answer sent (code, body) is the final answer the
+// unit of work stored.
+func (c *committedAnswer) is(code int, body []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.final != nil && code == http.StatusOK && bytes.Equal(c.final, body)
 }

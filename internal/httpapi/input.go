@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -74,6 +75,36 @@ func invalidUTF8(s []byte) int {
 		i += n
 	}
 	return -1
+}
+
+// notObject says why body (valid UTF-8) is not a JSON object, or "": it
+// scans the body once without building anything; only a refused body
+// pays for the reason.
+func notObject(body []byte) string {
+	first := bytes.TrimLeft(body, " \t\r\n")
+	if json.Valid(body) {
+		switch {
+		case first[0] == '{':
+			return ""
+		case first[0] == '[':
+			return "got an array"
+		case first[0] == '"':
+			return "got a string"
+		case first[0] == 'n':
+			return "got null"
+		case first[0] == 't' || first[0] == 'f':
+			return "got a boolean"
+		}
+		return "got a number"
+	}
+	if len(first) == 0 {
+		return "the body is empty"
+	}
+	var se *json.SyntaxError
+	if err := json.Unmarshal(body, new(json.RawMessage)); errors.As(err, &se) {
+		return fmt.Sprintf("not valid JSON: %s, after %d bytes", se.Error(), se.Offset)
+	}
+	return "not valid JSON"
 }
 
 // checkValues finds, in body (valid JSON, valid UTF-8), the strings the

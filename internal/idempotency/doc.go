@@ -34,11 +34,13 @@
 // WithIdempotency), so the command's effects and its key commit together:
 // a retry after a crash between the commit and the answer finds the key
 // and never applies the command twice. The full answer (with the outcome
-// of follow-up commands) replaces that row's after the command returns.
+// of follow-up commands) replaces that row's after the command returns;
+// a command with no follow-ups stores its final answer in its unit of
+// work, and the API saves nothing after it.
 //
 // Keys expire after a TTL ([http] idempotency_ttl_seconds, 24 h by
 // default): an expired key is gone for a new request (Begin deletes it),
-// and each Save purges a bounded number of expired rows, so the table
+// and each claim purges a bounded number of expired rows, so the table
 // does not grow without end. The memory store keeps the same rules for
 // the embedded default.
 package idempotency

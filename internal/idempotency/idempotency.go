@@ -55,8 +55,11 @@ type Store interface {
 	// Begin waits until no other request of r's key is in progress, then
 	// returns the key's stored answer (ErrMismatch if it was stored for
 	// another body), or nil: then the caller runs the request, Saves its
-	// answer, and calls done. done must be called whenever err is nil.
-	Begin(ctx context.Context, r Request) (stored *Answer, done func(), err error)
+	// answer, and calls done. done must be called whenever err is nil;
+	// answered says that the request's answer is stored (Save succeeded,
+	// or its unit of work stored the final answer), so that done has
+	// nothing to release: false lets the next request of the key run it.
+	Begin(ctx context.Context, r Request) (stored *Answer, done func(answered bool), err error)
 	// Save stores r's answer, kept for the store's TTL, replacing one
 	// stored in the request's unit of work.
 	Save(ctx context.Context, r Request, a Answer) error

@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -77,7 +78,7 @@ func TestConcurrentRepeatsRunOnce(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				defer done()
+				defer done(false)
 				if stored != nil {
 					answers <- *stored
 					return nil
@@ -137,13 +138,13 @@ func TestKeyRules(t *testing.T) {
 			require.NoError(t, err)
 			require.Nil(t, stored)
 			require.NoError(t, h.store.Save(ctx, r, idempotency.Answer{Status: 200, Body: json.RawMessage(`{"id":"a"}`)}))
-			done()
+			done(false)
 
 			stored, done, err = h.store.Begin(ctx, request("k-1", "{\n\"order_id\":\"o-1\"}"))
 			require.NoError(t, err)
 			require.NotNil(t, stored)
 			require.JSONEq(t, `{"id":"a"}`, string(stored.Body))
-			done()
+			done(false)
 
 			_, _, err = h.store.Begin(ctx, request("k-1", `{"order_id":"o-2"}`))
 			require.ErrorIs(t, err, idempotency.ErrMismatch)
@@ -153,13 +154,13 @@ func TestKeyRules(t *testing.T) {
 			stored, done, err = h.store.Begin(ctx, other)
 			require.NoError(t, err)
 			require.Nil(t, stored, "a key is per command type")
-			done()
+			done(false)
 
 			h.age(t, time.Hour)
 			stored, done, err = h.store.Begin(ctx, r)
 			require.NoError(t, err)
 			require.Nil(t, stored, "an expired key is gone")
-			done()
+			done(false)
 
 			_, _, err = h.store.Begin(ctx, request("", `{}`))
 			require.ErrorIs(t, err, idempotency.ErrInvalid)
@@ -189,7 +190,7 @@ func TestPostgresDeadRequestLease(t *testing.T) {
 		die()
 	}
 	var b pgx.Batch
-	s.QueueInsert(&b, committed, idempotency.Answer{Status: 200, Body: json.RawMessage(`{"id":"first"}`)})
+	s.QueueInsert(&b, committed, idempotency.Answer{Status: 200, Body: json.RawMessage(`{"id":"first"}`)}, false)
 	require.NoError(t, pool.SendBatch(ctx, &b).Close())
 
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
@@ -202,12 +203,12 @@ func TestPostgresDeadRequestLease(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, stored, "after the lease the committed answer is the answer")
 	require.JSONEq(t, `{"id":"first"}`, string(stored.Body))
-	done()
+	done(false)
 
 	stored, done, err = s.Begin(ctx, died)
 	require.NoError(t, err)
 	require.Nil(t, stored, "a claim that committed nothing lapses: the repeat runs")
-	done()
+	done(false)
 }
 
 // A command that runs longer than the lease keeps its key: the request
@@ -240,7 +241,7 @@ func TestLongRequestKeepsItsKey(t *testing.T) {
 				if err != nil {
 					return idempotency.Answer{}, err
 				}
-				defer done()
+				defer done(false)
 				if stored != nil {
 					return *stored, nil
 				}
@@ -307,7 +308,7 @@ func TestPostgresTimesAreTheDatabases(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
 	var b pgx.Batch
-	s.QueueInsert(&b, committed, idempotency.Answer{Status: 200, Body: json.RawMessage(`{}`)})
+	s.QueueInsert(&b, committed, idempotency.Answer{Status: 200, Body: json.RawMessage(`{}`)}, false)
 	b.Queue(`SELECT created_at = now(), expires_at = now() + interval '1 hour', locked_until = now() + interval '90 seconds',
 		created_at - now() FROM idempotency_keys WHERE key = $1`, committed.Key)
 	br := tx.SendBatch(ctx, &b)
@@ -374,5 +375,79 @@ func TestPostgresTimesAreTheDatabases(t *testing.T) {
 	stored, done, err := s.Begin(ctx, claimed)
 	require.NoError(t, err)
 	require.Nil(t, stored, "a lapsed lease is taken")
-	done()
+	done(false)
+}
+
+// A request whose unit of work stored its final answer says so to done,
+// which then sends nothing: the key is done, and done(false) would have
+// been a DELETE that matched no row. A request that stored nothing
+// releases its claim, so the next request of the key runs it.
+func TestPostgresAnsweredRequestReleasesNothing(t *testing.T) {
+	t.Parallel()
+	pool := testserver.PostgresPool(t)
+	s := idempotency.NewPostgres(pool, time.Hour)
+	ctx := testwait.Context(t)
+	state := func(key string) string {
+		var st string
+		err := pool.QueryRow(ctx, `SELECT state FROM idempotency_keys WHERE key = $1`, key).Scan(&st)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return "gone"
+		}
+		require.NoError(t, err)
+		return st
+	}
+
+	final := request("k-final", `{}`)
+	stored, done, err := s.Begin(ctx, final)
+	require.NoError(t, err)
+	require.Nil(t, stored)
+	var b pgx.Batch
+	s.QueueInsert(&b, final, idempotency.Answer{Status: 200, Body: json.RawMessage(`{"id":"final"}`)}, true)
+	require.NoError(t, pool.SendBatch(ctx, &b).Close())
+	require.Equal(t, "done", state(final.Key), "a final answer is stored done")
+	done(true)
+	stored, done, err = s.Begin(ctx, final)
+	require.NoError(t, err)
+	require.Equal(t, &idempotency.Answer{Status: 200, Body: json.RawMessage(`{"id":"final"}`)}, stored, "a repeat gets it at once")
+	done(false)
+
+	// done(true) sends nothing: a claim it was wrongly told about stays.
+	held := request("k-held", `{}`)
+	_, done, err = s.Begin(ctx, held)
+	require.NoError(t, err)
+	done(true)
+	require.Equal(t, "pending", state(held.Key), "done(true) released nothing")
+	_, err = pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE key = $1`, held.Key)
+	require.NoError(t, err)
+
+	unanswered := request("k-unanswered", `{}`)
+	_, done, err = s.Begin(ctx, unanswered)
+	require.NoError(t, err)
+	require.Equal(t, "pending", state(unanswered.Key))
+	done(false)
+	require.Equal(t, "gone", state(unanswered.Key), "an unanswered request releases its claim")
+}
+
+// Each claim purges up to 100 expired keys in its own round trip, so the
+// table does not grow without end and no sweeper is needed.
+func TestPostgresClaimPurgesExpiredKeys(t *testing.T) {
+	t.Parallel()
+	pool := testserver.PostgresPool(t)
+	s := idempotency.NewPostgres(pool, time.Hour)
+	ctx := testwait.Context(t)
+	_, err := pool.Exec(ctx, `INSERT INTO idempotency_keys (scope, key, request_hash, state, status, body, created_at, expires_at)
+		SELECT 'Purge', 'old-' || i, '\x00', 'done', 200, '{}', now() - interval '2 days', now() - interval '1 day'
+		FROM generate_series(1, 150) AS i`)
+	require.NoError(t, err)
+	expired := func() int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE scope = 'Purge'`).Scan(&n))
+		return n
+	}
+	for i, left := range []int{50, 0} {
+		_, done, err := s.Begin(ctx, request(fmt.Sprintf("k-purge-%d", i), `{}`))
+		require.NoError(t, err)
+		done(false)
+		require.Equal(t, left, expired(), "claim %d purged at most 100", i+1)
+	}
 }

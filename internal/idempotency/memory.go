@@ -49,7 +49,7 @@ func NewMemory(ttl time.Duration, now func() time.Time) *Memory {
 func memKey(r Request) string { return r.Scope + "\x00" + r.Key }
 
 // Begin implements Store.
-func (m *Memory) Begin(ctx context.Context, r Request) (*Answer, func(), error) {
+func (m *Memory) Begin(ctx context.Context, r Request) (*Answer, func(answered bool), error) {
 	if err := validRequest(r); err != nil {
 		return nil, nil, err
 	}
@@ -75,7 +75,7 @@ func (m *Memory) Begin(ctx context.Context, r Request) (*Answer, func(), error) 
 		unref()
 		return nil, nil, ctx.Err()
 	}
-	done := func() {
+	done := func(bool) {
 		<-lock.ch
 		unref()
 	}
@@ -91,7 +91,7 @@ func (m *Memory) Begin(ctx context.Context, r Request) (*Answer, func(), error) 
 	}
 	a, err := check(r, row.hash, row.answer)
 	if err != nil {
-		done()
+		done(false)
 		return nil, nil, err
 	}
 	return a, done, nil

@@ -96,23 +96,24 @@ const lookSQL = `SELECT request_hash, state, status, body, locked_until <= now()
 // (Lease, renewed while the request runs: heartbeat), and the others look
 // again every few milliseconds until the row is done, or its lease lapses
 // (then one of them takes it over).
-func (p *Postgres) Begin(ctx context.Context, r Request) (*Answer, func(), error) {
+func (p *Postgres) Begin(ctx context.Context, r Request) (*Answer, func(answered bool), error) {
 	if err := validRequest(r); err != nil {
 		return nil, nil, err
 	}
 	owner := newOwner()
 	for wait := time.Millisecond; ; wait = min(2*wait, poll) {
-		var claimed bool
-		err := p.pool.QueryRow(ctx, claimSQL, r.Scope, r.Key, r.Hash, owner, us(p.lease), us(p.ttl)).Scan(&claimed)
-		if err == nil {
-			stop := p.heartbeat(ctx, r, owner)
-			return nil, func() {
-				stop()
-				p.release(r, owner)
-			}, nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
+		claimed, err := p.claim(ctx, r, owner)
+		if err != nil {
 			return nil, nil, fmt.Errorf("idempotency: key %q of %s: %w", r.Key, r.Scope, err)
+		}
+		if claimed {
+			stop := p.heartbeat(ctx, r, owner)
+			return nil, func(answered bool) {
+				stop()
+				if !answered {
+					p.release(r, owner)
+				}
+			}, nil
 		}
 		var (
 			hash   []byte
@@ -134,7 +135,7 @@ func (p *Postgres) Begin(ctx context.Context, r Request) (*Answer, func(), error
 		// A committed row's full answer is on its way, unless its request
 		// died before saving it: then the committed answer is the answer.
 		if status != nil && (state == "done" || (state == "committed" && lapsed != nil && *lapsed)) {
-			return &Answer{Status: *status, Body: body}, func() {}, nil
+			return &Answer{Status: *status, Body: body}, func(bool) {}, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -142,6 +143,20 @@ func (p *Postgres) Begin(ctx context.Context, r Request) (*Answer, func(), error
 		case <-time.After(wait):
 		}
 	}
+}
+
+// claim tries to claim r's key for owner (claimSQL) and purges a bounded
+// number of expired keys (purgeSQL), in one round trip.
+func (p *Postgres) claim(ctx context.Context, r Request, owner string) (claimed bool, _ error) {
+	var b pgx.Batch
+	b.Queue(claimSQL, r.Scope, r.Key, r.Hash, owner, us(p.lease), us(p.ttl)).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&claimed); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		return nil
+	})
+	b.Queue(purgeSQL)
+	return claimed, p.pool.SendBatch(ctx, &b).Close()
 }
 
 // renewSQL extends owner's lease on a key its request still holds:
@@ -210,21 +225,18 @@ const insertSQL = `INSERT INTO idempotency_keys (scope, key, request_hash, state
 	ON CONFLICT (scope, key) DO UPDATE SET request_hash = EXCLUDED.request_hash, state = 'done', owner = NULL,
 		locked_until = NULL, status = EXCLUDED.status, body = EXCLUDED.body, expires_at = EXCLUDED.expires_at`
 
-// purgeSQL deletes up to 100 expired keys: each Save pays for a few, so
-// the purge keeps up with the inserts without a sweeper of its own.
+// purgeSQL deletes up to 100 expired keys: each claim pays for a few (in
+// its own round trip, see claim), so the purge keeps up with the inserts
+// without a sweeper of its own.
 const purgeSQL = `DELETE FROM idempotency_keys WHERE ctid IN (
 	SELECT ctid FROM idempotency_keys WHERE expires_at <= now() LIMIT 100)`
 
-// Save implements Store. It purges a bounded number of expired keys in the
-// same round trip.
+// Save implements Store.
 func (p *Postgres) Save(ctx context.Context, r Request, a Answer) error {
 	if err := validRequest(r); err != nil {
 		return err
 	}
-	var b pgx.Batch
-	b.Queue(insertSQL, r.Scope, r.Key, r.Hash, a.Status, []byte(a.Body), us(p.ttl))
-	b.Queue(purgeSQL)
-	if err := p.pool.SendBatch(ctx, &b).Close(); err != nil {
+	if _, err := p.pool.Exec(ctx, insertSQL, r.Scope, r.Key, r.Hash, a.Status, []byte(a.Body), us(p.ttl)); err != nil {
 		return fmt.Errorf("idempotency: key %q of %s: save: %w", r.Key, r.Scope, err)
 	}
 	return nil
@@ -232,11 +244,19 @@ func (p *Postgres) Save(ctx context.Context, r Request, a Answer) error {
 
 // QueueInsert queues the write of r's committed answer a on b: in a unit
 // of work's pipeline, so that the command's effects and its key commit
-// together. The row stays under the request's lease; other requests of
-// the key wait for Save's full answer, or take this one once the lease
-// lapses (the request died after its commit). Its one result is a
-// command tag.
-func (p *Postgres) QueueInsert(b *pgx.Batch, r Request, a Answer) {
+// together. Its one result is a command tag.
+//
+// A final answer (the command dispatches no follow-up commands, so the
+// API's answer is this one) is stored done, as Save would store it, and
+// the API need not Save it: one round trip less per keyed command. Any
+// other stays under the request's lease: other requests of the key wait
+// for Save's full answer, or take this one once the lease lapses (the
+// request died after its commit).
+func (p *Postgres) QueueInsert(b *pgx.Batch, r Request, a Answer, final bool) {
+	if final {
+		b.Queue(insertSQL, r.Scope, r.Key, r.Hash, a.Status, []byte(a.Body), us(p.ttl))
+		return
+	}
 	b.Queue(committedSQL, r.Scope, r.Key, r.Hash, a.Status, []byte(a.Body), us(p.ttl), us(p.lease))
 }
 

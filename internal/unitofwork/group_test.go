@@ -349,7 +349,7 @@ func TestPostgresGroupDiesMidwayCommitsNothing(t *testing.T) {
 			require.Equal(t, n, r.count(t, `SELECT count(*) FROM outbox`))
 			require.Equal(t, int64(n), r.txs.Load(), "each alone")
 			if keyed {
-				require.Equal(t, n, r.count(t, `SELECT count(*) FROM idempotency_keys WHERE state = 'committed'`))
+				require.Equal(t, n, r.count(t, `SELECT count(*) FROM idempotency_keys WHERE state = 'done'`), "final answers: no follow-ups")
 			}
 		})
 	}
@@ -357,7 +357,7 @@ func TestPostgresGroupDiesMidwayCommitsNothing(t *testing.T) {
 
 // noteAnswer is the answer a command's key stores: its id and its events'
 // streams.
-func noteAnswer(id string, evs []eventstore.Event) (idempotency.Answer, error) {
+func noteAnswer(id string, evs []eventstore.Event, _ bool) (idempotency.Answer, error) {
 	streams := make([]string, len(evs))
 	for i, ev := range evs {
 		streams[i] = ev.Stream
@@ -385,7 +385,7 @@ func TestPostgresGroupIdempotencyKeys(t *testing.T) {
 		stored, done, err := store.Begin(ctx, req(k))
 		require.NoError(t, err)
 		require.Nil(t, stored)
-		t.Cleanup(done)
+		t.Cleanup(func() { done(false) })
 		outs = append(outs, r.start(unitofwork.WithIdempotency(ctx, store, req(k), noteAnswer), note("note-"+k, 1)))
 	}
 	r.queued(t, 2)
@@ -397,14 +397,14 @@ func TestPostgresGroupIdempotencyKeys(t *testing.T) {
 	require.Equal(t, int64(2), r.txs.Load(), "the two keyed commands in one transaction")
 	for _, k := range []string{"k-a", "k-b"} {
 		var body string
-		require.NoError(t, r.pool.QueryRow(ctx, `SELECT convert_from(body, 'UTF8') FROM idempotency_keys WHERE key = $1 AND state = 'committed'`, k).Scan(&body))
+		require.NoError(t, r.pool.QueryRow(ctx, `SELECT convert_from(body, 'UTF8') FROM idempotency_keys WHERE key = $1 AND state = 'done'`, k).Scan(&body))
 		require.JSONEq(t, fmt.Sprintf(`{"id":"cmd-note-%s","streams":["note-%s"]}`, k, k), body, "its own answer")
 	}
 	// The API saves the full answer; a retry with the key replays it.
 	require.NoError(t, store.Save(ctx, req("k-a"), idempotency.Answer{Status: 201, Body: []byte(`{"full":true}`)}))
 	stored, done, err := store.Begin(ctx, req("k-a"))
 	require.NoError(t, err)
-	done()
+	done(false)
 	require.NotNil(t, stored, "replayed, not run again")
 	require.Equal(t, 201, stored.Status)
 	require.Equal(t, 1, r.count(t, `SELECT count(*) FROM message_store.messages WHERE stream_name = 'note-k-a'`))

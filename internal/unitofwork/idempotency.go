@@ -14,7 +14,7 @@ import (
 // KeyWriter writes a command's idempotency key in its unit of work:
 // idempotency.Postgres.
 type KeyWriter interface {
-	QueueInsert(b *pgx.Batch, r idempotency.Request, a idempotency.Answer)
+	QueueInsert(b *pgx.Batch, r idempotency.Request, a idempotency.Answer, final bool)
 }
 
 type keyCtx struct{}
@@ -28,15 +28,19 @@ type keyWrite struct {
 
 // Answer builds the answer a command's unit of work stores with its key,
 // from the command's id and the events it appended: the API's answer,
-// which the API builds (httpapi).
-type Answer func(id string, events []eventstore.Event) (idempotency.Answer, error)
+// which the API builds (httpapi). final tells the builder that the
+// command dispatches no follow-up commands: the answer is the API's
+// whole answer, and is stored as done (KeyWriter), so the API need not
+// save it again.
+type Answer func(id string, events []eventstore.Event, final bool) (idempotency.Answer, error)
 
 // WithIdempotency returns a context under which Commit (not CommitFenced or
 // CommitRun) of a command's changes also writes r's key with the command's
 // answer, in the same transaction on PostgreSQL, so the effects and the key
 // commit together. answer builds it from the events committed (the API's
 // answer without its follow-ups, which run after the commit); the API
-// replaces it with the full answer once the command returns. The memory
+// replaces it with the full answer once the command returns, unless it
+// was final (no follow-ups: see Answer). The memory
 // backend ignores it (the API's Save is the only write there, and memory
 // dies with the process anyway).
 func WithIdempotency(ctx context.Context, w KeyWriter, r idempotency.Request, answer Answer) context.Context {
@@ -59,10 +63,11 @@ func queueKey(b *pgx.Batch, s *stage, events []eventstore.Event) (bool, error) {
 	if s.key == nil {
 		return false, nil
 	}
-	a, err := s.key.answer(s.causation, events)
+	final := len(s.commands) == 0
+	a, err := s.key.answer(s.causation, events, final)
 	if err != nil {
 		return false, fmt.Errorf("unitofwork: idempotency answer: %w", err)
 	}
-	s.key.w.QueueInsert(b, s.key.r, a)
+	s.key.w.QueueInsert(b, s.key.r, a, final)
 	return true, nil
 }

@@ -316,7 +316,7 @@ func TestPostgresIdempotencyKeyInTheUnitOfWork(t *testing.T) {
 		return state, status, body, true
 	}
 	// The answer the API would give, built by the caller (httpapi's).
-	answer := func(id string, evs []eventstore.Event) (idempotency.Answer, error) {
+	answer := func(id string, evs []eventstore.Event, _ bool) (idempotency.Answer, error) {
 		streams := make([]string, len(evs))
 		for i, ev := range evs {
 			streams[i] = ev.Stream
@@ -348,7 +348,7 @@ func TestPostgresIdempotencyKeyInTheUnitOfWork(t *testing.T) {
 		}
 		state, status, body, ok := row(key)
 		require.True(t, ok)
-		require.Equal(t, "committed", state, "the unit of work wrote the key; Save writes the full answer")
+		require.Equal(t, "done", state, "no follow-up commands: the unit of work wrote the final answer, and the API saves nothing")
 		require.Equal(t, 200, status)
 		require.Contains(t, body, `"id":"cmd-`+key+`"`)
 		require.Contains(t, body, `"stream":"order-`+key+`"`)
@@ -359,4 +359,18 @@ func TestPostgresIdempotencyKeyInTheUnitOfWork(t *testing.T) {
 		_, _, body, _ = row(key)
 		require.Contains(t, body, `"id":"cmd-`+key+`"`)
 	}
+
+	// A command that dispatches a follow-up command: its answer is not
+	// final (the follow-up's outcome joins it), so the key stays under the
+	// request's lease until Save writes the full answer.
+	r := idempotency.Request{Scope: "PlaceOrder", Key: "k-follow-up", Hash: idempotency.HashBody([]byte(`{}`))}
+	e := placeOrder("k-follow-up", `"c-1"`)
+	e.Commands = []abi.NewCommand{{Type: "Notify", Data: json.RawMessage(`{}`)}}
+	c, err := u.Commit(unitofwork.WithIdempotency(ctx, keys, r, answer), unitofwork.Change{Effects: e, Metadata: abi.Metadata{CausationID: "cmd-k-follow-up"}})
+	require.NoError(t, err)
+	require.Len(t, c.Commands, 1)
+	state, _, body, ok := row("k-follow-up")
+	require.True(t, ok)
+	require.Equal(t, "committed", state, "Save writes the full answer")
+	require.Contains(t, body, `"id":"cmd-k-follow-up"`)
 }
