@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -63,6 +64,9 @@ func openBroker(ctx context.Context, cfg config.Config, owner string, clk clock.
 		ropts, err := redis.ParseURL(b.URI)
 		if err != nil {
 			return nil, fmt.Errorf("brokers.%s.uri: %w", cfg.Outbox.Broker, err)
+		}
+		if !strings.Contains(b.URI, "pool_size") {
+			ropts.PoolSize = hostPools(cfg).redis
 		}
 		rdb := redis.NewClient(ropts)
 		if err := rdb.Ping(ctx).Err(); err != nil {

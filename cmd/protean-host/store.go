@@ -11,6 +11,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/audit"
 	"github.com/proteanhq/protean-host/internal/idempotency"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/proteanhq/protean-host/eventstore"
@@ -78,14 +79,6 @@ func postgresURI(cfg config.Config) (string, error) {
 	return db.DatabaseURI, nil
 }
 
-// defaultPoolMaxConns is the connection pool's size unless the URI sets
-// pool_max_conns: pgx's own default, max(4, CPUs), queued 64 concurrent
-// requests behind 4 connections on 2 cores (commands, projection reads,
-// partition workers and the relay share the pool), at 0.08x the raw
-// commit-and-publish floor. PostgreSQL's default max_connections (100)
-// leaves room for several hosts at this size.
-const defaultPoolMaxConns = 16
-
 // openPool connects to the config's PostgreSQL database.
 func openPool(ctx context.Context, cfg config.Config) (*pgxpool.Pool, error) {
 	uri, err := postgresURI(cfg)
@@ -96,11 +89,15 @@ func openPool(ctx context.Context, cfg config.Config) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("databases.default.database_uri: %w", err)
 	}
-	if !strings.Contains(uri, "pool_max_conns") {
-		pcfg.MaxConns = defaultPoolMaxConns
-	}
 	if _, set := pcfg.ConnConfig.RuntimeParams[idleInTxParam]; !set {
 		pcfg.ConnConfig.RuntimeParams[idleInTxParam] = strconv.FormatInt(idleInTxTimeout(cfg).Milliseconds(), 10)
+	}
+	if !strings.Contains(uri, "pool_max_conns") {
+		share, err := serverShare(ctx, pcfg.ConnConfig)
+		if err != nil {
+			return nil, fmt.Errorf("connecting to PostgreSQL (databases.default.database_uri): %w", err)
+		}
+		pcfg.MaxConns = int32(min(hostPools(cfg).postgres, share))
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -111,6 +108,21 @@ func openPool(ctx context.Context, cfg config.Config) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("connecting to PostgreSQL (databases.default.database_uri): %w", err)
 	}
 	return pool, nil
+}
+
+// serverShare is the most connections one host takes of the server's:
+// a quarter of those open to ordinary roles (max_connections less the
+// superuser's reserve), so that four hosts, and an operator's tools, fit.
+// PostgreSQL's default (100, 3 reserved) gives 24.
+func serverShare(ctx context.Context, cc *pgx.ConnConfig) (int, error) {
+	conn, err := pgx.ConnectConfig(ctx, cc.Copy())
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	var open int
+	err = conn.QueryRow(ctx, `SELECT current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int`).Scan(&open)
+	return max(1, open/4), err
 }
 
 // idleInTxParam bounds how long a session may sit in an open transaction

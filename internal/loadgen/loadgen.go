@@ -51,6 +51,10 @@ type Options struct {
 	// Duration is how long each phase (maximum, half load) of each
 	// configuration runs (default 20 s).
 	Duration time.Duration
+	// PostgresPool and RedisPool, when set, are the hosts' pool sizes
+	// (pool_max_conns and pool_size in their URIs) instead of the sizes
+	// each host derives.
+	PostgresPool, RedisPool int
 	// KeysPerClient: a client moves to a new client_id every this many
 	// orders, so no projection document grows without bound (default 50).
 	KeysPerClient int
@@ -127,8 +131,15 @@ func Run(ctx context.Context, o Options) (_ []Row, err error) {
 	rows = append(rows, measure(ctx, o, "floor+lock", fl.order, prof, nil))
 	note("%s", rows[1])
 
+	dbURL, redisURL := chaos.URL(pg.Addr()), "redis://"+rs.Addr()+"/0"
+	if o.PostgresPool > 0 {
+		dbURL += fmt.Sprintf("&pool_max_conns=%d", o.PostgresPool)
+	}
+	if o.RedisPool > 0 {
+		redisURL += fmt.Sprintf("?pool_size=%d", o.RedisPool)
+	}
 	return measureHosts(ctx, o, dir, chaos.HostConfig{
-		DatabaseURL: chaos.URL(pg.Addr()), RedisURL: "redis://" + rs.Addr() + "/0",
+		DatabaseURL: dbURL, RedisURL: redisURL,
 		CacheDir: filepath.Join(dir, "wasm-cache"), LeaseTTL: 15 * time.Second, Pprof: prof != nil,
 	}, rows, prof, note)
 }
