@@ -124,7 +124,14 @@ func (e *Engine) afterRun(ctx context.Context, b delivery.Batch, fail int, chang
 		if cat == "" {
 			cat = eventstore.Category(m.EventStream)
 		}
-		e.handledEvent(ctx, b.Group, cat, m.GlobalPosition)
+		// A fenced run (a partition unit's, an event-store
+		// subscription's) applies each key's events in order; a broker
+		// group's run, in order per stream only, names no key.
+		var key string
+		if b.Generation > 0 {
+			key = m.PartitionKey
+		}
+		e.handledEvent(ctx, b.Group, cat, m.GlobalPosition, key)
 	}
 	for j, c := range changes {
 		if c.Effects != nil && len(c.Effects.Commands) > 0 {

@@ -18,10 +18,12 @@ import (
 
 // handledEvent records that group handled the event at gp of category,
 // and folds the group's marks when enough have gathered (only then is the
-// category's source looked up: not once per message).
-func (e *Engine) handledEvent(ctx context.Context, group, category string, gp int64) {
+// category's source looked up: not once per message). key is the event's
+// partition key when its deliverer applies each key's events in order,
+// else "" (readyourwrites.Waiter.Mark).
+func (e *Engine) handledEvent(ctx context.Context, group, category string, gp int64, key string) {
 	r := readyourwrites.Route{Group: group, Category: category}
-	if !e.rw.Mark(r, gp) {
+	if !e.rw.Mark(r, gp, key) {
 		return
 	}
 	var local readyourwrites.Source

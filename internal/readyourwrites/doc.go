@@ -38,5 +38,10 @@
 // first event of the key, usually the reader's own at N: one read of 16
 // events and one key decoded, where the forward walk it replaces (kept for
 // stores without a backward read) read 512 whole events and decoded each
-// one's key, 15 % of a loaded host's CPU.
+// one's key, 15 % of a loaded host's CPU. Before any of it, a keyed
+// wait asks the marks: a process whose deliverer applies each key's
+// events in order (a partition unit, an event-store subscription) marks
+// each event with its key, and a key handled here up to N or past it
+// needs no read at all, the usual case of a read of one's own write on
+// the host that ran its projection.
 package readyourwrites

@@ -23,6 +23,11 @@ type handled struct {
 	// keyed holds, per partition key, the position up to which a keyed
 	// check found every event of the key handled (see caughtUp).
 	keyed map[string]int64
+	// inOrder holds, per partition key, the last of the key's events this
+	// process handled where its deliverer applies each key's events in
+	// order (Waiter.Mark): every event of the key at or below it is
+	// handled.
+	inOrder map[string]int64
 	// walkAt is the size of above that calls for the next walk: it
 	// doubles while a gap keeps the walk from folding them, so a group
 	// stuck behind an unhandled event walks the store rarely, not per
@@ -74,7 +79,7 @@ func (p *marks) stateLocked(group, category string) *handled {
 // mark records that group handled the event at global position gp of
 // category, and reports whether the group holds enough positions above its
 // watermark to be worth a walk.
-func (p *marks) mark(group, category string, gp int64) (compact bool) {
+func (p *marks) mark(group, category string, gp int64, key string) (compact bool) {
 	if gp <= 0 {
 		return false
 	}
@@ -83,6 +88,12 @@ func (p *marks) mark(group, category string, gp int64) (compact bool) {
 	h := p.stateLocked(group, category)
 	if gp > h.upTo {
 		h.above[gp] = struct{}{}
+	}
+	if key != "" {
+		if h.inOrder == nil || len(h.inOrder) >= maxKeyed {
+			h.inOrder = map[string]int64{}
+		}
+		h.inOrder[key] = max(h.inOrder[key], gp)
 	}
 	close(p.changed)
 	p.changed = make(chan struct{})
@@ -116,6 +127,15 @@ func (p *marks) keyedAt(group, category, key string) int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.stateLocked(group, category).keyed[key]
+}
+
+// handledInOrder is the last event of key that this process handled in
+// key order (0: none known): every event of the key at or below it is
+// handled.
+func (p *marks) handledInOrder(group, category, key string) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stateLocked(group, category).inOrder[key]
 }
 
 // keyedTo records that a keyed check found every event of key up to n

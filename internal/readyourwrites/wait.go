@@ -55,9 +55,13 @@ type Target struct {
 
 // Mark records that r.Group handled the event at global position gp of
 // r.Category in this process, and reports whether enough marks have
-// gathered above the group's watermark to fold them into it (Fold).
-func (w *Waiter) Mark(r Route, gp int64) (fold bool) {
-	return w.marks.mark(r.Group, r.Category, gp)
+// gathered above the group's watermark to fold them into it (Fold). key
+// is the event's partition key when its deliverer applies each key's
+// events in order, every one before the next (a partition unit, an
+// event-store subscription), else "": a keyed wait for the key up to a
+// position at or below gp is then done without a read.
+func (w *Waiter) Mark(r Route, gp int64, key string) (fold bool) {
+	return w.marks.mark(r.Group, r.Category, gp, key)
 }
 
 // Fold walks the store up to gp (the mark that called for it) to fold
@@ -141,7 +145,10 @@ func (w *Waiter) caughtUp(ctx context.Context, t Target, n int64, p *pass) (done
 	}()
 	if keyed && t.Field == p.field && t.Source != nil {
 		keyedAt := w.marks.keyedAt(group, category, p.key)
-		if keyedAt >= n {
+		if keyedAt >= n || w.marks.handledInOrder(group, category, p.key) >= n {
+			// This process handled the key's events up to n or past it,
+			// in order: the usual read of one's own write, once its
+			// projection has run here, reads nothing.
 			return true, nil
 		}
 		at, byUnit, err := p.check(t.Source).KeyPosition(ctx, t.Route, p.key)
@@ -223,7 +230,7 @@ func (w *Waiter) keyCaughtUp(ctx context.Context, t Target, n int64, p *pass, at
 		}
 		p.lastOfKey[t.Category] = last
 	}
-	if at >= last || w.marks.has(t.Group, t.Category, last) {
+	if at >= last || w.marks.has(t.Group, t.Category, last) || w.marks.handledInOrder(t.Group, t.Category, p.key) >= last {
 		return true, nil
 	}
 	p.stuck, p.stuckCategory = last, t.Category

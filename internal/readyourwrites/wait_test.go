@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -26,7 +27,7 @@ func TestMarksCompact(t *testing.T) {
 	w := New(Options{Events: events})
 	r := Route{Group: "g", Category: "c"}
 	mark := func(gp int64) {
-		if w.Mark(r, gp) {
+		if w.Mark(r, gp, "") {
 			w.Fold(ctx, r, gp, nil)
 		}
 	}
@@ -53,4 +54,93 @@ func TestMarksCompact(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, stored[len(stored)-1].GlobalPosition, w.marks.watermark("g", "c"))
 	require.Empty(t, h.above)
+}
+
+// unitSource is a partition-like source that counts its reads: the key's
+// unit has committed up to at.
+type unitSource struct {
+	at        int64
+	positions int
+}
+
+func (s *unitSource) Check(string, int64) Check { return s }
+func (s *unitSource) Remote() bool              { return false }
+
+func (s *unitSource) Handled(context.Context, Route, eventstore.Event) (bool, error) {
+	return false, nil
+}
+
+func (s *unitSource) KeyPosition(context.Context, Route, string) (int64, bool, error) {
+	s.positions++
+	return s.at, true, nil
+}
+
+// countingEvents counts every read of the store.
+type countingEvents struct {
+	*eventstore.Memory
+	reads int
+}
+
+func (c *countingEvents) ReadCategory(ctx context.Context, category string, from int64, n int) ([]eventstore.Event, error) {
+	c.reads++
+	return c.Memory.ReadCategory(ctx, category, from, n)
+}
+
+func (c *countingEvents) ReadCategoryBackward(ctx context.Context, category string, after, to int64, n int) ([]eventstore.Event, error) {
+	c.reads++
+	return c.Memory.ReadCategoryBackward(ctx, category, after, to, n)
+}
+
+// A keyed wait whose key this process handled in key order up to the
+// position waited for, or past it, is done without a read of the source
+// or the store: the usual read of one's own write on the host whose
+// partition worker ran it. A mark without the key (a broker group's, in
+// order per stream only), or another key's, does not count: the wait
+// reads as before.
+func TestKeyedWaitDoneByInOrderMarks(t *testing.T) {
+	ctx := context.Background()
+	mem := eventstore.NewMemory(nil)
+	var evs []eventstore.NewEvent
+	for i := range 6 {
+		evs = append(evs, eventstore.NewEvent{Stream: fmt.Sprintf("c-%d", i), Type: "E",
+			Data: json.RawMessage(fmt.Sprintf(`{"id":"k%d"}`, i%2)), ExpectedVersion: eventstore.AnyVersion})
+	}
+	stored, err := mem.Append(ctx, evs)
+	require.NoError(t, err)
+	n := stored[4].GlobalPosition // k0's third event
+	keyOf := func(data json.RawMessage, field string) (string, bool) {
+		var v map[string]string
+		if json.Unmarshal(data, &v) != nil {
+			return "", false
+		}
+		k, ok := v[field]
+		return k, ok
+	}
+	r := Route{Group: "g", Category: "c", Field: "id"}
+	wait := func(w *Waiter, src *unitSource) error {
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		return w.Wait(short, "g", n, "id", "k0", func() ([]Target, error) {
+			return []Target{{Route: r, Source: src}}, nil
+		})
+	}
+
+	store := &countingEvents{Memory: mem}
+	w := New(Options{Events: store, KeyOf: keyOf})
+	src := &unitSource{}
+	w.Mark(r, stored[5].GlobalPosition, "k1") // another key's
+	w.Mark(r, stored[2].GlobalPosition, "")   // an earlier k0 event, with no key
+	require.ErrorIs(t, wait(w, src), ErrNotCaughtUp, "k0's event at n is not handled")
+	require.Positive(t, src.positions+store.reads, "the wait read")
+
+	src.positions, store.reads = 0, 0
+	w.Mark(r, n, "k0")
+	require.NoError(t, wait(w, src))
+	require.Zero(t, src.positions, "no read of the unit's position")
+	require.Zero(t, store.reads, "no read of the store")
+
+	w2 := New(Options{Events: store, KeyOf: keyOf})
+	w2.Mark(r, stored[4].GlobalPosition+100, "k0") // past n: every k0 event up to it is handled
+	require.NoError(t, wait(w2, src))
+	require.Zero(t, src.positions+store.reads)
 }
