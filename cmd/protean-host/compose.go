@@ -116,6 +116,7 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 		Metrics: engine.NewMetrics(c.reg), Partitioned: c.partitioned(), EventStore: c.fromStore,
 		Progress: st.progress(c.partitioned(), c.fromStore), BrokerProgress: brokerProgress,
 		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps, Clock: c.clk})
+	c.reg.MustRegister(newInstanceCollector(h.eng.Set))
 	if err := h.composeSources(c, uow, infra, brokerProgress); err != nil {
 		return err
 	}

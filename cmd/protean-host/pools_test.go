@@ -83,3 +83,35 @@ func TestDerivePools(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// GET /v1/plugins and /metrics show each module's instances: made on
+// first use, kept across calls (a handler's rejection is an answer, not a
+// failed call: the instance serves the next), and counted when thrown away.
+func TestModuleInstancesShow(t *testing.T) {
+	h := embedded(t, wasmbuild.Examples(t))
+	for i := range 3 {
+		require.Equal(t, 200, post(t, h, "PlaceOrder", fmt.Sprintf(`{"order_id":"o-%d","client_id":"c-1","total":1}`, i)).code)
+	}
+	require.Equal(t, 422, post(t, h, "CancelOrder", `{"order_id":"nope"}`).code)
+	var out struct {
+		Plugins []httpapi.Plugin `json:"plugins"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(get(t, h, "/v1/plugins").raw), &out))
+	var orders *httpapi.Plugin
+	for i := range out.Plugins {
+		if out.Plugins[i].File == "orders.wasm" {
+			orders = &out.Plugins[i]
+		}
+	}
+	require.NotNil(t, orders)
+	require.NotNil(t, orders.Instances)
+	st := *orders.Instances
+	require.Positive(t, st.Created)
+	require.LessOrEqual(t, st.Created, int64(st.Max))
+	require.Equal(t, st.Created, int64(st.Live), "none thrown away")
+	require.Equal(t, map[string]int64{"failed": 0, "memory": 0, "exited": 0}, st.Discarded, "a rejection keeps its instance")
+	m := get(t, h, "/metrics").raw
+	require.Contains(t, m, fmt.Sprintf(`protean_module_instances_created_total{module="orders.wasm"} %d`, st.Created))
+	require.Contains(t, m, `protean_module_instances_discarded_total{module="orders.wasm",reason="failed"} 0`)
+	require.Contains(t, m, fmt.Sprintf(`protean_module_instances{module="orders.wasm",state="max"} %d`, st.Max))
+}

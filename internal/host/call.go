@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero/sys"
@@ -115,6 +116,44 @@ func isWasmRuntimeError(err error) bool {
 type pool struct {
 	idle chan *instance
 	sem  chan struct{}
+	// created and discarded count the instances made, and those thrown
+	// away (by reason: see Discard reasons), since the module loaded.
+	created   atomic.Int64
+	discarded [discardReasons]atomic.Int64
+}
+
+// Why an instance is thrown away rather than put back (InstanceStats).
+const (
+	discardFailed = iota // a call on it failed: its state is suspect
+	discardMemory        // its memories grew past recycle_above_mb
+	discardExited        // the guest exited (WASI proc_exit)
+	discardReasons
+)
+
+var discardNames = [discardReasons]string{"failed", "memory", "exited"}
+
+// InstanceStats are a module's instances: how many it may have (Max,
+// max_instances), have (Live), and sit idle (Idle); how many were made
+// since the module loaded, and how many thrown away, by reason: "failed"
+// (a call failed, its state suspect), "memory" (over recycle_above_mb),
+// "exited" (the guest exited). Instances made over and over are guest
+// start-up and heap growth paid again: a reason to look at.
+type InstanceStats struct {
+	Max       int              `json:"max"`
+	Live      int              `json:"live"`
+	Idle      int              `json:"idle"`
+	Created   int64            `json:"created"`
+	Discarded map[string]int64 `json:"discarded"`
+}
+
+// Instances reads the module's instance counts.
+func (m *Module) Instances() InstanceStats {
+	st := InstanceStats{Max: cap(m.pool.sem), Live: len(m.pool.sem), Idle: len(m.pool.idle), Created: m.pool.created.Load(),
+		Discarded: make(map[string]int64, discardReasons)}
+	for i := range discardReasons {
+		st.Discarded[discardNames[i]] = m.pool.discarded[i].Load()
+	}
+	return st
 }
 
 func newPool(size int) *pool {
@@ -170,13 +209,13 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 	budget.release()
 	if cerr := m.callFailure(ctx, callCtx, inst, raised, v2, rc, err); cerr != nil {
 		// Whatever failed, the instance's state is suspect: replace it.
-		m.discard(inst)
+		m.discard(inst, discardFailed)
 		return fail(cerr)
 	}
 	if v2 != nil {
 		res, err := v2.resultsOrFail(fail, len(msgs))
 		if err != nil {
-			m.discard(inst)
+			m.discard(inst, discardFailed)
 			return res, err
 		}
 		m.recycle(ctx, inst)
@@ -185,7 +224,7 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 	resp, err := abi.DecodeHandleResponse(out, len(msgs), m.Limits.MaxOutputBytes)
 	if err != nil {
 		// An instance that exited (proc_exit(0)) answers no output.
-		m.discard(inst)
+		m.discard(inst, discardFailed)
 		return fail(fmt.Errorf("%w: %w", ErrOutput, err))
 	}
 	m.recycle(ctx, inst)
@@ -249,6 +288,9 @@ func (m *Module) acquire(callCtx, ctx context.Context) (*instance, error) {
 		return inst, nil
 	case m.pool.sem <- struct{}{}:
 		inst, err := m.instance(callCtx, m.log)
+		if err == nil {
+			m.pool.created.Add(1)
+		}
 		if err != nil {
 			<-m.pool.sem
 			switch {
@@ -272,11 +314,12 @@ func (m *Module) release(inst *instance) {
 	select {
 	case m.pool.idle <- inst:
 	default: // cannot happen: idle holds as many as sem admits
-		m.discard(inst)
+		m.discard(inst, discardFailed)
 	}
 }
 
-func (m *Module) discard(inst *instance) {
+func (m *Module) discard(inst *instance, why int) {
+	m.pool.discarded[why].Add(1)
 	m.v2.Delete(inst.Plugin)
 	_ = inst.Close(context.Background())
 	<-m.pool.sem

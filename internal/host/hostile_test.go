@@ -162,6 +162,9 @@ func TestInstanceThatExitedIsNotReused(t *testing.T) {
 		_, err = m.Handle(ctx, "behave", ops("ok"), &memSession{})
 		require.NoError(t, err)
 	}
+	st := m.Instances()
+	require.Equal(t, int64(1), st.Discarded["failed"]+st.Discarded["exited"], "the exited instance is counted thrown away")
+	require.Equal(t, int64(2), st.Created, "one fresh instance served the three calls")
 }
 
 // blockingSession holds a guest inside protean_load until released,
@@ -261,6 +264,8 @@ func TestInstanceOverHighWaterIsRecycled(t *testing.T) {
 	require.Equal(t, 1<<20, sink(), "below the mark the instance is reused")
 	call("grow", "32")
 	require.Equal(t, 0, sink(), "past the mark the next call runs on a fresh instance")
+	st := m.Instances()
+	require.Equal(t, host.InstanceStats{Max: 1, Live: 1, Idle: 1, Created: 2, Discarded: map[string]int64{"failed": 0, "memory": 1, "exited": 0}}, st)
 }
 
 // TestGuestHasNoFilesNetworkOrEnvironment: a guest trying the host's

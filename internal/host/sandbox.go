@@ -226,13 +226,13 @@ func (m *Module) logLine(log *slog.Logger, ctx context.Context, level slog.Level
 func (m *Module) recycle(ctx context.Context, inst *instance) {
 	if inst.exited(ctx) {
 		m.log.Warn("instance exited during its call; not reused", "module", m.File)
-		m.discard(inst)
+		m.discard(inst, discardExited)
 		return
 	}
 	if used := inst.mem.used.Load(); used > uint64(m.Limits.RecycleAboveMB)<<20 {
 		m.log.Debug("instance recycled: memory over the high-water mark", "module", m.File,
 			"memory_bytes", used, "recycle_above_mb", m.Limits.RecycleAboveMB)
-		m.discard(inst)
+		m.discard(inst, discardMemory)
 		return
 	}
 	m.release(inst)

@@ -43,7 +43,7 @@ func BenchmarkRecycleCheck(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer m.discard(inst)
+		defer m.discard(inst, discardFailed)
 		for b.Loop() {
 			_ = inst.exited(ctx)
 			_ = inst.mem.used.Load()

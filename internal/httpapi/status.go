@@ -113,6 +113,8 @@ type Plugin struct {
 	// version keeps serving).
 	LastError string          `json:"last_error,omitempty"`
 	Handlers  []PluginHandler `json:"handlers"`
+	// Instances are a running module's instances (host.InstanceStats).
+	Instances *host.InstanceStats `json:"instances,omitempty"`
 }
 
 // PluginHandler is a handler as the manifest declares it, with the
@@ -146,8 +148,10 @@ func Plugins(set *host.Set, reload *host.ReloadStatus) []Plugin {
 	running := map[string]bool{}
 	for _, m := range set.Modules() {
 		running[m.File] = true
+		inst := m.Instances()
 		p := Plugin{File: m.File, Name: m.Manifest.Module.Name, Version: m.Manifest.Module.Version,
-			SHA256: m.SHA256, ABI: m.Manifest.ABIVersion, Tenant: m.Tenant, State: "running", LastError: problems[m.File], Handlers: []PluginHandler{}}
+			SHA256: m.SHA256, ABI: m.Manifest.ABIVersion, Tenant: m.Tenant, State: "running", LastError: problems[m.File], Handlers: []PluginHandler{},
+			Instances: &inst}
 		for _, h := range m.Manifest.Handlers {
 			p.Handlers = append(p.Handlers, handlerOf(set, h))
 		}
