@@ -1007,8 +1007,10 @@ func (c *Consumer) drain(w *worker, st *state, stream string) (_ int, more bool,
 	// Already applied (redelivered after a crash between commit and ack),
 	// or deleted while pending: ack without handling.
 	var skip []string
-	var msgs []delivery.Message
-	var ids []string
+	// Sized once: a Message is large, and growing the run by appending
+	// copied it over and over (a quarter of drain's CPU at 1,000 keys).
+	msgs := make([]delivery.Message, 0, len(entries))
+	ids := make([]string, 0, len(entries))
 	var poison error
 	var gap int64       // the poison is a gap ending at this position
 	var poisonID string // the poison's message id, when it decoded
