@@ -25,6 +25,14 @@
  * -DSKIP_PENDING_ON_RETRY the retried read goes to new entries only (the
  * read before that fix, for an owner that had drained its pending list):
  * it must fail.
+ *
+ * What the model does not distinguish: the read script answers the ids it
+ * delivered and the worker reads their bodies with a plain XRANGE (an
+ * entry is immutable, so the READ step here is the same), and a new owner
+ * sends its reclaim, its drop of stale consumers and its first read in one
+ * pipeline (Leases.Take): three fenced steps, each checked on its own, in
+ * the order RECLAIM then READ that the model runs (with -DCLAIM_FIRST, the
+ * worker's order: the positions claim comes first).
  */
 
 #ifndef N

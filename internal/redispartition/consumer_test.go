@@ -750,23 +750,47 @@ type readTwice struct {
 }
 
 func (readTwice) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (readTwice) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+
+// isNewRead reports a fenced read of new entries: the read script's
+// EVALSHA (or EVAL), whose last argument is '>'.
+func isNewRead(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if len(args) < 2 || args[len(args)-1] != ">" {
+		return false
+	}
+	name, _ := args[0].(string)
+	return name == "evalsha" || name == "eval"
 }
+
+// delivered reports a read that delivered entries (its reply lists ids).
+func delivered(cmd redis.Cmder) bool {
+	ids, _ := cmd.(*redis.Cmd).StringSlice()
+	return len(ids) > 0
+}
+
+// ProcessPipelineHook sends a pipeline holding such a read twice (go-redis
+// sends a whole pipeline again after a lost reply).
+func (h readTwice) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		i := slices.IndexFunc(cmds, isNewRead)
+		if i < 0 || !h.armed() {
+			return next(ctx, cmds)
+		}
+		if err := next(ctx, cmds); err != nil || !delivered(cmds[i]) {
+			return err // nothing delivered: nothing to lose
+		}
+		h.fire()
+		return next(ctx, cmds)
+	}
+}
+
 func (h readTwice) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if len(args) < 2 || args[len(args)-1] != ">" || !h.armed() {
+		if !isNewRead(cmd) || !h.armed() {
 			return next(ctx, cmd)
 		}
-		if name, _ := args[0].(string); name != "evalsha" && name != "eval" {
-			return next(ctx, cmd)
-		}
-		if err := next(ctx, cmd); err != nil {
-			return err
-		}
-		if res, _ := cmd.(*redis.Cmd).Result(); res == nil {
-			return nil // nothing delivered: nothing to lose
+		if err := next(ctx, cmd); err != nil || !delivered(cmd) {
+			return err // nothing delivered: nothing to lose
 		}
 		h.fire()
 		return next(ctx, cmd)

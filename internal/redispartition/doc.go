@@ -55,7 +55,14 @@
 // it holds; a listener that failed, or fell so far behind that its stream
 // was trimmed past it, wakes every worker. A worker hands runs of up to [ConsumerOptions].BatchSize
 // messages of one source (the primary stream before its backfill lane) to
-// the [delivery.Handler]; a failure at message k commits the messages before k and
+// the [delivery.Handler]. Its first step on a unit is one round trip
+// ([Leases.Take]: reclaim, drop stale consumers, first read, a pipeline of
+// fenced scripts, each checking the token); a read script answers the ids
+// it delivered, and their bodies come by a plain XRANGE sent with it
+// (entries are immutable; Lua turning 64 bodies into Lua values and back
+// cost about four times the XREADGROUP). A read of new entries that comes
+// back short ends the burst: the worker waits for a wake-up instead of
+// reading the stream empty; a failure at message k commits the messages before k and
 // retries k alone. After max_retries failed attempts (counted in Redis, so
 // failover does not reset them), or at once for a non-retryable error, the
 // unit halts: a durable halt record is written and the lease released in
@@ -64,7 +71,7 @@
 // (Redis or PostgreSQL unreachable, restarting or stalled) keeps its lease
 // and retries in place on the infrastructure pause of package delivery,
 // never counting the failure; every step it retries is fenced, and the
-// heartbeat stops it if the lease is lost meanwhile. Idle workers trim what every
+// heartbeat stops it if the lease is lost meanwhile. Quiet workers trim what every
 // group acked and, after reap_idle_ms, reap the partition. Stop releases
 // every lease, so successors take over at once.
 //

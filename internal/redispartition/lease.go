@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -65,6 +67,11 @@ type Entry struct {
 type Leases struct {
 	rdb    redis.UniversalClient
 	prefix string
+	// loaded is set once the pipelined scripts were loaded (see
+	// pipelineScripts); loading holds loadMu, so the workers that start
+	// together load them once, not once each.
+	loaded atomic.Bool
+	loadMu sync.Mutex
 }
 
 // NewLeases returns the protocol over rdb, with every key prefixed by
@@ -440,6 +447,13 @@ end
 // saw, and a client that sends the script again (go-redis retries a
 // command whose reply it did not get) must get those first, not the ones
 // after them.
+//
+// It answers the ids of the entries it delivered, not the entries: Redis
+// turns a script's reply into Lua values and back, which cost about four
+// times the XREADGROUP itself for 64 entries of a few hundred bytes; the
+// caller reads the bodies with a plain XRANGE (see fetch). An entry is
+// immutable, so reading it outside the script reads what the script
+// delivered.
 var readScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED') end
 ` + ensureGroup + `
@@ -449,7 +463,13 @@ if id == '>' then
   if type(p) == 'table' and p.err then return p end
   if #p > 0 then id = '0' end
 end
-return call_group('XREADGROUP', 'GROUP', ARGV[2], ARGV[1], 'COUNT', ARGV[3], 'STREAMS', KEYS[2], id)
+local r = call_group('XREADGROUP', 'GROUP', ARGV[2], ARGV[1], 'COUNT', ARGV[3], 'STREAMS', KEYS[2], id)
+if type(r) == 'table' and r.err then return r end
+local ids = {}
+if r and r[1] then
+  for _, e in ipairs(r[1][2]) do ids[#ids + 1] = e[1] end
+end
+return ids
 `)
 
 // Read is a fenced XREADGROUP of up to count entries of stream as the
@@ -458,52 +478,104 @@ return call_group('XREADGROUP', 'GROUP', ARGV[2], ARGV[1], 'COUNT', ARGV[3], 'ST
 // readScript): the same call sent twice never skips entries. It never
 // blocks.
 func (s *Leases) Read(ctx context.Context, l Lease, stream string, pending bool, count int) ([]Entry, error) {
+	return s.ReadAfter(ctx, l, stream, pending, count, "")
+}
+
+// ReadAfter is Read with a guess at where the entries it delivers begin:
+// after, the last entry the caller was delivered on stream ("" for the
+// stream's start). The bodies are read by an XRANGE from there, sent with
+// the fenced read in one round trip; a wrong guess costs one more round
+// trip, never a wrong entry (fetch).
+func (s *Leases) ReadAfter(ctx context.Context, l Lease, stream string, pending bool, count int, after string) ([]Entry, error) {
 	id := ">"
 	if pending {
 		id = "0"
 	}
-	res, err := readScript.Run(ctx, s.rdb, []string{s.key(LeaseKey(l.Group, l.Unit)), s.key(stream)},
-		l.Token(), l.Group, count, id).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
+	var read *redis.Cmd
+	var bodies *redis.XMessageSliceCmd
+	cmds := s.pipelineScripts(ctx, []*redis.Script{readScript}, func(p redis.Pipeliner) []*redis.Cmd {
+		read = readScript.EvalSha(ctx, p, []string{s.key(LeaseKey(l.Group, l.Unit)), s.key(stream)}, l.Token(), l.Group, count, id)
+		bodies = p.XRangeN(ctx, s.key(stream), rangeAfter(after), "+", int64(count))
+		return []*redis.Cmd{read}
+	})
+	ids, err := cmds[0].StringSlice()
 	if err != nil {
 		return nil, s.fenced(l, "read "+stream, 1, err)
 	}
-	return parseRead(res)
+	return s.fetch(ctx, stream, ids, bodies)
 }
 
-// parseRead reads XREADGROUP's reply: [[stream, [[id, [f, v, ...]], ...]]].
-// An entry with no fields (deleted while pending) comes back with nil
-// Values; the caller acks it.
-func parseRead(res any) ([]Entry, error) {
-	streams, ok := res.([]any)
-	if !ok || len(streams) == 0 {
+// rangeAfter is XRANGE's exclusive start after id ("-": the stream's start).
+func rangeAfter(id string) string {
+	if id == "" {
+		return "-"
+	}
+	return "(" + id
+}
+
+// fetch pairs the ids a fenced read delivered with their bodies: from
+// guess (an XRANGE sent with the read) when it holds them, else by one
+// XRANGE per id left, pipelined. An id that no XRANGE finds was deleted
+// while pending (XREADGROUP answers such an entry with no fields): it
+// comes back with nil Values, and the caller acks it.
+func (s *Leases) fetch(ctx context.Context, stream string, ids []string, guess *redis.XMessageSliceCmd) ([]Entry, error) {
+	if len(ids) == 0 {
 		return nil, nil
 	}
-	st, ok := streams[0].([]any)
-	if !ok || len(st) != 2 {
-		return nil, fmt.Errorf("partition: unexpected XREADGROUP reply %T", streams[0])
+	out := make([]Entry, len(ids))
+	var got []redis.XMessage
+	if guess != nil {
+		got, _ = guess.Result() // a failed guess is only a miss
 	}
-	items, _ := st[1].([]any)
-	out := make([]Entry, 0, len(items))
-	for _, it := range items {
-		pair, ok := it.([]any)
-		if !ok || len(pair) != 2 {
-			return nil, fmt.Errorf("partition: unexpected XREADGROUP entry %v", it)
+	var miss []int
+	j := 0
+	for i, id := range ids {
+		out[i].ID = id
+		for j < len(got) && entryLess(got[j].ID, id) {
+			j++
 		}
-		id, _ := pair[0].(string)
-		e := Entry{ID: id}
-		if fields, ok := pair[1].([]any); ok && len(fields) > 0 {
-			e.Values = make(map[string]any, len(fields)/2)
-			for i := 0; i+1 < len(fields); i += 2 {
-				k, _ := fields[i].(string)
-				e.Values[k] = fields[i+1]
-			}
+		if j < len(got) && got[j].ID == id {
+			out[i].Values = got[j].Values
+			j++
+			continue
 		}
-		out = append(out, e)
+		miss = append(miss, i)
+	}
+	if len(miss) == 0 {
+		return out, nil
+	}
+	one := make([]*redis.XMessageSliceCmd, len(miss))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for k, i := range miss {
+			one[k] = p.XRange(ctx, s.key(stream), ids[i], ids[i])
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("partition: read bodies of %s: %w", stream, err)
+	}
+	for k, i := range miss {
+		if ms := one[k].Val(); len(ms) == 1 && ms[0].ID == ids[i] {
+			out[i].Values = ms[0].Values
+		}
 	}
 	return out, nil
+}
+
+// entryLess orders stream entry ids "ms-seq" numerically.
+func entryLess(a, b string) bool {
+	am, as, _ := strings.Cut(a, "-")
+	bm, bs, _ := strings.Cut(b, "-")
+	if len(am) != len(bm) {
+		return len(am) < len(bm)
+	}
+	if am != bm {
+		return am < bm
+	}
+	if len(as) != len(bs) {
+		return len(as) < len(bs)
+	}
+	return as < bs
 }
 
 // reclaimScript: KEYS lease, stream; ARGV token, group, cursor, count.
@@ -758,4 +830,126 @@ func (s *Leases) Members(ctx context.Context, category string) ([]string, error)
 		return nil, fmt.Errorf("partition: index of %s: %w", category, err)
 	}
 	return keys, nil
+}
+
+// A worker's first step on a unit is one round trip: Take (reclaim, drop
+// stale consumers, first read), a pipeline of the fenced scripts above,
+// each of which checks the token itself, so a pipeline is only fewer
+// round trips, never a weaker fence: a stale token is refused by every
+// script in it. Every script in them is safe to run twice (see Lost
+// replies in docs/partitions.md), so a pipeline that go-redis sends again,
+// or that runs again after Redis lacked a script, is too.
+
+// pipelineScripts sends steps in one pipeline by EVALSHA; if Redis lacks
+// one of the scripts (a restart, SCRIPT FLUSH: the steps that needed it
+// did not run, those after it may have), it loads them and sends the
+// pipeline again. The scripts are loaded before the first pipeline too,
+// so that a first call does not run its steps twice. The caller reads
+// each step's outcome from its command.
+func (s *Leases) pipelineScripts(ctx context.Context, scripts []*redis.Script, steps func(p redis.Pipeliner) []*redis.Cmd) []*redis.Cmd {
+	if !s.loaded.Load() {
+		s.loadMu.Lock()
+		if !s.loaded.Load() {
+			ok := true
+			for _, sc := range pipelined {
+				ok = ok && sc.Load(ctx, s.rdb).Err() == nil
+			}
+			s.loaded.Store(ok)
+		}
+		s.loadMu.Unlock()
+	}
+	for try := 0; ; try++ {
+		var cmds []*redis.Cmd
+		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			cmds = steps(p)
+			return nil
+		})
+		noscript := false
+		for _, c := range cmds {
+			noscript = noscript || redis.HasErrorPrefix(c.Err(), "NOSCRIPT")
+		}
+		if try > 0 || !noscript {
+			return cmds
+		}
+		for _, sc := range scripts {
+			if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+				return cmds
+			}
+		}
+	}
+}
+
+// pipelined are the scripts sent in pipelines.
+var pipelined = []*redis.Script{reclaimScript, dropStaleScript, readScript}
+
+// Taken is what Take found on a stream.
+type Taken struct {
+	// Moved counts the pending entries the reclaim moved to the lease's
+	// consumer; Dropped names the stale consumers it deleted.
+	Moved   int
+	Dropped []string
+	// Entries is the first read, valid only when Complete: the reclaim
+	// moved every pending entry. It is the lease's own pending entries
+	// when Moved > 0, new entries otherwise (readScript).
+	Entries  []Entry
+	Complete bool
+}
+
+// Take is a new owner's first step on stream, in one round trip: one
+// reclaim step (Reclaim), DropStale, and a Read of up to count entries,
+// each fenced by the lease. When the reclaim needed more than one step
+// (more than 100 pending entries), Take finishes it with Reclaim and
+// DropStale and returns no entries (Complete false... set to true after
+// that, with Entries empty): entries the pipelined read delivered are
+// pending in the lease's consumer, and the next read answers them first.
+func (s *Leases) Take(ctx context.Context, l Lease, stream string, count int) (Taken, error) {
+	lease, st := s.key(LeaseKey(l.Group, l.Unit)), s.key(stream)
+	tok := l.Token()
+	var bodies *redis.XMessageSliceCmd
+	cmds := s.pipelineScripts(ctx, []*redis.Script{reclaimScript, dropStaleScript, readScript}, func(p redis.Pipeliner) []*redis.Cmd {
+		cmds := []*redis.Cmd{
+			reclaimScript.EvalSha(ctx, p, []string{lease, st}, tok, l.Group, "0-0", 100),
+			dropStaleScript.EvalSha(ctx, p, []string{lease, st}, tok, l.Group),
+			readScript.EvalSha(ctx, p, []string{lease, st}, tok, l.Group, count, ">"),
+		}
+		// A guess at the bodies: the stream's first entries, which they
+		// are once trimmed, or for a new group.
+		bodies = p.XRangeN(ctx, st, "-", "+", int64(count))
+		return cmds
+	})
+	var t Taken
+	res, err := cmds[0].Slice()
+	if err != nil {
+		return Taken{}, s.fenced(l, "reclaim "+stream, 1, err)
+	}
+	if len(res) != 2 {
+		return Taken{}, fmt.Errorf("partition: unexpected XAUTOCLAIM reply %v", res)
+	}
+	cursor, _ := res[0].(string)
+	n, _ := res[1].(int64)
+	t.Moved = int(n)
+	if t.Dropped, err = cmds[1].StringSlice(); err != nil {
+		return Taken{}, s.fenced(l, "drop stale consumers of "+stream, 1, err)
+	}
+	ids, err := cmds[2].StringSlice()
+	if err != nil {
+		return Taken{}, s.fenced(l, "read "+stream, 1, err)
+	}
+	if cursor != "0-0" && cursor != "" {
+		// Reclaim starts over at 0-0: the step above moved what it
+		// scanned, so the scan finds the rest.
+		more, err := s.Reclaim(ctx, l, stream)
+		t.Moved += more
+		if err != nil {
+			return t, err
+		}
+		dropped, err := s.DropStale(ctx, l, stream)
+		t.Dropped = append(t.Dropped, dropped...)
+		return t, err
+	}
+	t.Complete = true
+	if t.Entries, err = s.fetch(ctx, stream, ids, bodies); err != nil {
+		return Taken{}, err
+	}
+	return t, nil
 }

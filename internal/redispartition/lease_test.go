@@ -485,3 +485,78 @@ func TestKeyLayout(t *testing.T) {
 		require.NotEmpty(t, partition.KeyReason(key, partition.DefaultBackfillSuffix), key)
 	}
 }
+
+// Take pipelines the reclaim, the stale consumers' drop and the first
+// read; each is fenced on its own, so a stale owner's Take moves nothing
+// and delivers nothing, and the successor's Take reclaims and reads in
+// order.
+func TestTakeIsFencedAtEachStep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ls, rdb, prefix := newLeases(t)
+	stream := "order:c-1"
+	ids := xadd(t, rdb, prefix+stream, 4)
+
+	a, err := ls.Acquire(ctx, "g", stream, "host-a")
+	require.NoError(t, err)
+	ta, err := ls.Take(ctx, a, stream, 2)
+	require.NoError(t, err)
+	require.True(t, ta.Complete)
+	require.Zero(t, ta.Moved)
+	require.Equal(t, ids[:2], entryIDs(ta.Entries))
+	require.Equal(t, "1", ta.Entries[1].Values["seq"])
+
+	// a stalls; b takes over, then a (stale) tries to take the unit again.
+	require.NoError(t, rdb.Del(ctx, prefix+redispartition.LeaseKey("g", stream)).Err())
+	b, err := ls.Acquire(ctx, "g", stream, "host-b")
+	require.NoError(t, err)
+	tb, err := ls.Take(ctx, b, stream, 10)
+	require.NoError(t, err)
+	require.Equal(t, 2, tb.Moved)
+	require.Equal(t, []string{a.Token()}, tb.Dropped, "a's consumer is empty once b reclaimed it")
+	require.Equal(t, ids[:2], entryIDs(tb.Entries), "the reclaimed entries first")
+
+	_, err = ls.Take(ctx, a, stream, 10)
+	require.ErrorIs(t, err, redispartition.ErrLeaseLost)
+	pend, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: prefix + stream, Group: "g", Start: "-", End: "+", Count: 10}).Result()
+	require.NoError(t, err)
+	require.Len(t, pend, 2, "the stale Take delivered nothing")
+	for _, p := range pend {
+		require.Equal(t, b.Token(), p.Consumer, "the stale Take moved nothing")
+	}
+
+	// b acks, and reads on past them: the next read's guess is right.
+	_, err = ls.Ack(ctx, b, stream, ids[0], ids[1])
+	require.NoError(t, err)
+	rest, err := ls.ReadAfter(ctx, b, stream, false, 10, ids[1])
+	require.NoError(t, err)
+	require.Equal(t, ids[2:], entryIDs(rest))
+	require.Equal(t, "3", rest[1].Values["seq"])
+}
+
+// ReadAfter's guess at where the delivered entries begin only saves a
+// round trip: a wrong one still answers the delivered entries with their
+// bodies, and an entry deleted while pending comes back with no fields,
+// as XREADGROUP answers it.
+func TestReadAfterAWrongGuess(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ls, rdb, prefix := newLeases(t)
+	stream := "order:c-1"
+	ids := xadd(t, rdb, prefix+stream, 5)
+	a, err := ls.Acquire(ctx, "g", stream, "host-a")
+	require.NoError(t, err)
+
+	got, err := ls.ReadAfter(ctx, a, stream, false, 2, ids[3]) // the guess is past them
+	require.NoError(t, err)
+	require.Equal(t, ids[:2], entryIDs(got))
+	require.Equal(t, "0", got[0].Values["seq"])
+	require.Equal(t, "1", got[1].Values["seq"])
+
+	require.NoError(t, rdb.XDel(ctx, prefix+stream, ids[0]).Err())
+	pend, err := ls.ReadAfter(ctx, a, stream, true, 10, "")
+	require.NoError(t, err)
+	require.Equal(t, ids[:2], entryIDs(pend))
+	require.Nil(t, pend[0].Values, "deleted while pending")
+	require.Equal(t, "1", pend[1].Values["seq"])
+}
