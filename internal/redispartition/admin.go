@@ -66,8 +66,10 @@ type AdminOptions struct {
 // Admin is what an operator sees and does on partitions: list, inspect,
 // and the three ways out of a halt (skip, dlq, resume). Each action is one
 // Lua script, so the ack, the halt's removal and the audit record happen
-// together or not at all. A live host needs no restart: its next
-// discovery pass acquires the unit again once the halt is gone.
+// together or not at all. A live host needs no restart: its discovery
+// acquires the unit again once the halt is gone, within a walk of the
+// index (the next heartbeat up to 1,000 keys, at most 20 heartbeats; the
+// action announces no wake-up).
 type Admin struct {
 	rdb       redis.UniversalClient
 	prefix    string

@@ -352,6 +352,15 @@ func BenchmarkIdle(b *testing.B) {
 			// enough to hold the safety net's re-reads at 1,000 keys
 			// (idleWait: Poll, 10 s, plus a quarter).
 			time.Sleep(4 * heartbeat)
+			// At 100,000 keys the drain's trims run on for seconds: wait,
+			// up to a minute, for a heartbeat with under 1,000 commands.
+			for settle := time.Now(); time.Since(settle) < time.Minute; {
+				before := totalCommands(b, rdb)
+				time.Sleep(heartbeat)
+				if totalCommands(b, rdb)-before < 1000 {
+					break
+				}
+			}
 			window := 30 * heartbeat
 			cmds0, cpu0, t0 := totalCommands(b, rdb), processCPU(), time.Now()
 			time.Sleep(window)

@@ -84,13 +84,27 @@ type Consumer struct {
 	// does not walk every owned unit.
 	ownedBy map[string]int
 	// members counts each group's live consumers (the last heartbeat's),
-	// total its units (the last discovery pass's, plus those first seen on
-	// a wake-up since, which fresh holds): the fair share. joined are the
+	// total its units (the last pass's count of the indexes, plus those
+	// first seen on a wake-up since, which fresh holds): the fair share. joined are the
 	// groups the last heartbeat registered this consumer in.
 	members map[string]int
 	total   map[string]int
-	fresh   map[string]map[string]bool // group → unit → seen since the last pass
+	fresh   map[string]map[string]wokenAt // group → unit → first seen on this wake-up, not yet counted
 	joined  []string
+	// rescan asks the next pass to walk the indexes whole (the listener
+	// failed or fell behind: wake-ups may be lost). sweeps are the walks,
+	// by sweepKey, read and written by discovery only.
+	rescan  bool
+	sweeps  map[string]*sweep
+	placing sync.Mutex // held by place
+	// counted is, per group and category, the wake-up stream's last entry
+	// at the group's last count (Leases.Count): the keys of the entries up
+	// to it are in that count.
+	counted map[string]map[string]string
+	// ctl is Leases over connections of its own (Leases.Dedicated), for
+	// the heartbeat, discovery, acquires and handovers; workers use
+	// opts.Leases. Set when discovery starts.
+	ctl *Leases
 
 	// life starts discovery and stops it in two phases; soft and work are
 	// its contexts, set when discovery starts and read only by discovery
@@ -172,13 +186,18 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	}
 	outage := opts.Infra.Outage("partition workers", opts.Logger, opts.Clock.Now)
 	return &Consumer{opts: opts, log: opts.Logger, owned: map[unitID]*worker{}, warned: map[string]bool{}, held: map[unitID]heldBy{}, ownedBy: map[string]int{},
-		members: map[string]int{}, total: map[string]int{}, fresh: map[string]map[string]bool{},
+		members: map[string]int{}, total: map[string]int{}, fresh: map[string]map[string]wokenAt{}, sweeps: map[string]*sweep{}, counted: map[string]map[string]string{},
 		outage: outage,
 		core: &delivery.Core{Policy: opts.Retry, Classify: opts.Classify, Outage: outage, Clock: opts.Clock,
 			What: "partition", Log: opts.Logger},
 		leaseOutage: opts.Infra.Outage("partition leases", opts.Logger, opts.Clock.Now),
 		life:        lifecycle.Runner{Name: "partition consumer", Log: opts.Logger}}, nil
 }
+
+// controlConns is the pool of the heartbeat and discovery's connections:
+// the heartbeat loop, the listener's acquires and a handover's
+// announcement may run at once.
+const controlConns = 4
 
 // DefaultBatchSize is the most messages handed to a handler in one call.
 const DefaultBatchSize = 64
@@ -189,6 +208,9 @@ const DefaultBatchSize = 64
 func (c *Consumer) Start(ctx context.Context) error {
 	return c.life.Start(ctx, func(soft, work context.Context) {
 		c.soft, c.work = soft, work
+		ctl, closeCtl := c.opts.Leases.Dedicated(controlConns)
+		c.ctl = ctl
+		defer func() { _ = closeCtl() }()
 		// The cursors are set before the first discovery pass reads the
 		// indexes: a key published after the pass read them wakes the
 		// listener, one published before is in them (a publish adds to the
@@ -271,7 +293,7 @@ func (c *Consumer) discover(stopListening func()) {
 			// Every lease is released: leaving the hosts set now tells the
 			// others at their next pass (a stop's successors need no lapse).
 			lctx, cancel := context.WithTimeout(context.WithoutCancel(c.work), min(c.opts.LeaseTTL, 2*time.Second))
-			if err := c.opts.Leases.Leave(lctx, c.opts.Owner, c.joined); err != nil {
+			if err := c.ctl.Leave(lctx, c.opts.Owner, c.joined); err != nil {
 				c.log.Warn("partition consumer: leaving the hosts set failed; it lapses by itself", "error", err)
 			}
 			cancel()
@@ -294,9 +316,10 @@ func (c *Consumer) shutdownWorkers() {
 
 // pass is one heartbeat: register as live (and as a consumer of each
 // subscribed group), stop the workers whose leases were taken over if the
-// heartbeat had lapsed, then find every unit of every subscription, try to
-// acquire those not held here up to this host's fair share, and hand over
-// what it holds beyond that share.
+// heartbeat had lapsed, then, for each subscription, count its units, walk
+// the next page of its indexes (sweep), try to acquire the units found
+// there that are not held here up to this host's fair share, and hand
+// over what it holds beyond that share.
 func (c *Consumer) pass() error {
 	ctx := c.soft
 	subs := c.opts.Subscriptions()
@@ -308,21 +331,14 @@ func (c *Consumer) pass() error {
 		}
 		wanted[s.Group] = s
 	}
-	var held []*worker
-	for _, w := range c.workers() {
-		if _, ok := wanted[w.sub.Group]; !ok {
-			w.stop() // the handler is gone: release and stop
-			continue
-		}
-		held = append(held, w)
-	}
+	c.stopUnwanted(wanted)
 	var left []string
 	for _, g := range c.joined {
 		if _, ok := wanted[g]; !ok {
 			left = append(left, g)
 		}
 	}
-	beat, err := c.opts.Leases.Heartbeat(ctx, c.opts.Owner, c.opts.LeaseTTL, groups, left)
+	beat, err := c.ctl.Heartbeat(ctx, c.opts.Owner, c.opts.LeaseTTL, groups, left)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -330,65 +346,249 @@ func (c *Consumer) pass() error {
 		return err
 	}
 	c.mu.Lock()
+	// A host that left or lapsed, or a group that lost a consumer, leaves
+	// units to take over or acquire that no wake-up names: walk every
+	// index whole this pass instead of a page of it.
+	full := c.rescan
+	for o := range c.live {
+		full = full || !beat.Live[o]
+	}
+	for g, n := range c.members {
+		full = full || beat.Members[g] < n
+	}
+	c.rescan = false
 	c.live, c.members, c.joined = beat.Live, beat.Members, groups
 	c.mu.Unlock()
-	if beat.Lapsed && len(held) > 0 {
-		c.check(ctx, held)
+	if beat.Lapsed {
+		if held := c.workers(); len(held) > 0 {
+			c.check(ctx, held)
+		}
 	}
 	var errs []error
-	halted := map[string]int{}
+	walked := map[string]bool{}
 	for _, s := range subs {
-		units, uerr := c.units(ctx, s)
-		if uerr != nil {
-			errs = append(errs, uerr)
-		} else {
-			c.mu.Lock()
-			c.total[s.Group] = len(units) + c.carryFreshLocked(s.Group, units)
-			c.mu.Unlock()
-		}
-		n, err := c.place(ctx, s, units, len(units), false, true)
-		halted[s.Group] += n
-		if err != nil {
+		key := sweepKey(s)
+		walked[key] = true
+		if err := c.sweep(ctx, s, key, full); err != nil {
 			errs = append(errs, err)
-		}
-		if uerr == nil && err == nil {
-			// Only on a whole count: a partial one would shed too much.
-			c.shed(s.Group, len(units))
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
 	}
-	for _, s := range subs {
-		c.opts.Metrics.setHalted(s.Group, halted[s.Group])
+	for key := range c.sweeps {
+		if !walked[key] {
+			delete(c.sweeps, key) // unsubscribed
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// carryFreshLocked settles the units first seen on wake-ups into a
-// discovery pass's count of group's units: those the pass found are
-// counted by it; one it did not find (published after its index read,
-// woken before the pass ended) is carried over once, to be found by the
-// next pass. Dropping those undercounted the group until the next pass,
-// and a new key could then find no host with room. It answers how many
-// are carried. c.mu is held.
-func (c *Consumer) carryFreshLocked(group string, units []unit) int {
-	fresh := c.fresh[group]
-	if len(fresh) == 0 {
-		return 0
-	}
-	found := make(map[string]bool, len(units))
-	for _, u := range units {
-		found[u.unit] = true
-	}
-	for u, young := range fresh {
-		if found[u] || !young {
-			delete(fresh, u)
-		} else {
-			fresh[u] = false // carried once
+// stopUnwanted stops the workers of groups no longer subscribed (the
+// handler is gone): each releases its lease. The owned units are walked
+// only when one of their groups is gone: a pass over 100,000 of them
+// cost more than the rest of an idle pass.
+func (c *Consumer) stopUnwanted(wanted map[string]partition.Subscription) {
+	c.mu.Lock()
+	gone := false
+	for g, n := range c.ownedBy {
+		if _, ok := wanted[g]; n > 0 && !ok {
+			gone = true
 		}
 	}
-	return len(fresh)
+	var out []*worker
+	if gone {
+		for _, w := range c.owned {
+			if _, ok := wanted[w.sub.Group]; !ok {
+				out = append(out, w)
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, w := range out {
+		w.stop()
+	}
+}
+
+// Discovery walks each subscription's category indexes with a cursor
+// (SSCAN), a page per pass, instead of reading them whole every pass: at
+// 100,000 keys the whole read, with the units built from it and placed,
+// cost a host half a core while idle. A page holds at least sweepPage keys
+// and at least the indexes' keys over sweepPasses, so a walk covers every
+// key that stays in the index within sweepPasses passes (one pass up to
+// sweepPage keys): a unit no wake-up named (a listener that failed, a
+// release whose announcement was lost, a halt resumed) is found within
+// that many heartbeats. The group's unit count for the fair share is SCARD
+// (O(1)), not the walk's. A pass walks the indexes whole when the walk is
+// new (a host starting, a subscription added), when a host left or lapsed
+// or a group lost a consumer (their units are to be taken over at once),
+// and after the listener failed or fell behind.
+const (
+	sweepPage   = 1000
+	sweepPasses = 20
+)
+
+// scanCount is SSCAN's COUNT: keys per round trip.
+const scanCount = 1000
+
+// sweep is a subscription's walk over its categories' indexes.
+type sweep struct {
+	cat    int    // the category walked (an index into Categories)
+	cursor uint64 // its SSCAN cursor
+	halted int    // halted units met so far in this walk
+	// seen are the units met so far in this walk, and units their count
+	// in the last whole walk (-1 before one): a correlated subscription's
+	// unit count, which the indexes' sizes overstate (a value in two
+	// categories is one unit).
+	seen  map[string]bool
+	units int
+}
+
+// sweepKey names a subscription's walk: a reload that changes its
+// categories starts a new one.
+func sweepKey(s partition.Subscription) string {
+	return fmt.Sprintf("%s\x00%t\x00%q", s.Group, s.Correlated, s.Categories)
+}
+
+// sweep is one pass of discovery over subscription s: count its units
+// (SCARD), walk the next page of its indexes (all of them when full),
+// acquire the units found free there and take over those of lapsed hosts,
+// up to the fair share, and hand over what this host holds beyond it.
+func (c *Consumer) sweep(ctx context.Context, s partition.Subscription, key string, full bool) error {
+	sw := c.sweeps[key]
+	if sw == nil {
+		sw = &sweep{units: -1}
+		c.sweeps[key] = sw
+		full = true
+	}
+	if full {
+		*sw = sweep{units: sw.units}
+	}
+	counts, at, err := c.ctl.Count(ctx, s.Categories)
+	if err != nil {
+		return err // nothing placed or shed on a count unknown
+	}
+	keys := 0
+	for i, n := range counts {
+		keys += n
+		if cat, warn := s.Categories[i], c.opts.WarnLivePartitions; warn > 0 && n > warn && !c.warned[cat] {
+			c.warned[cat] = true
+			c.log.Warn("many live partitions: sequential_by is meant for bounded key sets", "category", cat, "live_partitions", n, "warn_live_partitions", warn)
+		}
+	}
+	total := keys
+	if s.Correlated && sw.units >= 0 {
+		total = sw.units
+	}
+	tails := make(map[string]string, len(at))
+	for i, cat := range s.Categories {
+		tails[cat] = at[i]
+	}
+	c.mu.Lock()
+	c.counted[s.Group] = tails
+	total += c.settleFreshLocked(s.Group, tails)
+	c.total[s.Group] = total
+	c.mu.Unlock()
+	budget := max(sweepPage, (keys+sweepPasses-1)/sweepPasses)
+	// The pages are placed together: a worker starts on each unit won,
+	// and the first steps of a thousand of them delay every scan after
+	// them by far more than the scans take.
+	found, done, werr := c.walk(ctx, s, sw, full, budget)
+	n, err := c.place(ctx, s, found, total, false, true)
+	if sw.halted += n; done && err == nil {
+		c.opts.Metrics.setHalted(s.Group, sw.halted) // a whole walk's count
+		sw.halted = 0
+	}
+	if err = errors.Join(werr, err); err != nil {
+		return err
+	}
+	c.shed(s.Group, total)
+	return nil
+}
+
+// walk reads s's indexes on from sw's cursor, budget keys or (full) up to
+// the end of the walk: the units found, and whether the walk ended.
+func (c *Consumer) walk(ctx context.Context, s partition.Subscription, sw *sweep, full bool, budget int) (found []unit, done bool, _ error) {
+	for read := 0; full || read < budget; {
+		cat := s.Categories[sw.cat]
+		ks, next, err := c.ctl.Scan(ctx, cat, sw.cursor, scanCount)
+		if err != nil {
+			return found, false, err // the walk goes on from the same cursor next pass
+		}
+		read += len(ks)
+		if len(ks) > 0 {
+			units, err := c.pageUnits(ctx, s, cat, ks)
+			if err != nil {
+				return found, false, err
+			}
+			if s.Correlated {
+				if sw.seen == nil {
+					sw.seen = map[string]bool{}
+				}
+				for _, u := range units {
+					sw.seen[u.unit] = true
+				}
+			}
+			found = append(found, units...)
+		}
+		sw.cursor = next
+		if next != 0 {
+			continue
+		}
+		if sw.cat++; sw.cat < len(s.Categories) {
+			continue
+		}
+		sw.cat, sw.units, sw.seen = 0, len(sw.seen), nil
+		return found, true, nil
+	}
+	return found, false, nil
+}
+
+// pageUnits builds the units of a page of keys of category cat. A
+// correlated unit's other sources are looked up in the other categories'
+// indexes (SMISMEMBER), so that its worker starts on all of them.
+func (c *Consumer) pageUnits(ctx context.Context, s partition.Subscription, cat string, ks []string) ([]unit, error) {
+	keys := map[string][]string{cat: ks}
+	if s.Correlated {
+		for _, other := range s.Categories {
+			if other == cat {
+				continue
+			}
+			in, err := c.ctl.Holding(ctx, other, ks)
+			if err != nil {
+				return nil, err
+			}
+			for i, ok := range in {
+				if ok {
+					keys[other] = append(keys[other], ks[i])
+				}
+			}
+		}
+	}
+	return buildUnits(s, keys), nil
+}
+
+// wokenAt is the wake-up entry a unit was first seen on: the category's
+// wake-up stream and the entry's id.
+type wokenAt struct{ cat, id string }
+
+// settleFreshLocked settles the units of group first seen on wake-ups
+// into a count of its units (Leases.Count): a unit whose wake-up entry is
+// at or before the count's tail of that stream is in the index it counted
+// and is forgotten; a later one is not in it, and is added (until a count
+// includes it). Dropping those undercounted the group, and a new key could
+// then find no host with room. One this count cannot place (its category
+// no longer subscribed) is forgotten too. c.mu is held.
+func (c *Consumer) settleFreshLocked(group string, tails map[string]string) int {
+	n := 0
+	for u, w := range c.fresh[group] {
+		if tail, ok := tails[w.cat]; !ok || w.id == "" || !idAfter(w.id, tail) {
+			delete(c.fresh[group], u)
+			continue
+		}
+		n++
+	}
+	return n
 }
 
 // shareLocked is the most units of group (of total) this consumer holds:
@@ -408,14 +608,18 @@ func (c *Consumer) shareLocked(group string, total int) int {
 // share: each such worker stops at its batch boundary and releases its
 // lease, and once they have, one wake-up entry per category names the
 // released keys, so the consumers with room acquire them at once (a
-// successor that missed it finds them at its next pass). It picks the
+// successor that missed it finds them within a walk of the index, see sweep). It picks the
 // units to hand over in an order of their own per host (a hash of the
 // owner and the unit), so that hosts do not pass the same units back and
 // forth.
 func (c *Consumer) shed(group string, total int) {
 	c.mu.Lock()
+	// The count may have grown since the pass read it (units first seen
+	// on wake-ups meanwhile, see woken): a share of the older count hands
+	// over units that no host then has room for until its next pass.
+	total = max(total, c.total[group])
 	share := c.shareLocked(group, total)
-	if share < 0 {
+	if share < 0 || c.ownedBy[group] <= share {
 		c.mu.Unlock()
 		return
 	}
@@ -459,8 +663,8 @@ func (c *Consumer) shed(group string, total int) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.work), c.opts.LeaseTTL)
 		defer cancel()
 		for cat, keys := range released {
-			if err := c.opts.Leases.Released(ctx, cat, keys); err != nil {
-				c.log.Warn("partition handover: announcing the released keys failed; successors find them at their next pass", "category", cat, "error", err)
+			if err := c.ctl.Released(ctx, cat, keys); err != nil {
+				c.log.Warn("partition handover: announcing the released keys failed; successors find them within a walk of the index", "category", cat, "error", err)
 			}
 		}
 	}()
@@ -480,7 +684,7 @@ func (c *Consumer) check(ctx context.Context, ws []*worker) {
 	for i, w := range ws {
 		leases[i] = w.lease
 	}
-	lost, err := c.opts.Leases.CheckAll(ctx, leases)
+	lost, err := c.ctl.CheckAll(ctx, leases)
 	for _, i := range lost {
 		c.lose(ws[i], fmt.Errorf("partition %s %s: taken over at generation %d while the heartbeat had lapsed: %w",
 			leases[i].Group, leases[i].Unit, leases[i].Generation, ErrLeaseLost))
@@ -508,6 +712,11 @@ type heldBy struct {
 // units whose holder's heartbeat has lapsed, judged by a hosts set read
 // after the holder's token. It returns how many units it found halted.
 func (c *Consumer) place(ctx context.Context, s partition.Subscription, units []unit, total int, wake, takeover bool) (halted int, _ error) {
+	// One placement at a time (discovery's, the listener's): each takes
+	// up to the share less what is owned, and two at once both counted
+	// room that only one of them had.
+	c.placing.Lock()
+	defer c.placing.Unlock()
 	var free []unit
 	now := c.opts.Clock.Now()
 	c.mu.Lock()
@@ -537,7 +746,7 @@ func (c *Consumer) place(ctx context.Context, s partition.Subscription, units []
 	for i, u := range free {
 		want[i] = Want{Unit: Unit{s.Group, u.unit}}
 	}
-	got, err := c.opts.Leases.AcquireAll(ctx, want, c.opts.Owner, limit)
+	got, err := c.ctl.AcquireAll(ctx, want, c.opts.Owner, limit)
 	var lapsed []int // indexes into free and want
 	for i, a := range got {
 		switch {
@@ -563,7 +772,7 @@ func (c *Consumer) place(ctx context.Context, s partition.Subscription, units []
 	if err != nil || !takeover || len(lapsed) == 0 || limit == 0 {
 		return halted, err
 	}
-	live, err := c.opts.Leases.Live(ctx)
+	live, err := c.ctl.Live(ctx)
 	if err != nil {
 		return halted, err
 	}
@@ -575,7 +784,7 @@ func (c *Consumer) place(ctx context.Context, s partition.Subscription, units []
 			units2 = append(units2, free[i])
 		}
 	}
-	got, err = c.opts.Leases.AcquireAll(ctx, again, c.opts.Owner, limit)
+	got, err = c.ctl.AcquireAll(ctx, again, c.opts.Owner, limit)
 	for i, a := range got {
 		if a.Err == nil {
 			c.log.Info("partition taken over from a lapsed host", "group", s.Group, "partition", a.Lease.Unit, "from", again[i].Lapsed)
@@ -637,26 +846,6 @@ func buildUnits(s partition.Subscription, keys map[string][]string) []unit {
 		out = append(out, *byName[n])
 	}
 	return out
-}
-
-// units lists a subscription's units from its categories' indexes; a
-// category whose index cannot be read is skipped this pass.
-func (c *Consumer) units(ctx context.Context, s partition.Subscription) ([]unit, error) {
-	keys := map[string][]string{}
-	var errs []error
-	for _, cat := range s.Categories {
-		ks, err := c.opts.Leases.Members(ctx, cat)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if n := c.opts.WarnLivePartitions; n > 0 && len(ks) > n && !c.warned[cat] {
-			c.warned[cat] = true
-			c.log.Warn("many live partitions: sequential_by is meant for bounded key sets", "category", cat, "live_partitions", len(ks), "warn_live_partitions", n)
-		}
-		keys[cat] = ks
-	}
-	return buildUnits(s, keys), errors.Join(errs...)
 }
 
 func (w *worker) merge(sources []string, cat map[string]string) {

@@ -953,3 +953,76 @@ func (s *Leases) Take(ctx context.Context, l Lease, stream string, count int) (T
 	}
 	return t, nil
 }
+
+// Count returns how many live keys each of categories' indexes holds, in
+// order (SCARD), and the id of the last entry of each one's wake-up
+// stream at that moment ("0-0" if none), in one transaction: the size of
+// a group's index without reading it, and which wake-ups it includes (a
+// publish adds to the index and the wake-up stream in one script).
+func (s *Leases) Count(ctx context.Context, categories []string) ([]int, []string, error) {
+	cards := make([]*redis.IntCmd, len(categories))
+	tails := make([]*redis.XMessageSliceCmd, len(categories))
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i, cat := range categories {
+			cards[i] = p.SCard(ctx, s.key(IndexKey(cat)))
+			tails[i] = p.XRevRangeN(ctx, s.key(WakeKey(cat)), "+", "-", 1)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("partition: count the indexes of %v: %w", categories, err)
+	}
+	counts, at := make([]int, len(categories)), make([]string, len(categories))
+	for i := range categories {
+		counts[i], at[i] = int(cards[i].Val()), "0-0"
+		if last := tails[i].Val(); len(last) > 0 {
+			at[i] = last[0].ID
+		}
+	}
+	return counts, at, nil
+}
+
+// Scan reads one page of category's index from cursor (SSCAN, about count
+// keys): the keys and the cursor to go on from, 0 once the walk has
+// covered the index. A key that stays in the index for a whole walk is
+// returned at least once (maybe twice); one added or removed meanwhile
+// may or may not be.
+func (s *Leases) Scan(ctx context.Context, category string, cursor uint64, count int) ([]string, uint64, error) {
+	keys, next, err := s.rdb.SScan(ctx, s.key(IndexKey(category)), cursor, "", int64(count)).Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("partition: scan the index of %s: %w", category, err)
+	}
+	return keys, next, nil
+}
+
+// Holding reports, for each of keys, whether category's index holds it
+// (SMISMEMBER).
+func (s *Leases) Holding(ctx context.Context, category string, keys []string) ([]bool, error) {
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		args[i] = k
+	}
+	in, err := s.rdb.SMIsMember(ctx, s.key(IndexKey(category)), args...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("partition: look up %d keys in the index of %s: %w", len(keys), category, err)
+	}
+	return in, nil
+}
+
+// Dedicated returns the protocol over a client of its own with a pool of
+// size connections, and its closer: a host's heartbeat and discovery go
+// through it, so they do not queue behind thousands of workers' commands
+// in the shared pool (a host that had just acquired 10,000 partitions took
+// seconds to heartbeat, and as long to hand any over). Over a client that
+// is not a *redis.Client (a cluster client) it returns s itself.
+func (s *Leases) Dedicated(size int) (*Leases, func() error) {
+	cl, ok := s.rdb.(*redis.Client)
+	if !ok {
+		return s, func() error { return nil }
+	}
+	o := *cl.Options()
+	o.PoolSize, o.MinIdleConns, o.MaxIdleConns = size, 0, size
+	o.PushNotificationProcessor = nil // the client's own: NewClient makes one
+	d := redis.NewClient(&o)
+	return &Leases{rdb: d, prefix: s.prefix}, d.Close
+}

@@ -26,7 +26,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		owned: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "protean_partitions_owned",
 			Help: "Partitions this instance holds a lease on, by consumer group."}, []string{"group"}),
 		halted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "protean_partitions_halted",
-			Help: "Partitions halted on a poison message (seen at the last discovery pass), by consumer group."}, []string{"group"}),
+			Help: "Partitions halted on a poison message (seen by the last whole walk of the indexes), by consumer group."}, []string{"group"}),
 		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_partition_lease_acquisitions_total",
 			Help: "Partition leases this instance acquired, by consumer group."}, []string{"group"}),
 		losses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_partition_lease_losses_total",

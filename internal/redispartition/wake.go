@@ -21,6 +21,9 @@ type Wake struct {
 	// Released are keys whose units a host handed over (Leases.Released):
 	// free now, to be acquired even if seen held.
 	Released []string
+	// At is, per key of Keys, the id of the wake-up entry that named it
+	// (the last one, when several did).
+	At map[string]string
 }
 
 // releasedValue marks a released key's field in a wake-up entry; a
@@ -125,13 +128,14 @@ func (l *Listener) Read(ctx context.Context, cursors map[string]string, block ti
 			continue
 		}
 		from := cursors[cat]
-		w := Wake{Category: cat}
+		w := Wake{Category: cat, At: map[string]string{}}
 		for _, m := range st.Messages {
 			for k, v := range m.Values {
 				if v == releasedValue {
 					w.Released = append(w.Released, k)
 				} else {
 					w.Keys = append(w.Keys, k)
+					w.At[k] = m.ID
 				}
 			}
 		}
@@ -259,7 +263,12 @@ func (c *Consumer) listen(l *Listener, cursors map[string]string) {
 			continue
 		}
 		if failures > 0 || behind {
+			// New keys may have been missed too: the next discovery pass
+			// walks the indexes whole.
 			failures = 0
+			c.mu.Lock()
+			c.rescan = true
+			c.mu.Unlock()
 			c.wakeAll()
 		}
 		c.woken(ctx, wakes)
@@ -288,7 +297,7 @@ func (c *Consumer) follow(ctx context.Context, cursors map[string]string) error 
 		if _, ok := cursors[cat]; ok {
 			continue
 		}
-		id, err := c.opts.Leases.WakeTail(ctx, cat)
+		id, err := c.ctl.WakeTail(ctx, cat)
 		if err != nil {
 			return err
 		}
@@ -305,7 +314,14 @@ func (c *Consumer) woken(ctx context.Context, wakes []Wake) {
 		return
 	}
 	keys, released := map[string][]string{}, map[string][]string{}
+	at := map[string]map[string]string{} // category → key → wake-up entry
 	for _, w := range wakes {
+		if at[w.Category] == nil {
+			at[w.Category] = map[string]string{}
+		}
+		for k, id := range w.At {
+			at[w.Category][k] = id
+		}
 		keys[w.Category] = append(keys[w.Category], w.Keys...)
 		keys[w.Category] = append(keys[w.Category], w.Released...)
 		released[w.Category] = append(released[w.Category], w.Released...)
@@ -336,14 +352,26 @@ func (c *Consumer) woken(ctx context.Context, wakes []Wake) {
 		for _, u := range units {
 			id := unitID{s.Group, u.unit}
 			_, held := c.held[id]
-			if _, counted := fresh[u.unit]; !handed[u.unit] && c.owned[id] == nil && !held && !counted {
-				if fresh == nil {
-					fresh = map[string]bool{}
-					c.fresh[s.Group] = fresh
-				}
-				fresh[u.unit] = true
-				c.total[s.Group]++
+			if _, counted := fresh[u.unit]; handed[u.unit] || c.owned[id] != nil || held || counted {
+				continue
 			}
+			var w wokenAt
+			for _, cat := range u.cat {
+				if id := at[cat][u.key]; id != "" {
+					w = wokenAt{cat, id}
+				}
+			}
+			// A wake-up read after the last count of the index, for a
+			// publish before it: counted by it already.
+			if tail, ok := c.counted[s.Group][w.cat]; ok && w.id != "" && !idAfter(w.id, tail) {
+				continue
+			}
+			if fresh == nil {
+				fresh = map[string]wokenAt{}
+				c.fresh[s.Group] = fresh
+			}
+			fresh[u.unit] = w
+			c.total[s.Group]++
 		}
 		total := c.total[s.Group]
 		c.mu.Unlock()
