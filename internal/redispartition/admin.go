@@ -66,10 +66,11 @@ type AdminOptions struct {
 // Admin is what an operator sees and does on partitions: list, inspect,
 // and the three ways out of a halt (skip, dlq, resume). Each action is one
 // Lua script, so the ack, the halt's removal and the audit record happen
-// together or not at all. A live host needs no restart: its discovery
-// acquires the unit again once the halt is gone, within a walk of the
-// index (the next heartbeat up to 1,000 keys, at most 20 heartbeats; the
-// action announces no wake-up).
+// together or not at all. A live host needs no restart: the action then
+// announces the unit's key on its category's wake-up stream, so a host
+// with room acquires it at once; if that announcement fails, discovery
+// finds the unit within a walk of the index (the next heartbeat up to
+// 1,000 keys, at most 20 heartbeats).
 type Admin struct {
 	rdb       redis.UniversalClient
 	prefix    string
@@ -627,6 +628,10 @@ type Outcome struct {
 	DLQStream, DLQEntry string
 	// AuditEntry is the record's id on AuditStream.
 	AuditEntry string
+	// Woken is true when the unit's key was announced on its category's
+	// wake-up stream after the action (false: discovery finds it within
+	// its walk of the index).
+	Woken bool
 }
 
 // actionPrelude checks, inside the script, that the halt record is still
@@ -758,7 +763,20 @@ func (a *Admin) act(ctx context.Context, action string, s *redis.Script, group, 
 	out.Acked = n == 1
 	out.AuditEntry, _ = res[1].(string)
 	out.DLQEntry, _ = res[2].(string)
+	out.Woken = a.wake(ctx, h.Stream) == nil
 	return out, nil
+}
+
+// wake announces the key of a unit whose halt an action cleared on its
+// category's wake-up stream, as a handover announces released keys: a
+// host with room acquires it at once, instead of at its discovery's walk
+// over the key.
+func (a *Admin) wake(ctx context.Context, stream string) error {
+	cat, key, err := partition.ParseUnit(stream, a.suffix)
+	if err != nil {
+		return err
+	}
+	return (&Leases{rdb: a.rdb, prefix: a.prefix}).Released(ctx, cat, []string{key})
 }
 
 // notHalted builds the StateError naming what the unit is instead.

@@ -219,8 +219,16 @@ func TestAdminSkipAcksTheHeadAndFlowResumes(t *testing.T) {
 		require.Equal(t, v, audit[0].Values[k], k)
 	}
 	require.NotEmpty(t, audit[0].Values["at"])
+	// The key is announced on the category's wake-up stream, as a
+	// handover announces released keys: a host with room acquires it at
+	// once, not at its discovery's walk over the key.
+	require.True(t, out.Woken)
+	last, err := r.rdb.XRevRangeN(ctx, r.prefix+redispartition.WakeKey("order"), "+", "-", 1).Result()
+	require.NoError(t, err)
+	require.Len(t, last, 1)
+	require.Contains(t, last[0].Values, "bad", "the skipped unit's key is announced")
 
-	// The live host acquires the unit on its next pass; the entries after
+	// The live host acquires the unit again; the entries after
 	// the skipped one flow, and the skipped one is never handled again.
 	r.waitAppliedLog(h, "order:bad", []int64{1, 3, 4})
 	r.pub.publish("order", "bad", 1)
