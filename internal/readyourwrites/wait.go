@@ -312,6 +312,7 @@ func (w *Waiter) lastOfKeyForward(ctx context.Context, category string, floor, n
 // recorded as failed ends the wait with the source's error (ErrFailed).
 func (w *Waiter) Wait(ctx context.Context, projection string, n int64, field, key string, targets func() ([]Target, error)) error {
 	lastOfKey := map[string]int64{} // what keyed checks found, for the whole wait
+	pollEvery := firstRemotePoll
 	for {
 		ts, err := targets()
 		if err != nil {
@@ -336,7 +337,8 @@ func (w *Waiter) Wait(ctx context.Context, projection string, n int64, field, ke
 		}
 		var poll <-chan time.Time
 		if remote {
-			poll = w.opts.After(remotePoll)
+			poll = w.opts.After(pollEvery)
+			pollEvery = min(2*pollEvery, remotePoll)
 		}
 	sleep:
 		for {

@@ -144,3 +144,51 @@ func TestKeyedWaitDoneByInOrderMarks(t *testing.T) {
 	require.NoError(t, wait(w2, src))
 	require.Zero(t, src.positions+store.reads)
 }
+
+// remoteUnit is a source of another host's unit: its position reaches at
+// after a number of checks.
+type remoteUnit struct {
+	checks, after int
+	at            int64
+}
+
+func (s *remoteUnit) Check(string, int64) Check { return s }
+func (s *remoteUnit) Remote() bool              { return true }
+
+func (s *remoteUnit) Handled(context.Context, Route, eventstore.Event) (bool, error) { return false, nil }
+
+func (s *remoteUnit) KeyPosition(context.Context, Route, string) (int64, bool, error) {
+	s.checks++
+	if s.checks > s.after {
+		return s.at, true, nil
+	}
+	return 0, true, nil
+}
+
+// A wait for a projection another host runs re-checks after 5 ms, then
+// twice as late each time up to every 50 ms: the usual projection, done
+// within a few milliseconds there, is read without waiting out a fixed
+// 50 ms poll.
+func TestRemoteWaitPollsSoonThenBacksOff(t *testing.T) {
+	ctx := context.Background()
+	mem := eventstore.NewMemory(nil)
+	stored, err := mem.Append(ctx, []eventstore.NewEvent{{Stream: "c-1", Type: "E", Data: json.RawMessage(`{"id":"k"}`), ExpectedVersion: eventstore.AnyVersion}})
+	require.NoError(t, err)
+	n := stored[0].GlobalPosition
+	var waits []time.Duration
+	w := New(Options{Events: mem, KeyOf: func(data json.RawMessage, field string) (string, bool) {
+		var v map[string]string
+		_ = json.Unmarshal(data, &v)
+		return v[field], v[field] != ""
+	}, After: func(d time.Duration) <-chan time.Time {
+		waits = append(waits, d)
+		ch := make(chan time.Time, 1)
+		ch <- time.Time{}
+		return ch
+	}})
+	src := &remoteUnit{after: 6, at: n}
+	r := Route{Group: "g", Category: "c", Field: "id"}
+	require.NoError(t, w.Wait(ctx, "g", n, "id", "k", func() ([]Target, error) { return []Target{{Route: r, Source: src}}, nil }))
+	ms := time.Millisecond
+	require.Equal(t, []time.Duration{5 * ms, 10 * ms, 20 * ms, 40 * ms, 50 * ms, 50 * ms}, waits)
+}
