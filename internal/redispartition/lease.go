@@ -1023,6 +1023,11 @@ func (s *Leases) Dedicated(size int) (*Leases, func() error) {
 	o := *cl.Options()
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns = size, 0, size
 	o.PushNotificationProcessor = nil // the client's own: NewClient makes one
+	// The client's own too, and written by it under a lock of its own as
+	// its connections negotiate (initConn): NewClient's copy of it read
+	// the shared one unlocked, a data race (-race in CI). nil gives the
+	// new client the default, as a parsed URL does.
+	o.MaintNotificationsConfig = nil
 	d := redis.NewClient(&o)
 	return &Leases{rdb: d, prefix: s.prefix}, d.Close
 }
