@@ -155,7 +155,9 @@ type remoteUnit struct {
 func (s *remoteUnit) Check(string, int64) Check { return s }
 func (s *remoteUnit) Remote() bool              { return true }
 
-func (s *remoteUnit) Handled(context.Context, Route, eventstore.Event) (bool, error) { return false, nil }
+func (s *remoteUnit) Handled(context.Context, Route, eventstore.Event) (bool, error) {
+	return false, nil
+}
 
 func (s *remoteUnit) KeyPosition(context.Context, Route, string) (int64, bool, error) {
 	s.checks++
