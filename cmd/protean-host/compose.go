@@ -103,7 +103,7 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 	ps := pools{pg: st.pool, rdb: c.br.redis}
 	c.reg.MustRegister(newPoolCollector(ps))
 	for _, p := range ps.stats() {
-		c.log.Info("connection pool", "pool", p.Name, "max", p.Max, "derived_from", hostPools(cfg))
+		c.log.Info("connection pool", "pool", p.Name, "max", p.Max)
 	}
 	var committed wakeups
 	committed.add(h.relay.Notify)

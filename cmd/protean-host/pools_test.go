@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -22,8 +23,8 @@ func TestPoolsShowOnServers(t *testing.T) {
 	var cfg config.Config
 	h, err := startHostWith(t, "production.toml", wasmbuild.Examples(t), func(c *config.Config) { d.fastLeases(c); cfg = *c })
 	require.NoError(t, err)
-	sizes := hostPools(cfg)
-	require.Positive(t, sizes.modules)
+	modules := countModules(cfg.Plugins.Dir)
+	require.Positive(t, modules)
 	require.Equal(t, 200, post(t, h, "PlaceOrder", `{"order_id":"o-1","client_id":"c-1","total":1}`).code)
 	var out struct {
 		Pools []httpapi.Pool `json:"pools"`
@@ -37,10 +38,10 @@ func TestPoolsShowOnServers(t *testing.T) {
 	defer conn.Close(t.Context())
 	var open int
 	require.NoError(t, conn.QueryRow(t.Context(), `SELECT current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int`).Scan(&open))
-	require.EqualValues(t, min(sizes.postgres, open/4), pg.Max, "derived, within the server's share")
+	require.EqualValues(t, min(16, open/4), pg.Max, "derived, within the server's share")
 	require.Positive(t, pg.Acquires, "the command took a connection")
 	require.Equal(t, "redis", rd.Name)
-	require.EqualValues(t, sizes.redis, rd.Max, "derived")
+	require.EqualValues(t, redisPoolSize(modules, runtime.GOMAXPROCS(0)), rd.Max, "derived")
 	require.Positive(t, rd.Acquires)
 
 	m := get(t, h, "/metrics").raw
@@ -60,6 +61,7 @@ func TestPoolsShowOnServers(t *testing.T) {
 // the partition listener.
 func TestDerivePools(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, poolSizes{postgres: 16, redis: 20 + 5 + 1, modules: 5}, derivePools(5, 2))
-	require.Equal(t, poolSizes{postgres: 16, redis: 80 + 100 + 1, modules: 100}, derivePools(100, 8))
+	require.Equal(t, 16, defaultPostgresPool)
+	require.Equal(t, 20+5+1, redisPoolSize(5, 2))
+	require.Equal(t, 80+100+1, redisPoolSize(100, 8))
 }

@@ -1,12 +1,8 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
-
-	"github.com/proteanhq/protean-host/internal/config"
 )
 
 // The connection pools are sized to the servers, and the Redis pool to
@@ -39,33 +35,21 @@ import (
 // share.
 const defaultPostgresPool = 16
 
-// poolSizes are the derived sizes and what they were derived from.
-type poolSizes struct {
-	postgres, redis int
-	modules         int // the *.wasm files of the plugins directory at start
-}
+// redisPoolSize is the Redis pool's size for modules modules on procs
+// CPUs.
+func redisPoolSize(modules, procs int) int { return 10*procs + modules + 1 }
 
-// derivePools sizes the pools for modules modules on procs CPUs.
-func derivePools(modules, procs int) poolSizes {
-	return poolSizes{postgres: defaultPostgresPool, redis: 10*procs + modules + 1, modules: modules}
-}
-
-// hostPools sizes the pools for the plugins directory as it is now; a
-// directory that cannot be read counts no modules (the loader reports
+// countModules counts the *.wasm files of the plugins directory as it is
+// now; a directory that cannot be read counts none (the loader reports
 // it).
-func hostPools(cfg config.Config) poolSizes {
-	modules := 0
-	if ents, err := os.ReadDir(cfg.Plugins.Dir); err == nil {
+func countModules(dir string) int {
+	n := 0
+	if ents, err := os.ReadDir(dir); err == nil {
 		for _, e := range ents {
 			if !e.IsDir() && filepath.Ext(e.Name()) == ".wasm" {
-				modules++
+				n++
 			}
 		}
 	}
-	return derivePools(modules, runtime.GOMAXPROCS(0))
-}
-
-// String says how the sizes were reached, for the start-up log.
-func (p poolSizes) String() string {
-	return fmt.Sprintf("%d CPUs, %d modules", runtime.GOMAXPROCS(0), p.modules)
+	return n
 }

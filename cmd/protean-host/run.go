@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -66,7 +67,7 @@ func openBroker(ctx context.Context, cfg config.Config, owner string, clk clock.
 			return nil, fmt.Errorf("brokers.%s.uri: %w", cfg.Outbox.Broker, err)
 		}
 		if !strings.Contains(b.URI, "pool_size") {
-			ropts.PoolSize = hostPools(cfg).redis
+			ropts.PoolSize = redisPoolSize(countModules(cfg.Plugins.Dir), runtime.GOMAXPROCS(0))
 		}
 		rdb := redis.NewClient(ropts)
 		if err := rdb.Ping(ctx).Err(); err != nil {

@@ -97,7 +97,7 @@ func openPool(ctx context.Context, cfg config.Config) (*pgxpool.Pool, error) {
 		if err != nil {
 			return nil, fmt.Errorf("connecting to PostgreSQL (databases.default.database_uri): %w", err)
 		}
-		pcfg.MaxConns = int32(min(hostPools(cfg).postgres, share))
+		pcfg.MaxConns = int32(min(defaultPostgresPool, share))
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
