@@ -57,14 +57,17 @@ func TestMarksCompact(t *testing.T) {
 }
 
 // unitSource is a partition-like source that counts its reads: the key's
-// unit has committed up to at.
+// unit has committed up to at from the read after the first after ones on
+// (0 before); remote says other hosts advance it.
 type unitSource struct {
 	at        int64
+	after     int
+	remote    bool
 	positions int
 }
 
 func (s *unitSource) Check(string, int64) Check { return s }
-func (s *unitSource) Remote() bool              { return false }
+func (s *unitSource) Remote() bool              { return s.remote }
 
 func (s *unitSource) Handled(context.Context, Route, eventstore.Event) (bool, error) {
 	return false, nil
@@ -72,23 +75,10 @@ func (s *unitSource) Handled(context.Context, Route, eventstore.Event) (bool, er
 
 func (s *unitSource) KeyPosition(context.Context, Route, string) (int64, bool, error) {
 	s.positions++
-	return s.at, true, nil
-}
-
-// countingEvents counts every read of the store.
-type countingEvents struct {
-	*eventstore.Memory
-	reads int
-}
-
-func (c *countingEvents) ReadCategory(ctx context.Context, category string, from int64, n int) ([]eventstore.Event, error) {
-	c.reads++
-	return c.Memory.ReadCategory(ctx, category, from, n)
-}
-
-func (c *countingEvents) ReadCategoryBackward(ctx context.Context, category string, after, to int64, n int) ([]eventstore.Event, error) {
-	c.reads++
-	return c.Memory.ReadCategoryBackward(ctx, category, after, to, n)
+	if s.positions > s.after {
+		return s.at, true, nil
+	}
+	return 0, true, nil
 }
 
 // A keyed wait whose key this process handled in key order up to the
@@ -108,14 +98,6 @@ func TestKeyedWaitDoneByInOrderMarks(t *testing.T) {
 	stored, err := mem.Append(ctx, evs)
 	require.NoError(t, err)
 	n := stored[4].GlobalPosition // k0's third event
-	keyOf := func(data json.RawMessage, field string) (string, bool) {
-		var v map[string]string
-		if json.Unmarshal(data, &v) != nil {
-			return "", false
-		}
-		k, ok := v[field]
-		return k, ok
-	}
 	r := Route{Group: "g", Category: "c", Field: "id"}
 	wait := func(w *Waiter, src *unitSource) error {
 		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
@@ -125,46 +107,26 @@ func TestKeyedWaitDoneByInOrderMarks(t *testing.T) {
 		})
 	}
 
-	store := &countingEvents{Memory: mem}
+	counted := &forwardOnly{Events: mem}
+	store := &backward{forwardOnly: counted, br: mem} // counts the reads both ways
+	reads := func() int { return counted.reads + store.reads }
 	w := New(Options{Events: store, KeyOf: keyOf})
 	src := &unitSource{}
 	w.Mark(r, stored[5].GlobalPosition, "k1") // another key's
 	w.Mark(r, stored[2].GlobalPosition, "")   // an earlier k0 event, with no key
 	require.ErrorIs(t, wait(w, src), ErrNotCaughtUp, "k0's event at n is not handled")
-	require.Positive(t, src.positions+store.reads, "the wait read")
+	require.Positive(t, src.positions+reads(), "the wait read")
 
-	src.positions, store.reads = 0, 0
+	src.positions, counted.reads, store.reads = 0, 0, 0
 	w.Mark(r, n, "k0")
 	require.NoError(t, wait(w, src))
 	require.Zero(t, src.positions, "no read of the unit's position")
-	require.Zero(t, store.reads, "no read of the store")
+	require.Zero(t, reads(), "no read of the store")
 
 	w2 := New(Options{Events: store, KeyOf: keyOf})
 	w2.Mark(r, stored[4].GlobalPosition+100, "k0") // past n: every k0 event up to it is handled
 	require.NoError(t, wait(w2, src))
-	require.Zero(t, src.positions+store.reads)
-}
-
-// remoteUnit is a source of another host's unit: its position reaches at
-// after a number of checks.
-type remoteUnit struct {
-	checks, after int
-	at            int64
-}
-
-func (s *remoteUnit) Check(string, int64) Check { return s }
-func (s *remoteUnit) Remote() bool              { return true }
-
-func (s *remoteUnit) Handled(context.Context, Route, eventstore.Event) (bool, error) {
-	return false, nil
-}
-
-func (s *remoteUnit) KeyPosition(context.Context, Route, string) (int64, bool, error) {
-	s.checks++
-	if s.checks > s.after {
-		return s.at, true, nil
-	}
-	return 0, true, nil
+	require.Zero(t, src.positions+reads())
 }
 
 // A wait for a projection another host runs re-checks after 5 ms, then
@@ -178,17 +140,13 @@ func TestRemoteWaitPollsSoonThenBacksOff(t *testing.T) {
 	require.NoError(t, err)
 	n := stored[0].GlobalPosition
 	var waits []time.Duration
-	w := New(Options{Events: mem, KeyOf: func(data json.RawMessage, field string) (string, bool) {
-		var v map[string]string
-		_ = json.Unmarshal(data, &v)
-		return v[field], v[field] != ""
-	}, After: func(d time.Duration) <-chan time.Time {
+	w := New(Options{Events: mem, KeyOf: keyOf, After: func(d time.Duration) <-chan time.Time {
 		waits = append(waits, d)
 		ch := make(chan time.Time, 1)
 		ch <- time.Time{}
 		return ch
 	}})
-	src := &remoteUnit{after: 6, at: n}
+	src := &unitSource{after: 6, at: n, remote: true}
 	r := Route{Group: "g", Category: "c", Field: "id"}
 	require.NoError(t, w.Wait(ctx, "g", n, "id", "k", func() ([]Target, error) { return []Target{{Route: r, Source: src}}, nil }))
 	ms := time.Millisecond
