@@ -16,8 +16,10 @@
 // API, with the key in $PROTEAN_API_KEY, instead of the stores.
 //
 // Every subcommand takes --config (default configs/domain.toml) and
-// --plugins (overrides [plugins] dir). Exit status 0 is success; failures
-// print one line per problem.
+// --plugins (overrides [plugins] dir). run, validate and the plugin tools,
+// given no --config where configs/domain.toml does not exist (a handler's
+// own directory), run the embedded default: memory stores, inline broker.
+// Exit status 0 is success; failures print one line per problem.
 package main
 
 import (
@@ -76,6 +78,9 @@ type env struct {
 	pluginsDir     string
 	cfg            config.Config
 	log            *slog.Logger
+	// embedded: no config file was given and the default one does not
+	// exist, so the defaults apply (configureOrDefault).
+	embedded bool
 }
 
 // exitError carries a status without printing more than was printed.
@@ -138,6 +143,36 @@ func (e *env) parse(fs *flag.FlagSet, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	return e.configure(e.configPath)
+}
+
+// parseOrDefault parses args as parse does, but without an explicit
+// --config and without configs/domain.toml (run or validate from a
+// handler's own directory) it runs the embedded default: see
+// configureOrDefault.
+func (e *env) parseOrDefault(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	return e.configureOrDefault(fs)
+}
+
+// configureOrDefault loads the config of the parsed flags fs. When --config
+// was not given and the default file does not exist, it loads no file: the
+// embedded default (memory stores, inline broker, the plugins directory
+// from --plugins), and e.embedded says so for the first log line. An
+// explicit --config that does not exist is still an error.
+func (e *env) configureOrDefault(fs *flag.FlagSet) error {
+	explicit := false
+	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "config" })
+	if !explicit {
+		if _, err := os.Stat(e.configPath); errors.Is(err, os.ErrNotExist) {
+			e.configPath, e.embedded = "", true
+		}
 	}
 	return e.configure(e.configPath)
 }

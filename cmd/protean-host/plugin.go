@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 )
 
@@ -28,21 +26,13 @@ func cmdPlugin(ctx context.Context, e *env, args []string) error {
 
 // parseAuthor parses args for an author tool. Authors run these from their
 // handler's directory, where the host's configs/domain.toml does not exist:
-// without an explicit --config and without that file, the defaults apply
-// (the embedded setup: memory stores, inline broker).
+// there, as for run and validate, the embedded default applies (see
+// configureOrDefault).
 func (e *env) parseAuthor(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(interspersed(fs, args)); err != nil {
 		return err
 	}
-	explicit := false
-	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "config" })
-	path := e.configPath
-	if !explicit {
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			path = ""
-		}
-	}
-	return e.configure(path)
+	return e.configureOrDefault(fs)
 }
 
 // interspersed moves flags after positional arguments to the front, so

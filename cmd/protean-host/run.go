@@ -99,8 +99,12 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	drain := fs.Duration("shutdown-timeout", defaultShutdownTimeout,
 		"on SIGINT/SIGTERM, how long in-flight work may drain before it is canceled (`DURATION`)")
 	watch := fs.Bool("watch", false, "reload the plugins directory when a *.wasm file changes (sets [plugins] watch = true)")
-	if err := e.parse(fs, args); err != nil {
+	if err := e.parseOrDefault(fs, args); err != nil {
 		return err
+	}
+	if e.embedded {
+		e.log.Info("no config file: running the embedded default (memory stores, inline broker); --config FILE to choose",
+			"missing", defaultConfig, "plugins", e.cfg.Plugins.Dir)
 	}
 	if *watch {
 		e.cfg.Plugins.Watch = true

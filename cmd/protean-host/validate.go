@@ -12,7 +12,7 @@ import (
 )
 
 func cmdValidate(ctx context.Context, e *env, args []string) error {
-	if err := e.parse(e.flags("validate"), args); err != nil {
+	if err := e.parseOrDefault(e.flags("validate"), args); err != nil {
 		return err
 	}
 	if err := e.checkConfigFile(); err != nil {
