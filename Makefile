@@ -86,9 +86,10 @@ test: ## Lint, model-check, every test, then again under the race detector (real
 	echo "make test: lint, verify, tests, race tests and fuzz all passed"
 
 .PHONY: lint
-lint: ## gofmt and go vet (host and wasip1 guest builds)
+lint: ## gofmt, go mod tidy (as a check) and go vet (host and wasip1 guest builds)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@$(GO) mod tidy -diff >/dev/null || { echo "go mod tidy would change go.mod or go.sum:"; $(GO) mod tidy -diff; exit 1; }
 	$(GO) vet ./...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./pdk/... ./plugins/...
 
