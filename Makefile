@@ -42,8 +42,12 @@ plugins: ## Build the example plugins into PLUGINS_DIR (default build/plugins) w
 	fi
 
 .PHONY: build
+# The build's name (protean-host version, the status page, the log):
+# the nearest tag or the commit, -dirty for uncommitted changes.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+
 build: ## Build the protean-host binary into build/
-	$(GO) build -o build/protean-host ./cmd/protean-host
+	$(GO) build -ldflags "-X main.buildVersion=$(VERSION)" -o build/protean-host ./cmd/protean-host
 
 .PHONY: run
 run: plugins build ## Build the examples and start the host on the embedded default (memory stores, inline broker)

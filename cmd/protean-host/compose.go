@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -46,6 +47,7 @@ type composition struct {
 	owner     string
 	reg       *prometheus.Registry
 	fromStore bool // the handlers read the event store (config.SubscriptionEventStore)
+	started   time.Time
 }
 
 // partitioned says the partition workers deliver the partitioned
@@ -235,7 +237,8 @@ func (h *hostProcess) listen(c *composition) error {
 	}
 	opts := httpapi.Options{Logger: c.log, Registry: c.reg, ReadWait: c.cfg.HTTP.ReadWait(),
 		BodyTimeout: c.cfg.HTTP.ReadBodyTimeout(), Idempotency: c.st.idempotency, Status: status, Auth: h.auth, Ops: operations,
-		Modules: newDeployer(c, h.reloader), Pprof: c.cfg.HTTP.Pprof}
+		Modules: newDeployer(c, h.reloader), Pprof: c.cfg.HTTP.Pprof,
+		Version: hostVersion(), Started: c.started}
 	if c.cfg.HTTP.Pprof {
 		runtime.SetBlockProfileRate(pprofBlockRate)
 		runtime.SetMutexProfileFraction(pprofMutexFraction)

@@ -10,6 +10,7 @@
 //	protean-host keys new TENANT --role ROLE
 //	protean-host dead-letters list | replay STREAM GROUP ID [--url URL]
 //	protean-host audit [--limit N] [--before ID] [--url URL]
+//	protean-host version
 //
 // The operator commands (partitions, subscriptions, outbox, dead-letters,
 // audit) take --url URL (or $PROTEAN_URL) to ask a running host's HTTP
@@ -68,6 +69,7 @@ func commands() []command {
 		{"dead-letters", "list | replay STREAM GROUP ID: the messages the consumer groups gave up on, and the partitions' moved aside; replay one", cmdDeadLetters},
 		{"audit", "[--limit N] [--before ID]: the audit log of the operators' actions, newest first", cmdAudit},
 		{"keys", "new TENANT --role ROLE: print a new API key once, with the [[http.auth.keys]] lines to add", cmdKeys},
+		{"version", "print the build: module version or devel, commit, Go version", cmdVersion},
 	}
 }
 

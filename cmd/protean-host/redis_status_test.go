@@ -44,6 +44,7 @@ func TestRedisReadYourWritesAndStatusPage(t *testing.T) {
 		cons := doc.All("consumer", "data-group", "client_orders")
 		require.Len(t, cons, 1, page.raw)
 		require.Equal(t, "partitions", cons[0].Cells()[2])
+		require.Equal(t, "order", cons[0].Cells()[1], "the group's categories as a list, not a Go slice")
 		require.Empty(t, doc.All("partition", "data-state", "halted"))
 	}
 	require.GreaterOrEqual(t, owned, 2*3, "both pages list the three client_orders partitions as owned")

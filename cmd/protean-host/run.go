@@ -231,13 +231,14 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	// One owner name per start (not per process: a test runs several
 	// hosts in one), unique even where every container is pid 1 on one
 	// hostname (package owner).
+	started := time.Now()
 	h := &hostProcess{log: e.log, owner: owner.New(), served: make(chan error, 2), shutdownTimeout: defaultShutdownTimeout}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, h.shutdown())
 		}
 	}()
-	e.log.Info("owner", "owner", h.owner)
+	e.log.Info("owner", "owner", h.owner, "version", hostVersion())
 	clk := clock.System // one clock for every component, so that their waits are one time
 	st, err := openStores(ctx, cfg)
 	if err != nil {
@@ -253,7 +254,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &composition{cfg: cfg, st: st, br: br, set: set, log: e.log, clk: clk, owner: h.owner,
+	c := &composition{cfg: cfg, st: st, br: br, set: set, log: e.log, clk: clk, owner: h.owner, started: started,
 		reg: prometheus.NewRegistry(), fromStore: cfg.SubscriptionType() == config.SubscriptionEventStore}
 	if err := h.compose(c, loader, e.broker()); err != nil {
 		return nil, err

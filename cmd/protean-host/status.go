@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/proteanhq/protean-host/broker"
@@ -139,7 +140,7 @@ func (s *hostStatus) partitions(ctx context.Context, snap *httpapi.Snapshot, pro
 	snap.Partitions = &httpapi.Partitions{Owned: []httpapi.Unit{}, Halted: []httpapi.Unit{}}
 	byGroup := map[string]*httpapi.Consumer{}
 	for _, sub := range subs {
-		c := &httpapi.Consumer{Group: sub.Group, Path: "partitions", Source: fmt.Sprint(sub.Categories)}
+		c := &httpapi.Consumer{Group: sub.Group, Path: "partitions", Source: strings.Join(sub.Categories, ", ")}
 		byGroup[sub.Group] = c
 	}
 	for _, u := range units {

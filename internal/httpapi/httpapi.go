@@ -61,6 +61,11 @@ type Options struct {
 	// Status feeds the status page (GET /) and the reload part of GET
 	// /v1/plugins. Optional.
 	Status Status
+	// Version is the host's build (the status page's header and GET
+	// /v1/plugins); Started is when the process started, for the uptime.
+	// Both optional.
+	Version string
+	Started time.Time
 	// Auth authenticates the credential every route but /healthz asks for
 	// (access.go): each request uses the authenticator it holds when the
 	// request arrives, so a reload can swap it. nil, or none configured,
@@ -98,6 +103,8 @@ type api struct {
 	bodyTimeout time.Duration
 	idem        idempotency.Store
 	status      Status
+	version     string
+	started     time.Time
 	auth        *auth.Live
 	authm       *authMetrics
 	ops         ops.API
@@ -163,6 +170,7 @@ func build(e Engine, opts Options, split bool) (ingress, admin http.Handler) {
 		opts.BodyTimeout = DefaultBodyTimeout
 	}
 	a := &api{e: e, log: opts.Logger, readWait: opts.ReadWait, bodyTimeout: opts.BodyTimeout, idem: opts.Idempotency, status: opts.Status,
+		version: opts.Version, started: opts.Started,
 		auth: opts.Auth, modules: opts.Modules, authm: newAuthMetrics(opts.Registry), ops: opts.Ops,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_http_requests_total",
 			Help: "HTTP requests, by route and status code."}, []string{"route", "code"}),
@@ -423,15 +431,32 @@ func (a *api) plugins(w http.ResponseWriter, r *http.Request) {
 		reload, pools = snap.Reload, snap.Pools
 	}
 	out := struct {
+		Host          hostJSON          `json:"host"`
 		Plugins       []Plugin          `json:"plugins"`
 		PartitionKeys map[string]string `json:"partition_keys"`
 		LastReload    *reloadJSON       `json:"last_reload,omitempty"`
 		Pools         []Pool            `json:"pools,omitempty"`
-	}{Plugins: Plugins(set, reload), PartitionKeys: map[string]string{}, LastReload: reloadOf(reload), Pools: pools}
+	}{Host: a.host(), Plugins: Plugins(set, reload), PartitionKeys: map[string]string{}, LastReload: reloadOf(reload), Pools: pools}
 	for c, k := range set.Keys() {
 		out.PartitionKeys[c] = k.Field
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// hostJSON is the host's build and uptime as GET /v1/plugins shows them.
+type hostJSON struct {
+	Version       string     `json:"version,omitempty"`
+	Started       *time.Time `json:"started,omitempty"`
+	UptimeSeconds float64    `json:"uptime_seconds,omitempty"`
+}
+
+func (a *api) host() hostJSON {
+	h := hostJSON{Version: a.version}
+	if !a.started.IsZero() {
+		started := a.started.UTC()
+		h.Started, h.UptimeSeconds = &started, time.Since(a.started).Truncate(time.Millisecond).Seconds()
+	}
+	return h
 }
 
 // reloadJSON is the last reload as GET /v1/plugins shows it.

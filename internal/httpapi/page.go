@@ -61,8 +61,12 @@ func age(d time.Duration) string {
 
 // pageData is what the template renders.
 type pageData struct {
-	Now        time.Time
-	Healthy    bool
+	Now     time.Time
+	Healthy bool
+	// Version and Uptime are the host's build and how long it has run
+	// (zero when the API was not told its start).
+	Version    string
+	Uptime     time.Duration
 	Plugins    []Plugin
 	Reload     *host.ReloadStatus
 	Consumers  []Consumer
@@ -85,7 +89,10 @@ type pageData struct {
 const pageAudit = 20
 
 func (a *api) page(w http.ResponseWriter, r *http.Request) {
-	d := pageData{Now: time.Now().UTC(), Healthy: a.e.Healthy() == nil}
+	d := pageData{Now: time.Now().UTC(), Healthy: a.e.Healthy() == nil, Version: a.version}
+	if !a.started.IsZero() {
+		d.Uptime = time.Since(a.started)
+	}
 	var snap Snapshot
 	if a.status != nil {
 		var err error

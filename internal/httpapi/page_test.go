@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -63,4 +64,33 @@ func TestStatusPageRendersEverySection(t *testing.T) {
 	owned := doc.All("partition", "data-state", "owned")
 	require.Len(t, owned, 1)
 	require.Equal(t, []string{"client_orders", "order:c-1", "owned", "h1:7", "3", "0", ""}, owned[0].Cells())
+}
+
+// TestStatusPageShowsVersionAndUptime: the page's header and GET
+// /v1/plugins say which build runs and since when.
+func TestStatusPageShowsVersionAndUptime(t *testing.T) {
+	started := time.Now().Add(-90 * time.Second)
+	srv := httptest.NewServer(httpapi.New(&fakeEngine{}, httpapi.Options{Version: "v1.4.0 go1.26.8", Started: started}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	doc := parseHTML(t, resp.Body)
+	require.Equal(t, "version v1.4.0 go1.26.8", doc.All("version")[0].AllText())
+	require.Regexp(t, `^up 1m3\ds$`, doc.All("uptime")[0].AllText())
+
+	r, err := http.Get(srv.URL + "/v1/plugins")
+	require.NoError(t, err)
+	defer r.Body.Close()
+	var plugins struct {
+		Host struct {
+			Version       string    `json:"version"`
+			Started       time.Time `json:"started"`
+			UptimeSeconds float64   `json:"uptime_seconds"`
+		} `json:"host"`
+	}
+	require.NoError(t, json.NewDecoder(r.Body).Decode(&plugins))
+	require.Equal(t, "v1.4.0 go1.26.8", plugins.Host.Version)
+	require.True(t, plugins.Host.Started.Equal(started.UTC().Truncate(time.Nanosecond)), "%s", plugins.Host.Started)
+	require.GreaterOrEqual(t, plugins.Host.UptimeSeconds, 90.0)
 }
