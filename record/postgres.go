@@ -156,7 +156,8 @@ func pgError(what string, err error) error {
 	return fmt.Errorf("record: %s: %w", what, err)
 }
 
-// jsonArg passes JSON to a jsonb parameter; nil is SQL NULL.
+// jsonArg passes JSON to a json parameter as written (records.data is json,
+// not jsonb, so that it reads back byte for byte); nil is SQL NULL.
 func jsonArg(b []byte) any {
 	if b == nil {
 		return nil

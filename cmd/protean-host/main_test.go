@@ -38,8 +38,10 @@ func TestValidateExamples(t *testing.T) {
 	dir := wasmbuild.Examples(t)
 	code, out, errs := cli(t, "validate", "--config", configFile(t, "inline"), "--plugins", dir)
 	require.Equal(t, 0, code, errs)
-	require.Regexp(t, regexp.MustCompile(`(?m)^client_orders\.wasm\s+1\.0\.0\s+client_orders\s+projector\s+order\s+client_id$`), out)
-	require.Regexp(t, regexp.MustCompile(`(?m)^fulfillment\.wasm\s+1\.0\.0\s+fulfillment\s+process_manager\s+payment, shipping\s+order_id \(correlate\)$`), out)
+	require.Regexp(t, regexp.MustCompile(`(?m)^client_orders\.wasm\s+1\.0\.0\s+client_orders\s+projector\s+order\s+order by client_id$`), out)
+	require.Regexp(t, regexp.MustCompile(`(?m)^fulfillment\.wasm\s+1\.0\.0\s+fulfillment\s+process_manager\s+payment, shipping\s+payment by order_id, shipping by order_id \(correlate\)$`), out)
+	require.Regexp(t, regexp.MustCompile(`(?m)^orders\.wasm\s+1\.0\.0\s+orders\s+command_handler\s+order\s+order by client_id$`), out,
+		"a command handler writes its category under the key the category has")
 	require.Contains(t, out, "5 modules, 5 handlers: valid")
 
 	// The same set on a broker without partitioning is refused, naming the

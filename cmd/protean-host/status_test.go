@@ -115,3 +115,37 @@ func TestEmbeddedReloadTellsAndStatusPage(t *testing.T) {
 	})
 
 }
+
+// TestValidateAndStatusPageAgreeOnPartitionKeys: `validate` and the status
+// page show each handler's categories and partition keys alike (one
+// derivation, host.Set.Partitioning), a command handler's too: validate
+// showed "-" for orders while the page showed "order by client_id".
+func TestValidateAndStatusPageAgreeOnPartitionKeys(t *testing.T) {
+	dir := wasmbuild.Examples(t)
+	code, out, errs := cli(t, "validate", "--config", configFile(t, "inline"), "--plugins", dir)
+	require.Equal(t, 0, code, errs)
+	validated := map[string][]string{} // handler -> category, key
+	cols := regexp.MustCompile(`\s{2,}`)
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := cols.Split(line, -1)
+		if len(f) == 6 && f[0] != "MODULE FILE" {
+			validated[f[2]] = []string{f[4], f[5]}
+		}
+	}
+	require.Equal(t, []string{"order", "order by client_id"}, validated["orders"], out)
+
+	h, err := startHostWith(t, "domain.toml", dir, nil)
+	require.NoError(t, err)
+	page := get(t, h, "/")
+	require.Equal(t, 200, page.code)
+	doc, err := htmltest.Parse(strings.NewReader(page.raw))
+	require.NoError(t, err)
+	require.Len(t, validated, 5, out)
+	for handler, want := range validated {
+		rows := doc.All("handler", "data-handler", handler)
+		require.Len(t, rows, 1, handler)
+		cells := rows[0].Cells()
+		require.Equal(t, want, []string{strings.ReplaceAll(cells[3], "—", "-"), strings.ReplaceAll(cells[4], "—", "-")},
+			"handler %s: validate and the status page differ", handler)
+	}
+}

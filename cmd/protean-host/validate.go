@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"text/tabwriter"
 
@@ -51,7 +50,7 @@ func printSet(e *env, set *host.Set) {
 	for _, m := range set.Modules() {
 		for _, h := range m.Manifest.Handlers {
 			handlers++
-			cats, key := describeHandler(set, m.Manifest, h)
+			cats, key := describeHandler(set, h)
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", m.File, m.Manifest.Module.Version, h.Name, h.Kind, cats, key)
 		}
 	}
@@ -60,32 +59,18 @@ func printSet(e *env, set *host.Set) {
 		len(set.Modules()), handlers, e.broker().Name, e.broker().Provider)
 }
 
-func describeHandler(set *host.Set, m *abi.Manifest, h abi.Handler) (categories, key string) {
-	if h.Kind != abi.KindProcessManager {
+// describeHandler is a handler's categories and partition keys as the
+// status page shows them (host.Set.Partitioning), "-" for none.
+func describeHandler(set *host.Set, h abi.Handler) (categories, key string) {
+	p := set.Partitioning(h)
+	categories, key = strings.Join(p.Categories, ", "), p.KeyText()
+	if categories == "" {
+		categories = "-"
+	}
+	if key == "" {
 		key = "-"
-		if h.SequentialBy.Field != "" {
-			key = h.SequentialBy.Field
-		}
-		return h.Category, key
 	}
-	seen := map[string]bool{}
-	var cats, keys []string
-	for _, t := range h.Handles {
-		msg, _ := m.Message(t)
-		if !seen[msg.Category] {
-			seen[msg.Category] = true
-			cats = append(cats, msg.Category)
-		}
-		if f := h.Correlate[t]; h.SequentialBy.Correlation && !contains(keys, f) {
-			keys = append(keys, f)
-		}
-	}
-	sort.Strings(cats)
-	key = "-"
-	if len(keys) > 0 {
-		key = strings.Join(keys, ", ") + " (correlate)"
-	}
-	return strings.Join(cats, ", "), key
+	return categories, key
 }
 
 func contains(s []string, v string) bool {

@@ -169,11 +169,13 @@ func (c *Consumer) resubscribe(soft, work context.Context, wg *sync.WaitGroup, l
 	for _, g := range gs {
 		want[g] = true
 	}
+	stopped := 0
 	for g, r := range live {
 		if !want[g] {
 			r.stop()
 			stopping[g] = r
 			delete(live, g)
+			stopped++
 		}
 	}
 	started := 0
@@ -198,7 +200,14 @@ func (c *Consumer) resubscribe(soft, work context.Context, wg *sync.WaitGroup, l
 			c.consume(waitCtx, work, g)
 		}()
 	}
-	c.log.Info("delivery consumers", "running", len(live), "started", started)
+	// The line counts what this consumer runs, broker consumer groups, and
+	// says so: the partitioned handlers run as partition workers, which
+	// log their own count ("partitions running"), and a host whose
+	// handlers are all partitioned logged "delivery consumers running=0"
+	// beside its running workers. A pass that changes nothing says nothing.
+	if started > 0 || stopped > 0 {
+		c.log.Info("broker consumer groups running", "groups", len(live), "started", started, "stopped", stopped)
+	}
 }
 
 // The pause after a failed Wait: first, and at most.

@@ -34,14 +34,6 @@ var pageTemplate = template.Must(template.New("status").Funcs(template.FuncMap{
 	},
 	"join": strings.Join,
 	"age":  age,
-	"keys": func(m map[string]string) string {
-		parts := make([]string, 0, len(m))
-		for c, f := range m {
-			parts = append(parts, c+" by "+f)
-		}
-		sort.Strings(parts)
-		return strings.Join(parts, ", ")
-	},
 }).Parse(pageSource))
 
 // age renders a duration for people: "850ms", "12s", "3m4s", "2h5m".

@@ -132,6 +132,13 @@ type PluginHandler struct {
 	ReadYourWrites string `json:"read_your_writes,omitempty"`
 }
 
+// KeyText is the handler's partition keys for a person, as `protean-host
+// validate` prints them (host.Partitioning.KeyText); "" when none.
+func (h PluginHandler) KeyText() string {
+	return host.Partitioning{Categories: h.Categories, Keys: h.PartitionKeys,
+		Correlated: host.Correlated(h.Handler)}.KeyText()
+}
+
 // Plugins lists the running modules of set, then the files the last
 // reload rejected that are not running, each with its state and last
 // error.
@@ -170,29 +177,10 @@ func Plugins(set *host.Set, reload *host.ReloadStatus) []Plugin {
 }
 
 func handlerOf(set *host.Set, h abi.Handler) PluginHandler {
-	ph := PluginHandler{Handler: h, Categories: []string{}}
+	p := set.Partitioning(h)
+	ph := PluginHandler{Handler: h, Categories: p.Categories, PartitionKeys: p.Keys}
 	if h.Kind == abi.KindProjector || h.Kind == abi.KindProcessManager {
 		ph.ReadYourWrites = engine.ReadYourWrites(h)
-	}
-	seen := map[string]bool{}
-	add := func(c string) {
-		if c == "" || seen[c] {
-			return
-		}
-		seen[c] = true
-		ph.Categories = append(ph.Categories, c)
-		if f, ok := set.PartitionField(c); ok {
-			if ph.PartitionKeys == nil {
-				ph.PartitionKeys = map[string]string{}
-			}
-			ph.PartitionKeys[c] = f
-		}
-	}
-	add(h.Category)
-	for _, t := range h.Handles {
-		if msg, ok := set.Message(t); ok {
-			add(msg.Category)
-		}
 	}
 	return ph
 }

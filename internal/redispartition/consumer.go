@@ -711,12 +711,26 @@ type heldBy struct {
 // pass (takeover set) it then takes over, within the same share, the
 // units whose holder's heartbeat has lapsed, judged by a hosts set read
 // after the holder's token. It returns how many units it found halted.
+//
+// It logs one INFO line for the group when it started workers ("partitions
+// running", with how many this host now runs): a start-up with 100,000 keys
+// is one line per group, not lines per partition (those are DEBUG).
 func (c *Consumer) place(ctx context.Context, s partition.Subscription, units []unit, total int, wake, takeover bool) (halted int, _ error) {
 	// One placement at a time (discovery's, the listener's): each takes
 	// up to the share less what is owned, and two at once both counted
 	// room that only one of them had.
 	c.placing.Lock()
 	defer c.placing.Unlock()
+	var started, takenOver int
+	defer func() {
+		if started == 0 {
+			return
+		}
+		c.mu.Lock()
+		running := c.ownedBy[s.Group]
+		c.mu.Unlock()
+		c.log.Info("partitions running", "group", s.Group, "units", running, "started", started, "taken_over", takenOver, "total", total)
+	}()
 	var free []unit
 	now := c.opts.Clock.Now()
 	c.mu.Lock()
@@ -763,7 +777,9 @@ func (c *Consumer) place(ctx context.Context, s partition.Subscription, units []
 				lapsed = append(lapsed, i)
 			}
 		case a.Err == nil:
-			c.won(s, a.Lease, free[i])
+			if c.won(s, a.Lease, free[i]) {
+				started++
+			}
 			if limit > 0 {
 				limit--
 			}
@@ -787,21 +803,27 @@ func (c *Consumer) place(ctx context.Context, s partition.Subscription, units []
 	got, err = c.ctl.AcquireAll(ctx, again, c.opts.Owner, limit)
 	for i, a := range got {
 		if a.Err == nil {
-			c.log.Info("partition taken over from a lapsed host", "group", s.Group, "partition", a.Lease.Unit, "from", again[i].Lapsed)
-			c.won(s, a.Lease, units2[i])
+			c.log.Debug("partition taken over from a lapsed host", "group", s.Group, "partition", a.Lease.Unit, "from", again[i].Lapsed)
+			if c.won(s, a.Lease, units2[i]) {
+				started++
+				takenOver++
+			}
 		}
 	}
 	return halted, err
 }
 
-// won starts the worker of a unit whose lease this consumer acquired.
-func (c *Consumer) won(s partition.Subscription, l Lease, u unit) {
+// won starts the worker of a unit whose lease this consumer acquired, and
+// reports whether it started one (none when one runs here already).
+func (c *Consumer) won(s partition.Subscription, l Lease, u unit) bool {
 	c.mu.Lock()
 	delete(c.held, unitID{s.Group, u.unit})
 	c.mu.Unlock()
-	if c.spawn(l, s, u) {
-		c.opts.Metrics.acquired(s.Group)
+	if !c.spawn(l, s, u) {
+		return false
 	}
+	c.opts.Metrics.acquired(s.Group)
+	return true
 }
 
 // unit is a discovered unit: its name, key and source streams.
@@ -883,7 +905,7 @@ func (c *Consumer) spawn(lease Lease, s partition.Subscription, u unit) bool {
 	n := c.ownedBy[lease.Group]
 	c.mu.Unlock()
 	c.opts.Metrics.setOwned(s.Group, n)
-	c.log.Info("partition acquired", "group", lease.Group, "partition", lease.Unit, "generation", lease.Generation)
+	c.log.Debug("partition acquired", "group", lease.Group, "partition", lease.Unit, "generation", lease.Generation)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -1108,7 +1130,7 @@ func (c *Consumer) start(w *worker) (*state, error) {
 			st.drained[s] = t.Moved == 0
 		}
 		for _, name := range t.Dropped {
-			c.log.Info("partition: deleted stale consumer", "group", w.lease.Group, "partition", w.lease.Unit, "stream", s, "consumer", name)
+			c.log.Debug("partition: deleted stale consumer", "group", w.lease.Group, "partition", w.lease.Unit, "stream", s, "consumer", name)
 		}
 	}
 	return st, nil

@@ -146,3 +146,54 @@ func TestMessageDBFunctions(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, strings.Join(plan, "\n"), "messages_category")
 }
+
+// TestRecordsJSONKeepsExistingRows migrates a database that holds records
+// written while data was jsonb: they stay readable, tombstones stay NULL,
+// and a document written after reads back as its bytes.
+func TestRecordsJSONKeepsExistingRows(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := newPool(t)
+	const step = 14 // 0014_records_json
+	require.Equal(t, "records_json", schema.Migrations()[step-1].Name)
+
+	// The database as a host before step 14 left it.
+	_, err := pool.Exec(ctx, `CREATE TABLE protean_schema_migrations (
+		version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`)
+	require.NoError(t, err)
+	for _, m := range schema.Migrations()[:step-1] {
+		_, err := pool.Exec(ctx, m.SQL)
+		require.NoError(t, err, m.Name)
+		_, err = pool.Exec(ctx, `INSERT INTO protean_schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+		require.NoError(t, err)
+	}
+	_, err = pool.Exec(ctx, `INSERT INTO records (kind, type, id, version, data) VALUES
+		('projection', 'totals', 'old', 3, '{"z":1,"a":[1, 2]}'),
+		('aggregate', 'order', 'gone', 2, NULL)`)
+	require.NoError(t, err)
+
+	applied, err := schema.Migrate(ctx, pool)
+	require.NoError(t, err)
+	require.Contains(t, applied, "0014_records_json")
+
+	read := func(id string) (int64, *string) {
+		var v int64
+		var data *string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT version, data::text FROM records WHERE id = $1`, id).Scan(&v, &data))
+		return v, data
+	}
+	v, data := read("old")
+	require.Equal(t, int64(3), v)
+	require.NotNil(t, data)
+	require.Equal(t, `{"a": [1, 2], "z": 1}`, *data, "a row written as jsonb keeps jsonb's text")
+	v, data = read("gone")
+	require.Equal(t, int64(2), v)
+	require.Nil(t, data, "a tombstone stays NULL")
+
+	_, err = pool.Exec(ctx, `UPDATE records SET data = $1, version = 4 WHERE id = 'old'`, `{"z":1,"a":[1, 2],"n":1.50}`)
+	require.NoError(t, err)
+	_, data = read("old")
+	require.Equal(t, `{"z":1,"a":[1, 2],"n":1.50}`, *data)
+	_, err = pool.Exec(ctx, `UPDATE records SET data = $1 WHERE id = 'old'`, `{"z":`)
+	require.Error(t, err, "json still refuses text that is not JSON")
+}

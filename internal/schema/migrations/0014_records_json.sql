@@ -1,0 +1,13 @@
+-- records: data is json, not jsonb, so that a record reads back as the
+-- bytes its writer wrote (package record). jsonb re-serializes a document
+-- (keys sorted by length then bytes, a space after each colon and comma,
+-- the last of duplicate keys), so a projection document read from
+-- PostgreSQL differed from the same document read from the memory store.
+-- Nothing queries inside records.data (no ->>, @>, index or constraint on
+-- it), so nothing needs jsonb's decomposed form; json still refuses text
+-- that is not JSON. Existing rows keep the text jsonb gave them.
+--
+-- Changing the type rewrites the table under an ACCESS EXCLUSIVE lock:
+-- on a large records table, run this migration while the hosts are
+-- stopped (every handler's write and read waits for it).
+ALTER TABLE records ALTER COLUMN data TYPE json USING data::json;
