@@ -23,7 +23,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib/services.sh
 . "$here/lib/services.sh"
 
-dir=${PROTEAN_SERVICES_DIR:-$here/../build/services}
+dir=${PROTEAN_SERVICES_DIR:-$(dirname "$here")/build/services}
+# One spelling of the directory: alive finds the servers by it.
+case $dir in /*) ;; *) dir=$PWD/$dir ;; esac
+dir=$(realpath -m "$dir" 2>/dev/null || echo "$dir")
 
 usage() {
 	echo "usage: $0 up|down|env   (state in PROTEAN_SERVICES_DIR, default build/services)" >&2
@@ -75,7 +78,6 @@ up() {
 	fi
 	down # whichever of the two still runs
 	mkdir -p "$dir"
-	dir=$(cd "$dir" && pwd)
 	chmod 755 "$dir"
 
 	local pg_port redis_port password

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -123,6 +124,24 @@ func TestReadmeProductionQuickstart(t *testing.T) {
 	rows, err := psql.CombinedOutput()
 	require.NoError(t, err, "%s", rows)
 	require.Equal(t, "protean|1", strings.TrimSpace(string(rows)))
+
+	// down stops both servers by their pids, however the directory is
+	// spelled (here with a ./ and a trailing slash).
+	var pids []int
+	for _, name := range []string{"postgres.pid", "redis.pid"} {
+		b, err := os.ReadFile(filepath.Join(state, "services", name))
+		require.NoError(t, err)
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		require.NoError(t, err)
+		pids = append(pids, pid)
+	}
+	down := exec.Command("scripts/services.sh", "down")
+	down.Dir, down.Env = root, append(env, "PROTEAN_SERVICES_DIR="+state+"/./services/")
+	b, err := down.CombinedOutput()
+	require.NoError(t, err, "%s", b)
+	for _, pid := range pids {
+		require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "pid %d after services.sh down:\n%s", pid, b)
+	}
 }
 
 // readmeProductionCommands returns the command lines of the first sh block
