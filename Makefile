@@ -2,6 +2,8 @@
 SHELL := /bin/bash
 GO ?= go
 PLUGINS_DIR ?= build/plugins
+# Where make build puts the host binary (the targets that run it use it).
+HOST_BIN ?= build/protean-host
 CONFIG ?= configs/domain.toml
 # A count, not a duration: go1.26's fuzz coordinator can fail a run whose
 # -fuzztime deadline fires mid-execution (golang/go#75804); a count has no
@@ -12,7 +14,7 @@ EXAMPLES := $(notdir $(wildcard plugins/examples/*))
 # Module source directories `make dev` builds and watches: the examples, or
 # your own (make dev MODULES="../handlers/my_projector ../handlers/orders").
 MODULES ?= $(wildcard plugins/examples/*)
-# More flags for `protean-host run` in make run and make dev, e.g.
+# More flags for `protean-host run` in make run, make production and make dev, e.g.
 # RUN_FLAGS="--listen 127.0.0.1:9090".
 RUN_FLAGS ?=
 
@@ -47,11 +49,16 @@ plugins: ## Build the example plugins into PLUGINS_DIR (default build/plugins) w
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 
 build: ## Build the protean-host binary into build/
-	$(GO) build -ldflags "-X main.buildVersion=$(VERSION)" -o build/protean-host ./cmd/protean-host
+	$(GO) build -ldflags "-X main.buildVersion=$(VERSION)" -o $(HOST_BIN) ./cmd/protean-host
 
 .PHONY: run
 run: plugins build ## Build the examples and start the host on the embedded default (memory stores, inline broker)
-	./build/protean-host run --config $(CONFIG) --plugins $(PLUGINS_DIR) $(RUN_FLAGS)
+	$(HOST_BIN) run --config $(CONFIG) --plugins $(PLUGINS_DIR) $(RUN_FLAGS)
+
+.PHONY: production
+production: plugins build ## Build the examples, migrate, and start the host on PostgreSQL and Redis (configs/production.toml; from PROTEAN_DATABASE_URL and PROTEAN_REDIS_URL; scripts/services.sh up starts private ones)
+	$(HOST_BIN) migrate --config configs/production.toml
+	$(HOST_BIN) run --config configs/production.toml --plugins $(PLUGINS_DIR) $(RUN_FLAGS)
 
 .PHONY: dev
 dev: build ## Build MODULES (default: the examples) into PLUGINS_DIR, run the host with --watch, rebuild a module when its sources change
@@ -59,7 +66,7 @@ dev: build ## Build MODULES (default: the examples) into PLUGINS_DIR, run the ho
 
 .PHONY: validate
 validate: plugins build ## Validate the example plugins against the config
-	./build/protean-host validate --config $(CONFIG) --plugins $(PLUGINS_DIR)
+	$(HOST_BIN) validate --config $(CONFIG) --plugins $(PLUGINS_DIR)
 
 .PHONY: test
 # Tests share one compiled-code cache: the plain pass compiles each WASM
@@ -127,7 +134,7 @@ CHAOS_FLAGS ?=
 .PHONY: chaos
 chaos: build plugins ## Fault injection: 3 hosts on a private PostgreSQL and Redis, load, faults from SEED (FAULTS steps, KINDS), then the checks; exit 1 on a violation
 	$(GO) build -o build/chaos ./cmd/chaos
-	./build/chaos -bin build/protean-host -plugins $(PLUGINS_DIR) \
+	./build/chaos -bin $(HOST_BIN) -plugins $(PLUGINS_DIR) \
 		$(if $(SEED),-seed $(SEED)) $(if $(FAULTS),-faults $(FAULTS)) $(if $(KINDS),-kinds $(KINDS)) $(CHAOS_FLAGS)
 
 # make load: the end-to-end HTTP measurement (internal/loadgen/,
@@ -142,7 +149,7 @@ PROFILE ?=
 
 .PHONY: load
 load: build plugins ## End to end over HTTP: orders/s and accepted -> projection p50/p99 at half load, 1 and 3 hosts, beside the floor; PROFILE=dir saves profiles and a summary
-	$(GO) run ./cmd/loadgen -bin build/protean-host -plugins $(PLUGINS_DIR) -hosts $(HOSTS) -duration $(LOAD_DURATION) $(if $(PROFILE),-profile $(PROFILE))
+	$(GO) run ./cmd/loadgen -bin $(HOST_BIN) -plugins $(PLUGINS_DIR) -hosts $(HOSTS) -duration $(LOAD_DURATION) $(if $(PROFILE),-profile $(PROFILE))
 
 .PHONY: clean
 clean: ## Remove build outputs

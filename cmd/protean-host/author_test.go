@@ -98,20 +98,12 @@ func TestAuthorLoop(t *testing.T) {
 		code, body := h.get(t, "/v1/projections/tally_totals/a-1")
 		return code == 200 && strings.Contains(body, `"count":1`), fmt.Sprintf("%d %s; log:\n%s", code, body, h.stderr.Tail(10))
 	})
-	code, body := h.postBody(t, "/v1/commands/RecordTally", `{"id":"a-1","amount":2}`)
-	require.Equal(t, 200, code, body)
-	var answer struct {
-		Events []struct {
-			GlobalPosition int64 `json:"global_position"`
-		} `json:"events"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(body), &answer))
-	require.Len(t, answer.Events, 1)
+	position := h.command(t, "/v1/commands/RecordTally", `{"id":"a-1","amount":2}`)
 	// README's read-your-writes (docs/http-api.md, "Reading your
 	// writes"): the command's global position as min_position (polled,
 	// so a loaded machine's 504 is not a failure).
 	testwait.For(t, "the second record projected", func() (bool, string) {
-		code, body := h.get(t, fmt.Sprintf("/v1/projections/tally_totals/a-1?min_position=%d", answer.Events[0].GlobalPosition))
+		code, body := h.get(t, fmt.Sprintf("/v1/projections/tally_totals/a-1?min_position=%d", position))
 		return code == 200 && strings.Contains(body, `"total":7`), fmt.Sprintf("%d %s", code, body)
 	})
 	require.Equal(t, 0, h.stop(t), "run exits 0 on SIGINT; log:\n%s", h.stderr.Tail(10))
@@ -180,6 +172,22 @@ func (h *cliHost) postBody(t *testing.T, path, body string) (int, string) {
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return resp.StatusCode, string(b)
+}
+
+// command posts a command that appends one event, and returns the
+// event's global position (for min_position).
+func (h *cliHost) command(t *testing.T, path, body string) int64 {
+	t.Helper()
+	code, answer := h.postBody(t, path, body)
+	require.Equal(t, 200, code, answer)
+	var res struct {
+		Events []struct {
+			GlobalPosition int64 `json:"global_position"`
+		} `json:"events"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(answer), &res))
+	require.Len(t, res.Events, 1, answer)
+	return res.Events[0].GlobalPosition
 }
 
 func (h *cliHost) get(t *testing.T, path string) (int, string) {

@@ -38,7 +38,7 @@ var scaffoldFiles = []struct{ tmpl, path string }{
 type scaffoldData struct {
 	Name, Kind, Category, Module string
 	Command, Event, Aggregate    string
-	Flagged, Complete            string
+	Flagged, Complete, Completed string
 	HostSrc, HostBin, GoVersion  string
 }
 
@@ -84,7 +84,7 @@ func cmdPluginNew(ctx context.Context, e *env, args []string) error {
 	bin, _ := os.Executable()
 	cat := pascal(*category)
 	data := scaffoldData{Name: name, Kind: *kind, Category: *category, Module: *module,
-		Command: "Record" + cat, Event: cat + "Recorded", Aggregate: cat, Flagged: cat + "Flagged", Complete: "Complete" + cat,
+		Command: "Record" + cat, Event: cat + "Recorded", Aggregate: cat, Flagged: cat + "Flagged", Complete: "Complete" + cat, Completed: cat + "Completed",
 		HostSrc: src, HostBin: bin, GoVersion: goVersion(src)}
 	if err := writeScaffold(*dir, data); err != nil {
 		return err
