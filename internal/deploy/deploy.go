@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -347,7 +348,7 @@ func (d *Deployer) swap(ctx context.Context, name string, cur, next []byte) (hos
 		return "", err
 	}
 	out, errs := d.o.Reload(ctx)
-	if (out == host.Applied || out == host.Unchanged) && len(errs) == 0 {
+	if accepted(out, errs, name+".wasm") {
 		d.prune(name)
 		return out, nil
 	}
@@ -363,6 +364,20 @@ func (d *Deployer) swap(ctx context.Context, name string, cur, next []byte) (hos
 		d.o.Logger.Error("deploy: the restored plugins directory is rejected too", "module", name, "problems", errors.Join(berrs...))
 	}
 	return out, rej
+}
+
+// accepted reports whether a reload took the module's file as it is now:
+// applied or unchanged with no problem, or applied in part (host.Partial)
+// with no problem naming the file, the problems being other files' (held
+// back by the reload while this change went live).
+func accepted(out host.Outcome, errs []error, file string) bool {
+	switch out {
+	case host.Applied, host.Unchanged:
+		return len(errs) == 0
+	case host.Partial:
+		return !slices.ContainsFunc(errs, func(err error) bool { return host.ProblemFile(err) == file })
+	}
+	return false
 }
 
 // put writes b as the module's file atomically (nil: removes it): a

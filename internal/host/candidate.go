@@ -96,7 +96,7 @@ func compose(running *Set, mods []*Module, loadErrs []error, validate func([]*Mo
 		}
 		var blamed []string
 		for _, p := range problems {
-			if f := problemFile(p); c.use[f] {
+			if f := ProblemFile(p); c.use[f] {
 				out.hold(f, p, c.fresh[f])
 				blamed = append(blamed, f)
 			}
@@ -169,7 +169,7 @@ func (c *candidate) giveUp(out composed, problems []error) composed {
 		_ = m.Close(context.Background())
 	}
 	for _, p := range problems {
-		if f := problemFile(p); f != "" {
+		if f := ProblemFile(p); f != "" {
 			out.hold(f, p, cmp.Or(c.fresh[f], c.running[f]))
 		}
 	}
@@ -201,11 +201,28 @@ func (c *candidate) list() []*Module {
 	return out
 }
 
+// HeldError is a problem of the set that held file File back, where the
+// problem itself names another file (a conflict is reported on the file
+// that comes second). It unwraps to the problem.
+type HeldError struct {
+	File string
+	Err  error
+}
+
+func (e *HeldError) Error() string { return e.File + " held back: " + e.Err.Error() }
+
+// Unwrap returns the problem.
+func (e *HeldError) Unwrap() error { return e.Err }
+
 // hold records problem p of file f, whose rejected bytes are m's.
 func (o *composed) hold(f string, p error, m *Module) {
-	if !slices.Contains(o.rejected[f], p) {
-		o.rejected[f] = append(o.rejected[f], p)
+	if slices.ContainsFunc(o.rejected[f], func(e error) bool { return e == p || errors.Unwrap(e) == p }) {
+		return
 	}
+	if ProblemFile(p) != f {
+		p = &HeldError{File: f, Err: p}
+	}
+	o.rejected[f] = append(o.rejected[f], p)
 	if m != nil && o.sums[f] == "" {
 		o.sums[f] = m.SHA256
 	}

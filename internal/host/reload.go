@@ -248,8 +248,13 @@ func changes(old, new *Set) []ModuleChange {
 	return out
 }
 
-// problemFile is the file a load error or validation problem names.
-func problemFile(err error) string {
+// ProblemFile is the file a reload's problem names: a *LoadError's or a
+// *Problem's ("" for the directory or the set as a whole).
+func ProblemFile(err error) string {
+	var he *HeldError
+	if errors.As(err, &he) {
+		return he.File
+	}
 	var le *LoadError
 	if errors.As(err, &le) {
 		return le.File
@@ -280,7 +285,7 @@ func (r *Reloader) Reload(ctx context.Context) (Outcome, []error) {
 	case ctx.Err() != nil:
 		st.Outcome = Canceled
 		closeModules(mods)
-	case slices.ContainsFunc(errs, func(err error) bool { return problemFile(err) == "" }):
+	case slices.ContainsFunc(errs, func(err error) bool { return ProblemFile(err) == "" }):
 		// The directory itself failed (unreadable, no *.wasm files):
 		// nothing is composed.
 		closeModules(mods)
@@ -301,7 +306,7 @@ func (r *Reloader) Reload(ctx context.Context) (Outcome, []error) {
 		}
 	}
 	for _, err := range errs {
-		st.Problems = append(st.Problems, FileProblem{File: problemFile(err), Error: err.Error()})
+		st.Problems = append(st.Problems, FileProblem{File: ProblemFile(err), Error: err.Error()})
 	}
 	switch {
 	case st.Outcome == Canceled:
@@ -309,7 +314,7 @@ func (r *Reloader) Reload(ctx context.Context) (Outcome, []error) {
 	case c.set == nil:
 		st.Outcome = Rejected
 		for _, err := range errs {
-			r.log.Error("plugin reload rejected; the running set stays", "dir", r.dir, "file", problemFile(err), "problem", err.Error())
+			r.log.Error("plugin reload rejected; the running set stays", "dir", r.dir, "file", ProblemFile(err), "problem", err.Error())
 		}
 	case fingerprint(c.set) == r.current:
 		st.Outcome = Unchanged
@@ -386,7 +391,7 @@ func (r *Reloader) applySet(set *Set, st *ReloadStatus) {
 // logHeldBack logs the problems of the files a reload held back.
 func (r *Reloader) logHeldBack(errs []error) {
 	for _, err := range errs {
-		r.log.Error("plugin file rejected; its running version, if any, stays", "dir", r.dir, "file", problemFile(err), "problem", err.Error())
+		r.log.Error("plugin file rejected; its running version, if any, stays", "dir", r.dir, "file", ProblemFile(err), "problem", err.Error())
 	}
 }
 

@@ -280,6 +280,8 @@ func TestReloadHoldsBackAModuleThatBreaksTheSet(t *testing.T) {
 			require.Equal(t, fileSum(t, filepath.Join(dir, ledger)), st.Rejected[0].SHA256)
 			require.Contains(t, st.Rejected[0].Error, "stream category payment is partitioned by conflicting keys")
 			require.Len(t, errs, 1)
+			require.Equal(t, ledger, host.ProblemFile(errs[0]), "the problem is the held file's, whichever file it names")
+			require.Equal(t, ledger, st.Problems[0].File)
 			var p *host.Problem
 			require.ErrorAs(t, errs[0], &p)
 			require.Equal(t, host.RuleOneKey, p.Rule)
