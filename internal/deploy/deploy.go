@@ -360,7 +360,10 @@ func (d *Deployer) swap(ctx context.Context, name string, cur, next []byte) (hos
 		return out, errors.Join(rej, fmt.Errorf("module %s: the previous version could not be put back: %w", name, err))
 	}
 	undoKeep()
-	if back, berrs := d.o.Reload(context.WithoutCancel(ctx)); back == host.Rejected {
+	// A rejection of the restoring reload that names other files only is
+	// theirs (held back beside the module's restored, running bytes).
+	ours := func(err error) bool { f := host.ProblemFile(err); return f == "" || f == name+".wasm" }
+	if back, berrs := d.o.Reload(context.WithoutCancel(ctx)); back == host.Rejected && slices.ContainsFunc(berrs, ours) {
 		d.o.Logger.Error("deploy: the restored plugins directory is rejected too", "module", name, "problems", errors.Join(berrs...))
 	}
 	return out, rej
