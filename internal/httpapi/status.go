@@ -96,7 +96,7 @@ type Unit struct {
 }
 
 // Plugin describes a module for GET /v1/plugins: a running one, or a
-// file the last reload rejected.
+// file a reload rejected that is not running.
 type Plugin struct {
 	File    string `json:"file"`
 	Name    string `json:"name,omitempty"`
