@@ -21,9 +21,9 @@ import (
 //     validated again.
 //  3. When the problems name no changed file (a changed module can break
 //     an unchanged one that comes after it: "module name x is already used
-//     by a.wasm" names the second file), the changed files are taken back
-//     and added again one at a time, in name order, each kept only if the
-//     set still validates.
+//     by a.wasm" names the second file), every changed file that loaded,
+//     those step 2 held back too, is taken back and added again one at a
+//     time, in name order, each kept only if the set still validates.
 //  4. When even the set without any change (the running versions, less the
 //     removed files) does not validate, nothing valid can be composed: the
 //     reload is rejected as a whole and the running set stays.
