@@ -126,7 +126,7 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 		committed.add(h.subs.Notify)
 	}
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_plugin_reloads_total",
-		Help: "Plugin directory reloads, by outcome (applied, unchanged, rejected, canceled)."}, []string{"outcome"})
+		Help: "Plugin directory reloads, by outcome (applied, partial, unchanged, rejected, canceled)."}, []string{"outcome"})
 	c.reg.MustRegister(reloads)
 	h.reloader = host.NewReloader(host.ReloaderOptions{Loader: loader, Dir: cfg.Plugins.Dir, Broker: b,
 		Running: c.set, Apply: h.apply, Logger: c.log, Clock: c.clk,

@@ -19,8 +19,9 @@ import (
 
 // make dev's loop (scripts/dev.sh): a module's source changes, the script
 // rebuilds it into the plugins directory, and the host started with
-// --watch serves the new version; a change that does not compile leaves
-// the running version serving.
+// --watch serves the new version, and the script says it is live; a build
+// the host refuses is told as rejected with its reason; a change that does
+// not compile leaves the running version serving.
 func TestDevRebuildsOnChange(t *testing.T) {
 	work := t.TempDir()
 	mod := filepath.Join(work, "dev_totals")
@@ -74,6 +75,20 @@ func TestDevRebuildsOnChange(t *testing.T) {
 	}
 	edit(`pdk.Module("dev_totals", "0.1.0")`, `pdk.Module("dev_totals", "0.2.0")`)
 	testwait.For(t, "the edit rebuilt and reloaded", version("0.2.0"))
+	testwait.For(t, "the script told it live", func() (bool, string) {
+		return strings.Contains(logs.String(), "dev: dev_totals live (version 0.2.0)"), logs.Tail(5)
+	})
+
+	// A build the host refuses: the script says so, with the reason, not
+	// "built".
+	edit(`.SequentialBy("id")`, `.SequentialBy("nope")`)
+	testwait.For(t, "the rejection told", func() (bool, string) {
+		return strings.Contains(logs.String(), "dev: dev_totals rejected: dev_totals.wasm: handler dev_totals (projector) declares sequential_by = \"nope\""), logs.Tail(5)
+	})
+	edit(`.SequentialBy("nope")`, `.SequentialBy("id")`)
+	testwait.For(t, "the script told the fix live", func() (bool, string) {
+		return strings.Count(logs.String(), "dev: dev_totals live (version 0.2.0)") == 2, logs.Tail(5)
+	})
 
 	edit(`func main() {}`, `func main() { not go }`)
 	testwait.For(t, "the failed build reported", func() (bool, string) {

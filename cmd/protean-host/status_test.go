@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/internal/config"
+	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/htmltest"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
@@ -148,4 +151,67 @@ func TestValidateAndStatusPageAgreeOnPartitionKeys(t *testing.T) {
 		require.Equal(t, want, []string{strings.ReplaceAll(cells[3], "—", "-"), strings.ReplaceAll(cells[4], "—", "-")},
 			"handler %s: validate and the status page differ", handler)
 	}
+}
+
+// One bad file does not hide a good edit (issue 38): while payments.wasm
+// holds bytes that do not load, a new version of client_orders.wasm goes
+// live; GET /v1/plugins and the status page show the rejection on the
+// payments row (its running version beside it) until a version of the
+// file loads again.
+func TestEmbeddedBadFileDoesNotHideAGoodEdit(t *testing.T) {
+	examples := wasmbuild.Examples(t)
+	dir := t.TempDir()
+	for _, name := range []string{"orders", "payments", "shipping", "fulfillment", "client_orders"} {
+		wasmbuild.Copy(t, filepath.Join(examples, name+".wasm"), dir, name+".wasm")
+	}
+	h, err := startHostWith(t, "domain.toml", dir, nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	payments := pluginRow(t, h, "payments.wasm")
+	require.Nil(t, payments["rejected"])
+
+	junk := []byte("junk")
+	sum := sha256.Sum256(junk)
+	junkSHA := hex.EncodeToString(sum[:])
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "payments.wasm.new"), junk, 0o644))
+	require.NoError(t, os.Rename(filepath.Join(dir, "payments.wasm.new"), filepath.Join(dir, "payments.wasm")))
+	out, _ := h.reloader.Reload(ctx)
+	require.Equal(t, host.Rejected, out)
+
+	v2 := wasmbuild.Build(t, "./plugins/examples/client_orders", "version=1.0.1")
+	tmp := wasmbuild.Copy(t, v2, dir, "client_orders.wasm.new")
+	require.NoError(t, os.Rename(tmp, filepath.Join(dir, "client_orders.wasm")))
+	out, errs := h.reloader.Reload(ctx)
+	require.Equal(t, host.Partial, out, "%v", errs)
+
+	body := get(t, h, "/v1/plugins").body
+	require.Equal(t, "partial", body["last_reload"].(map[string]any)["outcome"])
+	co := pluginRow(t, h, "client_orders.wasm")
+	require.Equal(t, "1.0.1", co["version"], "the edit is live")
+	require.Nil(t, co["rejected"])
+	row := pluginRow(t, h, "payments.wasm")
+	require.Equal(t, "running", row["state"])
+	require.Equal(t, payments["sha256"], row["sha256"], "the running version keeps serving")
+	rejected := row["rejected"].(map[string]any)
+	require.Equal(t, "payments.wasm", rejected["file"])
+	require.Equal(t, junkSHA, rejected["sha256"])
+	require.Contains(t, rejected["error"], "not a WebAssembly module")
+	require.NotEmpty(t, rejected["at"])
+	require.Equal(t, rejected["error"], row["last_error"])
+
+	page := get(t, h, "/")
+	doc, err := htmltest.Parse(strings.NewReader(page.raw))
+	require.NoError(t, err)
+	pr := doc.All("plugin", "data-file", "payments.wasm")
+	require.Len(t, pr, 1, page.raw)
+	cells := pr[0].Cells()
+	require.Equal(t, "running rejected", cells[4])
+	require.Contains(t, cells[5], "not a WebAssembly module")
+	require.Contains(t, cells[5], "sha256 "+junkSHA[:12])
+
+	// The file back as it runs: nothing is rejected any more.
+	wasmbuild.Copy(t, filepath.Join(examples, "payments.wasm"), dir, "payments.wasm")
+	out, errs = h.reloader.Reload(ctx)
+	require.Equal(t, host.Unchanged, out, "%v", errs)
+	require.Nil(t, pluginRow(t, h, "payments.wasm")["rejected"])
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -347,7 +348,7 @@ func (d *Deployer) swap(ctx context.Context, name string, cur, next []byte) (hos
 		return "", err
 	}
 	out, errs := d.o.Reload(ctx)
-	if (out == host.Applied || out == host.Unchanged) && len(errs) == 0 {
+	if accepted(out, errs, name+".wasm") {
 		d.prune(name)
 		return out, nil
 	}
@@ -359,10 +360,27 @@ func (d *Deployer) swap(ctx context.Context, name string, cur, next []byte) (hos
 		return out, errors.Join(rej, fmt.Errorf("module %s: the previous version could not be put back: %w", name, err))
 	}
 	undoKeep()
-	if back, berrs := d.o.Reload(context.WithoutCancel(ctx)); back == host.Rejected {
+	// A rejection of the restoring reload that names other files only is
+	// theirs (held back beside the module's restored, running bytes).
+	ours := func(err error) bool { f := host.ProblemFile(err); return f == "" || f == name+".wasm" }
+	if back, berrs := d.o.Reload(context.WithoutCancel(ctx)); back == host.Rejected && slices.ContainsFunc(berrs, ours) {
 		d.o.Logger.Error("deploy: the restored plugins directory is rejected too", "module", name, "problems", errors.Join(berrs...))
 	}
 	return out, rej
+}
+
+// accepted reports whether a reload took the module's file as it is now:
+// applied or unchanged with no problem, or applied in part (host.Partial)
+// with no problem naming the file, the problems being other files' (held
+// back by the reload while this change went live).
+func accepted(out host.Outcome, errs []error, file string) bool {
+	switch out {
+	case host.Applied, host.Unchanged:
+		return len(errs) == 0
+	case host.Partial:
+		return !slices.ContainsFunc(errs, func(err error) bool { return host.ProblemFile(err) == file })
+	}
+	return false
 }
 
 // put writes b as the module's file atomically (nil: removes it): a

@@ -532,3 +532,24 @@ func TestConcurrentDeploysAreSerialised(t *testing.T) {
 	require.Len(t, f.list(t, nil)["projector"].History, 4, "v1 and three of the four, each kept once")
 	require.Equal(t, digest(f.file(t, "projector")), f.runningSHA("projector.wasm"))
 }
+
+// A put goes live while another file of the directory is bad: the reload
+// applies it in part (host.Partial), holding the bad file back, and the
+// put stands. A put of bad bytes beside it is still refused and undone.
+func TestAPutStandsBesideABadFile(t *testing.T) {
+	f, v1 := newFixture(t, deploy.Options{})
+	ctx := context.Background()
+	require.NoError(t, os.WriteFile(filepath.Join(f.dir, "junk.wasm"), []byte("junk"), 0o644))
+
+	pm := module(t, "pm")
+	res, err := f.d.Put(ctx, "key:test", "pm", bytes.NewReader(pm))
+	require.NoError(t, err)
+	require.Equal(t, host.Partial, res.Outcome)
+	require.Equal(t, pm, f.file(t, "pm"))
+	require.Equal(t, digest(pm), f.runningSHA("pm.wasm"), "pm runs")
+
+	_, err = f.d.Put(ctx, "key:test", "projector", bytes.NewReader([]byte("\x00asm not really")))
+	var rej *deploy.RejectedError
+	require.ErrorAs(t, err, &rej)
+	require.Equal(t, v1, f.file(t, "projector"), "the previous bytes, byte for byte")
+}

@@ -17,14 +17,16 @@
 // renamed over the module, and the directory fsynced), and calls
 // Options.Reload, host.Reloader.Reload, which loads and validates the
 // whole directory as at start. Applied or Unchanged: the change stands,
-// and the module's history is pruned to Options.Keep versions. Rejected or
-// Canceled: the previous bytes are put back byte for byte (or the new
-// file removed), the history entry taken out again, and the directory
-// reloaded once more past the caller's cancellation, so the reloader's
-// status describes the directory again; the action returns a
-// *RejectedError carrying the reload's problems. A rejected reload never
-// replaced the running set, so the host served the old modules
-// throughout.
+// and the module's history is pruned to Options.Keep versions; so it does
+// when the reload applied in part (host.Partial) and none of its problems
+// is the module's (another file was held back). Otherwise (Rejected,
+// Canceled, or the module's own file held back): the previous bytes are
+// put back byte for byte (or the new file removed), the history entry
+// taken out again, and the directory reloaded once more past the
+// caller's cancellation, so the reloader's status describes the directory
+// again; the action returns a *RejectedError carrying the reload's
+// problems. A reload that refused the module never ran its new bytes, so
+// the host served its old version throughout.
 //
 // History lives in DIR/.history/NAME/<unix-nanos>-<sha256 prefix>.wasm.
 // Neither the loader nor the watcher reads it: the loader lists only the

@@ -52,6 +52,16 @@
 //     only where the owner grants it (grant_dispatch). Modules no tenant
 //     lists belong to DefaultTenant ("default").
 //
+// A Reloader reloads the plugins directory (on a signal, or watching it)
+// and composes the set per module (candidate.go): per file the version on
+// disk if it loads, else the running one; a changed file the set's
+// problems name keeps its running version (or stays out, if new), then
+// the changed files are tried one at a time; a re-partition, or a set
+// that cannot be composed at all, rejects the reload as a whole. One bad
+// file does not hide a good edit of another module: the reload is
+// Partial, and ReloadStatus.Rejected reports each file held back, with
+// its digest and since when, until a version of it loads.
+//
 // A Set is a validated module set with the lookups the engine needs.
 // Module.Handle runs a batch through a pooled instance (at most
 // GOMAXPROCS per module by default; instances are not goroutine-safe) under

@@ -232,7 +232,10 @@ func (m *Module) Close(ctx context.Context) error {
 // LoadError is a module file that could not be loaded.
 type LoadError struct {
 	File string
-	Err  error
+	// SHA256 is the digest of the file's bytes, when they were read ("" if
+	// the file could not be opened or read).
+	SHA256 string
+	Err    error
 }
 
 func (e *LoadError) Error() string { return e.File + ": " + e.Err.Error() }
@@ -366,7 +369,8 @@ func (l *Loader) LoadFile(ctx context.Context, path string) (*Module, error) {
 // fstat of the opened file), or a file with the same SHA-256.
 func (l *Loader) loadOrReuse(ctx context.Context, path string, open func() (*os.File, fs.FileInfo, error), old *Module) (*Module, error) {
 	file := filepath.Base(path)
-	fail := func(err error) (*Module, error) { return nil, &LoadError{File: file, Err: err} }
+	var digest string
+	fail := func(err error) (*Module, error) { return nil, &LoadError{File: file, SHA256: digest, Err: err} }
 	f, stat, err := open()
 	if err != nil {
 		return fail(err)
@@ -382,7 +386,8 @@ func (l *Loader) loadOrReuse(ctx context.Context, path string, open func() (*os.
 		return fail(err)
 	}
 	sum := sha256.Sum256(b)
-	if old != nil && hex.EncodeToString(sum[:]) == old.SHA256 && old.retain() {
+	digest = hex.EncodeToString(sum[:])
+	if old != nil && digest == old.SHA256 && old.retain() {
 		return old, nil
 	}
 	m, err := l.load(ctx, file, b, sum, lim)

@@ -28,27 +28,38 @@ const (
 	Applied Outcome = "applied"
 	// Unchanged: the directory holds the modules already running.
 	Unchanged Outcome = "unchanged"
-	// Rejected: the new set has problems; the running set stays.
+	// Rejected: the running set stays: the directory has problems, and
+	// either nothing valid could be composed or every changed file was
+	// held back.
 	Rejected Outcome = "rejected"
 	// Canceled: the reload was canceled (a shutdown); nothing changed.
 	Canceled Outcome = "canceled"
+	// Partial: a valid, changed set was applied, and some files were
+	// held back (their running versions, if any, stay): see
+	// ReloadStatus.Rejected.
+	Partial Outcome = "partial"
 )
 
-// Reloader reloads a plugins directory as a whole: on Reload, and, once
-// started, whenever a *.wasm file in it changes (after a quiet period, so a
-// file being copied is read once it is complete). Every reload loads and
-// validates the whole set, exactly as at start; a valid set that differs
-// from the running one goes to apply, and a set with problems is logged,
-// problem by problem, while the running set keeps serving. A module whose
-// file is unchanged (same name, same SHA-256) is carried into the new set
-// as it runs, not compiled and instantiated again, so a reload costs what
-// the changed files cost.
+// Reloader reloads a plugins directory: on Reload, and, once started,
+// whenever a *.wasm file in it changes (after a quiet period, so a file
+// being copied is read once it is complete). Every reload loads the whole
+// directory and validates the set, exactly as at start, but composes it
+// per module (candidate.go): a file that does not load, or that the set's
+// problems are attributed to, is held back (its running version, if any,
+// keeps serving, and the file is reported as rejected), while the other
+// files go live as they are. One bad file does not hide a good edit of
+// another module. When nothing valid can be composed, the whole reload is
+// rejected and the running set keeps serving. A module whose file is
+// unchanged (same name, same SHA-256) is carried into the new set as it
+// runs, not compiled and instantiated again, so a reload costs what the
+// changed files cost.
 //
 // Each reload says what it did: per module added, changed or removed, its
 // file, old and new version and SHA-256, and the time the reload took;
-// "plugins unchanged" when nothing changed; "plugins directory valid
-// again" on the first good reload after a rejected one. Status returns
-// the last reload for GET /v1/plugins and the status page.
+// "plugins unchanged" when nothing changed; each file held back with its
+// problem; "plugins directory valid again" on the first reload without a
+// problem after one with. Status returns the last reload, and the files
+// rejected now, for GET /v1/plugins and the status page.
 type Reloader struct {
 	loader *Loader
 	dir    string
@@ -68,6 +79,8 @@ type Reloader struct {
 	mu      sync.Mutex // serialises reloads
 	running *Set       // the set last applied (or given as Running)
 	current string     // fingerprint of the running set
+	// rejected are the files rejected now (ReloadStatus.Rejected).
+	rejected map[string]Rejection
 
 	status struct {
 		sync.Mutex
@@ -153,9 +166,23 @@ type ReloadStatus struct {
 	// Changes lists the modules the reload added, changed or removed
 	// (Applied only).
 	Changes []ModuleChange
-	// Problems are a rejected reload's problems, each naming its file
-	// where it has one.
+	// Problems are the reload's problems (Rejected, Partial), each naming
+	// its file where it has one.
 	Problems []FileProblem
+	// Rejected are the files of the directory that are rejected now, by
+	// file: held back by this reload, or rejected by it as a whole. A
+	// file leaves the list once a version of it loads, or it is removed.
+	Rejected []Rejection
+}
+
+// Rejection is a file of the plugins directory a reload refused. A module
+// that runs from the file keeps serving its running version.
+type Rejection struct {
+	File   string `json:"file"`
+	SHA256 string `json:"sha256,omitempty"`
+	Error  string `json:"error"`
+	// At is when these bytes of the file were first rejected.
+	At time.Time `json:"at"`
 }
 
 // ModuleChange is one module a reload added, changed or removed: Old is
@@ -221,8 +248,13 @@ func changes(old, new *Set) []ModuleChange {
 	return out
 }
 
-// problemFile is the file a load error or validation problem names.
-func problemFile(err error) string {
+// ProblemFile is the file a reload's problem names: a *LoadError's or a
+// *Problem's ("" for the directory or the set as a whole).
+func ProblemFile(err error) string {
+	var he *HeldError
+	if errors.As(err, &he) {
+		return he.File
+	}
 	var le *LoadError
 	if errors.As(err, &le) {
 		return le.File
@@ -234,63 +266,80 @@ func problemFile(err error) string {
 	return ""
 }
 
-// Reload loads and validates the directory now. It returns the outcome and,
-// when Rejected, every problem.
+// Reload loads and validates the directory now, composing the set per
+// module (candidate.go): a file that does not load, or that a problem of
+// the set is attributed to, is held back (its running version, if any,
+// keeps serving) while the other files change as they are. It returns the
+// outcome and every problem: of the files held back (Partial, Rejected),
+// or of the whole directory (Rejected).
 func (r *Reloader) Reload(ctx context.Context) (Outcome, []error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	start := r.now()
-	set, errs := loadSet(ctx, r.loader, r.dir, r.broker, r.running)
-	st := &ReloadStatus{At: start, Outcome: Applied}
+	mods, errs := r.loader.loadDir(ctx, r.dir, r.running)
+	st := &ReloadStatus{At: start}
 	prev := r.Status()
-	wasRejected := prev != nil && prev.Outcome == Rejected
-	var moved []error // running categories whose partition key the new set changes
-	if len(errs) == 0 && set != nil {
-		moved = repartitions(r.running, set)
-	}
+	hadProblems := prev != nil && len(prev.Problems) > 0
+	var c composed
 	switch {
 	case ctx.Err() != nil:
 		st.Outcome = Canceled
-		st.Took = r.now().Sub(start)
-		if set != nil {
-			_ = set.Close(context.Background())
-		}
-		r.log.Warn("plugin reload canceled; the running set stays", "dir", r.dir, "error", ctx.Err())
-	case len(moved) > 0 && !r.allowRepartition:
-		errs = moved
-		_ = set.Close(context.Background())
-		fallthrough
-	case len(errs) > 0:
-		st.Outcome = Rejected
-		st.Took = r.now().Sub(start)
-		for _, err := range errs {
-			st.Problems = append(st.Problems, FileProblem{File: problemFile(err), Error: err.Error()})
-			r.log.Error("plugin reload rejected; the running set stays", "dir", r.dir, "file", problemFile(err), "problem", err.Error())
-		}
-	case fingerprint(set) == r.current:
-		st.Outcome = Unchanged
-		_ = set.Close(ctx) // drops the holds on the carried modules
-		st.Took = r.now().Sub(start)
-		r.log.Info("plugins unchanged", "dir", r.dir, "modules", len(set.Modules()), "took", st.Took)
+		closeModules(mods)
+	case slices.ContainsFunc(errs, func(err error) bool { return ProblemFile(err) == "" }):
+		// The directory itself failed (unreadable, no *.wasm files):
+		// nothing is composed.
+		closeModules(mods)
+		c = composed{whole: errs}
+		errs = nil
 	default:
-		for _, err := range moved {
-			p := err.(*Problem)
-			r.log.Warn("plugin reload re-partitions a live category (allow_repartition is set): per-key order across the switch holds only for a drained category",
-				"category", p.Type, "file", p.File, "change", p.Msg)
-		}
-		st.Changes = changes(r.running, set)
-		r.current = fingerprint(set)
-		r.running = set
-		r.apply(set)
-		st.Took = r.now().Sub(start)
-		for _, c := range st.Changes {
-			r.log.Info("plugin "+c.verb(), "file", c.File, "module", c.name(),
-				"old_version", c.Old.Version, "new_version", c.New.Version,
-				"old_sha256", c.Old.SHA256, "new_sha256", c.New.SHA256)
-		}
-		r.log.Info("plugins reloaded", "dir", r.dir, "modules", len(set.Modules()), "changed", len(st.Changes), "took", st.Took)
+		c = compose(r.running, mods, errs, r.validate)
 	}
-	if wasRejected && st.Outcome != Rejected {
+	if c.whole != nil {
+		errs = append(errs, c.whole...)
+	} else {
+		for _, f := range slices.Sorted(maps.Keys(c.rejected)) {
+			for _, err := range c.rejected[f] {
+				if !slices.Contains(errs, err) { // a load error is in errs already
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	for _, err := range errs {
+		st.Problems = append(st.Problems, FileProblem{File: ProblemFile(err), Error: err.Error()})
+	}
+	switch {
+	case st.Outcome == Canceled:
+		r.log.Warn("plugin reload canceled; the running set stays", "dir", r.dir, "error", ctx.Err())
+	case c.set == nil:
+		st.Outcome = Rejected
+		for _, err := range errs {
+			r.log.Error("plugin reload rejected; the running set stays", "dir", r.dir, "file", ProblemFile(err), "problem", err.Error())
+		}
+	case fingerprint(c.set) == r.current:
+		st.Outcome = Unchanged
+		_ = c.set.Close(ctx) // drops the holds on the carried modules
+		if len(errs) > 0 {
+			st.Outcome = Rejected // every changed file was held back
+			r.logHeldBack(errs)
+		} else {
+			r.log.Info("plugins unchanged", "dir", r.dir, "modules", len(c.set.Modules()), "took", r.now().Sub(start))
+		}
+	default:
+		st.Outcome = Applied
+		if len(errs) > 0 {
+			st.Outcome = Partial
+			r.logHeldBack(errs)
+		}
+		r.applySet(c.set, st)
+	}
+	st.Took = r.now().Sub(start)
+	if st.Outcome != Canceled {
+		r.rejected = rejections(r.rejected, c, st.At)
+	}
+	st.Rejected = slices.Collect(maps.Values(r.rejected))
+	sort.Slice(st.Rejected, func(i, j int) bool { return st.Rejected[i].File < st.Rejected[j].File })
+	if hadProblems && (st.Outcome == Applied || st.Outcome == Unchanged) {
 		r.log.Info("plugins directory valid again", "dir", r.dir, "outcome", string(st.Outcome))
 	}
 	r.status.Lock()
@@ -300,6 +349,76 @@ func (r *Reloader) Reload(ctx context.Context) (Outcome, []error) {
 		r.observe(st.Outcome)
 	}
 	return st.Outcome, errs
+}
+
+// validate checks a candidate set as at start, and, unless
+// allowRepartition, against the running set's partition keys.
+func (r *Reloader) validate(mods []*Module) (*Set, []error) {
+	set, problems := NewTenantSet(mods, r.broker, r.loader.tenancy.Grants)
+	var errs []error
+	for _, p := range problems {
+		errs = append(errs, p)
+	}
+	if len(errs) == 0 && !r.allowRepartition {
+		errs = repartitions(r.running, set)
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return set, nil
+}
+
+// applySet makes set the running set and logs what changed.
+func (r *Reloader) applySet(set *Set, st *ReloadStatus) {
+	start := r.now()
+	for _, err := range repartitions(r.running, set) { // only when allowed
+		p := err.(*Problem)
+		r.log.Warn("plugin reload re-partitions a live category (allow_repartition is set): per-key order across the switch holds only for a drained category",
+			"category", p.Type, "file", p.File, "change", p.Msg)
+	}
+	st.Changes = changes(r.running, set)
+	r.current = fingerprint(set)
+	r.running = set
+	r.apply(set)
+	for _, c := range st.Changes {
+		r.log.Info("plugin "+c.verb(), "file", c.File, "module", c.name(),
+			"old_version", c.Old.Version, "new_version", c.New.Version,
+			"old_sha256", c.Old.SHA256, "new_sha256", c.New.SHA256)
+	}
+	r.log.Info("plugins reloaded", "dir", r.dir, "modules", len(set.Modules()), "changed", len(st.Changes), "took", r.now().Sub(start))
+}
+
+// logHeldBack logs the problems of the files a reload held back.
+func (r *Reloader) logHeldBack(errs []error) {
+	for _, err := range errs {
+		r.log.Error("plugin file rejected; its running version, if any, stays", "dir", r.dir, "file", ProblemFile(err), "problem", err.Error())
+	}
+}
+
+func closeModules(mods []*Module) {
+	for _, m := range mods {
+		_ = m.Close(context.Background())
+	}
+}
+
+// rejections returns the files a reload left rejected: those it held
+// back, and those it rejected as a whole, each keeping the time it was
+// first rejected at while its bytes stay the same. A file that loads, or
+// leaves the directory, is no longer rejected.
+func rejections(was map[string]Rejection, c composed, at time.Time) map[string]Rejection {
+	out := map[string]Rejection{}
+	for f, errs := range c.rejected {
+		msgs := make([]string, len(errs))
+		for i, err := range errs {
+			msgs[i] = err.Error()
+		}
+		rj := Rejection{File: f, SHA256: c.sums[f], Error: strings.Join(msgs, "; "), At: at}
+		if old, ok := was[f]; ok && old.SHA256 == rj.SHA256 {
+			rj.At = old.At
+		}
+		out[f] = rj
+	}
+	return out
 }
 
 // repartitions lists the categories of the running set whose partition

@@ -145,7 +145,7 @@ func (a *api) answerDeploy(w http.ResponseWriter, r *http.Request, res deploy.Re
 	if errors.As(err, &rej) {
 		problems := make([]host.FileProblem, 0, len(rej.Problems))
 		for _, p := range rej.Problems {
-			problems = append(problems, host.FileProblem{File: problemFile(p), Error: abi.Clip(p.Error(), MaxErrorBytes)})
+			problems = append(problems, host.FileProblem{File: host.ProblemFile(p), Error: abi.Clip(p.Error(), MaxErrorBytes)})
 		}
 		writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": abi.Clip(err.Error(), MaxErrorBytes), "outcome": rej.Outcome, "problems": problems})
 		return
@@ -155,20 +155,6 @@ func (a *api) answerDeploy(w http.ResponseWriter, r *http.Request, res deploy.Re
 		a.log.Error("http: deploy failed", "route", r.Pattern, "module", r.PathValue("name"), "error", err)
 	}
 	writeError(w, code, err.Error())
-}
-
-// problemFile is the file a reload problem names ("" for the directory
-// or the set as a whole).
-func problemFile(err error) string {
-	var le *host.LoadError
-	if errors.As(err, &le) {
-		return le.File
-	}
-	var p *host.Problem
-	if errors.As(err, &p) {
-		return p.File
-	}
-	return ""
 }
 
 // deployStatus maps a deploy error to its HTTP status.

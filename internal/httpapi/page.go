@@ -146,7 +146,7 @@ func (d *pageData) keep(sc ops.Scope, t ops.Tenancy) {
 	if d.Reload != nil {
 		r := *d.Reload
 		r.Changes = slices.DeleteFunc(slices.Clone(r.Changes), func(c host.ModuleChange) bool { return !files[c.File] })
-		r.Problems = nil
+		r.Problems, r.Rejected = nil, nil
 		d.Reload = &r
 	}
 	d.Consumers = slices.DeleteFunc(d.Consumers, func(c Consumer) bool { return !sc.Has(t.Handlers[c.Group]) })

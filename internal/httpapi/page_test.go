@@ -31,7 +31,9 @@ func (f fakeStatus) Status(context.Context) (httpapi.Snapshot, error) { return f
 func TestStatusPageRendersEverySection(t *testing.T) {
 	st := fakeStatus{httpapi.Snapshot{
 		Reload: &host.ReloadStatus{At: time.Now(), Outcome: host.Rejected, Took: 42 * time.Millisecond,
-			Problems: []host.FileProblem{{File: "junk.wasm", Error: "junk.wasm: not a WebAssembly module: bad magic number <script>"}}},
+			Problems: []host.FileProblem{{File: "junk.wasm", Error: "junk.wasm: not a WebAssembly module: bad magic number <script>"}},
+			Rejected: []host.Rejection{{File: "junk.wasm", SHA256: "0123456789abcdef", At: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+				Error: "junk.wasm: not a WebAssembly module: bad magic number <script>"}}},
 		Consumers:  []httpapi.Consumer{{Group: "client_orders", Source: "order", Path: "inline", Lag: 3, Failures: 1}},
 		Outbox:     &httpapi.Outbox{Counts: map[string]int{"pending": 2, "published": 40, "abandoned": 0}, OldestPending: 1500 * time.Millisecond},
 		Partitions: &httpapi.Partitions{Owned: []httpapi.Unit{{Group: "client_orders", Unit: "order:c-1", Owner: "h1:7", Generation: 3}}, Halted: []httpapi.Unit{{Group: "fulfillment", Unit: "fulfillment:o-9", Reason: "max retries"}}},
@@ -52,7 +54,7 @@ func TestStatusPageRendersEverySection(t *testing.T) {
 
 	rows := doc.All("plugin", "data-file", "junk.wasm")
 	require.Len(t, rows, 1)
-	require.Equal(t, []string{"junk.wasm", "", "", "", "rejected", "junk.wasm: not a WebAssembly module: bad magic number <script>"}, rows[0].Cells())
+	require.Equal(t, []string{"junk.wasm", "", "", "", "rejected", "junk.wasm: not a WebAssembly module: bad magic number <script> (sha256 0123456789ab since 03:04:05)"}, rows[0].Cells())
 	c := doc.All("consumer", "data-group", "client_orders")
 	require.Len(t, c, 1)
 	require.Equal(t, []string{"client_orders", "order", "inline", "3", "1"}, c[0].Cells())

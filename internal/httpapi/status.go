@@ -96,7 +96,7 @@ type Unit struct {
 }
 
 // Plugin describes a module for GET /v1/plugins: a running one, or a
-// file the last reload rejected.
+// file a reload rejected that is not running.
 type Plugin struct {
 	File    string `json:"file"`
 	Name    string `json:"name,omitempty"`
@@ -105,14 +105,17 @@ type Plugin struct {
 	ABI     int    `json:"abi_version,omitempty"`
 	// Tenant is the running module's tenant.
 	Tenant string `json:"tenant,omitempty"`
-	// State is "running", or "rejected" for a file the last reload
-	// refused that is not running.
+	// State is "running", or "rejected" for a file a reload refused
+	// that is not running.
 	State string `json:"state"`
-	// LastError is the last reload's problem with the file: for a
-	// running module, why the file now on disk was refused (the running
-	// version keeps serving).
-	LastError string          `json:"last_error,omitempty"`
-	Handlers  []PluginHandler `json:"handlers"`
+	// LastError is Rejected's error, for clients that read only it.
+	LastError string `json:"last_error,omitempty"`
+	// Rejected is the file's bytes a reload refused, with why and since
+	// when: for a running module, the version on disk that was held back
+	// (the running version, the fields above, keeps serving). It is
+	// cleared once a version of the file loads, or the file is removed.
+	Rejected *host.Rejection `json:"rejected,omitempty"`
+	Handlers []PluginHandler `json:"handlers"`
 	// Instances are a running module's instances (host.InstanceStats).
 	Instances *host.InstanceStats `json:"instances,omitempty"`
 }
@@ -139,17 +142,23 @@ func (h PluginHandler) KeyText() string {
 		Correlated: host.Correlated(h.Handler)}.KeyText()
 }
 
-// Plugins lists the running modules of set, then the files the last
-// reload rejected that are not running, each with its state and last
-// error.
+// Plugins lists the running modules of set, then the files rejected now
+// that are not running; a running module whose file on disk was rejected
+// carries that rejection beside its running version.
 func Plugins(set *host.Set, reload *host.ReloadStatus) []Plugin {
-	problems := map[string]string{}
-	if reload != nil && reload.Outcome == host.Rejected {
-		for _, p := range reload.Problems {
-			if problems[p.File] == "" {
-				problems[p.File] = p.Error
-			}
+	rejected := map[string]*host.Rejection{}
+	var files []string
+	if reload != nil {
+		for _, rj := range reload.Rejected {
+			rejected[rj.File] = &rj
+			files = append(files, rj.File)
 		}
+	}
+	lastError := func(f string) string {
+		if rj := rejected[f]; rj != nil {
+			return rj.Error
+		}
+		return ""
 	}
 	out := []Plugin{}
 	running := map[string]bool{}
@@ -157,20 +166,16 @@ func Plugins(set *host.Set, reload *host.ReloadStatus) []Plugin {
 		running[m.File] = true
 		inst := m.Instances()
 		p := Plugin{File: m.File, Name: m.Manifest.Module.Name, Version: m.Manifest.Module.Version,
-			SHA256: m.SHA256, ABI: m.Manifest.ABIVersion, Tenant: m.Tenant, State: "running", LastError: problems[m.File], Handlers: []PluginHandler{},
-			Instances: &inst}
+			SHA256: m.SHA256, ABI: m.Manifest.ABIVersion, Tenant: m.Tenant, State: "running", LastError: lastError(m.File),
+			Rejected: rejected[m.File], Handlers: []PluginHandler{}, Instances: &inst}
 		for _, h := range m.Manifest.Handlers {
 			p.Handlers = append(p.Handlers, handlerOf(set, h))
 		}
 		out = append(out, p)
 	}
-	if reload != nil {
-		for _, pr := range reload.Problems {
-			if pr.File == "" || running[pr.File] {
-				continue
-			}
-			running[pr.File] = true // one row per file
-			out = append(out, Plugin{File: pr.File, State: "rejected", LastError: problems[pr.File], Handlers: []PluginHandler{}})
+	for _, f := range files {
+		if !running[f] {
+			out = append(out, Plugin{File: f, State: "rejected", LastError: lastError(f), Rejected: rejected[f], Handlers: []PluginHandler{}})
 		}
 	}
 	return out
