@@ -85,13 +85,14 @@ func TestDevRebuildsOnChange(t *testing.T) {
 
 // make run, validate and dev run the host on the directory they build
 // into: PLUGINS_DIR reaches --plugins (make run used to build into it and
-// run build/plugins).
+// run build/plugins), and DEV_PLUGINS_DIR, make dev's own, reaches
+// scripts/dev.sh.
 func TestMakePassesPluginsDir(t *testing.T) {
 	for _, target := range []string{"run", "validate", "dev"} {
-		mk := exec.Command("make", "-n", target, "PLUGINS_DIR=/tmp/elsewhere")
+		mk := exec.Command("make", "-n", target, "PLUGINS_DIR=/tmp/elsewhere", "DEV_PLUGINS_DIR=/tmp/dev-elsewhere")
 		mk.Dir = wasmbuild.Root()
 		out, err := mk.CombinedOutput()
 		require.NoError(t, err, "make -n %s:\n%s", target, out)
-		require.Regexp(t, `(protean-host (run|validate) --config \S+ --plugins|scripts/dev\.sh) /tmp/elsewhere`, string(out), "make %s", target)
+		require.Regexp(t, `(protean-host (run|validate) --config \S+ --plugins /tmp/elsewhere|scripts/dev\.sh /tmp/dev-elsewhere)`, string(out), "make %s", target)
 	}
 }
