@@ -20,13 +20,21 @@ import (
 // make dev's loop (scripts/dev.sh): a module's source changes, the script
 // rebuilds it into the plugins directory, and the host started with
 // --watch serves the new version; a change that does not compile leaves
-// the running version serving.
+// the running version serving. MODULES is here a parent directory: a
+// module created in it while dev runs is built and served. The plugins
+// directory is dev's own: it serves exactly MODULES, and a module file
+// left there by an earlier run is deleted.
 func TestDevRebuildsOnChange(t *testing.T) {
 	work := t.TempDir()
-	mod := filepath.Join(work, "dev_totals")
+	handlers := filepath.Join(work, "handlers")
+	mod := filepath.Join(handlers, "dev_totals")
 	code, _, errs := cli(t, "plugin", "new", "dev_totals", "--kind", "projector", "--category", "dev",
 		"--dir", mod, "--host-src", wasmbuild.Root())
 	require.Equal(t, 0, code, errs)
+	plugins := filepath.Join(work, "plugins")
+	require.NoError(t, os.MkdirAll(plugins, 0o755))
+	stale := filepath.Join(plugins, "stale.wasm") // not a module: the host would refuse to start on it
+	require.NoError(t, os.WriteFile(stale, []byte("left by an earlier make dev"), 0o644))
 	bin := filepath.Join(work, "protean-host")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/protean-host")
 	build.Dir = wasmbuild.Root()
@@ -34,7 +42,7 @@ func TestDevRebuildsOnChange(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 
 	logs := &testlog.Buffer{}
-	dev := exec.Command("bash", "scripts/dev.sh", filepath.Join(work, "plugins"), configFile(t, "inline"), mod)
+	dev := exec.Command("bash", "scripts/dev.sh", plugins, configFile(t, "inline"), handlers)
 	dev.Dir = wasmbuild.Root()
 	dev.Env = append(os.Environ(), "HOST_BIN="+bin, "RUN_FLAGS=--listen 127.0.0.1:0", "DEV_POLL=0.2",
 		"GOPROXY=off")
@@ -64,6 +72,19 @@ func TestDevRebuildsOnChange(t *testing.T) {
 		}
 	}
 	testwait.For(t, "version 0.1.0 served", version("0.1.0"))
+	require.NoFileExists(t, stale)
+	code, body := h.get(t, "/v1/plugins")
+	require.Equal(t, 200, code)
+	require.Equal(t, 1, strings.Count(body, `"version":"`), "only dev_totals is served: %s", body)
+
+	// A module created in the parent while dev runs.
+	code, _, errs = cli(t, "plugin", "new", "dev_added", "--kind", "projector", "--category", "dev_added",
+		"--dir", filepath.Join(handlers, "dev_added"), "--host-src", wasmbuild.Root())
+	require.Equal(t, 0, code, errs)
+	testwait.For(t, "the new module built and served", func() (bool, string) {
+		code, body := h.get(t, "/v1/plugins")
+		return code == 200 && strings.Contains(body, "dev_added"), fmt.Sprintf("%d %s; log:\n%s", code, body, logs.Tail(8))
+	})
 
 	src := filepath.Join(mod, "main.go")
 	edit := func(old, new string) {
