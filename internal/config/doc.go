@@ -144,7 +144,10 @@
 // on the modules it ran compiles nothing. A file the index does not name
 // (written before it existed, by another wazero version, or by another
 // host sharing the directory between our compiles) is never deleted.
-// Compiles are serialized while the bound is on. 0 leaves the directory
+// Compiles are serialized while the bound is on. Set it above what one
+// plugins directory compiles to (with room for a new version): a module not
+// yet loaded at a start counts as unused, so a smaller bound makes the
+// modules of one directory evict each other. 0 leaves the directory
 // unbounded.
 //
 // Relative paths (plugins.dir, plugins.cache_dir) are used as written, that
