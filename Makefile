@@ -13,7 +13,12 @@ BENCHTIME ?= 1s
 EXAMPLES := $(notdir $(wildcard plugins/examples/*))
 # Module source directories `make dev` builds and watches: the examples, or
 # your own (make dev MODULES="../handlers/my_projector ../handlers/orders").
-MODULES ?= $(wildcard plugins/examples/*)
+# An entry that is not a module (no *.go of package main) is a parent whose
+# module subdirectories are watched, new ones too (MODULES=../handlers).
+MODULES ?= plugins/examples
+# make dev's own plugins directory: it serves exactly MODULES, and deletes
+# any other *.wasm there.
+DEV_PLUGINS_DIR ?= build/dev-plugins
 # More flags for `protean-host run` in make run, make production and make dev, e.g.
 # RUN_FLAGS="--listen 127.0.0.1:9090".
 RUN_FLAGS ?=
@@ -25,11 +30,11 @@ help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*##"} /^[a-z-]+:.*##/ {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: plugins
-plugins: ## Build the example plugins into PLUGINS_DIR (default build/plugins) with plain Go (wasip1)
+plugins: ## Build the example plugins into PLUGINS_DIR (default build/plugins) with plain Go (wasip1, scripts/build-module.sh)
 	@mkdir -p $(PLUGINS_DIR)
 	@for p in $(EXAMPLES); do \
 		echo "plugin $$p -> $(PLUGINS_DIR)/$$p.wasm"; \
-		GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 $(GO) build -buildmode=c-shared -o $(PLUGINS_DIR)/$$p.wasm ./plugins/examples/$$p || exit 1; \
+		GO=$(GO) scripts/build-module.sh plugins/examples/$$p $(PLUGINS_DIR)/$$p.wasm || exit 1; \
 	done
 	@# The C examples (ABI v2 without the Go kit) go to build/plugins-c: each
 	@# replaces its Go namesake, so they cannot share one plugins directory.
@@ -61,8 +66,8 @@ production: plugins build ## Build the examples, migrate, and start the host on 
 	$(HOST_BIN) run --config configs/production.toml --plugins $(PLUGINS_DIR) $(RUN_FLAGS)
 
 .PHONY: dev
-dev: build ## Build MODULES (default: the examples) into PLUGINS_DIR, run the host with --watch, rebuild a module when its sources change
-	RUN_FLAGS='$(RUN_FLAGS)' scripts/dev.sh $(PLUGINS_DIR) $(CONFIG) $(MODULES)
+dev: build ## Build MODULES (default: the examples; a parent dir: its module subdirs, new ones too) into DEV_PLUGINS_DIR, serve exactly those with --watch, rebuild a module when its sources change
+	RUN_FLAGS='$(RUN_FLAGS)' scripts/dev.sh $(DEV_PLUGINS_DIR) $(CONFIG) $(MODULES)
 
 .PHONY: validate
 validate: plugins build ## Validate the example plugins against the config

@@ -23,7 +23,7 @@
 //
 // Build with the plain Go toolchain:
 //
-//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o orders.wasm .
+//	GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 go build -trimpath -buildmode=c-shared -o orders.wasm .
 //
 // The kit exports protean_manifest and protean_handle (package abi) and
 // calls the host through github.com/extism/go-pdk. A handler's effects

@@ -5,8 +5,19 @@
 # changes; the host's watcher then reloads it. A module directory is a Go
 # main package (its own go.mod, as `protean-host plugin new` writes, or a
 # package of this repository such as plugins/examples/orders); the module
-# file is named after the directory. A build that fails leaves the running
-# module in place and prints the compiler's errors.
+# file is named after the directory. A MODULE_DIR that is not a module is a
+# parent: each of its subdirectories that is a module is one, rescanned at
+# every poll, so a module directory created while dev runs is built and
+# served. A build that fails leaves the running module in place and prints
+# the compiler's errors.
+#
+# PLUGINS_DIR is dev's own: it serves exactly the modules of MODULE_DIR...
+# A *.wasm file there that none of them builds (left by an earlier run with
+# other modules, or of a module directory since removed) is deleted.
+#
+# Each build is scripts/build-module.sh, the command make plugins runs: the
+# same sources give the same bytes, so switching between make run and
+# make dev finds every module in the compiled-code cache.
 #
 # After a rebuild the script says what the host made of it (tell): "live"
 # with the module's version once GET /v1/plugins serves the SHA-256 just
@@ -16,27 +27,45 @@
 # overrides), with DEV_TOKEN as bearer key when the host has credentials.
 #
 # Polling (every DEV_POLL seconds, default 1) rather than inotify: nothing
-# to install, and a build takes longer than the poll anyway. A new module
-# is written under a temporary name and renamed, so the watcher never reads
-# a half-written file.
+# to install, and a build takes longer than the poll anyway.
 set -u
 plugins=$1 config=$2
 shift 2
 host=${HOST_BIN:-build/protean-host}
 poll=${DEV_POLL:-1}
+here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$plugins"
 plugins=$(cd "$plugins" && pwd)
 
+# is_module DIR: DIR holds a Go main package (a go.mod alone may be a
+# parent's, shared by its subdirectories).
+is_module() {
+	grep -qsE '^package main([[:space:]]|$)' "$1"/*.go
+}
+
+# modules: the module directories of the arguments, parents expanded.
+modules() {
+	local d s
+	for d in "$@"; do
+		d=${d%/}
+		if is_module "$d"; then
+			echo "$d"
+			continue
+		fi
+		for s in "$d"/*/; do
+			s=${s%/}
+			if [ -d "$s" ] && is_module "$s"; then echo "$s"; fi
+		done
+	done
+}
+
 # build DIR: compile the module of DIR into $plugins/NAME.wasm.
 build() {
-	local dir=$1 name out
-	name=$(basename "$dir")
-	out=$plugins/$name.wasm
-	if (cd "$dir" && GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 go build -trimpath -buildmode=c-shared -o "$out.tmp" .); then
-		mv "$out.tmp" "$out"
+	local dir=$1 out
+	out=$plugins/$(basename "$dir").wasm
+	if "$here/build-module.sh" "$dir" "$out"; then
 		echo "dev: built $dir -> $out"
 	else
-		rm -f "$out.tmp"
 		echo "dev: build of $dir failed; the running module is unchanged"
 		return 1
 	fi
@@ -77,17 +106,50 @@ tell() {
 	return 1
 }
 
+# prune NAME...: delete every *.wasm of $plugins not named NAME.wasm.
+prune() {
+	local f keep n
+	for f in "$plugins"/*.wasm; do
+		[ -e "$f" ] || continue
+		keep=
+		for n in "$@"; do
+			if [ "$(basename "$f")" = "$n.wasm" ]; then keep=1; fi
+		done
+		if [ -z "$keep" ]; then
+			rm -f "$f"
+			echo "dev: removed $f (not a module of MODULES)" >&2
+		fi
+	done
+}
+
 # Each module has a stamp file, touched just before its build: a source
 # file newer than it is a change (one made during a build triggers the
-# next). POSIX find and plain files, no bash 4 or GNU find needed.
+# next); a module without one is new. POSIX find and plain files, no bash
+# 4 or GNU find needed.
 stamps=$(mktemp -d)
 trap 'rm -rf "$stamps"' EXIT
 stamp() { echo "$stamps/$(basename "$1")"; }
 changed() {
-	[ -n "$(find "$1" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) -newer "$(stamp "$1")" -print | head -n 1)" ]
+	[ ! -e "$(stamp "$1")" ] ||
+		[ -n "$(find "$1" -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) -newer "$(stamp "$1")" -print | head -n 1)" ]
 }
 
-for d in "$@"; do
+# rescan: the module list, then prune what it does not build; prints the
+# list, one directory a line.
+rescan() {
+	local list
+	list=$(modules "$@")
+	# shellcheck disable=SC2046
+	prune $(for d in $list; do basename "$d"; done)
+	[ -z "$list" ] || echo "$list"
+}
+
+first=$(rescan "$@")
+if [ -z "$first" ]; then
+	echo "dev: no module directory in $*" >&2
+	exit 1
+fi
+for d in $first; do
 	touch "$(stamp "$d")"
 	build "$d" || exit 1
 done
@@ -104,7 +166,7 @@ trap 'kill $pid 2>/dev/null; rm -rf "$stamps"' EXIT
 echo "dev: host pid $pid, plugins $plugins; watching $* (Ctrl-C stops)"
 while kill -0 "$pid" 2>/dev/null; do
 	sleep "$poll"
-	for d in "$@"; do
+	for d in $(rescan "$@"); do
 		if changed "$d"; then
 			touch "$(stamp "$d")"
 			build "$d" && tell "$(basename "$d")"

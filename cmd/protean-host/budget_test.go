@@ -53,6 +53,7 @@ database_uri = %q
 [plugins]
 dir = %q
 cache_dir = %q
+cache_max_mb = 0
 [plugins.limits]
 timeout_ms = 3000
 memory_mb = %d

@@ -49,7 +49,7 @@ func runKeysHost(t *testing.T, listen, authLines string) *keysHost {
 // write rewrites the config file with auth's lines under [http].
 func (h *keysHost) write(t *testing.T, authLines string) {
 	t.Helper()
-	body := fmt.Sprintf("[plugins]\ndir = %q\ncache_dir = %q\n[http]\nlisten = %q\n%s", h.plugins, wasmbuild.CacheDir(t), h.listen, authLines)
+	body := fmt.Sprintf("[plugins]\ndir = %q\ncache_dir = %q\ncache_max_mb = 0\n[http]\nlisten = %q\n%s", h.plugins, wasmbuild.CacheDir(t), h.listen, authLines)
 	require.NoError(t, os.WriteFile(h.cfg, []byte(body), 0o600))
 }
 

@@ -21,13 +21,21 @@ import (
 // rebuilds it into the plugins directory, and the host started with
 // --watch serves the new version, and the script says it is live; a build
 // the host refuses is told as rejected with its reason; a change that does
-// not compile leaves the running version serving.
+// not compile leaves the running version serving. MODULES is here a parent
+// directory: a module created in it while dev runs is built and served.
+// The plugins directory is dev's own: it serves exactly MODULES, and a
+// module file left there by an earlier run is deleted.
 func TestDevRebuildsOnChange(t *testing.T) {
 	work := t.TempDir()
-	mod := filepath.Join(work, "dev_totals")
+	handlers := filepath.Join(work, "handlers")
+	mod := filepath.Join(handlers, "dev_totals")
 	code, _, errs := cli(t, "plugin", "new", "dev_totals", "--kind", "projector", "--category", "dev",
 		"--dir", mod, "--host-src", wasmbuild.Root())
 	require.Equal(t, 0, code, errs)
+	plugins := filepath.Join(work, "plugins")
+	require.NoError(t, os.MkdirAll(plugins, 0o755))
+	stale := filepath.Join(plugins, "stale.wasm") // not a module: the host would refuse to start on it
+	require.NoError(t, os.WriteFile(stale, []byte("left by an earlier make dev"), 0o644))
 	bin := filepath.Join(work, "protean-host")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/protean-host")
 	build.Dir = wasmbuild.Root()
@@ -35,7 +43,7 @@ func TestDevRebuildsOnChange(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 
 	logs := &testlog.Buffer{}
-	dev := exec.Command("bash", "scripts/dev.sh", filepath.Join(work, "plugins"), configFile(t, "inline"), mod)
+	dev := exec.Command("bash", "scripts/dev.sh", plugins, configFile(t, "inline"), handlers)
 	dev.Dir = wasmbuild.Root()
 	dev.Env = append(os.Environ(), "HOST_BIN="+bin, "RUN_FLAGS=--listen 127.0.0.1:0", "DEV_POLL=0.2",
 		"GOPROXY=off")
@@ -65,6 +73,19 @@ func TestDevRebuildsOnChange(t *testing.T) {
 		}
 	}
 	testwait.For(t, "version 0.1.0 served", version("0.1.0"))
+	require.NoFileExists(t, stale)
+	code, body := h.get(t, "/v1/plugins")
+	require.Equal(t, 200, code)
+	require.Equal(t, 1, strings.Count(body, `"version":"`), "only dev_totals is served: %s", body)
+
+	// A module created in the parent while dev runs.
+	code, _, errs = cli(t, "plugin", "new", "dev_added", "--kind", "projector", "--category", "dev_added",
+		"--dir", filepath.Join(handlers, "dev_added"), "--host-src", wasmbuild.Root())
+	require.Equal(t, 0, code, errs)
+	testwait.For(t, "the new module built and served", func() (bool, string) {
+		code, body := h.get(t, "/v1/plugins")
+		return code == 200 && strings.Contains(body, "dev_added"), fmt.Sprintf("%d %s; log:\n%s", code, body, logs.Tail(8))
+	})
 
 	src := filepath.Join(mod, "main.go")
 	edit := func(old, new string) {
@@ -100,13 +121,14 @@ func TestDevRebuildsOnChange(t *testing.T) {
 
 // make run, validate and dev run the host on the directory they build
 // into: PLUGINS_DIR reaches --plugins (make run used to build into it and
-// run build/plugins).
+// run build/plugins), and DEV_PLUGINS_DIR, make dev's own, reaches
+// scripts/dev.sh.
 func TestMakePassesPluginsDir(t *testing.T) {
 	for _, target := range []string{"run", "validate", "dev"} {
-		mk := exec.Command("make", "-n", target, "PLUGINS_DIR=/tmp/elsewhere")
+		mk := exec.Command("make", "-n", target, "PLUGINS_DIR=/tmp/elsewhere", "DEV_PLUGINS_DIR=/tmp/dev-elsewhere")
 		mk.Dir = wasmbuild.Root()
 		out, err := mk.CombinedOutput()
 		require.NoError(t, err, "make -n %s:\n%s", target, out)
-		require.Regexp(t, `(protean-host (run|validate) --config \S+ --plugins|scripts/dev\.sh) /tmp/elsewhere`, string(out), "make %s", target)
+		require.Regexp(t, `(protean-host (run|validate) --config \S+ --plugins /tmp/elsewhere|scripts/dev\.sh /tmp/dev-elsewhere)`, string(out), "make %s", target)
 	}
 }

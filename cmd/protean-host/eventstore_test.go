@@ -71,6 +71,7 @@ poll_interval_ms = 20
 [plugins]
 dir = %q
 cache_dir = %q
+cache_max_mb = 0
 [http]
 listen = %q
 `, d.dbURL, d.dbURL, d.dir, wasmbuild.CacheDir(t), addr)), 0o644))

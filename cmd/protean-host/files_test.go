@@ -29,7 +29,7 @@ func TestSIGHUPReloadRefusesIrregularFiles(t *testing.T) {
 		return wasmbuild.Build(t, "./internal/host/testdata/plugins/declared", "variant="+variant)
 	}
 	wasmbuild.Copy(t, declared("projector"), dir, "projector.wasm")
-	p := runHost(t, fmt.Sprintf("[plugins]\ndir = %q\ncache_dir = %q\n", dir, wasmbuild.CacheDir(t)), "2s")
+	p := runHost(t, fmt.Sprintf("[plugins]\ndir = %q\ncache_dir = %q\ncache_max_mb = 0\n", dir, wasmbuild.CacheDir(t)), "2s")
 	log := func() string {
 		b, err := os.ReadFile(p.log)
 		require.NoError(t, err)
@@ -78,7 +78,7 @@ func TestValidateRefusesANamedPipe(t *testing.T) {
 	wasmbuild.Copy(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/declared", "variant=projector"), dir, "projector.wasm")
 	require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "zz.wasm"), 0o644))
 	cfg := filepath.Join(t.TempDir(), "host.toml")
-	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf("[plugins]\ndir = %q\ncache_dir = %q\n", dir, wasmbuild.CacheDir(t))), 0o644))
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf("[plugins]\ndir = %q\ncache_dir = %q\ncache_max_mb = 0\n", dir, wasmbuild.CacheDir(t))), 0o644))
 	cmd := exec.Command(hostBinary(t), "validate", "--config", cfg)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -29,6 +29,7 @@ func TestIdleConnectionsDoNotShutOutANewClient(t *testing.T) {
 [plugins]
 dir = %q
 cache_dir = %q
+cache_max_mb = 0
 `, dir, wasmbuild.CacheDir(t)), "max_connections = 100\nread_body_timeout_ms = 200\n", "2s")
 
 	dial := func() (net.Conn, *bufio.Reader) {

@@ -215,6 +215,7 @@ func (e *env) loader(funcs host.Session) (*host.Loader, error) {
 		TenantLimits:   limits,
 		Tenancy:        cfg.Tenancy(),
 		CacheDir:       cfg.Plugins.CacheDir,
+		CacheMaxBytes:  int64(cfg.Plugins.CacheMaxMB) << 20,
 		HostFunctions:  host.HostFunctions(funcs),
 		RefuseLinks:    !cfg.Plugins.FollowLinks,
 		RefuseWritable: cfg.Plugins.RefuseWritable,

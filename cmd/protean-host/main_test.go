@@ -21,7 +21,10 @@ func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 // configFile writes a config over the embedded default with the broker
-// given and the tests' shared compile cache.
+// given and the tests' shared compile cache. Every test config on that
+// cache sets cache_max_mb = 0: it is shared by test processes (make test's
+// plain and race passes), and a bounded host would prune what the others
+// compiled, costing them a compile each (~15 s under -race).
 func configFile(t *testing.T, broker string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "domain.toml")
@@ -30,6 +33,7 @@ func configFile(t *testing.T, broker string) string {
 provider = "`+broker+`"
 [plugins]
 cache_dir = "`+wasmbuild.CacheDir(t)+`"
+cache_max_mb = 0
 `), 0o644))
 	return p
 }

@@ -32,6 +32,8 @@ func prodConfigWithPrefix(t *testing.T, prefix string) string {
 	require.Contains(t, s, "provider = \"redis\"\n")
 	s = strings.Replace(s, "provider = \"redis\"\n", "provider = \"redis\"\nkey_prefix = \""+prefix+"\"\n", 1)
 	s = strings.Replace(s, `cache_dir = ".cache/wasm"`, `cache_dir = "`+wasmbuild.CacheDir(t)+`"`, 1)
+	require.Contains(t, s, "cache_max_mb = 256\n")
+	s = strings.Replace(s, "cache_max_mb = 256\n", "cache_max_mb = 0\n", 1) // the shared test cache (see configFile)
 	p := filepath.Join(t.TempDir(), "production.toml")
 	require.NoError(t, os.WriteFile(p, []byte(s), 0o644))
 	return p

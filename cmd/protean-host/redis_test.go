@@ -270,6 +270,7 @@ poll_interval_seconds = 0.01
 [plugins]
 dir = %q
 cache_dir = %q
+cache_max_mb = 0
 [http]
 listen = %q
 `, d.dbURL, d.dbURL, d.redisURL, d.prefix, dir, wasmbuild.CacheDir(t), addr)), 0o644))

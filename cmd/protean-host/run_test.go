@@ -51,6 +51,7 @@ func startHostWith(t *testing.T, configName, dir string, change func(*config.Con
 	require.NoError(t, e.parse(e.flags("run"), []string{"--config", filepath.Join(wasmbuild.Root(), "configs", configName), "--plugins", dir}))
 	e.cfg.HTTP.Listen = "127.0.0.1:0"
 	e.cfg.Plugins.CacheDir = wasmbuild.CacheDir(t) // shared: compile once
+	e.cfg.Plugins.CacheMaxMB = 0                   // shared with other test processes (see configFile)
 	// The shipped configs' guest deadlines (a call 5 s, the manifest read
 	// at load 2 s, a compile 10 s per MiB) are for a production host;
 	// under -race on a busy 2-core machine creating an instance or

@@ -27,6 +27,7 @@ func TestSIGTERMDuringReloadCompile(t *testing.T) {
 [plugins]
 dir = %q
 cache_dir = %q
+cache_max_mb = 0
 [plugins.limits]
 compile_timeout_ms = 3600000
 max_nesting_depth = 1000000
@@ -111,6 +112,7 @@ func TestHostileTenantIsContained(t *testing.T) {
 [plugins]
 dir = %q
 cache_dir = %q
+cache_max_mb = 0
 [plugins.limits]
 timeout_ms = 3000
 memory_mb = %d
@@ -206,7 +208,7 @@ func TestSIGHUPDuringStartReloadsAfterIt(t *testing.T) {
 	addr := freeAddr(t)
 	tmp := t.TempDir()
 	cfg := filepath.Join(tmp, "host.toml")
-	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf("[plugins]\ndir = %q\ncache_dir = %q\n[http]\nlisten = %q\n",
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf("[plugins]\ndir = %q\ncache_dir = %q\ncache_max_mb = 0\n[http]\nlisten = %q\n",
 		dir, wasmbuild.CacheDir(t), addr)), 0o644))
 	p := launchProcess(t, addr, cfg, tmp, nil)
 	testwait.For(t, "the plugins to load", func() (bool, string) {

@@ -31,6 +31,7 @@ provider = "inline"
 [plugins]
 dir = %q
 cache_dir = %q
+cache_max_mb = 0
 [plugins.limits]
 interruptible = false
 timeout_ms = 600000

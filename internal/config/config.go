@@ -262,6 +262,11 @@ type Plugins struct {
 	// CacheDir holds compiled modules across restarts, relative to the
 	// working directory. "" compiles in memory only.
 	CacheDir string `toml:"cache_dir"`
+	// CacheMaxMB bounds cache_dir: after a compile that wrote to it, the
+	// least recently used compiled modules that no loaded module uses are
+	// deleted until it fits (host.LoaderOptions.CacheMaxBytes). 0 leaves
+	// it unbounded.
+	CacheMaxMB int `toml:"cache_max_mb"`
 	// FollowLinks follows a symbolic link in dir whose target stays
 	// within dir (a Kubernetes ConfigMap or Secret volume, a deploy that
 	// swaps a link); false refuses every link. A link out of dir is
@@ -639,6 +644,7 @@ func defaultPlugins() Plugins {
 		Dir:            "build/plugins",
 		Watch:          false,
 		CacheDir:       ".cache/wasm",
+		CacheMaxMB:     256,
 		FollowLinks:    !loaderDefaults.RefuseLinks,
 		RefuseWritable: loaderDefaults.RefuseWritable,
 		Limits: Limits{

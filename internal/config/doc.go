@@ -22,7 +22,7 @@
 //	[server]                  default_subscription_type = "stream" | "event_store" (unset: event_store with
 //	                          PostgreSQL stores and the inline broker, stream otherwise; Config.SubscriptionType)
 //	[server.event_store_subscription]  batch_size, poll_interval_ms, gap_timeout_ms, key_workers
-//	[plugins]                 dir, watch, cache_dir, allow_repartition, follow_links, refuse_writable
+//	[plugins]                 dir, watch, cache_dir, cache_max_mb, allow_repartition, follow_links, refuse_writable
 //	[plugins.limits]          memory_mb, timeout_ms, max_output_bytes, manifest_timeout_ms, interruptible,
 //	                          max_table_elements, max_module_bytes, compile_timeout_ms, recycle_above_mb,
 //	                          log_lines_per_second, log_burst, max_cascade_depth, max_follow_ups, max_instances,
@@ -87,6 +87,7 @@
 //	outbox.tick_interval_ms = 10
 //	plugins.allow_repartition = false
 //	plugins.cache_dir = ".cache/wasm"
+//	plugins.cache_max_mb = 256
 //	plugins.dir = "build/plugins"
 //	plugins.follow_links = true
 //	plugins.limits.compile_timeout_ms = 10000
@@ -132,6 +133,22 @@
 //	server.stream_subscription.retry_delay_seconds = 1
 //
 // End of defaults.
+//
+// The compiled-code cache (plugins.cache_dir) grows by a module's compiled
+// size (~16 MB for a Go module) at each new version. cache_max_mb bounds
+// it: the host records, in protean-cache-index.json there, the files each
+// module's compile wrote, and after a compile that wrote something deletes
+// the least recently used modules' files until the directory fits. It
+// keeps the modules loaded, the one just compiled and the Extism kernel
+// (compiled at start, before any module), even past the bound; a restart
+// on the modules it ran compiles nothing. A file the index does not name
+// (written before it existed, by another wazero version, or by another
+// host sharing the directory between our compiles) is never deleted.
+// Compiles are serialized while the bound is on. Set it above what one
+// plugins directory compiles to (with room for a new version): a module not
+// yet loaded at a start counts as unused, so a smaller bound makes the
+// modules of one directory evict each other. 0 leaves the directory
+// unbounded.
 //
 // Relative paths (plugins.dir, plugins.cache_dir) are used as written, that
 // is relative to the working directory of the process, not to the config

@@ -146,6 +146,9 @@ func (v *validator) plugins(p Plugins) {
 	if p.Dir == "" {
 		v.add("plugins.dir", "must not be empty")
 	}
+	if p.CacheMaxMB < 0 {
+		v.add("plugins.cache_max_mb", "must be >= 0 (got %d; 0 is unbounded)", p.CacheMaxMB)
+	}
 	l := p.Limits
 	v.memoryMB("plugins.limits.memory_mb", l.MemoryMB)
 	v.ms("plugins.limits.timeout_ms", l.TimeoutMS, false)

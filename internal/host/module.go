@@ -204,6 +204,9 @@ type Module struct {
 	// while its successor keeps running the modules they share.
 	refs atomic.Int32
 	logs *logLimiter
+	// uncache tells the compiled-code cache the module is no longer
+	// loaded (nil without a bounded cache, see cacheDir).
+	uncache func()
 }
 
 // retain adds a holder, unless the module has been released already.
@@ -226,6 +229,9 @@ func (m *Module) Close(ctx context.Context) error {
 		return nil
 	}
 	m.pool.closeIdle(ctx)
+	if m.uncache != nil {
+		m.uncache()
+	}
 	return m.compiled.Close(ctx)
 }
 
@@ -259,6 +265,7 @@ type Loader struct {
 	tenantLim func(module string) Limits
 	tenancy   Tenancy
 	cache     wazero.CompilationCache
+	dir       *cacheDir // bounds the cache's directory; nil: unbounded or in memory
 	funcs     []extism.HostFunction
 	poolSize  int
 	log       *slog.Logger
@@ -284,6 +291,10 @@ type LoaderOptions struct {
 	Tenancy Tenancy
 	// CacheDir, when set, keeps compiled code on disk across restarts.
 	CacheDir string
+	// CacheMaxBytes bounds CacheDir: after a compile that wrote to it,
+	// the least recently used modules that are not loaded are deleted
+	// until it fits (see cacheDir). 0 leaves it unbounded.
+	CacheMaxBytes int64
 	// HostFunctions are the functions modules may import.
 	HostFunctions []extism.HostFunction
 	// Instances caps the instances of one module alive at once (calls
@@ -322,6 +333,13 @@ func NewLoader(opts LoaderOptions) (*Loader, error) {
 			return nil, fmt.Errorf("plugins.cache_dir %s: %w", opts.CacheDir, err)
 		}
 		l.cache = c
+		if opts.CacheMaxBytes > 0 {
+			l.dir = newCacheDir(opts.CacheDir, opts.CacheMaxBytes, l.log)
+			if err := l.dir.warm(context.Background(), c); err != nil {
+				_ = c.Close(context.Background())
+				return nil, fmt.Errorf("plugins.cache_dir %s: %w", opts.CacheDir, err)
+			}
+		}
 	} else {
 		l.cache = wazero.NewCompilationCache()
 	}
@@ -430,11 +448,27 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 		WithCloseOnContextDone(mode == DeadlineRuntime).
 		WithMemoryLimitPages(uint32(lim.MemoryMB) * 16) // 64 KiB pages
 	manifest := extism.Manifest{Wasm: []extism.Wasm{extism.WasmData{Data: code, Name: "main"}}}
+	// wazero's cache key covers the code and whether it closes on a
+	// context's end; so does the key of the bounded cache's index.
+	codeSum := sha256.Sum256(code)
+	key := hex.EncodeToString(codeSum[:]) + "/" + mode
 	l.compiling.Add(1)
-	compiled, err := within(ctx, lim.compileDeadline(len(code)), func() (*extism.CompiledPlugin, error) {
+	compiled, err := within(ctx, lim.compileDeadline(len(code)), func() (c *extism.CompiledPlugin, err error) {
 		defer l.compiling.Done()
-		l.compiles.Add(1)
-		return extism.NewCompiledPlugin(context.WithoutCancel(ctx), manifest, extism.PluginConfig{RuntimeConfig: rc, EnableWasi: true}, l.funcs)
+		compile := func() error {
+			l.compiles.Add(1)
+			c, err = extism.NewCompiledPlugin(context.WithoutCancel(ctx), manifest, extism.PluginConfig{RuntimeConfig: rc, EnableWasi: true}, l.funcs)
+			return err
+		}
+		if l.dir != nil {
+			// Serialized with the other compiles (while it waits, its
+			// deadline runs: a compile that overran its own still holds the
+			// core).
+			_ = l.dir.compile(key, name, compile)
+			return c, err
+		}
+		_ = compile()
+		return c, err
 	}, func(c *extism.CompiledPlugin) { _ = c.Close(context.Background()) })
 	if errors.Is(err, ErrCompileTimeout) || errors.Is(err, ErrCanceled) {
 		return nil, err
@@ -452,6 +486,9 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 		return nil, err
 	}
 	m.Manifest = man
+	if l.dir != nil {
+		m.uncache = l.dir.acquire(key)
+	}
 	return m, nil
 }
 
