@@ -635,16 +635,26 @@ func (l *Loader) loadDir(ctx context.Context, dir string, running *Set) ([]*Modu
 			reuse[m.File] = m
 		}
 	}
-	for _, n := range names {
+	if running == nil {
+		l.log.Info("loading plugins", "dir", dir, "files", len(names))
+	}
+	for i, n := range names {
 		if ctx.Err() != nil { // a shutdown: the files left are not opened
 			errs = append(errs, fmt.Errorf("plugins directory %s: loading stopped before %s: %w", dir, n, ctx.Err()))
 			break
 		}
 		open := func() (*os.File, fs.FileInfo, error) { return l.open(d, n) }
+		began := time.Now()
 		m, err := l.loadOrReuse(ctx, filepath.Join(dir, n), open, reuse[n])
 		if err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if m != reuse[n] {
+			// A start says how far it is: a cold compile of a Go module
+			// takes seconds, and nothing else is logged meanwhile.
+			l.log.Info("module loaded", "file", n, "of", fmt.Sprintf("%d/%d", i+1, len(names)),
+				"took", time.Since(began).Round(time.Millisecond), "version", m.Manifest.Module.Version, "sha256", m.SHA256[:12])
 		}
 		mods = append(mods, m)
 	}

@@ -294,3 +294,32 @@ func TestReloadHoldsBackAModuleThatBreaksTheSet(t *testing.T) {
 		})
 	}
 }
+
+// A start says how far it is, module by module (a cold compile of a Go
+// module takes seconds, with nothing else logged meanwhile); a reload
+// logs only the modules it loads, not those it carries over.
+func TestLoadingLogsEachModuleLoaded(t *testing.T) {
+	ctx := context.Background()
+	logs := &testlog.Buffer{}
+	l := newLoader(t, host.LoaderOptions{}, logs)
+	dir := t.TempDir()
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/declared", "variant=projector", "version=1.0.0"), dir, "projector.wasm")
+	wasmbuild.Copy(t, declared(t, "pm"), dir, "pm.wasm")
+	running, errs := host.LoadSet(ctx, l, dir, host.Broker{Name: "default", Provider: "inline"})
+	require.Empty(t, errs)
+	t.Cleanup(func() { _ = running.Close(ctx) })
+	start := logs.Take()
+	require.Contains(t, start, `msg="loading plugins" dir=`+dir+` files=2`)
+	require.Regexp(t, `msg="module loaded" file=pm.wasm of=1/2 took=\S+ version=\S+ sha256=[0-9a-f]{12}`, start)
+	require.Regexp(t, `msg="module loaded" file=projector.wasm of=2/2 took=\S+ version=1.0.0 sha256=[0-9a-f]{12}`, start)
+
+	replace(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/declared", "variant=projector", "version=2.0.0"), dir, "projector.wasm")
+	r := host.NewReloader(host.ReloaderOptions{Loader: l, Dir: dir, Broker: host.Broker{Name: "default", Provider: "inline"},
+		Running: running, Apply: func(s *host.Set) { t.Cleanup(func() { _ = s.Close(ctx) }) }, Logger: slog.New(slog.NewTextHandler(&testlog.Buffer{}, nil))})
+	out, errs := r.Reload(ctx)
+	require.Equal(t, host.Applied, out, "%v", errs)
+	reload := logs.Take()
+	require.NotContains(t, reload, "loading plugins")
+	require.NotContains(t, reload, "file=pm.wasm", "pm.wasm is carried over, not loaded")
+	require.Regexp(t, `msg="module loaded" file=projector.wasm of=2/2 took=\S+ version=2.0.0`, reload)
+}
