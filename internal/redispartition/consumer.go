@@ -90,6 +90,10 @@ type Consumer struct {
 	members map[string]int
 	total   map[string]int
 	fresh   map[string]map[string]wokenAt // group → unit → first seen on this wake-up, not yet counted
+	// waiting are, per group, the units a placement found free but could
+	// not take for this host's share (ErrOverLimit): every later
+	// placement with room tries them again (see place).
+	waiting map[string]map[string]waitingUnit
 	joined  []string
 	// rescan asks the next pass to walk the indexes whole (the listener
 	// failed or fell behind: wake-ups may be lost). sweeps are the walks,
@@ -186,7 +190,7 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	}
 	outage := opts.Infra.Outage("partition workers", opts.Logger, opts.Clock.Now)
 	return &Consumer{opts: opts, log: opts.Logger, owned: map[unitID]*worker{}, warned: map[string]bool{}, held: map[unitID]heldBy{}, ownedBy: map[string]int{},
-		members: map[string]int{}, total: map[string]int{}, fresh: map[string]map[string]wokenAt{}, sweeps: map[string]*sweep{}, counted: map[string]map[string]string{},
+		members: map[string]int{}, total: map[string]int{}, fresh: map[string]map[string]wokenAt{}, waiting: map[string]map[string]waitingUnit{}, sweeps: map[string]*sweep{}, counted: map[string]map[string]string{},
 		outage: outage,
 		core: &delivery.Core{Policy: opts.Retry, Classify: opts.Classify, Outage: outage, Clock: opts.Clock,
 			What: "partition", Log: opts.Logger},
@@ -358,6 +362,11 @@ func (c *Consumer) pass() error {
 	}
 	c.rescan = false
 	c.live, c.members, c.joined = beat.Live, beat.Members, groups
+	for g := range c.waiting {
+		if _, ok := wanted[g]; !ok {
+			delete(c.waiting, g) // unsubscribed
+		}
+	}
 	c.mu.Unlock()
 	if beat.Lapsed {
 		if held := c.workers(); len(held) > 0 {
@@ -442,6 +451,8 @@ type sweep struct {
 	// categories is one unit).
 	seen  map[string]bool
 	units int
+	// keys is the indexes' size at the last count: the next page's size.
+	keys int
 }
 
 // sweepKey names a subscription's walk: a reload that changes its
@@ -450,8 +461,8 @@ func sweepKey(s partition.Subscription) string {
 	return fmt.Sprintf("%s\x00%t\x00%q", s.Group, s.Correlated, s.Categories)
 }
 
-// sweep is one pass of discovery over subscription s: count its units
-// (SCARD), walk the next page of its indexes (all of them when full),
+// sweep is one pass of discovery over subscription s: walk the next page
+// of its indexes (all of them when full), count its units (SCARD),
 // acquire the units found free there and take over those of lapsed hosts,
 // up to the fair share, and hand over what this host holds beyond it.
 func (c *Consumer) sweep(ctx context.Context, s partition.Subscription, key string, full bool) error {
@@ -462,11 +473,23 @@ func (c *Consumer) sweep(ctx context.Context, s partition.Subscription, key stri
 		full = true
 	}
 	if full {
-		*sw = sweep{units: sw.units}
+		*sw = sweep{units: sw.units, keys: sw.keys}
 	}
+	// The walk comes before the count, so that the count includes every
+	// unit the walk found: woken takes a unit it finds owned or held here
+	// for counted already, so a unit published after a count made before
+	// the walk, then found by the walk and taken or found held by this
+	// pass, was counted by neither, and the group undercounted until the
+	// next pass.
+	before := *sw
+	// The pages are placed together: a worker starts on each unit won,
+	// and the first steps of a thousand of them delay every scan after
+	// them by far more than the scans take.
+	found, done, werr := c.walk(ctx, s, sw, full, max(sweepPage, (sw.keys+sweepPasses-1)/sweepPasses))
 	counts, at, err := c.ctl.Count(ctx, s.Categories)
 	if err != nil {
-		return err // nothing placed or shed on a count unknown
+		*sw = before // the next pass walks this page again
+		return err   // nothing placed or shed on a count unknown
 	}
 	keys := 0
 	for i, n := range counts {
@@ -489,11 +512,7 @@ func (c *Consumer) sweep(ctx context.Context, s partition.Subscription, key stri
 	total += c.settleFreshLocked(s.Group, tails)
 	c.total[s.Group] = total
 	c.mu.Unlock()
-	budget := max(sweepPage, (keys+sweepPasses-1)/sweepPasses)
-	// The pages are placed together: a worker starts on each unit won,
-	// and the first steps of a thousand of them delay every scan after
-	// them by far more than the scans take.
-	found, done, werr := c.walk(ctx, s, sw, full, budget)
+	sw.keys = keys
 	n, err := c.place(ctx, s, found, total, false, true)
 	if sw.halted += n; done && err == nil {
 		c.opts.Metrics.setHalted(s.Group, sw.halted) // a whole walk's count
@@ -712,6 +731,17 @@ type heldBy struct {
 // units whose holder's heartbeat has lapsed, judged by a hosts set read
 // after the holder's token. It returns how many units it found halted.
 //
+// A unit found free but over the share is remembered (c.waiting), and
+// every later placement of its group with room (a wake-up's, a pass's)
+// tries it again, before its own units (the other hosts try a woken key
+// too): the room a new key's wake-up makes
+// (the count, and so the share, grows) may be on a host that passed the
+// unit by, and nothing else names it before that host's discovery walk
+// comes round to it again, up to sweepPasses heartbeats later. Hosts
+// that start together each found the keys published before their
+// listeners began while at their share, and with discovery an hour apart
+// such a key waited an hour.
+//
 // It logs one INFO line for the group when it started workers ("partitions
 // running", with how many this host now runs): a start-up with 100,000 keys
 // is one line per group, not lines per partition (those are DEBUG).
@@ -748,9 +778,30 @@ func (c *Consumer) place(ctx context.Context, s partition.Subscription, units []
 		}
 		free = append(free, u)
 	}
-	limit := c.shareLocked(s.Group, total)
+	// The count may have grown since the caller read it (a wake-up read
+	// while a pass walked): take the share of the larger.
+	limit := c.shareLocked(s.Group, max(total, c.total[s.Group]))
 	if limit >= 0 {
 		limit = max(limit-c.ownedBy[s.Group], 0)
+	}
+	if waiting := c.waiting[s.Group]; limit != 0 && len(waiting) > 0 {
+		named := make(map[string]bool, len(units))
+		for _, u := range units {
+			named[u.unit] = true
+		}
+		var again []unit
+		for name, wu := range waiting {
+			id := unitID{s.Group, name}
+			if h, ok := c.held[id]; c.owned[id] != nil || !now.Before(wu.until) || ok && c.live[h.owner] && now.Before(h.until) {
+				delete(waiting, name)
+				continue
+			}
+			if !named[name] {
+				again = append(again, wu.unit)
+			}
+		}
+		slices.SortFunc(again, func(a, b unit) int { return cmp.Compare(a.unit, b.unit) })
+		free = append(again, free...)
 	}
 	c.mu.Unlock()
 	if len(free) == 0 {
@@ -761,6 +812,19 @@ func (c *Consumer) place(ctx context.Context, s partition.Subscription, units []
 		want[i] = Want{Unit: Unit{s.Group, u.unit}}
 	}
 	got, err := c.ctl.AcquireAll(ctx, want, c.opts.Owner, limit)
+	c.mu.Lock()
+	for i, a := range got {
+		u := free[i]
+		if errors.Is(a.Err, ErrOverLimit) {
+			if c.waiting[s.Group] == nil {
+				c.waiting[s.Group] = map[string]waitingUnit{}
+			}
+			c.waiting[s.Group][u.unit] = waitingUnit{u, now.Add(c.opts.ReapIdle)}
+		} else {
+			delete(c.waiting[s.Group], u.unit) // taken here, held or halted
+		}
+	}
+	c.mu.Unlock()
 	var lapsed []int // indexes into free and want
 	for i, a := range got {
 		switch {
@@ -811,6 +875,15 @@ func (c *Consumer) place(ctx context.Context, s partition.Subscription, units []
 		}
 	}
 	return halted, err
+}
+
+// waitingUnit is a unit a placement found free and over the share (see
+// place), tried again until a reap time after that: a unit acquired
+// elsewhere since is reaped no sooner, so a key reaped meanwhile is never
+// acquired again from here.
+type waitingUnit struct {
+	unit
+	until time.Time
 }
 
 // won starts the worker of a unit whose lease this consumer acquired, and

@@ -42,16 +42,17 @@
 // # The consumer
 //
 // [Consumer] heartbeats (one script, however many leases it holds) and
-// discovers units from the category indexes: each heartbeat it counts
-// them (SCARD) and walks the next page of them with a cursor (SSCAN, at
-// least 1,000 keys and a twentieth of the index, so a unit no wake-up
-// announced is found within 20 heartbeats), and walks them whole when it
+// discovers units from the category indexes: each heartbeat it walks the
+// next page of them with a cursor (SSCAN, at least 1,000 keys and a
+// twentieth of the index, so a unit no wake-up announced is found within
+// 20 heartbeats), then counts them (SCARD), and walks them whole when it
 // starts, when a host left or lapsed, and after its listener failed. It
 // acquires the free units it finds and takes over those of lapsed hosts
 // in bulk, up to its fair share of each group while other hosts consume
 // it too (the group's units over its live consumers, plus one, handing
 // the excess over at a batch boundary), and runs one worker per owned
-// unit. Heartbeat and discovery have connections of their own
+// unit. A free unit it passes by for its share is tried again by its
+// next placement with room (a wake-up's or a pass's). Heartbeat and discovery have connections of their own
 // ([Leases.Dedicated]), so they do not queue behind the workers. Workers do not poll: a publish also adds an entry naming
 // its keys to the category's wake-up stream (WakeKey), on which each
 // consumer blocks with one XREAD ([Listener]); it wakes the worker of each

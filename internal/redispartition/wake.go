@@ -61,8 +61,10 @@ type Listener struct {
 	s  *Leases
 	mu sync.Mutex
 	// conn is the listener's connection and id its CLIENT ID, set on the
-	// first read and again after a failed one.
+	// first read and again after a failed one; own is the client conn
+	// belongs to.
 	conn *redis.Conn
+	own  *redis.Client
 	id   int64
 }
 
@@ -169,13 +171,22 @@ func (l *Listener) open(ctx context.Context) (redis.Cmdable, error) {
 	if !ok {
 		return l.s.rdb, nil
 	}
-	conn := cl.Conn()
+	// A client of its own, as Leases.Dedicated: a Conn shares its client's
+	// options, and both write its maintenance notifications mode as their
+	// connections negotiate (initConn), each under a lock of its own, a
+	// data race with the shared client's connections (-race in CI).
+	o := *cl.Options()
+	o.PoolSize, o.MinIdleConns, o.MaxIdleConns = 1, 0, 1
+	o.PushNotificationProcessor, o.MaintNotificationsConfig = nil, nil
+	own := redis.NewClient(&o)
+	conn := own.Conn()
 	id, err := conn.ClientID(ctx).Result()
 	if err != nil {
 		_ = conn.Close()
+		_ = own.Close()
 		return nil, fmt.Errorf("partition: open the wake-up listener: %w", err)
 	}
-	l.conn, l.id = conn, id
+	l.conn, l.own, l.id = conn, own, id
 	return conn, nil
 }
 
@@ -186,7 +197,8 @@ func (l *Listener) reset() {
 	defer l.mu.Unlock()
 	if l.conn != nil {
 		_ = l.conn.Close()
-		l.conn, l.id = nil, 0
+		_ = l.own.Close()
+		l.conn, l.own, l.id = nil, nil, 0
 	}
 }
 
@@ -209,8 +221,8 @@ func (l *Listener) Close() error {
 	if l.conn == nil {
 		return nil
 	}
-	err := l.conn.Close()
-	l.conn, l.id = nil, 0
+	err := errors.Join(l.conn.Close(), l.own.Close())
+	l.conn, l.own, l.id = nil, nil, 0
 	return err
 }
 
