@@ -153,6 +153,44 @@ func TestValidateAndStatusPageAgreeOnPartitionKeys(t *testing.T) {
 	}
 }
 
+// A deploy per tenant at the API (issue 21): in one reload tenant
+// billing's payments.wasm goes bad while tenant lab's client_orders.wasm
+// gets a new version. Lab's version is live; billing's row keeps its
+// running version and shows the rejection, naming billing.
+func TestEmbeddedOneTenantsBadDeployDoesNotHoldBackAnothers(t *testing.T) {
+	examples := wasmbuild.Examples(t)
+	dir := t.TempDir()
+	for _, name := range []string{"payments", "client_orders"} {
+		wasmbuild.Copy(t, filepath.Join(examples, name+".wasm"), dir, name+".wasm")
+	}
+	h, err := startHostWith(t, "domain.toml", dir, func(c *config.Config) {
+		c.Tenants = map[string]config.Tenant{"billing": {Modules: []string{"payments"}}, "lab": {Modules: []string{"client_orders"}}}
+	})
+	require.NoError(t, err)
+	payments := pluginRow(t, h, "payments.wasm")
+	require.Equal(t, "billing", payments["tenant"])
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "payments.wasm.new"), []byte("junk"), 0o644))
+	require.NoError(t, os.Rename(filepath.Join(dir, "payments.wasm.new"), filepath.Join(dir, "payments.wasm")))
+	v2 := wasmbuild.Build(t, "./plugins/examples/client_orders", "version=1.0.1")
+	tmp := wasmbuild.Copy(t, v2, dir, "client_orders.wasm.new")
+	require.NoError(t, os.Rename(tmp, filepath.Join(dir, "client_orders.wasm")))
+	out, errs := h.reloader.Reload(context.Background())
+	require.Equal(t, host.Partial, out, "%v", errs)
+
+	co := pluginRow(t, h, "client_orders.wasm")
+	require.Equal(t, "1.0.1", co["version"], "lab's deploy is live")
+	require.Equal(t, "lab", co["tenant"])
+	require.Nil(t, co["rejected"])
+	row := pluginRow(t, h, "payments.wasm")
+	require.Equal(t, "running", row["state"])
+	require.Equal(t, payments["sha256"], row["sha256"], "billing's running version keeps serving")
+	rejected := row["rejected"].(map[string]any)
+	require.Equal(t, "payments.wasm", rejected["file"])
+	require.Equal(t, "billing", rejected["tenant"], "the rejection names its tenant")
+	require.Contains(t, rejected["error"], "payments.wasm: not a WebAssembly module")
+}
+
 // One bad file does not hide a good edit (issue 38): while payments.wasm
 // holds bytes that do not load, a new version of client_orders.wasm goes
 // live; GET /v1/plugins and the status page show the rejection on the

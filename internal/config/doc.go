@@ -180,7 +180,9 @@
 // handlers may subscribe to it, their modules load its aggregates and read
 // its streams, never write) or the dispatch of a command type
 // (grant_dispatch). The reader does not ask; only the owner's table
-// counts. See host.ValidateTenants.
+// counts. No key names a category's owner: when two tenants claim one, a
+// reload keeps it with the tenant that runs it (docs/operations.md,
+// "Deploys per tenant"). See host.ValidateTenants.
 //
 // Times are plain numbers whose unit is in the key name (_ms, _seconds,
 // _hours), as in Protean; the methods on each section convert them to

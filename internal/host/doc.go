@@ -45,12 +45,16 @@
 //     command types, belongs to one tenant: the one whose modules write it
 //     (declare a command on it, handle commands on it, or declare an event
 //     on it that none of their own subscribers handle), never decided by
-//     file order; two tenants claiming one category is a problem naming
-//     both files. Another tenant's module may subscribe to (declare as
-//     handled) an event of it only where the owner grants it read
-//     (grant_read), and may declare one of its commands (to dispatch it)
-//     only where the owner grants it (grant_dispatch). Modules no tenant
-//     lists belong to DefaultTenant ("default").
+//     file order. Two tenants claiming one category: at a reload
+//     (ValidateTenantsOver) the tenant that owns it in the running set
+//     keeps it and each other claimant's file is refused, naming the
+//     owner; with no running owner among them, each claimant's file is
+//     refused (config names no category's owner). Another tenant's
+//     module may subscribe to (declare as handled) an event of it only
+//     where the owner grants it read (grant_read), and may declare one of
+//     its commands (to dispatch it) only where the owner grants it
+//     (grant_dispatch). Modules no tenant lists belong to DefaultTenant
+//     ("default").
 //
 // A Reloader reloads the plugins directory (on a signal, or watching it)
 // and composes the set per module (candidate.go): per file the version on

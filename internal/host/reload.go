@@ -178,7 +178,11 @@ type ReloadStatus struct {
 // Rejection is a file of the plugins directory a reload refused. A module
 // that runs from the file keeps serving its running version.
 type Rejection struct {
-	File   string `json:"file"`
+	File string `json:"file"`
+	// Tenant is the tenant the file's module belongs to by config (its
+	// name without ".wasm" in a [tenants.NAME] modules list, else
+	// DefaultTenant): whose deploy was refused.
+	Tenant string `json:"tenant"`
 	SHA256 string `json:"sha256,omitempty"`
 	Error  string `json:"error"`
 	// At is when these bytes of the file were first rejected.
@@ -335,7 +339,7 @@ func (r *Reloader) Reload(ctx context.Context) (Outcome, []error) {
 	}
 	st.Took = r.now().Sub(start)
 	if st.Outcome != Canceled {
-		r.rejected = rejections(r.rejected, c, st.At)
+		r.rejected = rejections(r.rejected, c, st.At, r.tenantOfFile)
 	}
 	st.Rejected = slices.Collect(maps.Values(r.rejected))
 	sort.Slice(st.Rejected, func(i, j int) bool { return st.Rejected[i].File < st.Rejected[j].File })
@@ -351,10 +355,15 @@ func (r *Reloader) Reload(ctx context.Context) (Outcome, []error) {
 	return st.Outcome, errs
 }
 
-// validate checks a candidate set as at start, and, unless
-// allowRepartition, against the running set's partition keys.
+// validate checks a candidate set as at start, but for a category two
+// tenants claim, which stays with its running owner (ValidateTenantsOver),
+// and, unless allowRepartition, against the running set's partition keys.
 func (r *Reloader) validate(mods []*Module) (*Set, []error) {
-	set, problems := NewTenantSet(mods, r.broker, r.loader.tenancy.Grants)
+	var owners *Ownership
+	if r.running != nil {
+		owners = r.running.Owners()
+	}
+	set, problems := newTenantSet(mods, r.broker, r.loader.tenancy.Grants, owners)
 	var errs []error
 	for _, p := range problems {
 		errs = append(errs, p)
@@ -391,8 +400,18 @@ func (r *Reloader) applySet(set *Set, st *ReloadStatus) {
 // logHeldBack logs the problems of the files a reload held back.
 func (r *Reloader) logHeldBack(errs []error) {
 	for _, err := range errs {
-		r.log.Error("plugin file rejected; its running version, if any, stays", "dir", r.dir, "file", ProblemFile(err), "problem", err.Error())
+		f := ProblemFile(err)
+		r.log.Error("plugin file rejected; its running version, if any, stays", "dir", r.dir, "file", f, "tenant", r.tenantOfFile(f), "problem", err.Error())
 	}
+}
+
+// tenantOfFile is the tenant a file's module belongs to by config, as the
+// loader assigns it ("" for no file).
+func (r *Reloader) tenantOfFile(file string) string {
+	if file == "" {
+		return ""
+	}
+	return r.loader.tenancy.of(strings.TrimSuffix(file, filepath.Ext(file)))
 }
 
 func closeModules(mods []*Module) {
@@ -405,14 +424,14 @@ func closeModules(mods []*Module) {
 // back, and those it rejected as a whole, each keeping the time it was
 // first rejected at while its bytes stay the same. A file that loads, or
 // leaves the directory, is no longer rejected.
-func rejections(was map[string]Rejection, c composed, at time.Time) map[string]Rejection {
+func rejections(was map[string]Rejection, c composed, at time.Time, tenant func(file string) string) map[string]Rejection {
 	out := map[string]Rejection{}
 	for f, errs := range c.rejected {
 		msgs := make([]string, len(errs))
 		for i, err := range errs {
 			msgs[i] = err.Error()
 		}
-		rj := Rejection{File: f, SHA256: c.sums[f], Error: strings.Join(msgs, "; "), At: at}
+		rj := Rejection{File: f, Tenant: tenant(f), SHA256: c.sums[f], Error: strings.Join(msgs, "; "), At: at}
 		if old, ok := was[f]; ok && old.SHA256 == rj.SHA256 {
 			rj.At = old.At
 		}

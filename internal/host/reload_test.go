@@ -202,7 +202,7 @@ func TestReloadABadFileDoesNotHideAGoodEdit(t *testing.T) {
 	require.Equal(t, host.Rejected, out, "%v", errs)
 	require.Empty(t, applied)
 	firstAt := now
-	require.Equal(t, []host.Rejection{{File: "pm.wasm", SHA256: badSum, At: firstAt,
+	require.Equal(t, []host.Rejection{{File: "pm.wasm", Tenant: host.DefaultTenant, SHA256: badSum, At: firstAt,
 		Error: "pm.wasm: not a WebAssembly module: bad magic number"}}, r.Status().Rejected)
 
 	// A good edit of projector.wasm goes live beside it.
@@ -218,7 +218,7 @@ func TestReloadABadFileDoesNotHideAGoodEdit(t *testing.T) {
 	require.Len(t, st.Changes, 1)
 	require.Equal(t, "projector.wasm", st.Changes[0].File)
 	require.Equal(t, []host.FileProblem{{File: "pm.wasm", Error: "pm.wasm: not a WebAssembly module: bad magic number"}}, st.Problems)
-	require.Equal(t, []host.Rejection{{File: "pm.wasm", SHA256: badSum, At: firstAt,
+	require.Equal(t, []host.Rejection{{File: "pm.wasm", Tenant: host.DefaultTenant, SHA256: badSum, At: firstAt,
 		Error: "pm.wasm: not a WebAssembly module: bad magic number"}}, st.Rejected, "still rejected since its bytes were first seen")
 	log := logs.Take()
 	require.Contains(t, log, `msg="plugin changed" file=projector.wasm module=projector old_version=1.0.0 new_version=2.0.0`)

@@ -73,12 +73,18 @@ func NewSet(mods []*Module, broker Broker) (*Set, []*Problem) {
 // NewTenantSet validates modules as one set, tenant ownership under
 // grants included (ValidateTenants), and indexes them.
 func NewTenantSet(mods []*Module, broker Broker, grants Grants) (*Set, []*Problem) {
+	return newTenantSet(mods, broker, grants, nil)
+}
+
+// newTenantSet is NewTenantSet for a set that replaces one whose
+// ownership is running (ValidateTenantsOver).
+func newTenantSet(mods []*Module, broker Broker, grants Grants, running *Ownership) (*Set, []*Problem) {
 	ds := make([]Declared, len(mods))
 	for i, m := range mods {
 		ds[i] = Declared{File: m.File, Manifest: m.Manifest, Tenant: m.Tenant}
 	}
 	keys, problems := Validate(ds, broker)
-	owners, tp := ValidateTenants(ds, grants)
+	owners, tp := ValidateTenantsOver(running, ds, grants)
 	problems = append(problems, tp...)
 	if len(problems) > 0 {
 		return nil, problems

@@ -2,8 +2,9 @@ package host
 
 import (
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
+	"strings"
 
 	"github.com/proteanhq/protean-host/abi"
 )
@@ -120,11 +121,23 @@ type declaration struct {
 }
 
 // ValidateTenants applies RuleTenant to a module set: it returns who owns
-// each category, and a problem for every category two tenants claim (naming
-// both files), every subscription to another tenant's category without its
-// read grant, and every command of another tenant's category a module
-// declares (to dispatch it) without its dispatch grant.
+// each category, and a problem for every file of a category two tenants
+// claim, every subscription to another tenant's category without its read
+// grant, and every command of another tenant's category a module declares
+// (to dispatch it) without its dispatch grant. It is ValidateTenantsOver
+// with nothing running: a category two tenants claim is refused to each.
 func ValidateTenants(mods []Declared, g Grants) (*Ownership, []*Problem) {
+	return ValidateTenantsOver(nil, mods, g)
+}
+
+// ValidateTenantsOver is ValidateTenants for a set that replaces running
+// (a reload; nil at start). Config names no category's owner, so a
+// category two tenants claim stays with the tenant that owns it in
+// running, if that tenant still claims it: each file of another tenant
+// that claims it is refused, the problem on that file naming the owner.
+// When no claimant owns it in running, every claimant's file is refused:
+// file names never decide who owns a category.
+func ValidateTenantsOver(running *Ownership, mods []Declared, g Grants) (*Ownership, []*Problem) {
 	claims, reads, dispatches := tenantDeclarations(mods)
 	o := &Ownership{categories: map[string]claim{}, grants: g}
 	// Writes claim first, then reads of categories nobody writes: the
@@ -138,7 +151,7 @@ func ValidateTenants(mods []Declared, g Grants) (*Ownership, []*Problem) {
 			claims = append(claims, r)
 		}
 	}
-	problems := o.settleClaims(claims)
+	problems := o.settleClaims(claims, running)
 	problems = append(problems, o.ungrantedReads(reads, owned)...)
 	problems = append(problems, o.ungrantedDispatches(dispatches)...)
 	return o, problems
@@ -184,35 +197,87 @@ func tenantDeclarations(mods []Declared) (claims, reads, dispatches []declaratio
 	return claims, reads, dispatches
 }
 
-// settleClaims gives each category, in name order, to the tenant of its
-// first claim, and returns a problem for each other tenant that claims it.
-func (o *Ownership) settleClaims(claims []declaration) []*Problem {
+// settleClaims gives each category its owner: the tenant of its claims
+// when one tenant claims it; when several do, the tenant that owns it in
+// running, if it is one of them. It returns a problem for each file of
+// every other claimant, or, when no claimant owns the category in
+// running, for each claimant's file.
+func (o *Ownership) settleClaims(claims []declaration, running *Ownership) []*Problem {
 	var problems []*Problem
 	byCat := map[string][]declaration{}
 	for _, c := range claims {
 		byCat[c.category] = append(byCat[c.category], c)
 	}
-	cats := make([]string, 0, len(byCat))
-	for c := range byCat {
-		cats = append(cats, c)
-	}
-	sort.Strings(cats)
-	for _, cat := range cats {
+	for _, cat := range slices.Sorted(maps.Keys(byCat)) {
 		cs := byCat[cat]
-		first := cs[0]
-		o.categories[cat] = claim{tenant: first.tenant, file: first.file, what: first.what}
-		reported := map[string]bool{}
-		for _, c := range cs[1:] {
-			if c.tenant == first.tenant || reported[c.tenant] {
-				continue
+		var tenants []string
+		for _, c := range cs {
+			if !slices.Contains(tenants, c.tenant) {
+				tenants = append(tenants, c.tenant)
 			}
-			reported[c.tenant] = true
-			problems = append(problems, &Problem{Rule: RuleTenant, File: c.file, Type: c.typ,
-				Msg: fmt.Sprintf("tenants %s and %s both claim category %s: %s %s, and %s %s (a category belongs to one tenant; another tenant may only read it, where the owner grants it)",
-					first.tenant, c.tenant, cat, first.file, first.what, c.file, c.what)})
 		}
+		first := cs[0]
+		if len(tenants) == 1 {
+			o.categories[cat] = claim{tenant: first.tenant, file: first.file, what: first.what}
+			continue
+		}
+		if owner, ok := running.Owner(cat); ok && slices.Contains(tenants, owner) {
+			i := slices.IndexFunc(cs, func(c declaration) bool { return c.tenant == owner })
+			o.categories[cat] = claim{tenant: owner, file: cs[i].file, what: cs[i].what}
+			problems = append(problems, claimedFromOwner(cat, cs[i], cs)...)
+			continue
+		}
+		// Nobody to prefer: the set is invalid; the first claim stands in
+		// for the owner only so that the other rules can be checked.
+		o.categories[cat] = claim{tenant: first.tenant, file: first.file, what: first.what}
+		problems = append(problems, claimedByNone(cat, tenants, cs)...)
 	}
 	return problems
+}
+
+// claimedFromOwner returns a problem for each file of cs whose tenant is
+// not owner's, the tenant that owns cat in the running set.
+func claimedFromOwner(cat string, owner declaration, cs []declaration) []*Problem {
+	var problems []*Problem
+	seen := map[string]bool{}
+	for _, c := range cs {
+		if c.tenant == owner.tenant || seen[c.file] {
+			continue
+		}
+		seen[c.file] = true
+		problems = append(problems, &Problem{Rule: RuleTenant, File: c.file, Type: c.typ,
+			Msg: fmt.Sprintf("tenant %s claims category %s, which tenant %s owns (%s %s, running): %s %s (a category belongs to one tenant, and stays with the tenant that runs it; another tenant may only read it, where the owner grants it)",
+				c.tenant, cat, owner.tenant, owner.file, owner.what, c.file, c.what)})
+	}
+	return problems
+}
+
+// claimedByNone returns a problem for each file of cs, the claims of
+// several tenants on cat, none of which owns it in the running set.
+func claimedByNone(cat string, tenants []string, cs []declaration) []*Problem {
+	var who []string
+	var files []declaration
+	for _, c := range cs {
+		if !slices.ContainsFunc(files, func(d declaration) bool { return d.file == c.file }) {
+			files = append(files, c)
+			who = append(who, fmt.Sprintf("%s (tenant %s) %s", c.file, c.tenant, c.what))
+		}
+	}
+	var problems []*Problem
+	for _, c := range files {
+		problems = append(problems, &Problem{Rule: RuleTenant, File: c.file, Type: c.typ,
+			Msg: fmt.Sprintf("tenants %s claim category %s, and none of them runs it: %s (a category belongs to one tenant; each claimant is refused until one claims it alone, and that tenant then keeps it; another tenant may only read it, where the owner grants it)",
+				joinAnd(tenants), cat, strings.Join(who, "; "))})
+	}
+	return problems
+}
+
+// joinAnd joins "a", "b" and "c" as "a, b and c".
+func joinAnd(s []string) string {
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
 }
 
 // ungrantedReads returns a problem for each subscription to a category

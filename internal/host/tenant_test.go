@@ -37,10 +37,12 @@ func TestTenantRules(t *testing.T) {
 	canceller := &abi.Manifest{ABIVersion: abi.Version, Module: abi.ModuleInfo{Name: "canceller"},
 		Messages: []abi.Message{{Type: "CancelOrder", Kind: abi.MessageCommand, Category: "order"}}}
 	tests := []struct {
-		name   string
-		mods   []host.Declared
-		grants host.Grants
-		want   []string // fragments of the one problem; nil: valid
+		name    string
+		running []host.Declared // validated first: the ownership a reload replaces
+		mods    []host.Declared
+		grants  host.Grants
+		want    []string // fragments of every problem; nil: valid
+		files   []string // the files of the problems, in order; nil: the first's of mods (one problem)
 	}{
 		{name: "one tenant's modules cooperate",
 			mods: []host.Declared{{File: "orders.wasm", Manifest: shop()}, {File: "analytics.wasm", Manifest: reader("analytics")}}},
@@ -57,13 +59,41 @@ func TestTenantRules(t *testing.T) {
 		{name: "an event of another tenant's category (a forger), even with a read grant",
 			mods:   []host.Declared{{File: "orders.wasm", Manifest: shop(), Tenant: "shop"}, {File: "forger.wasm", Manifest: forger, Tenant: "analytics"}},
 			grants: readGrant,
-			want:   []string{"tenants shop and analytics both claim category order", "orders.wasm", "forger.wasm declares event OrderPlaced"}},
-		{name: "a command handler on another tenant's category",
-			mods: []host.Declared{{File: "orders.wasm", Manifest: shop(), Tenant: "shop"}, {File: "hijacker.wasm", Manifest: hijacker, Tenant: "evil"}},
-			want: []string{"both claim category order", "hijacker.wasm has command handler steal on it", "orders.wasm"}},
-		{name: "the later file is blamed whatever the order: files swap, both still named",
-			mods: []host.Declared{{File: "hijacker.wasm", Manifest: hijacker, Tenant: "evil"}, {File: "orders.wasm", Manifest: shop(), Tenant: "shop"}},
-			want: []string{"both claim category order", "hijacker.wasm has command handler steal on it", "orders.wasm"}},
+			want:   []string{"tenants shop and analytics claim category order, and none of them runs it", "orders.wasm (tenant shop) has command handler orders on it", "forger.wasm (tenant analytics) declares event OrderPlaced"},
+			files:  []string{"orders.wasm", "forger.wasm"}},
+		{name: "a command handler on another tenant's category, nothing running: each claimant is refused",
+			mods:  []host.Declared{{File: "orders.wasm", Manifest: shop(), Tenant: "shop"}, {File: "hijacker.wasm", Manifest: hijacker, Tenant: "evil"}},
+			want:  []string{"tenants shop and evil claim category order, and none of them runs it", "hijacker.wasm (tenant evil) has command handler steal on it", "orders.wasm (tenant shop)"},
+			files: []string{"orders.wasm", "hijacker.wasm"}},
+		{name: "files swapped: still each claimant",
+			mods:  []host.Declared{{File: "hijacker.wasm", Manifest: hijacker, Tenant: "evil"}, {File: "orders.wasm", Manifest: shop(), Tenant: "shop"}},
+			want:  []string{"tenants evil and shop claim category order, and none of them runs it", "hijacker.wasm (tenant evil) has command handler steal on it", "orders.wasm (tenant shop)"},
+			files: []string{"hijacker.wasm", "orders.wasm"}},
+		{name: "the running owner keeps its category: the newcomer is refused, whichever file sorts first",
+			running: []host.Declared{{File: "z_orders.wasm", Manifest: shop(), Tenant: "shop"}},
+			mods:    []host.Declared{{File: "a_hijacker.wasm", Manifest: hijacker, Tenant: "evil"}, {File: "z_orders.wasm", Manifest: shop(), Tenant: "shop"}},
+			want:    []string{"tenant evil claims category order, which tenant shop owns (z_orders.wasm has command handler orders on it, running): a_hijacker.wasm has command handler steal on it"},
+			files:   []string{"a_hijacker.wasm"}},
+		{name: "the running owner keeps its category: files swapped",
+			running: []host.Declared{{File: "a_orders.wasm", Manifest: shop(), Tenant: "shop"}},
+			mods:    []host.Declared{{File: "a_orders.wasm", Manifest: shop(), Tenant: "shop"}, {File: "z_hijacker.wasm", Manifest: hijacker, Tenant: "evil"}},
+			want:    []string{"tenant evil claims category order, which tenant shop owns (a_orders.wasm has command handler orders on it, running): z_hijacker.wasm has command handler steal on it"},
+			files:   []string{"z_hijacker.wasm"}},
+		{name: "the running owner's module in another file of the same tenant still owns it",
+			running: []host.Declared{{File: "orders.wasm", Manifest: shop(), Tenant: "shop"}},
+			mods:    []host.Declared{{File: "hijacker.wasm", Manifest: hijacker, Tenant: "evil"}, {File: "orders_v2.wasm", Manifest: shop(), Tenant: "shop"}},
+			want:    []string{"tenant evil claims category order, which tenant shop owns (orders_v2.wasm"},
+			files:   []string{"hijacker.wasm"}},
+		{name: "an owner that no longer claims it decides nothing: each claimant is refused",
+			running: []host.Declared{{File: "orders.wasm", Manifest: shop(), Tenant: "shop"}},
+			mods:    []host.Declared{{File: "hijacker.wasm", Manifest: hijacker, Tenant: "evil"}, {File: "forger.wasm", Manifest: forger, Tenant: "analytics"}},
+			want:    []string{"tenants evil and analytics claim category order, and none of them runs it"},
+			files:   []string{"hijacker.wasm", "forger.wasm"}},
+		{name: "a running reader owns a category nobody writes: a second reader is refused",
+			running: []host.Declared{{File: "z_analytics.wasm", Manifest: reader("analytics"), Tenant: "analytics"}},
+			mods:    []host.Declared{{File: "a_spy.wasm", Manifest: reader("spy"), Tenant: "spy"}, {File: "z_analytics.wasm", Manifest: reader("analytics"), Tenant: "analytics"}},
+			want:    []string{"tenant spy claims category order, which tenant analytics owns"},
+			files:   []string{"a_spy.wasm"}},
 		{name: "a command of another tenant declared to dispatch it, without a grant",
 			mods: []host.Declared{{File: "orders.wasm", Manifest: shop(), Tenant: "shop"}, {File: "canceller.wasm", Manifest: canceller, Tenant: "evil"}},
 			want: []string{"canceller.wasm", "tenant evil declares command CancelOrder of category order, which tenant shop owns", "grant_dispatch = { evil = [\"CancelOrder\"] }"}},
@@ -73,22 +103,36 @@ func TestTenantRules(t *testing.T) {
 		{name: "a category nobody writes belongs to its reader",
 			mods: []host.Declared{{File: "analytics.wasm", Manifest: reader("analytics"), Tenant: "analytics"}}},
 		{name: "two tenants reading a category nobody writes",
-			mods: []host.Declared{{File: "analytics.wasm", Manifest: reader("analytics"), Tenant: "analytics"}, {File: "spy.wasm", Manifest: reader("spy"), Tenant: "spy"}},
-			want: []string{"tenants analytics and spy both claim category order"}},
+			mods:  []host.Declared{{File: "analytics.wasm", Manifest: reader("analytics"), Tenant: "analytics"}, {File: "spy.wasm", Manifest: reader("spy"), Tenant: "spy"}},
+			want:  []string{"tenants analytics and spy claim category order"},
+			files: []string{"analytics.wasm", "spy.wasm"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			owners, problems := host.ValidateTenants(tc.mods, tc.grants)
+			var running *host.Ownership
+			if tc.running != nil {
+				var ps []*host.Problem
+				running, ps = host.ValidateTenants(tc.running, tc.grants)
+				require.Empty(t, ps)
+			}
+			_, problems := host.ValidateTenantsOver(running, tc.mods, tc.grants)
 			if tc.want == nil {
 				require.Empty(t, problems)
 				return
 			}
-			require.Len(t, problems, 1, "%v", problems)
-			require.Equal(t, host.RuleTenant, problems[0].Rule)
-			for _, w := range tc.want {
-				require.Contains(t, problems[0].Error(), w)
+			files := tc.files
+			if files == nil {
+				files = []string{problems[0].File}
 			}
-			_ = owners
+			var got []string
+			for _, p := range problems {
+				got = append(got, p.File)
+				require.Equal(t, host.RuleTenant, p.Rule)
+				for _, w := range tc.want {
+					require.Contains(t, p.Error(), w)
+				}
+			}
+			require.Equal(t, files, got, "%v", problems)
 		})
 	}
 }

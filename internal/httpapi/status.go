@@ -103,7 +103,8 @@ type Plugin struct {
 	Version string `json:"version,omitempty"`
 	SHA256  string `json:"sha256,omitempty"`
 	ABI     int    `json:"abi_version,omitempty"`
-	// Tenant is the running module's tenant.
+	// Tenant is the module's tenant: the running module's, or, for a
+	// rejected file that is not running, the tenant config gives it.
 	Tenant string `json:"tenant,omitempty"`
 	// State is "running", or "rejected" for a file a reload refused
 	// that is not running.
@@ -175,7 +176,7 @@ func Plugins(set *host.Set, reload *host.ReloadStatus) []Plugin {
 	}
 	for _, f := range files {
 		if !running[f] {
-			out = append(out, Plugin{File: f, State: "rejected", LastError: lastError(f), Rejected: rejected[f], Handlers: []PluginHandler{}})
+			out = append(out, Plugin{File: f, Tenant: rejected[f].Tenant, State: "rejected", LastError: lastError(f), Rejected: rejected[f], Handlers: []PluginHandler{}})
 		}
 	}
 	return out

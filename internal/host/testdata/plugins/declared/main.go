@@ -72,6 +72,12 @@ func init() {
 	case "payment_by_id": // conflicts with "pm" on category payment
 		pdk.Event[payment]("PaymentRecorded", "payment")
 		pdk.On(pdk.EventHandler("ledger", "payment").SequentialBy("payment_id"), "PaymentRecorded", nop[payment])
+	case "order_writer": // writes category order: a tenant that has it owns it
+		pdk.Command[placeOrderNoClient]("PlaceOrder", "order")
+		pdk.On(pdk.CommandHandler("place", "order").SequentialBy("order_id"), "PlaceOrder", nop[placeOrderNoClient])
+	case "order_hijacker": // writes category order too: a second claimant
+		pdk.Command[placeOrderNoClient]("HijackOrder", "order")
+		pdk.On(pdk.CommandHandler("hijack", "order").SequentialBy("order_id"), "HijackOrder", nop[placeOrderNoClient])
 	case "unpartitioned_without_key": // declares OrderPlaced without client_id
 		pdk.Event[placedWithoutClient]("OrderPlaced", "order")
 		pdk.On(pdk.EventHandler("audit", "order"), "OrderPlaced", nop[placedWithoutClient])
