@@ -48,7 +48,7 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-func (c *fakeClock) wait(t *testing.T) chan time.Time {
+func (c *fakeClock) wait(t testing.TB) chan time.Time {
 	t.Helper()
 	select {
 	case ch := <-c.waits:
@@ -61,7 +61,7 @@ func (c *fakeClock) wait(t *testing.T) chan time.Time {
 
 // sweep fires the reaper's wait and returns once the sweep is over: the
 // reaper has started its next wait.
-func (c *fakeClock) sweep(t *testing.T) {
+func (c *fakeClock) sweep(t testing.TB) {
 	t.Helper()
 	if c.pending == nil {
 		c.pending = c.wait(t)
