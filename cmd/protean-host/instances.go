@@ -20,7 +20,7 @@ func newInstanceCollector(set func() *host.Set) *instanceCollector {
 		instances: prometheus.NewDesc("protean_module_instances", "Instances of each running module by state: live (made and not thrown away), idle, max (max_instances).", []string{"module", "state"}, nil),
 		created:   prometheus.NewDesc("protean_module_instances_created_total", "Instances made of each running module since it loaded.", []string{"module"}, nil),
 		dropped: prometheus.NewDesc("protean_module_instances_discarded_total",
-			"Instances of each running module thrown away since it loaded, by reason: failed (a call failed), memory (over recycle_above_mb), exited (the guest exited).", []string{"module", "reason"}, nil),
+			"Instances of each running module thrown away since it loaded, by reason: failed (a call failed), memory (over recycle_above_mb), exited (the guest exited), idle (unused for instance_idle_ms).", []string{"module", "reason"}, nil),
 	}
 }
 

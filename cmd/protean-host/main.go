@@ -33,6 +33,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -205,7 +206,7 @@ func (e *env) loader(funcs host.Session) (*host.Loader, error) {
 			MaxOutputBytes: int(l.MaxOutputBytes), Uninterruptible: !l.Interruptible,
 			MaxTableElements: l.MaxTableElements, MaxModuleBytes: int(l.MaxModuleBytes), CompileTimeout: l.CompileTimeout(),
 			RecycleAboveMB: l.RecycleAboveMB, LogsPerSecond: l.LogLinesPerSecond, LogBurst: l.LogBurst,
-			Instances: l.MaxInstances, MaxFunctions: l.MaxFunctions, MaxFunctionBytes: l.MaxFunctionBytes,
+			Instances: l.MaxInstances, InstanceIdle: instanceIdle(l), MaxFunctions: l.MaxFunctions, MaxFunctionBytes: l.MaxFunctionBytes,
 			MaxFunctionLocals: l.MaxFunctionLocals, MaxModuleLocals: l.MaxModuleLocals,
 			MaxNestingDepth: l.MaxNestingDepth, MaxNestingCost: l.MaxNestingCost,
 			MaxHostCalls: l.MaxHostCalls, MaxHostBytes: l.MaxHostBytes, MaxReadBytes: l.MaxReadBytes}
@@ -221,6 +222,15 @@ func (e *env) loader(funcs host.Session) (*host.Loader, error) {
 		RefuseWritable: cfg.Plugins.RefuseWritable,
 		Logger:         e.log,
 	})
+}
+
+// instanceIdle is instance_idle_ms for host.Limits, where 0 would take
+// the default: the config's 0, keep idle instances, is negative there.
+func instanceIdle(l config.Limits) time.Duration {
+	if l.InstanceIdleMS == 0 {
+		return -1
+	}
+	return l.InstanceIdle()
 }
 
 // checkConfigFile checks the config file as the loader checks the plugins

@@ -308,6 +308,9 @@ type Limits struct {
 	// MaxInstances caps one module's instances, and so its concurrent
 	// calls; 0 means GOMAXPROCS.
 	MaxInstances int `toml:"max_instances"`
+	// InstanceIdleMS closes an instance idle this long, giving its memory
+	// back (the next call makes one again); 0 keeps idle instances.
+	InstanceIdleMS int `toml:"instance_idle_ms"`
 	// A module's shape, checked before it is compiled so a compile bomb
 	// is refused without compiling (docs/deadline.md, Compile bombs).
 	ShapeLimits
@@ -373,6 +376,10 @@ func (t *Tenant) intLimits(l *Limits) []intLimit {
 // CompileTimeout is compile_timeout_ms as a duration.
 func (l Limits) CompileTimeout() time.Duration { return ms(l.CompileTimeoutMS) }
 
+// InstanceIdle is instance_idle_ms as a duration (0: idle instances are
+// kept).
+func (l Limits) InstanceIdle() time.Duration { return ms(l.InstanceIdleMS) }
+
 // Timeout is timeout_ms as a duration.
 func (l Limits) Timeout() time.Duration { return ms(l.TimeoutMS) }
 
@@ -394,6 +401,7 @@ type Tenant struct {
 	MaxModuleBytes   *int64   `toml:"max_module_bytes"`
 	CompileTimeoutMS *int     `toml:"compile_timeout_ms"`
 	MaxInstances     *int     `toml:"max_instances"`
+	InstanceIdleMS   *int     `toml:"instance_idle_ms"`
 	TenantShapeLimits
 	TenantCallLimits
 	// GrantRead lets other tenants read categories this tenant owns:
@@ -657,6 +665,7 @@ func defaultPlugins() Plugins {
 			MaxModuleBytes:    int64(lim.MaxModuleBytes),
 			CompileTimeoutMS:  toMS(lim.CompileTimeout),
 			RecycleAboveMB:    lim.RecycleAboveMB,
+			InstanceIdleMS:    toMS(lim.InstanceIdle),
 			LogLinesPerSecond: lim.LogsPerSecond,
 			LogBurst:          lim.LogBurst,
 			MaxCascadeDepth:   engine.MaxFollowUpDepth,
@@ -836,6 +845,9 @@ func (c Config) ModuleLimits(module string) Limits {
 	}
 	if t.MaxInstances != nil {
 		l.MaxInstances = *t.MaxInstances
+	}
+	if t.InstanceIdleMS != nil {
+		l.InstanceIdleMS = *t.InstanceIdleMS
 	}
 	for _, f := range t.intLimits(&l) {
 		if f.set != nil {

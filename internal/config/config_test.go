@@ -68,7 +68,7 @@ func TestDefault(t *testing.T) {
 	require.Equal(t, config.Plugins{
 		Dir: "build/plugins", CacheDir: ".cache/wasm", CacheMaxMB: 256, FollowLinks: true,
 		Limits: config.Limits{MemoryMB: 64, TimeoutMS: 5000, MaxOutputBytes: 16 << 20, ManifestTimeoutMS: 2000, Interruptible: true,
-			MaxTableElements: 100000, MaxModuleBytes: 32 << 20, CompileTimeoutMS: 10000, RecycleAboveMB: 32, LogLinesPerSecond: 10, LogBurst: 100, MaxCascadeDepth: 16, MaxFollowUps: 256,
+			MaxTableElements: 100000, MaxModuleBytes: 32 << 20, CompileTimeoutMS: 10000, RecycleAboveMB: 32, InstanceIdleMS: 60000, LogLinesPerSecond: 10, LogBurst: 100, MaxCascadeDepth: 16, MaxFollowUps: 256,
 			ShapeLimits: config.ShapeLimits{MaxFunctions: 100_000, MaxFunctionBytes: 1 << 20, MaxFunctionLocals: 50_000, MaxModuleLocals: 1_000_000,
 				MaxNestingDepth: 8192, MaxNestingCost: 100_000_000},
 			CallLimits: config.CallLimits{MaxHostCalls: 10_000, MaxHostBytes: 64 << 20, MaxReadBytes: 1 << 20}},
@@ -484,12 +484,17 @@ func TestValidate(t *testing.T) {
 		{"manifest timeout", func(c *config.Config) { c.Plugins.Limits.ManifestTimeoutMS = -1 },
 			[]string{"plugins.limits.manifest_timeout_ms must be > 0 (got -1)"}},
 		// tenants
+		{"instance idle never", func(c *config.Config) { c.Plugins.Limits.InstanceIdleMS = 0 }, nil},
+		{"instance idle negative", func(c *config.Config) { c.Plugins.Limits.InstanceIdleMS = -1 },
+			[]string{"plugins.limits.instance_idle_ms must be >= 0 (got -1)"}},
 		{"tenant overrides", func(c *config.Config) {
-			c.Tenants["acme"] = config.Tenant{MemoryMB: ptr(0), TimeoutMS: ptr(-1), MaxOutputBytes: ptr[int64](0)}
+			c.Tenants["acme"] = config.Tenant{MemoryMB: ptr(0), TimeoutMS: ptr(-1), MaxOutputBytes: ptr[int64](0), InstanceIdleMS: ptr(-5)}
+			c.Tenants["beta"] = config.Tenant{InstanceIdleMS: ptr(0)}
 		}, []string{
 			"tenants.acme.memory_mb must be between 1 and 4096, the wasm32 address space (got 0)",
 			"tenants.acme.timeout_ms must be > 0 (got -1)",
 			"tenants.acme.max_output_bytes must be > 0 (got 0)",
+			"tenants.acme.instance_idle_ms must be >= 0 (got -5)",
 		}},
 		{"tenant modules", func(c *config.Config) {
 			c.Tenants["acme"] = config.Tenant{Modules: []string{"orders", "", "orders"}}
@@ -610,7 +615,7 @@ func TestHelpers(t *testing.T) {
 	require.False(t, ok)
 
 	require.Equal(t, config.Limits{MemoryMB: 128, TimeoutMS: 5000, MaxOutputBytes: 1024, ManifestTimeoutMS: 2000, Interruptible: true,
-		MaxTableElements: 100000, MaxModuleBytes: 32 << 20, CompileTimeoutMS: 10000, RecycleAboveMB: 32, LogLinesPerSecond: 10, LogBurst: 100, MaxCascadeDepth: 16, MaxFollowUps: 256,
+		MaxTableElements: 100000, MaxModuleBytes: 32 << 20, CompileTimeoutMS: 10000, RecycleAboveMB: 32, InstanceIdleMS: 60000, LogLinesPerSecond: 10, LogBurst: 100, MaxCascadeDepth: 16, MaxFollowUps: 256,
 		ShapeLimits: config.ShapeLimits{MaxFunctions: 100_000, MaxFunctionBytes: 1 << 20, MaxFunctionLocals: 50_000, MaxModuleLocals: 1_000_000,
 			MaxNestingDepth: 20000, MaxNestingCost: 100_000_000},
 		CallLimits: config.CallLimits{MaxHostCalls: 500, MaxHostBytes: 64 << 20, MaxReadBytes: 1 << 20}},
@@ -657,6 +662,17 @@ max_read_bytes = 4096
 	require.Equal(t, 99, c.ModuleLimits("gen").MaxHostCalls)
 	require.Equal(t, 4096, c.ModuleLimits("gen").MaxReadBytes)
 	require.Equal(t, 1<<20, c.Plugins.Limits.MaxReadBytes)
+
+	c, err = config.Load(writeFile(t, `
+[plugins.limits]
+instance_idle_ms = 5000
+[tenants.rare]
+modules = ["nightly"]
+instance_idle_ms = 0
+`))
+	require.NoError(t, err)
+	require.Equal(t, 5*time.Second, c.ModuleLimits("orders").InstanceIdle())
+	require.Equal(t, time.Duration(0), c.ModuleLimits("nightly").InstanceIdle(), "the tenant keeps its idle instances")
 
 	_, err = config.Load(writeFile(t, `
 [plugins.limits]

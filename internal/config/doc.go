@@ -26,11 +26,13 @@
 //	[plugins.limits]          memory_mb, timeout_ms, max_output_bytes, manifest_timeout_ms, interruptible,
 //	                          max_table_elements, max_module_bytes, compile_timeout_ms, recycle_above_mb,
 //	                          log_lines_per_second, log_burst, max_cascade_depth, max_follow_ups, max_instances,
+//	                          instance_idle_ms (an instance idle this long is closed; 0 keeps them),
 //	                          max_functions, max_function_bytes, max_function_locals, max_module_locals,
 //	                          max_nesting_depth, max_nesting_cost (a module's shape, checked before compiling),
 //	                          max_host_calls, max_host_bytes, max_read_bytes (what the host does for one call)
 //	[tenants.NAME]            modules (file names without .wasm), memory_mb / timeout_ms / max_output_bytes / interruptible /
-//	                          max_table_elements / max_module_bytes / compile_timeout_ms / max_instances overrides,
+//	                          max_table_elements / max_module_bytes / compile_timeout_ms / max_instances /
+//	                          instance_idle_ms overrides,
 //	                          the six shape limits (max_functions ... max_nesting_cost) and the three call limits,
 //	                          grant_read = { READER = ["category", ...] }, grant_dispatch = { READER = ["CommandType", ...] }
 //	[http]                    listen, read_wait_ms, idempotency_ttl_seconds, read_header_timeout_ms,
@@ -91,6 +93,7 @@
 //	plugins.dir = "build/plugins"
 //	plugins.follow_links = true
 //	plugins.limits.compile_timeout_ms = 10000
+//	plugins.limits.instance_idle_ms = 60000
 //	plugins.limits.interruptible = true
 //	plugins.limits.log_burst = 100
 //	plugins.limits.log_lines_per_second = 10

@@ -168,6 +168,7 @@ func (v *validator) plugins(p Plugins) {
 	if l.MaxInstances < 0 {
 		v.add("plugins.limits.max_instances", "must be >= 0 (got %d; 0 means GOMAXPROCS)", l.MaxInstances)
 	}
+	v.ms("plugins.limits.instance_idle_ms", l.InstanceIdleMS, true)
 }
 
 // address checks a listen address, host:port.
@@ -333,6 +334,9 @@ func (v *validator) tenants(tenants map[string]Tenant) {
 		}
 		if t.MaxInstances != nil {
 			v.positive(pre+"max_instances", *t.MaxInstances)
+		}
+		if t.InstanceIdleMS != nil {
+			v.ms(pre+"instance_idle_ms", *t.InstanceIdleMS, true)
 		}
 		for _, f := range t.intLimits(&Limits{}) {
 			if f.set != nil {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -113,13 +115,37 @@ func isWasmRuntimeError(err error) bool {
 
 // pool keeps idle instances of one module. Instances are not safe for
 // concurrent use, so each call takes one; at most size exist at once.
+//
+// The idle instances are a stack: a call takes the most recently used
+// one, so under a load that needs fewer instances than were made the
+// others stay at the bottom, age past Limits.InstanceIdle and are closed
+// (reapIdle). A queue would hand each in turn to the next call, and none
+// would ever age.
 type pool struct {
-	idle chan *instance
-	sem  chan struct{}
+	// sem holds a slot for each call that holds, or is making, an
+	// instance: its capacity caps the instances, and a call waits on it
+	// when all are busy. An idle instance holds no slot.
+	sem chan struct{}
+	now func() time.Time
+
+	mu     sync.Mutex
+	idle   []idleInstance // oldest first; the last is the most recently used
+	live   int            // instances made and not closed: the busy and the idle
+	closed bool           // the module was closed: an instance given back is closed
+	// reaping counts reapIdle's closes in progress, which closeIdle waits
+	// for: no instance is closed after its module.
+	reaping sync.WaitGroup
+
 	// created and discarded count the instances made, and those thrown
 	// away (by reason: see Discard reasons), since the module loaded.
 	created   atomic.Int64
 	discarded [discardReasons]atomic.Int64
+}
+
+// idleInstance is an instance in the pool and when it was put there.
+type idleInstance struct {
+	inst  *instance
+	since time.Time
 }
 
 // Why an instance is thrown away rather than put back (InstanceStats).
@@ -127,17 +153,20 @@ const (
 	discardFailed = iota // a call on it failed: its state is suspect
 	discardMemory        // its memories grew past recycle_above_mb
 	discardExited        // the guest exited (WASI proc_exit)
+	discardIdle          // it sat idle longer than instance_idle_ms
 	discardReasons
 )
 
-var discardNames = [discardReasons]string{"failed", "memory", "exited"}
+var discardNames = [discardReasons]string{"failed", "memory", "exited", "idle"}
 
 // InstanceStats are a module's instances: how many it may have (Max,
 // max_instances), have (Live), and sit idle (Idle); how many were made
 // since the module loaded, and how many thrown away, by reason: "failed"
 // (a call failed, its state suspect), "memory" (over recycle_above_mb),
-// "exited" (the guest exited). Instances made over and over are guest
-// start-up and heap growth paid again: a reason to look at.
+// "exited" (the guest exited), "idle" (unused for instance_idle_ms, its
+// memory given back). Instances made over and over are guest start-up
+// and heap growth paid again: a reason to look at (for "idle", a reason
+// to raise instance_idle_ms if the first calls after a pause are slow).
 type InstanceStats struct {
 	Max       int              `json:"max"`
 	Live      int              `json:"live"`
@@ -148,7 +177,10 @@ type InstanceStats struct {
 
 // Instances reads the module's instance counts.
 func (m *Module) Instances() InstanceStats {
-	st := InstanceStats{Max: cap(m.pool.sem), Live: len(m.pool.sem), Idle: len(m.pool.idle), Created: m.pool.created.Load(),
+	m.pool.mu.Lock()
+	live, idle := m.pool.live, len(m.pool.idle)
+	m.pool.mu.Unlock()
+	st := InstanceStats{Max: cap(m.pool.sem), Live: live, Idle: idle, Created: m.pool.created.Load(),
 		Discarded: make(map[string]int64, discardReasons)}
 	for i := range discardReasons {
 		st.Discarded[discardNames[i]] = m.pool.discarded[i].Load()
@@ -156,11 +188,11 @@ func (m *Module) Instances() InstanceStats {
 	return st
 }
 
-func newPool(size int) *pool {
+func newPool(size int, now func() time.Time) *pool {
 	if size <= 0 {
 		size = runtime.GOMAXPROCS(0)
 	}
-	return &pool{idle: make(chan *instance, size), sem: make(chan struct{}, size)}
+	return &pool{sem: make(chan struct{}, size), now: now}
 }
 
 // Handle runs handler on a batch of messages in a pooled instance, under
@@ -273,68 +305,142 @@ func (m *Module) callFailure(ctx, callCtx context.Context, inst *instance, raise
 	return nil
 }
 
-// acquire takes an idle instance or creates one, within callCtx (the
-// call's deadline): a module whose instances are all busy makes its
-// callers wait at most their deadline, then fail with ErrNoInstance. ctx
-// is the caller's own context, to tell a cancellation from the deadline.
+// acquire takes the most recently used idle instance or creates one,
+// within callCtx (the call's deadline): a module whose instances are all
+// busy makes its callers wait at most their deadline, then fail with
+// ErrNoInstance. ctx is the caller's own context, to tell a cancellation
+// from the deadline.
 func (m *Module) acquire(callCtx, ctx context.Context) (*instance, error) {
 	select {
-	case inst := <-m.pool.idle:
-		return inst, nil
-	default:
-	}
-	select {
-	case inst := <-m.pool.idle:
-		return inst, nil
 	case m.pool.sem <- struct{}{}:
-		inst, err := m.instance(callCtx, m.log)
-		if err == nil {
-			m.pool.created.Add(1)
-		}
-		if err != nil {
-			<-m.pool.sem
-			switch {
-			case ctx.Err() != nil:
-				return nil, fmt.Errorf("%w: creating an instance: %v", ErrCanceled, ctx.Err())
-			case callCtx.Err() != nil:
-				return nil, fmt.Errorf("%w: creating an instance (limit %s): %v", ErrTimeout, m.Limits.Timeout, err)
+	default:
+		select {
+		case m.pool.sem <- struct{}{}:
+		case <-callCtx.Done():
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("%w: waiting for an instance: %v", ErrCanceled, ctx.Err())
 			}
-			return nil, err
+			return nil, fmt.Errorf("%w: all %d instances busy (limit %s)", ErrNoInstance, cap(m.pool.sem), m.Limits.Timeout)
 		}
+	}
+	if inst := m.pool.pop(); inst != nil {
 		return inst, nil
-	case <-callCtx.Done():
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: waiting for an instance: %v", ErrCanceled, ctx.Err())
+	}
+	inst, err := m.instance(callCtx, m.log)
+	if err != nil {
+		<-m.pool.sem
+		switch {
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("%w: creating an instance: %v", ErrCanceled, ctx.Err())
+		case callCtx.Err() != nil:
+			return nil, fmt.Errorf("%w: creating an instance (limit %s): %v", ErrTimeout, m.Limits.Timeout, err)
 		}
-		return nil, fmt.Errorf("%w: all %d instances busy (limit %s)", ErrNoInstance, cap(m.pool.sem), m.Limits.Timeout)
+		return nil, err
 	}
+	m.pool.created.Add(1)
+	m.pool.mu.Lock()
+	m.pool.live++
+	m.pool.mu.Unlock()
+	return inst, nil
 }
 
+// pop takes the most recently used idle instance, nil if none is idle.
+// What pop returns the reaper no longer sees, and what the reaper took
+// pop no longer sees: a call never gets an instance being closed.
+func (p *pool) pop() *instance {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.idle)
+	if n == 0 {
+		return nil
+	}
+	inst := p.idle[n-1].inst
+	p.idle[n-1] = idleInstance{}
+	p.idle = p.idle[:n-1]
+	return inst
+}
+
+// release puts an instance back on top of the idle stack (or closes it,
+// if the module was closed during the call) and frees the call's slot.
 func (m *Module) release(inst *instance) {
-	select {
-	case m.pool.idle <- inst:
-	default: // cannot happen: idle holds as many as sem admits
-		m.discard(inst, discardFailed)
+	p := m.pool
+	p.mu.Lock()
+	if p.closed {
+		p.live--
+		p.mu.Unlock()
+		m.closeInstance(inst)
+	} else {
+		p.idle = append(p.idle, idleInstance{inst: inst, since: p.now()})
+		p.mu.Unlock()
 	}
+	<-p.sem
 }
 
+// discard closes the instance of a call, counting why, and frees the
+// call's slot.
 func (m *Module) discard(inst *instance, why int) {
 	m.pool.discarded[why].Add(1)
-	m.v2.Delete(inst.Plugin)
-	_ = inst.Close(context.Background())
+	m.pool.mu.Lock()
+	m.pool.live--
+	m.pool.mu.Unlock()
+	m.closeInstance(inst)
 	<-m.pool.sem
 }
 
-// closeInstances closes the idle instances; calls in flight close theirs
-// when they finish.
-func (p *pool) closeIdle(ctx context.Context) {
-	for {
-		select {
-		case inst := <-p.idle:
-			_ = inst.Close(ctx)
-			<-p.sem
-		default:
-			return
-		}
+func (m *Module) closeInstance(inst *instance) {
+	m.v2.Delete(inst.Plugin)
+	_ = inst.Close(context.Background())
+}
+
+// reapIdle closes the instances idle for longer than the module's
+// InstanceIdle at now (none if it is not positive), and returns how many
+// it closed. The stack is oldest first, so they are a prefix of it.
+func (m *Module) reapIdle(now time.Time) int {
+	limit := m.Limits.InstanceIdle
+	if limit <= 0 {
+		return 0
 	}
+	p := m.pool
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return 0
+	}
+	n := 0
+	for n < len(p.idle) && now.Sub(p.idle[n].since) >= limit {
+		n++
+	}
+	if n == 0 {
+		p.mu.Unlock()
+		return 0
+	}
+	old := make([]*instance, n)
+	for i := range old {
+		old[i] = p.idle[i].inst
+	}
+	p.idle = slices.Delete(p.idle, 0, n)
+	p.live -= n
+	p.reaping.Add(1)
+	p.mu.Unlock()
+	defer p.reaping.Done()
+	for _, inst := range old {
+		p.discarded[discardIdle].Add(1)
+		m.closeInstance(inst)
+	}
+	return n
+}
+
+// closeIdle closes the idle instances and marks the pool closed: calls in
+// flight close theirs when they finish.
+func (p *pool) closeIdle(ctx context.Context) {
+	p.mu.Lock()
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.live -= len(idle)
+	p.mu.Unlock()
+	for _, in := range idle {
+		_ = in.inst.Close(ctx)
+	}
+	p.reaping.Wait()
 }

@@ -73,6 +73,10 @@
 // the Session carried in the call's context. A trap, a non-zero return, a
 // deadline or an unusable output is a *CallError; the instance is then
 // discarded, because a trapped instance is dead even if it looks open.
+// Instances are made on a module's first calls and reused most recent
+// first; one idle for Limits.InstanceIdle is closed by the Loader's
+// reaper (idle.go), so a module that runs rarely holds its compiled code
+// but no instance.
 //
 // What the host does on a guest's behalf is counted against the guest
 // (budget.go): each call may make at most Limits.MaxHostCalls load and

@@ -24,6 +24,7 @@ import (
 	"github.com/tetratelabs/wazero/experimental"
 
 	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/internal/instrument"
 )
 
@@ -63,6 +64,13 @@ type Limits struct {
 	// kernel's) grew past this is closed after its call instead of going
 	// back to the pool, so a pool does not keep a burst's memory forever.
 	RecycleAboveMB int
+	// InstanceIdle closes an instance that sat idle this long, so a
+	// module that runs rarely, or less at once than it once did, gives
+	// back its instances' memory (4-8 MB each for a Go guest); the next
+	// call makes one again, as the first call after load does. 0 takes
+	// DefaultLimits'; negative keeps idle instances until the module
+	// closes.
+	InstanceIdle time.Duration
 	// LogsPerSecond and LogBurst bound the guest log lines a module may
 	// forward to the host log; the rest are dropped and counted.
 	LogsPerSecond, LogBurst int
@@ -92,7 +100,7 @@ type Limits struct {
 func DefaultLimits() Limits {
 	return Limits{MemoryMB: 64, Timeout: 5 * time.Second, ManifestTimeout: 2 * time.Second, MaxOutputBytes: abi.DefaultMaxOutputBytes,
 		MaxTableElements: 100_000, MaxModuleBytes: 32 << 20, CompileTimeout: 10 * time.Second, RecycleAboveMB: 32,
-		LogsPerSecond: 10, LogBurst: 100,
+		InstanceIdle: time.Minute, LogsPerSecond: 10, LogBurst: 100,
 		// A batch of a few hundred messages loading a few records each,
 		// and reading a few long streams.
 		MaxHostCalls: 10_000, MaxHostBytes: 64 << 20, MaxReadBytes: 1 << 20,
@@ -160,6 +168,9 @@ func (l Limits) withDefaults() Limits {
 	if l.RecycleAboveMB <= 0 {
 		l.RecycleAboveMB = d.RecycleAboveMB
 	}
+	if l.InstanceIdle == 0 {
+		l.InstanceIdle = d.InstanceIdle
+	}
 	if l.LogsPerSecond <= 0 {
 		l.LogsPerSecond = d.LogsPerSecond
 	}
@@ -204,6 +215,8 @@ type Module struct {
 	// while its successor keeps running the modules they share.
 	refs atomic.Int32
 	logs *logLimiter
+	// reaper closes the pool's instances idle past Limits.InstanceIdle.
+	reaper *reaper
 	// uncache tells the compiled-code cache the module is no longer
 	// loaded (nil without a bounded cache, see cacheDir).
 	uncache func()
@@ -228,6 +241,7 @@ func (m *Module) Close(ctx context.Context) error {
 	if m.compiled == nil || m.refs.Add(-1) > 0 {
 		return nil
 	}
+	m.reaper.remove(m)
 	m.pool.closeIdle(ctx)
 	if m.uncache != nil {
 		m.uncache()
@@ -268,6 +282,7 @@ type Loader struct {
 	dir       *cacheDir // bounds the cache's directory; nil: unbounded or in memory
 	funcs     []extism.HostFunction
 	poolSize  int
+	reaper    *reaper
 	log       *slog.Logger
 	// compiling counts compilations running, abandoned ones included.
 	compiling sync.WaitGroup
@@ -300,6 +315,9 @@ type LoaderOptions struct {
 	// Instances caps the instances of one module alive at once (calls
 	// beyond it wait); 0 means GOMAXPROCS.
 	Instances int
+	// Clock is what idle instances are timed and reaped by (see
+	// Limits.InstanceIdle; nil: clock.System).
+	Clock clock.Clock
 	// RefuseLinks refuses every symbolic link in the plugins directory
 	// ([plugins] follow_links = false). By default a link that resolves
 	// within the directory is followed (a Kubernetes ConfigMap or Secret
@@ -317,7 +335,7 @@ type LoaderOptions struct {
 // NewLoader returns a Loader. Close it to release the compilation cache.
 func NewLoader(opts LoaderOptions) (*Loader, error) {
 	l := &Loader{limits: opts.Limits.withDefaults(), tenantLim: opts.TenantLimits, tenancy: opts.Tenancy, funcs: opts.HostFunctions,
-		poolSize: opts.Instances, log: opts.Logger, refuseLinks: opts.RefuseLinks, refuseWritable: opts.RefuseWritable}
+		poolSize: opts.Instances, reaper: newReaper(opts.Clock), log: opts.Logger, refuseLinks: opts.RefuseLinks, refuseWritable: opts.RefuseWritable}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -350,11 +368,13 @@ func NewLoader(opts LoaderOptions) (*Loader, error) {
 	return l, nil
 }
 
-// Close releases the compilation cache. A compilation abandoned past its
+// Close stops reaping idle instances (the modules still loaded keep
+// theirs) and releases the compilation cache. A compilation abandoned past its
 // deadline (see within) still uses it, and wazero fails hard if the cache
 // closes under a compilation: the cache is then closed when the last such
 // compilation ends, in the background.
 func (l *Loader) Close(ctx context.Context) error {
+	l.reaper.close()
 	idle := make(chan struct{})
 	go func() {
 		l.compiling.Wait()
@@ -477,7 +497,7 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 		return nil, fmt.Errorf("%w: %v", ErrNotWASM, err)
 	}
 	m := &Module{File: file, SHA256: hex.EncodeToString(sum[:]), Limits: lim, Tenant: l.tenancy.of(name), Deadline: mode,
-		compiled: compiled, pool: newPool(cmp.Or(lim.Instances, l.poolSize)), log: l.log, hasStart: hasStart,
+		compiled: compiled, pool: newPool(cmp.Or(lim.Instances, l.poolSize), l.reaper.clk.Now), reaper: l.reaper, log: l.log, hasStart: hasStart,
 		logs: newLogLimiter(float64(lim.LogsPerSecond), float64(lim.LogBurst))}
 	m.refs.Store(1)
 	man, err := l.readManifest(ctx, m)
@@ -489,6 +509,7 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	if l.dir != nil {
 		m.uncache = l.dir.acquire(key)
 	}
+	l.reaper.add(m)
 	return m, nil
 }
 

@@ -1,0 +1,156 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/internal/wasmbuild"
+)
+
+// orderSession serves client_orders its document.
+type orderSession struct{}
+
+func (orderSession) Load(context.Context, *abi.LoadRequest) abi.LoadResponse {
+	return abi.LoadResponse{Found: true, Version: 1, Data: json.RawMessage(`{"client_id":"c-1","orders":1,"total":1,"order_ids":["a"]}`)}
+}
+
+func (orderSession) ReadStream(context.Context, *abi.ReadStreamRequest, int) abi.ReadStreamResponse {
+	return abi.ReadStreamResponse{}
+}
+
+var orderPlaced = []abi.Envelope{{ID: "e-1", Type: "OrderPlaced", Stream: "order-o-1",
+	Data: json.RawMessage(`{"order_id":"o-1","client_id":"c-1","total":42.5}`)}}
+
+// BenchmarkIdleReclaim measures what instance_idle_ms costs and saves
+// (issue 21), on the Go client_orders example with a warm compiled-code
+// cache, the reaper driven by a fake clock. Run it once:
+//
+//	go test ./internal/host/ -run '^$' -bench IdleReclaim -benchtime 1x
+//
+// first_call: a call after the module's instances were all reclaimed
+// (cold_ms, it makes an instance: the issue's target is <= 50 ms) beside
+// a call on an idle instance in the same run (warm_ms), and x_warm, the
+// one over the other. rss: the process's RSS before (base_MB) and with
+// N=20 distinct builds of the module loaded (loaded_MB, and
+// loaded_MB_per_module: compiled code and the rest a loaded module
+// holds without an instance), after one call each (called_MB, the
+// baseline: what a host keeps today), and after every instance was
+// reclaimed (reclaimed_MB; both after a GC that returns freed memory to
+// the OS); freed_MB_per_module and x_called, reclaimed over called.
+func BenchmarkIdleReclaim(b *testing.B) {
+	if testing.Short() {
+		b.Skip("builds and compiles 20 modules")
+	}
+	clk := newFakeClock()
+	l, err := NewLoader(LoaderOptions{Limits: Limits{InstanceIdle: time.Minute}, Clock: clk, CacheDir: wasmbuild.CacheDir(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	load := func(path string) *Module {
+		m, err := l.LoadFile(context.Background(), path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = m.Close(context.Background()) })
+		return m
+	}
+	handle := func(m *Module) time.Duration {
+		start := time.Now()
+		res, err := m.Handle(context.Background(), "client_orders", orderPlaced, orderSession{})
+		d := time.Since(start)
+		if err != nil || len(res) != 1 || res[0].Error != nil {
+			b.Fatalf("%v %+v", err, res)
+		}
+		return d
+	}
+	reclaimAll := func(mods ...*Module) {
+		clk.advance(time.Minute)
+		clk.sweep(b)
+		for _, m := range mods {
+			if st := m.Instances(); st.Live != 0 {
+				b.Fatalf("%s: %+v after a sweep past its idle limit", m.File, st)
+			}
+		}
+	}
+
+	b.Run("first_call", func(b *testing.B) {
+		m := load(wasmbuild.Build(b, "./plugins/examples/client_orders"))
+		handle(m)
+		const warmCalls, coldCalls = 200, 20
+		var warm, cold, worst time.Duration
+		for range warmCalls {
+			warm += handle(m)
+		}
+		for range coldCalls {
+			reclaimAll(m)
+			d := handle(m)
+			cold += d
+			worst = max(worst, d)
+		}
+		warmMS := float64(warm.Microseconds()) / 1000 / warmCalls
+		coldMS := float64(cold.Microseconds()) / 1000 / coldCalls
+		b.ReportMetric(warmMS, "warm_ms")
+		b.ReportMetric(coldMS, "cold_ms")
+		b.ReportMetric(float64(worst.Microseconds())/1000, "cold_max_ms")
+		b.ReportMetric(coldMS/warmMS, "x_warm")
+	})
+
+	b.Run("rss", func(b *testing.B) {
+		const n = 20
+		dir := b.TempDir()
+		base := rssMB(b)
+		var mods []*Module
+		for i := range n {
+			path := wasmbuild.Build(b, "./plugins/examples/client_orders", fmt.Sprintf("version=1.0.%d", i))
+			mods = append(mods, load(wasmbuild.Copy(b, path, dir, fmt.Sprintf("client_orders_%d.wasm", i))))
+		}
+		loaded := rssMB(b)
+		for _, m := range mods {
+			handle(m)
+		}
+		called := rssMB(b)
+		reclaimAll(mods...)
+		reclaimed := rssMB(b)
+		b.ReportMetric(base, "base_MB")
+		b.ReportMetric(loaded, "loaded_MB")
+		b.ReportMetric((loaded-base)/n, "loaded_MB_per_module")
+		b.ReportMetric(called, "called_MB")
+		b.ReportMetric(reclaimed, "reclaimed_MB")
+		b.ReportMetric((called-reclaimed)/n, "freed_MB_per_module")
+		b.ReportMetric(reclaimed/called, "x_called")
+	})
+}
+
+// rssMB is the process's resident set after a GC that returns freed
+// memory to the OS.
+func rssMB(tb testing.TB) float64 {
+	tb.Helper()
+	runtime.GC()
+	debug.FreeOSMemory()
+	status, err := os.ReadFile(filepath.Join("/proc", "self", "status"))
+	if err != nil {
+		tb.Skip("no /proc/self/status:", err)
+	}
+	for line := range strings.SplitSeq(string(status), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
+			kb, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return kb / 1024
+		}
+	}
+	tb.Fatal("no VmRSS in /proc/self/status")
+	return 0
+}
