@@ -290,3 +290,36 @@ func TestHandleWaitsForItsTenantsShare(t *testing.T) {
 	_, err = holder.Handle(context.Background(), "behave", ops("ok"), &memSession{})
 	require.NoError(t, err, "the slot was given back")
 }
+
+// BenchmarkShare is what the share costs an uncontended call (Take and
+// Done with slots free, nothing queued) beside no share at all (a nil
+// Share, the loader's GuestConcurrency < 0), and from every core at once.
+func BenchmarkShare(b *testing.B) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		sh   *host.Share
+	}{
+		{"none", nil},
+		{"share", host.NewScheduler(host.SchedulerOptions{Slots: 1 << 20}).Tenant("a")},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if err := c.sh.Take(ctx); err != nil {
+					b.Fatal(err)
+				}
+				c.sh.Done()
+			}
+		})
+		b.Run(c.name+"/parallel", func(b *testing.B) {
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := c.sh.Take(ctx); err != nil {
+						b.Fatal(err)
+					}
+					c.sh.Done()
+				}
+			})
+		})
+	}
+}
