@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/internal/host"
+	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
 // The tenants' shares reach /metrics: a granted call counts and waits in
@@ -48,4 +49,16 @@ func TestShareCollector(t *testing.T) {
 	require.Equal(t, 1.0, got["protean_tenant_slots,state=max,tenant="])
 	require.Equal(t, 0.0, got["protean_tenant_queued_calls,tenant=b"])
 	a.Done()
+}
+
+// A running host reports its tenants' shares: a command's guest call
+// counts for tenant default.
+func TestHostReportsTenantShares(t *testing.T) {
+	h := embedded(t, wasmbuild.Examples(t))
+	require.Equal(t, 200, post(t, h, "PlaceOrder", `{"order_id":"o-1","client_id":"c-1","total":1}`).code)
+	m := get(t, h, "/metrics").raw
+	for _, want := range []string{`protean_tenant_calls_total{tenant="default"}`, `protean_tenant_queue_wait_seconds_count{tenant="default"}`,
+		`protean_tenant_slots{state="max",tenant=""}`, `protean_tenant_queue_gave_up_total{tenant="default"} 0`} {
+		require.Contains(t, m, want)
+	}
 }
