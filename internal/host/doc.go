@@ -69,6 +69,10 @@
 // the Session carried in the call's context. A trap, a non-zero return, a
 // deadline or an unusable output is a *CallError; the instance is then
 // discarded, because a trapped instance is dead even if it looks open.
+// Before it takes an instance, a call takes a slot of its tenant's share
+// of the host's guest concurrency (fairshare.go, the loader's Scheduler):
+// slots host-wide, a cap per tenant, freed slots to the queued tenant with
+// the least weighted usage, so no tenant takes every core.
 //
 // What the host does on a guest's behalf is counted against the guest
 // (budget.go): each call may make at most Limits.MaxHostCalls load and
