@@ -119,6 +119,7 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 		Progress: st.progress(c.partitioned(), c.fromStore), BrokerProgress: brokerProgress,
 		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps, Clock: c.clk})
 	c.reg.MustRegister(newInstanceCollector(h.eng.Set))
+	c.reg.MustRegister(newShareCollector(loader.Scheduler()))
 	if err := h.composeSources(c, uow, infra, brokerProgress); err != nil {
 		return err
 	}

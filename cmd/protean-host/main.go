@@ -212,15 +212,17 @@ func (e *env) loader(funcs host.Session) (*host.Loader, error) {
 			MaxHostCalls: l.MaxHostCalls, MaxHostBytes: l.MaxHostBytes, MaxReadBytes: l.MaxReadBytes}
 	}
 	return host.NewLoader(host.LoaderOptions{
-		Limits:         limits(""),
-		TenantLimits:   limits,
-		Tenancy:        cfg.Tenancy(),
-		CacheDir:       cfg.Plugins.CacheDir,
-		CacheMaxBytes:  int64(cfg.Plugins.CacheMaxMB) << 20,
-		HostFunctions:  host.HostFunctions(funcs),
-		RefuseLinks:    !cfg.Plugins.FollowLinks,
-		RefuseWritable: cfg.Plugins.RefuseWritable,
-		Logger:         e.log,
+		Limits:           limits(""),
+		TenantLimits:     limits,
+		Tenancy:          cfg.Tenancy(),
+		CacheDir:         cfg.Plugins.CacheDir,
+		CacheMaxBytes:    int64(cfg.Plugins.CacheMaxMB) << 20,
+		HostFunctions:    host.HostFunctions(funcs),
+		RefuseLinks:      !cfg.Plugins.FollowLinks,
+		RefuseWritable:   cfg.Plugins.RefuseWritable,
+		GuestConcurrency: cfg.GuestSlots(),
+		Shares:           cfg.Shares(),
+		Logger:           e.log,
 	})
 }
 

@@ -276,8 +276,14 @@ type Plugins struct {
 	// file or a config file that users other than its owner and group may
 	// write; false logs it (WARN) at start and at each reload
 	// (host.LoaderOptions.RefuseWritable).
-	RefuseWritable bool   `toml:"refuse_writable"`
-	Limits         Limits `toml:"limits"`
+	RefuseWritable bool `toml:"refuse_writable"`
+	// GuestConcurrency is how many guest calls run at once on the host,
+	// shared between tenants by their weight (host.LoaderOptions.
+	// GuestConcurrency, through GuestSlots); 0 means twice GOMAXPROCS when
+	// the config names tenants and no sharing when it names none, -1 turns
+	// the sharing off (max_instances per module is then the only bound).
+	GuestConcurrency int    `toml:"guest_concurrency"`
+	Limits           Limits `toml:"limits"`
 }
 
 // Limits is [plugins.limits]: the sandbox bounds of every module, unless its
@@ -404,6 +410,16 @@ type Tenant struct {
 	InstanceIdleMS   *int     `toml:"instance_idle_ms"`
 	TenantShapeLimits
 	TenantCallLimits
+	// Weight is the tenant's share of [plugins] guest_concurrency against
+	// other tenants' when calls queue for a slot (0 means 1).
+	Weight int `toml:"weight"`
+	// MaxConcurrency caps the tenant's guest calls running at once, over
+	// all its modules (0: half of guest_concurrency).
+	MaxConcurrency int `toml:"max_concurrency"`
+	// CallsPerSecond caps the rate at which the tenant's guest calls
+	// start, over all its modules (0: none); a call over it waits, within
+	// its deadline.
+	CallsPerSecond float64 `toml:"calls_per_second"`
 	// GrantRead lets other tenants read categories this tenant owns:
 	// reader tenant → categories. Their modules may subscribe handlers to
 	// the category's events, read its streams and load its aggregates,
@@ -655,6 +671,9 @@ func defaultPlugins() Plugins {
 		CacheMaxMB:     256,
 		FollowLinks:    !loaderDefaults.RefuseLinks,
 		RefuseWritable: loaderDefaults.RefuseWritable,
+		// 0: host.DefaultGuestConcurrency, twice GOMAXPROCS, decided where
+		// the host runs.
+		GuestConcurrency: loaderDefaults.GuestConcurrency,
 		Limits: Limits{
 			MemoryMB:          lim.MemoryMB,
 			TimeoutMS:         toMS(lim.Timeout),
@@ -792,6 +811,28 @@ func (c Config) TenantName(module string) string {
 		return name
 	}
 	return host.DefaultTenant
+}
+
+// GuestSlots is the loader's guest concurrency ([plugins]
+// guest_concurrency): as set, except that 0 on a config that names no
+// tenant shares nothing (-1). One tenant has no one to share the cores
+// with, and a cap of its own would only keep guests waiting on a load or
+// a stream read from using an idle core.
+func (c Config) GuestSlots() int {
+	if c.Plugins.GuestConcurrency == 0 && len(c.Tenants) == 0 {
+		return -1
+	}
+	return c.Plugins.GuestConcurrency
+}
+
+// Shares returns each tenant's share of the guest slots (weight,
+// max_concurrency, calls_per_second), by tenant name.
+func (c Config) Shares() map[string]host.ShareOptions {
+	out := make(map[string]host.ShareOptions, len(c.Tenants))
+	for name, t := range c.Tenants {
+		out[name] = host.ShareOptions{Weight: t.Weight, MaxConcurrency: t.MaxConcurrency, CallsPerSecond: t.CallsPerSecond}
+	}
+	return out
 }
 
 // Tenancy returns the modules' tenants and the grants between tenants, as

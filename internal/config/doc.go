@@ -22,7 +22,9 @@
 //	[server]                  default_subscription_type = "stream" | "event_store" (unset: event_store with
 //	                          PostgreSQL stores and the inline broker, stream otherwise; Config.SubscriptionType)
 //	[server.event_store_subscription]  batch_size, poll_interval_ms, gap_timeout_ms, key_workers
-//	[plugins]                 dir, watch, cache_dir, cache_max_mb, allow_repartition, follow_links, refuse_writable
+//	[plugins]                 dir, watch, cache_dir, cache_max_mb, allow_repartition, follow_links, refuse_writable,
+//	                          guest_concurrency (guest calls at once, host-wide, shared by tenant weight; 0: 2 x GOMAXPROCS
+//	                          with [tenants], none shared without)
 //	[plugins.limits]          memory_mb, timeout_ms, max_output_bytes, manifest_timeout_ms, interruptible,
 //	                          max_table_elements, max_module_bytes, compile_timeout_ms, recycle_above_mb,
 //	                          log_lines_per_second, log_burst, max_cascade_depth, max_follow_ups, max_instances,
@@ -34,6 +36,8 @@
 //	                          max_table_elements / max_module_bytes / compile_timeout_ms / max_instances /
 //	                          instance_idle_ms overrides,
 //	                          the six shape limits (max_functions ... max_nesting_cost) and the three call limits,
+//	                          weight (share of guest_concurrency, 0: 1), max_concurrency (guest calls at once over all
+//	                          its modules, 0: half of guest_concurrency), calls_per_second (0: none),
 //	                          grant_read = { READER = ["category", ...] }, grant_dispatch = { READER = ["CommandType", ...] }
 //	[http]                    listen, read_wait_ms, idempotency_ttl_seconds, read_header_timeout_ms,
 //	                          read_body_timeout_ms, write_timeout_ms (> read_wait_ms and read_body_timeout_ms),
@@ -92,6 +96,7 @@
 //	plugins.cache_max_mb = 256
 //	plugins.dir = "build/plugins"
 //	plugins.follow_links = true
+//	plugins.guest_concurrency = 0
 //	plugins.limits.compile_timeout_ms = 10000
 //	plugins.limits.instance_idle_ms = 60000
 //	plugins.limits.interruptible = true

@@ -54,3 +54,65 @@ modules = ["reports"]
 	require.Contains(t, msg, "tenants.shop.grant_read.analytics[0] must not be empty")
 	require.Contains(t, msg, "tenants.shop.grant_projections.ghost names tenant ghost")
 }
+
+// [tenants.NAME] weight, max_concurrency and calls_per_second reach the
+// host's shares, [plugins] guest_concurrency the loader's; unset they are
+// the zero values the host reads as its defaults.
+func TestSharesFromFile(t *testing.T) {
+	clearEnv(t)
+	c, err := config.Load(writeFile(t, `
+[plugins]
+guest_concurrency = 6
+
+[tenants.shop]
+modules = ["orders"]
+weight = 3
+max_concurrency = 2
+calls_per_second = 12.5
+
+[tenants.analytics]
+modules = ["reports"]
+`))
+	require.NoError(t, err)
+	require.Equal(t, 6, c.Plugins.GuestConcurrency)
+	require.Equal(t, map[string]host.ShareOptions{
+		"shop":      {Weight: 3, MaxConcurrency: 2, CallsPerSecond: 12.5},
+		"analytics": {},
+	}, c.Shares())
+}
+
+// guest_concurrency 0 shares the slots when the config names tenants, and
+// shares nothing on a config that names none (its one tenant would only
+// be capped); a value set is kept either way.
+func TestGuestSlots(t *testing.T) {
+	clearEnv(t)
+	none, err := config.Load("")
+	require.NoError(t, err)
+	require.Equal(t, -1, none.GuestSlots(), "no tenants: no sharing")
+	tenants, err := config.Load(writeFile(t, "[tenants.shop]\nmodules = [\"orders\"]\n"))
+	require.NoError(t, err)
+	require.Equal(t, 0, tenants.GuestSlots(), "tenants: the host's default slots")
+	set, err := config.Load(writeFile(t, "[plugins]\nguest_concurrency = 3\n"))
+	require.NoError(t, err)
+	require.Equal(t, 3, set.GuestSlots(), "set: as set, tenants or not")
+}
+
+func TestSharesErrors(t *testing.T) {
+	clearEnv(t)
+	_, err := config.Load(writeFile(t, `
+[plugins]
+guest_concurrency = -2
+
+[tenants.shop]
+modules = ["orders"]
+weight = -1
+max_concurrency = -1
+calls_per_second = -0.5
+`))
+	require.Error(t, err)
+	msg := err.Error()
+	require.Contains(t, msg, "plugins.guest_concurrency must be >= -1 (got -2")
+	require.Contains(t, msg, "tenants.shop.weight must be >= 0 (got -1")
+	require.Contains(t, msg, "tenants.shop.max_concurrency must be >= 0 (got -1")
+	require.Contains(t, msg, "tenants.shop.calls_per_second must be a number >= 0 (got -0.5")
+}

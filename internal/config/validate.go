@@ -149,6 +149,9 @@ func (v *validator) plugins(p Plugins) {
 	if p.CacheMaxMB < 0 {
 		v.add("plugins.cache_max_mb", "must be >= 0 (got %d; 0 is unbounded)", p.CacheMaxMB)
 	}
+	if p.GuestConcurrency < -1 {
+		v.add("plugins.guest_concurrency", "must be >= -1 (got %d; 0 means twice GOMAXPROCS, -1 shares nothing)", p.GuestConcurrency)
+	}
 	l := p.Limits
 	v.memoryMB("plugins.limits.memory_mb", l.MemoryMB)
 	v.ms("plugins.limits.timeout_ms", l.TimeoutMS, false)
@@ -342,6 +345,15 @@ func (v *validator) tenants(tenants map[string]Tenant) {
 			if f.set != nil {
 				v.positive(pre+f.key, *f.set)
 			}
+		}
+		if t.Weight < 0 {
+			v.add(pre+"weight", "must be >= 0 (got %d; 0 means 1)", t.Weight)
+		}
+		if t.MaxConcurrency < 0 {
+			v.add(pre+"max_concurrency", "must be >= 0 (got %d; 0 means half of plugins.guest_concurrency)", t.MaxConcurrency)
+		}
+		if t.CallsPerSecond < 0 || math.IsNaN(t.CallsPerSecond) || math.IsInf(t.CallsPerSecond, 0) {
+			v.add(pre+"calls_per_second", "must be a number >= 0 (got %v; 0 means no limit)", t.CallsPerSecond)
 		}
 		v.grants(tenants, name, pre+"grant_read", t.GrantRead)
 		v.grants(tenants, name, pre+"grant_dispatch", t.GrantDispatch)

@@ -182,6 +182,7 @@ func TestCallFailureTellsTheHostsTimeFromTheGuests(t *testing.T) {
 		"waiting for an instance and on the store": {err: call(timeout, time.Second), storeWait: time.Second, want: delivery.Infrastructure},
 		"every instance busy":                      {err: call(host.ErrNoInstance, limit), want: delivery.Infrastructure},
 		"a stop":                                   {err: call(host.ErrCanceled, 0), want: delivery.Infrastructure},
+		"no slot of the tenant's share":            {err: call(&host.QueueError{Tenant: "shop", Waited: "a guest slot", Err: context.DeadlineExceeded}, limit), want: delivery.Infrastructure},
 		"after a store call failed":                {err: call(timeout, 0), storeFailed: errDown, want: delivery.Infrastructure},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -221,6 +221,12 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 	start := time.Now()
 	callCtx, cancel := context.WithTimeout(sessCtx, m.Limits.Timeout)
 	defer cancel()
+	// The tenant's share of the guest slots first (fairshare.go).
+	if err := m.admit(callCtx, ctx); err != nil {
+		waited = time.Since(start)
+		return fail(err)
+	}
+	defer m.share.Done()
 	inst, err := m.acquire(callCtx, ctx)
 	waited = time.Since(start)
 	if err != nil {

@@ -78,6 +78,11 @@
 // reaper (idle.go), so a module that runs rarely holds its compiled code
 // but no instance.
 //
+// Before it takes an instance, a call takes a slot of its tenant's share
+// of the host's guest concurrency (fairshare.go, the loader's Scheduler):
+// slots host-wide, a cap per tenant, freed slots to the queued tenant with
+// the least weighted usage, so no tenant takes every core.
+//
 // What the host does on a guest's behalf is counted against the guest
 // (budget.go): each call may make at most Limits.MaxHostCalls load and
 // read_stream calls, their answers may hold Limits.MaxHostBytes in all, a

@@ -217,6 +217,9 @@ type Module struct {
 	logs *logLimiter
 	// reaper closes the pool's instances idle past Limits.InstanceIdle.
 	reaper *reaper
+	// share is the module's tenant's share of the guest slots (nil: the
+	// loader shares none, see LoaderOptions.GuestConcurrency).
+	share *Share
 	// uncache tells the compiled-code cache the module is no longer
 	// loaded (nil without a bounded cache, see cacheDir).
 	uncache func()
@@ -292,6 +295,9 @@ type Loader struct {
 	// refuseLinks, refuseWritable: LoaderOptions.RefuseLinks and
 	// RefuseWritable.
 	refuseLinks, refuseWritable bool
+	// sched shares the guest slots between tenants (fairshare.go); nil
+	// when GuestConcurrency < 0.
+	sched *Scheduler
 }
 
 // LoaderOptions configure a Loader.
@@ -329,7 +335,15 @@ type LoaderOptions struct {
 	// users other than its owner and group may write ([plugins]
 	// refuse_writable); by default each load logs it (WARN).
 	RefuseWritable bool
-	Logger         *slog.Logger
+	// GuestConcurrency is how many guest calls run at once on the host,
+	// shared between tenants by weight (fairshare.go); 0 means
+	// DefaultGuestConcurrency, < 0 turns the sharing off (each module's
+	// Instances is then the only bound).
+	GuestConcurrency int
+	// Shares are the tenants' weights, max_concurrency and
+	// calls_per_second, by tenant name.
+	Shares map[string]ShareOptions
+	Logger *slog.Logger
 }
 
 // NewLoader returns a Loader. Close it to release the compilation cache.
@@ -338,6 +352,9 @@ func NewLoader(opts LoaderOptions) (*Loader, error) {
 		poolSize: opts.Instances, reaper: newReaper(opts.Clock), log: opts.Logger, refuseLinks: opts.RefuseLinks, refuseWritable: opts.RefuseWritable}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
+	}
+	if opts.GuestConcurrency >= 0 {
+		l.sched = NewScheduler(SchedulerOptions{Slots: opts.GuestConcurrency, Tenants: opts.Shares})
 	}
 	// Extism drops every guest log line below a process-wide level that
 	// is off unless set, so a module's ctx.Log never reached the logger.
@@ -367,6 +384,10 @@ func NewLoader(opts LoaderOptions) (*Loader, error) {
 	l.funcs = append(slices.Clip(l.funcs), HostFunctionsV2()...)
 	return l, nil
 }
+
+// Scheduler returns the scheduler that shares the guest slots between the
+// tenants of the modules this loader loads (nil if it shares none).
+func (l *Loader) Scheduler() *Scheduler { return l.sched }
 
 // Close stops reaping idle instances (the modules still loaded keep
 // theirs) and releases the compilation cache. A compilation abandoned past its
@@ -499,6 +520,7 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	m := &Module{File: file, SHA256: hex.EncodeToString(sum[:]), Limits: lim, Tenant: l.tenancy.of(name), Deadline: mode,
 		compiled: compiled, pool: newPool(cmp.Or(lim.Instances, l.poolSize), l.reaper.clk.Now), reaper: l.reaper, log: l.log, hasStart: hasStart,
 		logs: newLogLimiter(float64(lim.LogsPerSecond), float64(lim.LogBurst))}
+	m.share = l.sched.Tenant(m.Tenant)
 	m.refs.Store(1)
 	man, err := l.readManifest(ctx, m)
 	if err != nil {
