@@ -93,7 +93,7 @@ tell() {
 				echo "dev: $name live (version $v)"
 				return 0
 			fi
-			err=$(printf '%s' "$body" | sed -nE 's/.*"rejected":\{"file":"'"$n"'\.wasm","sha256":"'"$sum"'","error":"(([^"\\]|\\.)*)".*/\1/p')
+			err=$(printf '%s' "$body" | sed -nE 's/.*"rejected":\{"file":"'"$n"'\.wasm",("tenant":"[^"]*",)?"sha256":"'"$sum"'","error":"(([^"\\]|\\.)*)".*/\2/p')
 			if [ -n "$err" ]; then
 				err=$(printf '%s' "$err" | sed -e 's/\\u003c/</g' -e 's/\\u003e/>/g' -e 's/\\u0026/\&/g' -e 's/\\"/"/g' -e 's/\\n/ /g' -e 's/\\\\/\\/g')
 				echo "dev: $name rejected: $err"

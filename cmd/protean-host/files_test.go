@@ -43,8 +43,8 @@ func TestSIGHUPReloadRefusesIrregularFiles(t *testing.T) {
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
 	testwait.For(t, "both files refused by name, pm.wasm added", func() (bool, string) {
 		l := log()
-		return strings.Contains(l, `file=zz.wasm problem="zz.wasm: is a named pipe, not a regular file"`) &&
-			strings.Contains(l, `file=urandom.wasm problem="urandom.wasm: is a symbolic link out of the plugins directory"`) &&
+		return strings.Contains(l, `file=zz.wasm tenant=default problem="zz.wasm: is a named pipe, not a regular file"`) &&
+			strings.Contains(l, `file=urandom.wasm tenant=default problem="urandom.wasm: is a symbolic link out of the plugins directory"`) &&
 			strings.Contains(l, `msg="plugin added" file=pm.wasm`) && strings.Contains(l, `msg="plugins reloaded"`), p.Tail()
 	})
 

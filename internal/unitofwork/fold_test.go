@@ -107,7 +107,7 @@ func TestPostgresCommitRunFoldsWritesAndFences(t *testing.T) {
 	require.True(t, unitofwork.Conflict(err), "%v", err)
 	require.Len(t, out, 2)
 	version, data, pos = state()
-	require.Equal(t, []any{int64(7), `{"n": 7}`, int64(7)}, []any{version, data, pos})
+	require.Equal(t, []any{int64(7), `{"n":7}`, int64(7)}, []any{version, data, pos}, "the record as written (json keeps its bytes)")
 
 	// A fence behind the one before it in the run is refused as applied.
 	st.take()
