@@ -206,7 +206,7 @@ func (e *env) loader(funcs host.Session) (*host.Loader, error) {
 			MaxOutputBytes: int(l.MaxOutputBytes), Uninterruptible: !l.Interruptible,
 			MaxTableElements: l.MaxTableElements, MaxModuleBytes: int(l.MaxModuleBytes), CompileTimeout: l.CompileTimeout(),
 			RecycleAboveMB: l.RecycleAboveMB, LogsPerSecond: l.LogLinesPerSecond, LogBurst: l.LogBurst,
-			Instances: l.MaxInstances, InstanceIdle: instanceIdle(l), MaxFunctions: l.MaxFunctions, MaxFunctionBytes: l.MaxFunctionBytes,
+			Instances: l.MaxInstances, InstanceIdle: instanceIdle(l), CodeIdle: l.CodeIdle(), MaxFunctions: l.MaxFunctions, MaxFunctionBytes: l.MaxFunctionBytes,
 			MaxFunctionLocals: l.MaxFunctionLocals, MaxModuleLocals: l.MaxModuleLocals,
 			MaxNestingDepth: l.MaxNestingDepth, MaxNestingCost: l.MaxNestingCost,
 			MaxHostCalls: l.MaxHostCalls, MaxHostBytes: l.MaxHostBytes, MaxReadBytes: l.MaxReadBytes}

@@ -317,6 +317,11 @@ type Limits struct {
 	// InstanceIdleMS closes an instance idle this long, giving its memory
 	// back (the next call makes one again); 0 keeps idle instances.
 	InstanceIdleMS int `toml:"instance_idle_ms"`
+	// CodeIdleMS releases a module's compiled code (about 24 MB for a Go
+	// guest) once it has had no instance and no call this long; the next
+	// call compiles it again from the cache_dir (~0.3 s for a Go module
+	// with a warm cache). Only with a cache_dir; 0 keeps the code.
+	CodeIdleMS int `toml:"code_idle_ms"`
 	// A module's shape, checked before it is compiled so a compile bomb
 	// is refused without compiling (docs/deadline.md, Compile bombs).
 	ShapeLimits
@@ -386,6 +391,9 @@ func (l Limits) CompileTimeout() time.Duration { return ms(l.CompileTimeoutMS) }
 // kept).
 func (l Limits) InstanceIdle() time.Duration { return ms(l.InstanceIdleMS) }
 
+// CodeIdle is code_idle_ms as a duration (0: the code is kept).
+func (l Limits) CodeIdle() time.Duration { return ms(l.CodeIdleMS) }
+
 // Timeout is timeout_ms as a duration.
 func (l Limits) Timeout() time.Duration { return ms(l.TimeoutMS) }
 
@@ -408,6 +416,7 @@ type Tenant struct {
 	CompileTimeoutMS *int     `toml:"compile_timeout_ms"`
 	MaxInstances     *int     `toml:"max_instances"`
 	InstanceIdleMS   *int     `toml:"instance_idle_ms"`
+	CodeIdleMS       *int     `toml:"code_idle_ms"`
 	TenantShapeLimits
 	TenantCallLimits
 	// Weight is the tenant's share of [plugins] guest_concurrency against
@@ -685,6 +694,7 @@ func defaultPlugins() Plugins {
 			CompileTimeoutMS:  toMS(lim.CompileTimeout),
 			RecycleAboveMB:    lim.RecycleAboveMB,
 			InstanceIdleMS:    toMS(lim.InstanceIdle),
+			CodeIdleMS:        toMS(lim.CodeIdle),
 			LogLinesPerSecond: lim.LogsPerSecond,
 			LogBurst:          lim.LogBurst,
 			MaxCascadeDepth:   engine.MaxFollowUpDepth,
@@ -889,6 +899,9 @@ func (c Config) ModuleLimits(module string) Limits {
 	}
 	if t.InstanceIdleMS != nil {
 		l.InstanceIdleMS = *t.InstanceIdleMS
+	}
+	if t.CodeIdleMS != nil {
+		l.CodeIdleMS = *t.CodeIdleMS
 	}
 	for _, f := range t.intLimits(&l) {
 		if f.set != nil {

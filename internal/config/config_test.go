@@ -487,14 +487,19 @@ func TestValidate(t *testing.T) {
 		{"instance idle never", func(c *config.Config) { c.Plugins.Limits.InstanceIdleMS = 0 }, nil},
 		{"instance idle negative", func(c *config.Config) { c.Plugins.Limits.InstanceIdleMS = -1 },
 			[]string{"plugins.limits.instance_idle_ms must be >= 0 (got -1)"}},
+		{"code idle never", func(c *config.Config) { c.Plugins.Limits.CodeIdleMS = 0 }, nil},
+		{"code idle negative", func(c *config.Config) { c.Plugins.Limits.CodeIdleMS = -1 },
+			[]string{"plugins.limits.code_idle_ms must be >= 0 (got -1)"}},
 		{"tenant overrides", func(c *config.Config) {
 			c.Tenants["acme"] = config.Tenant{MemoryMB: ptr(0), TimeoutMS: ptr(-1), MaxOutputBytes: ptr[int64](0), InstanceIdleMS: ptr(-5)}
-			c.Tenants["beta"] = config.Tenant{InstanceIdleMS: ptr(0)}
+			c.Tenants["beta"] = config.Tenant{InstanceIdleMS: ptr(0), CodeIdleMS: ptr(0)}
+			c.Tenants["gamma"] = config.Tenant{CodeIdleMS: ptr(-2)}
 		}, []string{
 			"tenants.acme.memory_mb must be between 1 and 4096, the wasm32 address space (got 0)",
 			"tenants.acme.timeout_ms must be > 0 (got -1)",
 			"tenants.acme.max_output_bytes must be > 0 (got 0)",
 			"tenants.acme.instance_idle_ms must be >= 0 (got -5)",
+			"tenants.gamma.code_idle_ms must be >= 0 (got -2)",
 		}},
 		{"tenant modules", func(c *config.Config) {
 			c.Tenants["acme"] = config.Tenant{Modules: []string{"orders", "", "orders"}}
@@ -669,8 +674,11 @@ instance_idle_ms = 5000
 [tenants.rare]
 modules = ["nightly"]
 instance_idle_ms = 0
+code_idle_ms = 600000
 `))
 	require.NoError(t, err)
+	require.Equal(t, time.Duration(0), c.ModuleLimits("orders").CodeIdle(), "the code is kept by default")
+	require.Equal(t, 10*time.Minute, c.ModuleLimits("nightly").CodeIdle())
 	require.Equal(t, 5*time.Second, c.ModuleLimits("orders").InstanceIdle())
 	require.Equal(t, time.Duration(0), c.ModuleLimits("nightly").InstanceIdle(), "the tenant keeps its idle instances")
 

@@ -61,6 +61,7 @@ func TestDefaultAgreesWithPackages(t *testing.T) {
 	require.Equal(t, int64(lim.MaxOutputBytes), l.MaxOutputBytes)
 	require.Equal(t, !lim.Uninterruptible, l.Interruptible)
 	require.Equal(t, lim.InstanceIdle, l.InstanceIdle())
+	require.Equal(t, lim.CodeIdle, l.CodeIdle())
 }
 
 // doc.go lists every default; the list is generated from Default, so a

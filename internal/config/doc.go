@@ -29,12 +29,14 @@
 //	                          max_table_elements, max_module_bytes, compile_timeout_ms, recycle_above_mb,
 //	                          log_lines_per_second, log_burst, max_cascade_depth, max_follow_ups, max_instances,
 //	                          instance_idle_ms (an instance idle this long is closed; 0 keeps them),
+//	                          code_idle_ms (a module with no instance and no call this long gives back its
+//	                          compiled code, compiled again from cache_dir at the next call; 0 keeps it),
 //	                          max_functions, max_function_bytes, max_function_locals, max_module_locals,
 //	                          max_nesting_depth, max_nesting_cost (a module's shape, checked before compiling),
 //	                          max_host_calls, max_host_bytes, max_read_bytes (what the host does for one call)
 //	[tenants.NAME]            modules (file names without .wasm), memory_mb / timeout_ms / max_output_bytes / interruptible /
 //	                          max_table_elements / max_module_bytes / compile_timeout_ms / max_instances /
-//	                          instance_idle_ms overrides,
+//	                          instance_idle_ms / code_idle_ms overrides,
 //	                          the six shape limits (max_functions ... max_nesting_cost) and the three call limits,
 //	                          weight (share of guest_concurrency, 0: 1), max_concurrency (guest calls at once over all
 //	                          its modules, 0: half of guest_concurrency), calls_per_second (0: none),
@@ -97,6 +99,7 @@
 //	plugins.dir = "build/plugins"
 //	plugins.follow_links = true
 //	plugins.guest_concurrency = 0
+//	plugins.limits.code_idle_ms = 0
 //	plugins.limits.compile_timeout_ms = 10000
 //	plugins.limits.instance_idle_ms = 60000
 //	plugins.limits.interruptible = true

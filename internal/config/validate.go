@@ -172,6 +172,7 @@ func (v *validator) plugins(p Plugins) {
 		v.add("plugins.limits.max_instances", "must be >= 0 (got %d; 0 means GOMAXPROCS)", l.MaxInstances)
 	}
 	v.ms("plugins.limits.instance_idle_ms", l.InstanceIdleMS, true)
+	v.ms("plugins.limits.code_idle_ms", l.CodeIdleMS, true)
 }
 
 // address checks a listen address, host:port.
@@ -340,6 +341,9 @@ func (v *validator) tenants(tenants map[string]Tenant) {
 		}
 		if t.InstanceIdleMS != nil {
 			v.ms(pre+"instance_idle_ms", *t.InstanceIdleMS, true)
+		}
+		if t.CodeIdleMS != nil {
+			v.ms(pre+"code_idle_ms", *t.CodeIdleMS, true)
 		}
 		for _, f := range t.intLimits(&Limits{}) {
 			if f.set != nil {

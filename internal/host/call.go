@@ -130,8 +130,14 @@ type pool struct {
 
 	mu     sync.Mutex
 	idle   []idleInstance // oldest first; the last is the most recently used
-	live   int            // instances made and not closed: the busy and the idle
+	live   int            // instances made or being made, and not closed: the busy and the idle
 	closed bool           // the module was closed: an instance given back is closed
+	// compiled is the module's code, nil once released (or closed);
+	// loading is the compile that brings released code back, if one
+	// runs; used is when a call last took an instance (codeidle.go).
+	compiled *compiledCode
+	loading  *codeLoad
+	used     time.Time
 	// reaping counts reapIdle's closes in progress, which closeIdle waits
 	// for: no instance is closed after its module.
 	reaping sync.WaitGroup
@@ -140,6 +146,9 @@ type pool struct {
 	// away (by reason: see Discard reasons), since the module loaded.
 	created   atomic.Int64
 	discarded [discardReasons]atomic.Int64
+	// codeReleased and codeLoads count the releases of the module's
+	// compiled code and its compiles after one.
+	codeReleased, codeLoads atomic.Int64
 }
 
 // idleInstance is an instance in the pool and when it was put there.
@@ -167,21 +176,28 @@ var discardNames = [discardReasons]string{"failed", "memory", "exited", "idle"}
 // memory given back). Instances made over and over are guest start-up
 // and heap growth paid again: a reason to look at (for "idle", a reason
 // to raise instance_idle_ms if the first calls after a pause are slow).
+// CodeReleased counts the releases of the module's compiled code
+// (code_idle_ms) and CodeLoads its compiles after one; CodeLoaded says
+// whether it is in memory now.
 type InstanceStats struct {
-	Max       int              `json:"max"`
-	Live      int              `json:"live"`
-	Idle      int              `json:"idle"`
-	Created   int64            `json:"created"`
-	Discarded map[string]int64 `json:"discarded"`
+	Max          int              `json:"max"`
+	Live         int              `json:"live"`
+	Idle         int              `json:"idle"`
+	Created      int64            `json:"created"`
+	Discarded    map[string]int64 `json:"discarded"`
+	CodeLoaded   bool             `json:"code_loaded"`
+	CodeReleased int64            `json:"code_released"`
+	CodeLoads    int64            `json:"code_loads"`
 }
 
 // Instances reads the module's instance counts.
 func (m *Module) Instances() InstanceStats {
 	m.pool.mu.Lock()
-	live, idle := m.pool.live, len(m.pool.idle)
+	live, idle, loaded := m.pool.live, len(m.pool.idle), m.pool.compiled != nil
 	m.pool.mu.Unlock()
 	st := InstanceStats{Max: cap(m.pool.sem), Live: live, Idle: idle, Created: m.pool.created.Load(),
-		Discarded: make(map[string]int64, discardReasons)}
+		Discarded: make(map[string]int64, discardReasons), CodeLoaded: loaded,
+		CodeReleased: m.pool.codeReleased.Load(), CodeLoads: m.pool.codeLoads.Load()}
 	for i := range discardReasons {
 		st.Discarded[discardNames[i]] = m.pool.discarded[i].Load()
 	}
@@ -192,7 +208,7 @@ func newPool(size int, now func() time.Time) *pool {
 	if size <= 0 {
 		size = runtime.GOMAXPROCS(0)
 	}
-	return &pool{sem: make(chan struct{}, size), now: now}
+	return &pool{sem: make(chan struct{}, size), now: now, used: now()}
 }
 
 // Handle runs handler on a batch of messages in a pooled instance, under
@@ -332,8 +348,16 @@ func (m *Module) acquire(callCtx, ctx context.Context) (*instance, error) {
 	if inst := m.pool.pop(); inst != nil {
 		return inst, nil
 	}
-	inst, err := m.instance(callCtx, m.log)
+	c, err := m.code(callCtx, ctx)
 	if err != nil {
+		<-m.pool.sem
+		return nil, err
+	}
+	inst, err := m.instance(callCtx, c, m.log)
+	if err != nil {
+		m.pool.mu.Lock()
+		m.pool.live--
+		m.pool.mu.Unlock()
 		<-m.pool.sem
 		switch {
 		case ctx.Err() != nil:
@@ -344,9 +368,6 @@ func (m *Module) acquire(callCtx, ctx context.Context) (*instance, error) {
 		return nil, err
 	}
 	m.pool.created.Add(1)
-	m.pool.mu.Lock()
-	m.pool.live++
-	m.pool.mu.Unlock()
 	return inst, nil
 }
 
@@ -356,6 +377,7 @@ func (m *Module) acquire(callCtx, ctx context.Context) (*instance, error) {
 func (p *pool) pop() *instance {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.used = p.now()
 	n := len(p.idle)
 	if n == 0 {
 		return nil
@@ -437,10 +459,13 @@ func (m *Module) reapIdle(now time.Time) int {
 }
 
 // closeIdle closes the idle instances and marks the pool closed: calls in
-// flight close theirs when they finish.
-func (p *pool) closeIdle(ctx context.Context) {
+// flight close theirs when they finish. It returns the module's code, for
+// the caller to close (nil if released).
+func (p *pool) closeIdle(ctx context.Context) *compiledCode {
 	p.mu.Lock()
 	p.closed = true
+	c := p.compiled
+	p.compiled = nil
 	idle := p.idle
 	p.idle = nil
 	p.live -= len(idle)
@@ -449,4 +474,5 @@ func (p *pool) closeIdle(ctx context.Context) {
 		_ = in.inst.Close(ctx)
 	}
 	p.reaping.Wait()
+	return c
 }

@@ -76,7 +76,10 @@
 // Instances are made on a module's first calls and reused most recent
 // first; one idle for Limits.InstanceIdle is closed by the Loader's
 // reaper (idle.go), so a module that runs rarely holds its compiled code
-// but no instance.
+// but no instance. With Limits.CodeIdle and a cache directory, the reaper
+// also releases the compiled code of a module with no instance and no
+// call for that long, and its next call compiles it again from the disk
+// cache, one compile for all the calls that wait on it (codeidle.go).
 //
 // Before it takes an instance, a call takes a slot of its tenant's share
 // of the host's guest concurrency (fairshare.go, the loader's Scheduler):

@@ -33,9 +33,10 @@ func newReaper(clk clock.Clock) *reaper {
 	return &reaper{clk: clock.Or(clk), mods: map[*Module]struct{}{}}
 }
 
-// add has m's idle instances reaped, if m has an InstanceIdle.
+// add has m's idle instances reaped, if m has an InstanceIdle, and its
+// code released, if it may be (Limits.CodeIdle).
 func (r *reaper) add(m *Module) {
-	if m.Limits.InstanceIdle <= 0 {
+	if m.Limits.InstanceIdle <= 0 && m.recompile == nil {
 		return
 	}
 	r.mu.Lock()
@@ -105,17 +106,26 @@ func (r *reaper) run(stop, done chan struct{}) {
 			if n := m.reapIdle(now); n > 0 {
 				m.log.Debug("idle instances closed", "module", m.File, "closed", n, "instance_idle", m.Limits.InstanceIdle)
 			}
+			if m.releaseCode(now) {
+				m.log.Debug("idle code released", "module", m.File, "code_idle", m.Limits.CodeIdle)
+			}
 		}
 	}
 }
 
-// tick is a quarter of the shortest InstanceIdle, at most maxReapTick.
+// tick is a quarter of the shortest InstanceIdle or CodeIdle, at most
+// maxReapTick.
 func (r *reaper) tick() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t := maxReapTick
 	for m := range r.mods {
-		t = min(t, m.Limits.InstanceIdle/4)
+		if m.Limits.InstanceIdle > 0 {
+			t = min(t, m.Limits.InstanceIdle/4)
+		}
+		if m.recompile != nil {
+			t = min(t, m.Limits.CodeIdle/4)
+		}
 	}
 	return max(t, time.Millisecond)
 }

@@ -1,6 +1,8 @@
 package host
 
 import (
+	"bytes"
+	"compress/flate"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -153,4 +155,135 @@ func rssMB(tb testing.TB) float64 {
 	}
 	tb.Fatal("no VmRSS in /proc/self/status")
 	return 0
+}
+
+// BenchmarkCodeIdle measures what code_idle_ms saves and costs (issue
+// 21), as BenchmarkIdleReclaim does for instance_idle_ms, on the Go
+// client_orders example with a warm compiled-code cache on disk. Run it
+// once:
+//
+//	go test ./internal/host/ -run '^$' -bench CodeIdle -benchtime 1x
+//
+// rss: the process's RSS before (base_MB), with N=20 distinct builds
+// loaded (loaded_MB), after one call each (called_MB), after every
+// instance was reclaimed (reclaimed_MB, today's idle host) and after
+// every module's code was released (released_MB); per module:
+// loaded_MB_per_module, instance_MB_per_module (called over reclaimed),
+// code_MB_per_module (reclaimed over released) and kept_MB_per_module
+// (released over base: what an idle module still costs). packed_MB is the
+// module's file compressed as a module keeps its code to compile again
+// (the prepared code it keeps is a little larger). first_call: the first
+// call after a release (cold_ms, a compile from the disk cache and an
+// instance) beside a call on an idle instance (warm_ms), same run.
+func BenchmarkCodeIdle(b *testing.B) {
+	if testing.Short() {
+		b.Skip("builds and compiles 20 modules")
+	}
+	clk := newFakeClock()
+	l, err := NewLoader(LoaderOptions{Limits: Limits{InstanceIdle: time.Minute, CodeIdle: 2 * time.Minute}, Clock: clk,
+		CacheDir: wasmbuild.CacheDir(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	load := func(path string) *Module {
+		m, err := l.LoadFile(context.Background(), path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = m.Close(context.Background()) })
+		return m
+	}
+	handle := func(m *Module) time.Duration {
+		start := time.Now()
+		res, err := m.Handle(context.Background(), "client_orders", orderPlaced, orderSession{})
+		d := time.Since(start)
+		if err != nil || len(res) != 1 || res[0].Error != nil {
+			b.Fatalf("%v %+v", err, res)
+		}
+		return d
+	}
+	// idle moves past instance_idle, then code_idle: a sweep each.
+	idle := func(code bool, mods ...*Module) {
+		clk.advance(time.Minute)
+		clk.sweep(b)
+		if code {
+			clk.advance(time.Minute)
+			clk.sweep(b)
+		}
+		for _, m := range mods {
+			if st := m.Instances(); st.Live != 0 || st.CodeLoaded == code {
+				b.Fatalf("%s: %+v", m.File, st)
+			}
+		}
+	}
+
+	b.Run("rss", func(b *testing.B) {
+		const n = 20
+		dir := b.TempDir()
+		base := rssMB(b)
+		var mods []*Module
+		var packed int
+		for i := range n {
+			path := wasmbuild.Build(b, "./plugins/examples/client_orders", fmt.Sprintf("version=1.0.%d", i))
+			mods = append(mods, load(wasmbuild.Copy(b, path, dir, fmt.Sprintf("client_orders_%d.wasm", i))))
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var buf bytes.Buffer
+			w, _ := flate.NewWriter(&buf, flate.BestSpeed)
+			_, _ = w.Write(raw)
+			_ = w.Close()
+			packed += buf.Len()
+		}
+		loaded := rssMB(b)
+		for _, m := range mods {
+			handle(m)
+		}
+		called := rssMB(b)
+		idle(false, mods...)
+		reclaimed := rssMB(b)
+		clk.advance(time.Minute)
+		clk.sweep(b)
+		for _, m := range mods {
+			if st := m.Instances(); st.CodeLoaded {
+				b.Fatalf("%s: %+v", m.File, st)
+			}
+		}
+		rssMB(b) // the executable memory is unmapped by a finalizer: a second GC sees it gone
+		released := rssMB(b)
+		b.ReportMetric(base, "base_MB")
+		b.ReportMetric(loaded, "loaded_MB")
+		b.ReportMetric(called, "called_MB")
+		b.ReportMetric(reclaimed, "reclaimed_MB")
+		b.ReportMetric(released, "released_MB")
+		b.ReportMetric((loaded-base)/n, "loaded_MB_per_module")
+		b.ReportMetric((called-reclaimed)/n, "instance_MB_per_module")
+		b.ReportMetric((reclaimed-released)/n, "code_MB_per_module")
+		b.ReportMetric((released-base)/n, "kept_MB_per_module")
+		b.ReportMetric(float64(packed)/n/(1<<20), "packed_MB")
+	})
+
+	b.Run("first_call", func(b *testing.B) {
+		m := load(wasmbuild.Build(b, "./plugins/examples/client_orders"))
+		handle(m)
+		const warmCalls, coldCalls = 100, 5
+		var warm, cold, worst time.Duration
+		for range warmCalls {
+			warm += handle(m)
+		}
+		for range coldCalls {
+			idle(true, m)
+			d := handle(m)
+			cold += d
+			worst = max(worst, d)
+		}
+		warmMS := float64(warm.Microseconds()) / 1000 / warmCalls
+		coldMS := float64(cold.Microseconds()) / 1000 / coldCalls
+		b.ReportMetric(warmMS, "warm_ms")
+		b.ReportMetric(coldMS, "cold_ms")
+		b.ReportMetric(float64(worst.Microseconds())/1000, "cold_max_ms")
+		b.ReportMetric(coldMS/warmMS, "x_warm")
+	})
 }

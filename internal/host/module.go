@@ -71,6 +71,12 @@ type Limits struct {
 	// DefaultLimits'; negative keeps idle instances until the module
 	// closes.
 	InstanceIdle time.Duration
+	// CodeIdle releases a module's compiled code (about 24 MB for a Go
+	// guest) once it has had no instance and no call this long; the
+	// next call compiles it again, from the compiled-code cache on disk
+	// (codeidle.go). Only with a cache directory; 0 (the default) or
+	// negative keeps the code while the module is loaded.
+	CodeIdle time.Duration
 	// LogsPerSecond and LogBurst bound the guest log lines a module may
 	// forward to the host log; the rest are dropped and counted.
 	LogsPerSecond, LogBurst int
@@ -200,11 +206,13 @@ type Module struct {
 	// DeadlineInstrumented, DeadlineRuntime or DeadlineOff.
 	Deadline string
 
-	compiled *extism.CompiledPlugin
-	pool     *pool
-	log      *slog.Logger
-	v2       sync.Map // *extism.Plugin → *instanceV2, for ABI v2 modules (abiv2.go)
-	hasStart bool     // instrumented, with its start section exported (see attach)
+	pool *pool
+	// recompile compiles the module's code again after a release (nil:
+	// the code is never released, see Limits.CodeIdle).
+	recompile func(context.Context) (*compiledCode, error)
+	log       *slog.Logger
+	v2        sync.Map // *extism.Plugin → *instanceV2, for ABI v2 modules (abiv2.go)
+	hasStart  bool     // instrumented, with its start section exported (see attach)
 	// stat is the file as it was when loaded: a reload that finds the
 	// same file (same inode, size and modification time) carries the
 	// module without reading it again.
@@ -241,15 +249,18 @@ func (m *Module) retain() bool {
 // Close drops one holder; the last releases the module's compiled code
 // and runtime.
 func (m *Module) Close(ctx context.Context) error {
-	if m.compiled == nil || m.refs.Add(-1) > 0 {
+	if m.pool == nil || m.refs.Add(-1) > 0 {
 		return nil
 	}
 	m.reaper.remove(m)
-	m.pool.closeIdle(ctx)
+	c := m.pool.closeIdle(ctx)
 	if m.uncache != nil {
 		m.uncache()
 	}
-	return m.compiled.Close(ctx)
+	if c == nil { // released, or being compiled again (loadCode closes it)
+		return nil
+	}
+	return c.close(ctx)
 }
 
 // LoadError is a module file that could not be loaded.
@@ -282,13 +293,18 @@ type Loader struct {
 	tenantLim func(module string) Limits
 	tenancy   Tenancy
 	cache     wazero.CompilationCache
+	cacheDir  string    // LoaderOptions.CacheDir: "" for a cache in memory
 	dir       *cacheDir // bounds the cache's directory; nil: unbounded or in memory
 	funcs     []extism.HostFunction
 	poolSize  int
 	reaper    *reaper
 	log       *slog.Logger
-	// compiling counts compilations running, abandoned ones included.
+	// compiling counts compilations running, abandoned ones included;
+	// closed, under mu, refuses new ones once Close began waiting for
+	// them (a module whose code was released compiles after load).
 	compiling sync.WaitGroup
+	mu        sync.Mutex
+	closed    bool
 	// compiles counts the compilations started (tests: a module refused
 	// before compiling starts none).
 	compiles atomic.Int64
@@ -367,7 +383,7 @@ func NewLoader(opts LoaderOptions) (*Loader, error) {
 		if err != nil {
 			return nil, fmt.Errorf("plugins.cache_dir %s: %w", opts.CacheDir, err)
 		}
-		l.cache = c
+		l.cache, l.cacheDir = c, opts.CacheDir
 		if opts.CacheMaxBytes > 0 {
 			l.dir = newCacheDir(opts.CacheDir, opts.CacheMaxBytes, l.log)
 			if err := l.dir.warm(context.Background(), c); err != nil {
@@ -396,6 +412,9 @@ func (l *Loader) Scheduler() *Scheduler { return l.sched }
 // compilation ends, in the background.
 func (l *Loader) Close(ctx context.Context) error {
 	l.reaper.close()
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
 	idle := make(chan struct{})
 	go func() {
 		l.compiling.Wait()
@@ -466,6 +485,59 @@ func (l *Loader) limitsOf(name string) Limits {
 	return l.limits
 }
 
+// compile compiles code (prepared, see prepare) under the module's
+// compile deadline, with the loader's compilation cache or, if own, a
+// cache of its own on the same directory; key is the code's key in the
+// bounded cache's index.
+func (l *Loader) compile(ctx context.Context, name string, code []byte, mode string, lim Limits, own bool) (*compiledCode, string, error) {
+	// wazero's cache key covers the code and whether it closes on a
+	// context's end; so does the key of the bounded cache's index.
+	codeSum := sha256.Sum256(code)
+	key := hex.EncodeToString(codeSum[:]) + "/" + mode
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, key, errLoaderClosed
+	}
+	l.compiling.Add(1)
+	l.mu.Unlock()
+	manifest := extism.Manifest{Wasm: []extism.Wasm{extism.WasmData{Data: code, Name: "main"}}}
+	c, err := within(ctx, lim.compileDeadline(len(code)), func() (c *compiledCode, err error) {
+		defer l.compiling.Done()
+		c = &compiledCode{}
+		cache := l.cache
+		if own {
+			if cache, err = wazero.NewCompilationCacheWithDir(l.cacheDir); err != nil {
+				return nil, err
+			}
+			c.own = cache
+		}
+		rc := wazero.NewRuntimeConfig().
+			WithCompilationCache(cache).
+			WithCloseOnContextDone(mode == DeadlineRuntime).
+			WithMemoryLimitPages(uint32(lim.MemoryMB) * 16) // 64 KiB pages
+		compile := func() error {
+			l.compiles.Add(1)
+			c.CompiledPlugin, err = extism.NewCompiledPlugin(context.WithoutCancel(ctx), manifest, extism.PluginConfig{RuntimeConfig: rc, EnableWasi: true}, l.funcs)
+			return err
+		}
+		if l.dir != nil {
+			// Serialized with the other compiles (while it waits, its
+			// deadline runs: a compile that overran its own still holds the
+			// core).
+			_ = l.dir.compile(key, name, compile)
+		} else {
+			_ = compile()
+		}
+		if err != nil {
+			_ = c.close(context.Background())
+			return nil, err
+		}
+		return c, nil
+	}, func(c *compiledCode) { _ = c.close(context.Background()) })
+	return c, key, err
+}
+
 // load compiles b, the bytes of file (at most lim.MaxModuleBytes, with
 // their SHA-256 sum), and reads its manifest.
 func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Size]byte, lim Limits) (*Module, error) {
@@ -484,48 +556,33 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	if err != nil {
 		return nil, err
 	}
-	rc := wazero.NewRuntimeConfig().
-		WithCompilationCache(l.cache).
-		WithCloseOnContextDone(mode == DeadlineRuntime).
-		WithMemoryLimitPages(uint32(lim.MemoryMB) * 16) // 64 KiB pages
-	manifest := extism.Manifest{Wasm: []extism.Wasm{extism.WasmData{Data: code, Name: "main"}}}
-	// wazero's cache key covers the code and whether it closes on a
-	// context's end; so does the key of the bounded cache's index.
-	codeSum := sha256.Sum256(code)
-	key := hex.EncodeToString(codeSum[:]) + "/" + mode
-	l.compiling.Add(1)
-	compiled, err := within(ctx, lim.compileDeadline(len(code)), func() (c *extism.CompiledPlugin, err error) {
-		defer l.compiling.Done()
-		compile := func() error {
-			l.compiles.Add(1)
-			c, err = extism.NewCompiledPlugin(context.WithoutCancel(ctx), manifest, extism.PluginConfig{RuntimeConfig: rc, EnableWasi: true}, l.funcs)
-			return err
-		}
-		if l.dir != nil {
-			// Serialized with the other compiles (while it waits, its
-			// deadline runs: a compile that overran its own still holds the
-			// core).
-			_ = l.dir.compile(key, name, compile)
-			return c, err
-		}
-		_ = compile()
-		return c, err
-	}, func(c *extism.CompiledPlugin) { _ = c.Close(context.Background()) })
-	if errors.Is(err, ErrCompileTimeout) || errors.Is(err, ErrCanceled) {
+	// A module whose code may be released gets an engine of its own:
+	// wazero frees compiled code only with the engine, and an engine is
+	// shared by every runtime of a compilation cache (codeidle.go).
+	own := lim.CodeIdle > 0 && l.cacheDir != ""
+	compiled, key, err := l.compile(ctx, name, code, mode, lim, own)
+	if errors.Is(err, ErrCompileTimeout) || errors.Is(err, ErrCanceled) || errors.Is(err, errLoaderClosed) {
 		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotWASM, err)
 	}
 	m := &Module{File: file, SHA256: hex.EncodeToString(sum[:]), Limits: lim, Tenant: l.tenancy.of(name), Deadline: mode,
-		compiled: compiled, pool: newPool(cmp.Or(lim.Instances, l.poolSize), l.reaper.clk.Now), reaper: l.reaper, log: l.log, hasStart: hasStart,
+		pool: newPool(cmp.Or(lim.Instances, l.poolSize), l.reaper.clk.Now), reaper: l.reaper, log: l.log, hasStart: hasStart,
 		logs: newLogLimiter(float64(lim.LogsPerSecond), float64(lim.LogBurst))}
 	m.share = l.sched.Tenant(m.Tenant)
 	m.refs.Store(1)
+	m.pool.compiled = compiled
 	man, err := l.readManifest(ctx, m)
 	if err != nil {
-		_ = compiled.Close(ctx)
+		_ = compiled.close(ctx)
 		return nil, err
+	}
+	if own {
+		if m.recompile, err = l.recompiler(name, code, mode, lim); err != nil {
+			_ = compiled.close(ctx)
+			return nil, err
+		}
 	}
 	m.Manifest = man
 	if l.dir != nil {
@@ -538,7 +595,7 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 func (l *Loader) readManifest(parent context.Context, m *Module) (*abi.Manifest, error) {
 	ctx, cancel := context.WithTimeout(parent, m.Limits.ManifestTimeout)
 	defer cancel()
-	inst, err := m.instance(ctx, l.log)
+	inst, err := m.instance(ctx, m.pool.compiled, l.log)
 	switch {
 	case err != nil && parent.Err() != nil:
 		return nil, fmt.Errorf("%w: instantiating: %v", ErrCanceled, parent.Err())
@@ -582,7 +639,7 @@ func (l *Loader) readManifest(parent context.Context, m *Module) (*abi.Manifest,
 // instance makes a fresh instance of the module with its logs routed to
 // log; an instrumented module's start function runs here, under the call
 // deadline (see attach).
-func (m *Module) instance(ctx context.Context, log *slog.Logger) (*instance, error) {
+func (m *Module) instance(ctx context.Context, c *compiledCode, log *slog.Logger) (*instance, error) {
 	// wazero's default clocks are fake (they step on each read); handlers
 	// stamp events with time.Now, so give them the real ones.
 	// wazero's default random source is a fixed seed, so every instance
@@ -602,7 +659,7 @@ func (m *Module) instance(ctx context.Context, log *slog.Logger) (*instance, err
 		ictx, cancel = context.WithTimeout(ctx, m.Limits.Timeout)
 		defer cancel()
 	}
-	inst, err := m.compiled.Instance(experimental.WithMemoryAllocator(ictx, in.mem), extism.PluginInstanceConfig{ModuleConfig: mc})
+	inst, err := c.Instance(experimental.WithMemoryAllocator(ictx, in.mem), extism.PluginInstanceConfig{ModuleConfig: mc})
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w", err)
 	}
