@@ -22,7 +22,11 @@ func codeModule(t *testing.T, clk *fakeClock, cacheDir string) (*Module, *Loader
 	t.Helper()
 	w := testwait.Limit()
 	l, err := NewLoader(LoaderOptions{Limits: Limits{Timeout: w, ManifestTimeout: w, CompileTimeout: w, InstanceIdle: time.Minute,
-		CodeIdle: 2 * time.Minute}, Instances: 3, Clock: clk, CacheDir: cacheDir})
+		CodeIdle: 2 * time.Minute}, Instances: 3, Clock: clk, CacheDir: cacheDir,
+		// The calls here wait for a compile holding their guest slot; a
+		// tenant's cap of slots (half of 2 x GOMAXPROCS) would keep the
+		// third from reaching it. Sharing is fairshare_test's.
+		GuestConcurrency: -1})
 	require.NoError(t, err)
 	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./internal/host/testdata/plugins/behave"))
 	require.NoError(t, err)
