@@ -163,30 +163,7 @@ func TestCallsRacingTheCodeRelease(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
 	m, _ := codeModule(t, clk, wasmbuild.CacheDir(t))
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 3 {
-		wg.Go(func() {
-			for range 4 {
-				if _, err := m.Handle(context.Background(), "behave", okBatch, nopSession{}); err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	for running := true; running; {
-		select {
-		case <-done:
-			running = false
-		default:
-		}
-		clk.advance(2 * time.Minute)
-		clk.sweep(t)
-	}
+	raceTheReaper(t, clk, m, 4, 2*time.Minute)
 	st := m.Instances()
 	require.Positive(t, st.CodeReleased)
 	require.False(t, st.CodeLoaded, "the last sweep released the code the calls left")

@@ -33,6 +33,71 @@ func (orderSession) ReadStream(context.Context, *abi.ReadStreamRequest, int) abi
 var orderPlaced = []abi.Envelope{{ID: "e-1", Type: "OrderPlaced", Stream: "order-o-1",
 	Data: json.RawMessage(`{"order_id":"o-1","client_id":"c-1","total":42.5}`)}}
 
+// benchModules loads Go client_orders builds on l for the idle
+// benchmarks and calls them, in the sub-benchmark b; the modules stay
+// loaded until keep, the whole benchmark, ends (the reaper runs while one
+// is loaded, and a restart of it would move its sweeps).
+type benchModules struct {
+	b, keep *testing.B
+	l       *Loader
+}
+
+func (c benchModules) load(path string) *Module {
+	m, err := c.l.LoadFile(context.Background(), path)
+	if err != nil {
+		c.b.Fatal(err)
+	}
+	c.keep.Cleanup(func() { _ = m.Close(context.Background()) })
+	return m
+}
+
+// handle makes one call of m and returns how long it took.
+func (c benchModules) handle(m *Module) time.Duration {
+	start := time.Now()
+	res, err := m.Handle(context.Background(), "client_orders", orderPlaced, orderSession{})
+	d := time.Since(start)
+	if err != nil || len(res) != 1 || res[0].Error != nil {
+		c.b.Fatalf("%v %+v", err, res)
+	}
+	return d
+}
+
+// versions loads n distinct builds of client_orders (version=1.0.i),
+// each under its own file name, and returns them with their build paths.
+func (c benchModules) versions(n int) (mods []*Module, paths []string) {
+	dir := c.b.TempDir()
+	for i := range n {
+		path := wasmbuild.Build(c.b, "./plugins/examples/client_orders", fmt.Sprintf("version=1.0.%d", i))
+		mods = append(mods, c.load(wasmbuild.Copy(c.b, path, dir, fmt.Sprintf("client_orders_%d.wasm", i))))
+		paths = append(paths, path)
+	}
+	return mods, paths
+}
+
+// firstCall reports warm_ms, the mean of warmCalls calls of a loaded
+// client_orders, beside cold_ms and cold_max_ms, the mean and worst of
+// coldCalls calls each after cool, and x_warm, the one over the other.
+func (c benchModules) firstCall(warmCalls, coldCalls int, cool func(*Module)) {
+	m := c.load(wasmbuild.Build(c.b, "./plugins/examples/client_orders"))
+	c.handle(m)
+	var warm, cold, worst time.Duration
+	for range warmCalls {
+		warm += c.handle(m)
+	}
+	for range coldCalls {
+		cool(m)
+		d := c.handle(m)
+		cold += d
+		worst = max(worst, d)
+	}
+	warmMS := float64(warm.Microseconds()) / 1000 / float64(warmCalls)
+	coldMS := float64(cold.Microseconds()) / 1000 / float64(coldCalls)
+	c.b.ReportMetric(warmMS, "warm_ms")
+	c.b.ReportMetric(coldMS, "cold_ms")
+	c.b.ReportMetric(float64(worst.Microseconds())/1000, "cold_max_ms")
+	c.b.ReportMetric(coldMS/warmMS, "x_warm")
+}
+
 // BenchmarkIdleReclaim measures what instance_idle_ms costs and saves
 // (issue 21), on the Go client_orders example with a warm compiled-code
 // cache, the reaper driven by a fake clock. Run it once:
@@ -49,7 +114,8 @@ var orderPlaced = []abi.Envelope{{ID: "e-1", Type: "OrderPlaced", Stream: "order
 // baseline: what a host keeps today), and after every instance was
 // reclaimed (reclaimed_MB; both after a GC that returns freed memory to
 // the OS); freed_MB_per_module and x_called, reclaimed over called.
-func BenchmarkIdleReclaim(b *testing.B) {
+func BenchmarkIdleReclaim(bench *testing.B) {
+	b := bench
 	if testing.Short() {
 		b.Skip("builds and compiles 20 modules")
 	}
@@ -59,23 +125,6 @@ func BenchmarkIdleReclaim(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer l.Close(context.Background())
-	load := func(path string) *Module {
-		m, err := l.LoadFile(context.Background(), path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = m.Close(context.Background()) })
-		return m
-	}
-	handle := func(m *Module) time.Duration {
-		start := time.Now()
-		res, err := m.Handle(context.Background(), "client_orders", orderPlaced, orderSession{})
-		d := time.Since(start)
-		if err != nil || len(res) != 1 || res[0].Error != nil {
-			b.Fatalf("%v %+v", err, res)
-		}
-		return d
-	}
 	reclaimAll := func(mods ...*Module) {
 		clk.advance(time.Minute)
 		clk.sweep(b)
@@ -87,39 +136,17 @@ func BenchmarkIdleReclaim(b *testing.B) {
 	}
 
 	b.Run("first_call", func(b *testing.B) {
-		m := load(wasmbuild.Build(b, "./plugins/examples/client_orders"))
-		handle(m)
-		const warmCalls, coldCalls = 200, 20
-		var warm, cold, worst time.Duration
-		for range warmCalls {
-			warm += handle(m)
-		}
-		for range coldCalls {
-			reclaimAll(m)
-			d := handle(m)
-			cold += d
-			worst = max(worst, d)
-		}
-		warmMS := float64(warm.Microseconds()) / 1000 / warmCalls
-		coldMS := float64(cold.Microseconds()) / 1000 / coldCalls
-		b.ReportMetric(warmMS, "warm_ms")
-		b.ReportMetric(coldMS, "cold_ms")
-		b.ReportMetric(float64(worst.Microseconds())/1000, "cold_max_ms")
-		b.ReportMetric(coldMS/warmMS, "x_warm")
+		benchModules{b, bench, l}.firstCall(200, 20, func(m *Module) { reclaimAll(m) })
 	})
 
 	b.Run("rss", func(b *testing.B) {
 		const n = 20
-		dir := b.TempDir()
+		c := benchModules{b, bench, l}
 		base := rssMB(b)
-		var mods []*Module
-		for i := range n {
-			path := wasmbuild.Build(b, "./plugins/examples/client_orders", fmt.Sprintf("version=1.0.%d", i))
-			mods = append(mods, load(wasmbuild.Copy(b, path, dir, fmt.Sprintf("client_orders_%d.wasm", i))))
-		}
+		mods, _ := c.versions(n)
 		loaded := rssMB(b)
 		for _, m := range mods {
-			handle(m)
+			c.handle(m)
 		}
 		called := rssMB(b)
 		reclaimAll(mods...)
@@ -175,7 +202,8 @@ func rssMB(tb testing.TB) float64 {
 // (the prepared code it keeps is a little larger). first_call: the first
 // call after a release (cold_ms, a compile from the disk cache and an
 // instance) beside a call on an idle instance (warm_ms), same run.
-func BenchmarkCodeIdle(b *testing.B) {
+func BenchmarkCodeIdle(bench *testing.B) {
+	b := bench
 	if testing.Short() {
 		b.Skip("builds and compiles 20 modules")
 	}
@@ -186,23 +214,6 @@ func BenchmarkCodeIdle(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer l.Close(context.Background())
-	load := func(path string) *Module {
-		m, err := l.LoadFile(context.Background(), path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = m.Close(context.Background()) })
-		return m
-	}
-	handle := func(m *Module) time.Duration {
-		start := time.Now()
-		res, err := m.Handle(context.Background(), "client_orders", orderPlaced, orderSession{})
-		d := time.Since(start)
-		if err != nil || len(res) != 1 || res[0].Error != nil {
-			b.Fatalf("%v %+v", err, res)
-		}
-		return d
-	}
 	// idle moves past instance_idle, then code_idle: a sweep each.
 	idle := func(code bool, mods ...*Module) {
 		clk.advance(time.Minute)
@@ -220,13 +231,11 @@ func BenchmarkCodeIdle(b *testing.B) {
 
 	b.Run("rss", func(b *testing.B) {
 		const n = 20
-		dir := b.TempDir()
+		c := benchModules{b, bench, l}
 		base := rssMB(b)
-		var mods []*Module
+		mods, paths := c.versions(n)
 		var packed int
-		for i := range n {
-			path := wasmbuild.Build(b, "./plugins/examples/client_orders", fmt.Sprintf("version=1.0.%d", i))
-			mods = append(mods, load(wasmbuild.Copy(b, path, dir, fmt.Sprintf("client_orders_%d.wasm", i))))
+		for _, path := range paths {
 			raw, err := os.ReadFile(path)
 			if err != nil {
 				b.Fatal(err)
@@ -239,7 +248,7 @@ func BenchmarkCodeIdle(b *testing.B) {
 		}
 		loaded := rssMB(b)
 		for _, m := range mods {
-			handle(m)
+			c.handle(m)
 		}
 		called := rssMB(b)
 		idle(false, mods...)
@@ -266,24 +275,6 @@ func BenchmarkCodeIdle(b *testing.B) {
 	})
 
 	b.Run("first_call", func(b *testing.B) {
-		m := load(wasmbuild.Build(b, "./plugins/examples/client_orders"))
-		handle(m)
-		const warmCalls, coldCalls = 100, 5
-		var warm, cold, worst time.Duration
-		for range warmCalls {
-			warm += handle(m)
-		}
-		for range coldCalls {
-			idle(true, m)
-			d := handle(m)
-			cold += d
-			worst = max(worst, d)
-		}
-		warmMS := float64(warm.Microseconds()) / 1000 / warmCalls
-		coldMS := float64(cold.Microseconds()) / 1000 / coldCalls
-		b.ReportMetric(warmMS, "warm_ms")
-		b.ReportMetric(coldMS, "cold_ms")
-		b.ReportMetric(float64(worst.Microseconds())/1000, "cold_max_ms")
-		b.ReportMetric(coldMS/warmMS, "x_warm")
+		benchModules{b, bench, l}.firstCall(100, 5, func(m *Module) { idle(true, m) })
 	})
 }

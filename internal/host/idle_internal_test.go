@@ -166,31 +166,7 @@ func TestCallsRacingTheReaper(t *testing.T) {
 	t.Parallel()
 	clk := newFakeClock()
 	m, _ := idleModule(t, clk)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 3 {
-		wg.Go(func() {
-			for range 8 {
-				if _, err := m.Handle(context.Background(), "behave", okBatch, nopSession{}); err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	sweeps := 0
-	for running := true; running; sweeps++ {
-		select {
-		case <-done:
-			running = false
-		default:
-		}
-		clk.advance(time.Minute)
-		clk.sweep(t)
-	}
+	sweeps := raceTheReaper(t, clk, m, 8, time.Minute)
 	st := m.Instances()
 	require.Positive(t, st.Discarded["idle"], "after %d sweeps", sweeps)
 	require.Equal(t, int64(0), st.Discarded["failed"])
@@ -227,4 +203,36 @@ func TestReaperStopsWithItsModulesAndLoader(t *testing.T) {
 	require.NoError(t, l.Close(context.Background()))
 	require.False(t, running(), "c is loaded, but its loader closed")
 	require.NoError(t, c.Close(context.Background()))
+}
+
+// raceTheReaper makes calls calls of m on each of 3 goroutines while it
+// advances clk by step and sweeps, until the calls are done; every call
+// must succeed. It returns the sweeps made.
+func raceTheReaper(t *testing.T, clk *fakeClock, m *Module, calls int, step time.Duration) (sweeps int) {
+	t.Helper()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			for range calls {
+				if _, err := m.Handle(context.Background(), "behave", okBatch, nopSession{}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	for running := true; running; sweeps++ {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		clk.advance(step)
+		clk.sweep(t)
+	}
+	return sweeps
 }
