@@ -23,9 +23,9 @@ import (
 //
 // wazero frees compiled code only when its engine closes (closing a
 // runtime, or an Extism CompiledPlugin, leaves the code in the engine),
-// and every runtime of one compilation cache shares its engine. So a
-// module whose code may be released compiles with a cache of its own on
-// the loader's directory (compiledCode.own), closed with the code.
+// and every runtime of one compilation cache shares its engine. So every
+// module compiles with a cache of its own on the loader's directory
+// (compiledCode.own), closed with the code (Loader.compile).
 //
 // What the module keeps to compile again is the code it compiled (after
 // boundTables and prepare, so the compile is a cache hit and nothing is
@@ -89,7 +89,7 @@ func (l *Loader) recompiler(name string, code []byte, mode string, lim Limits) (
 		if err != nil {
 			return nil, fmt.Errorf("unpacking the code: %w", err)
 		}
-		c, _, err := l.compile(ctx, name, code, mode, lim, true)
+		c, _, err := l.compile(ctx, name, code, mode, lim)
 		return c, err
 	}, nil
 }

@@ -486,10 +486,10 @@ func (l *Loader) limitsOf(name string) Limits {
 }
 
 // compile compiles code (prepared, see prepare) under the module's
-// compile deadline, with the loader's compilation cache or, if own, a
-// cache of its own on the same directory; key is the code's key in the
-// bounded cache's index.
-func (l *Loader) compile(ctx context.Context, name string, code []byte, mode string, lim Limits, own bool) (*compiledCode, string, error) {
+// compile deadline, on an engine of its own: a compilation cache of its
+// own on the loader's directory, or, without one, the runtime's own
+// engine (see load); key is the code's key in the bounded cache's index.
+func (l *Loader) compile(ctx context.Context, name string, code []byte, mode string, lim Limits) (*compiledCode, string, error) {
 	// wazero's cache key covers the code and whether it closes on a
 	// context's end; so does the key of the bounded cache's index.
 	codeSum := sha256.Sum256(code)
@@ -506,19 +506,16 @@ func (l *Loader) compile(ctx context.Context, name string, code []byte, mode str
 		defer l.compiling.Done()
 		c = &compiledCode{}
 		rc := wazero.NewRuntimeConfig()
-		switch {
-		case own && l.cacheDir != "":
+		if l.cacheDir != "" {
 			cache, err := wazero.NewCompilationCacheWithDir(l.cacheDir)
 			if err != nil {
 				return nil, err
 			}
 			c.own = cache
 			rc = rc.WithCompilationCache(cache)
-		case !own:
-			rc = rc.WithCompilationCache(l.cache)
 		}
-		// (own without a directory: no cache, so the runtime's engine is
-		// its own and closes with it.)
+		// (Without a directory, no cache: the runtime's engine is its own
+		// and closes with it.)
 		rc = rc.
 			WithCloseOnContextDone(mode == DeadlineRuntime).
 			WithMemoryLimitPages(uint32(lim.MemoryMB) * 16) // 64 KiB pages
@@ -568,7 +565,7 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	// reload kept its code (about 24 MB for a Go module) until the loader
 	// closed. The disk cache is still shared: a module compiled before is
 	// a read of its file.
-	compiled, key, err := l.compile(ctx, name, code, mode, lim, true)
+	compiled, key, err := l.compile(ctx, name, code, mode, lim)
 	if errors.Is(err, ErrCompileTimeout) || errors.Is(err, ErrCanceled) || errors.Is(err, errLoaderClosed) {
 		return nil, err
 	}
