@@ -161,6 +161,11 @@
 // modules of one directory evict each other. 0 leaves the directory
 // unbounded.
 //
+// Each load also writes the module's manifest memo there
+// (protean-manifests/): a start or reload that finds it compiles nothing
+// and serves at once, compiling the code in the background or at its
+// first call (see package host, memo.go).
+//
 // Relative paths (plugins.dir, plugins.cache_dir) are used as written, that
 // is relative to the working directory of the process, not to the config
 // file: `make run` runs from the repository root with configs/domain.toml

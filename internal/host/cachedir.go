@@ -60,6 +60,9 @@ type cacheEntry struct {
 	Module string    `json:"module"`
 	Files  []string  `json:"files"` // relative to the cache directory
 	Used   time.Time `json:"used"`
+	// Memos are the manifest memos (memo.go) of the modules loaded
+	// with this code, deleted with its files.
+	Memos []string `json:"memos,omitempty"`
 }
 
 func newCacheDir(dir string, maxBytes int64, log *slog.Logger) *cacheDir {
@@ -162,6 +165,11 @@ func (c *cacheDir) prune(idx map[string]*cacheEntry, current string, files map[s
 			}
 			size -= files[f]
 		}
+		for _, f := range idx[k].Memos {
+			if err := os.Remove(filepath.Join(c.dir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				c.log.Warn("manifest memo not deleted", "file", f, "err", err)
+			}
+		}
 		c.log.Info("compiled-code cache: pruned", "module", idx[k].Module, "key", k, "used", idx[k].Used, "cache_bytes", size)
 		delete(idx, k)
 	}
@@ -214,20 +222,28 @@ func (c *cacheDir) write(idx map[string]*cacheEntry) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(c.dir, cacheIndexFile+".*.tmp")
-	if err != nil {
+	return writeFileAtomic(c.dir, cacheIndexFile, func(f *os.File) error {
+		_, err := f.Write(b)
 		return err
+	})
+}
+
+// memo records that the manifest memo file (relative to the cache
+// directory) describes a module compiled as key, so that pruning key
+// deletes it too. A key the index does not know (its compile was a hit on
+// files it cannot attribute) keeps its memo for ever, as it keeps them.
+func (c *cacheDir) memo(key, file string) {
+	c.compileMu.Lock()
+	defer c.compileMu.Unlock()
+	idx := c.read()
+	e := idx[key]
+	if e == nil || slices.Contains(e.Memos, file) {
+		return
 	}
-	if _, err := tmp.Write(b); err != nil {
-		_ = tmp.Close()
-		_ = os.Remove(tmp.Name())
-		return err
+	e.Memos = append(e.Memos, file)
+	if err := c.write(idx); err != nil {
+		c.log.Warn("compiled-code cache index not written", "dir", c.dir, "err", err)
 	}
-	if err := tmp.Close(); err != nil {
-		_ = os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(c.dir, cacheIndexFile))
 }
 
 // acquire marks key as loaded; the function it returns releases it (once).

@@ -36,6 +36,14 @@ func cacheFiles(t *testing.T, dir string) ([]string, int64) {
 	return names, total
 }
 
+// memoCount counts the manifest memos in the cache directory dir.
+func memoCount(t *testing.T, dir string) int {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(dir, "protean-manifests", "*.json"))
+	require.NoError(t, err)
+	return len(names)
+}
+
 // boundedLoader is a loader on the cache directory dir, bounded to max
 // bytes.
 func boundedLoader(t *testing.T, dir string, max int64) *host.Loader {
@@ -67,6 +75,7 @@ func TestCacheDirStaysWithinItsBound(t *testing.T) {
 	require.NoError(t, err)
 	files, size := cacheFiles(t, dir)
 	require.Len(t, files, len(kernel)+1, "one version is one file")
+	require.Equal(t, 1, memoCount(t, dir), "and one manifest memo")
 	one := size - kernelSize
 	require.NoError(t, m1.Close(ctx))
 	require.NoError(t, l.Close(ctx))
@@ -87,6 +96,7 @@ func TestCacheDirStaysWithinItsBound(t *testing.T) {
 		files, size := cacheFiles(t, dir)
 		require.LessOrEqual(t, size, bound, "after version %d: %v", n, files)
 		require.Subset(t, files, kernel, "after version %d, the kernel is kept", n)
+		require.Equal(t, len(files)-len(kernel), memoCount(t, dir), "after version %d, a pruned version's memo goes with it", n)
 	}
 
 	// A bound smaller than what is loaded: the loaded modules are kept
@@ -101,6 +111,7 @@ func TestCacheDirStaysWithinItsBound(t *testing.T) {
 	require.NoError(t, err)
 	files, _ = cacheFiles(t, dir)
 	require.Len(t, files, len(kernel)+3, "versions 5, 6 and 7 are loaded, version 4 is pruned: %v", files)
+	require.Equal(t, 3, memoCount(t, dir))
 	require.Subset(t, files, kernel)
 	current := slices.Clone(files)
 

@@ -1,15 +1,15 @@
 package host
 
 import (
-	"bytes"
-	"compress/flate"
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"slices"
+	"sync"
 	"time"
 
 	extism "github.com/extism/go-sdk"
+	"github.com/klauspost/compress/zstd"
 	"github.com/tetratelabs/wazero"
 )
 
@@ -27,14 +27,14 @@ import (
 // module compiles with a cache of its own on the loader's directory
 // (compiledCode.own), closed with the code (Loader.compile).
 //
-// What the module keeps to compile again is the code it compiled (after
-// boundTables and prepare, so the compile is a cache hit and nothing is
-// instrumented again), compressed with compress/flate (BestSpeed; zstd is
-// not a dependency): the Go client_orders example's 4.19 MB pack into
-// 1.35 MB (BenchmarkCodeIdle, packed_MB), against the ~24 MB released;
-// an idle module keeps ~1.9 MB in all. Reading the file again would keep
-// nothing, but a file changed or removed since the load (a deploy
-// without watch) would leave the module with no code to run.
+// What the module keeps to compile again is its file's bytes, compressed
+// with zstd (packer): the Go client_orders example's 4.19 MB pack into
+// about a third (BenchmarkCodeIdle, packed_MB), against the ~24 MB
+// released. Each compile prepares them again (prepareFile), so the
+// compile is a cache hit. Reading the file again would keep nothing, but
+// a file changed or removed since the load (a deploy without watch) would
+// leave the module with no code to run. A module loaded from its manifest
+// memo (memo.go) starts in the released state.
 
 // errLoaderClosed: a module's released code cannot be compiled again
 // once its loader closed (its cache may be closed).
@@ -69,30 +69,51 @@ type codeLoad struct {
 	err  error // set before done closes
 }
 
-// recompiler returns what compiles code again for the module name: the
-// code is kept compressed.
-func (l *Loader) recompiler(name string, code []byte, mode string, lim Limits) (func(context.Context) (*compiledCode, error), error) {
-	var buf bytes.Buffer
-	w, err := flate.NewWriter(&buf, flate.BestSpeed)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := w.Write(code); err != nil {
-		return nil, err
-	}
-	if err := w.Close(); err != nil {
-		return nil, err
-	}
-	packed := bytes.Clone(buf.Bytes())
+// recompiler returns what compiles the module name again from b, its
+// file's bytes, which it keeps compressed: each compile prepares them as
+// the load did (prepareFile: deterministic, ~35 ms for a Go module) and
+// must find the deadline enforced as mode says.
+func (l *Loader) recompiler(name string, b []byte, mode string, lim Limits) (func(context.Context) (*compiledCode, error), error) {
+	size := len(b) // not b: the closure would keep it
+	packed := slices.Clip(packer().EncodeAll(b, make([]byte, 0, size/3)))
 	return func(ctx context.Context) (*compiledCode, error) {
-		code, err := io.ReadAll(flate.NewReader(bytes.NewReader(packed)))
+		b, err := unpacker().DecodeAll(packed, make([]byte, 0, size))
 		if err != nil {
-			return nil, fmt.Errorf("unpacking the code: %w", err)
+			return nil, fmt.Errorf("unpacking the module: %w", err)
+		}
+		code, got, _, err := prepareFile(name+".wasm", b, lim, l.log)
+		if err != nil {
+			return nil, err
+		}
+		if got != mode {
+			return nil, fmt.Errorf("the module's deadline is now enforced %q, not %q as at its load: reload it", got, mode)
 		}
 		c, _, err := l.compile(ctx, name, code, mode, lim)
 		return c, err
 	}, nil
 }
+
+// packer and unpacker are the zstd encoder and decoder of the code
+// modules keep to compile again (both safe for concurrent EncodeAll and
+// DecodeAll). zstd's fastest level packs a Go module's 4.2 MB into about
+// a third in ~10 ms, where compress/flate's fastest took ~50 ms (on the
+// start path of a warm start, for each module).
+var (
+	packer = sync.OnceValue(func() *zstd.Encoder {
+		e, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+		if err != nil {
+			panic(err) // only for bad options
+		}
+		return e
+	})
+	unpacker = sync.OnceValue(func() *zstd.Decoder {
+		d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+		if err != nil {
+			panic(err) // only for bad options
+		}
+		return d
+	})
+)
 
 // code returns the module's compiled code for an instance about to be
 // made, counted live under the pool lock: the reaper releases code only
@@ -115,12 +136,7 @@ func (m *Module) code(callCtx, ctx context.Context) (*compiledCode, error) {
 			p.mu.Unlock()
 			return nil, errModuleClosed
 		}
-		ld := p.loading
-		if ld == nil {
-			ld = &codeLoad{done: make(chan struct{})}
-			p.loading = ld
-			go m.loadCode(ld)
-		}
+		ld := m.startLoad()
 		p.mu.Unlock()
 		select {
 		case <-ld.done:
@@ -136,10 +152,23 @@ func (m *Module) code(callCtx, ctx context.Context) (*compiledCode, error) {
 	}
 }
 
-// loadCode compiles the module's released code and hands it to the pool,
-// or closes it if the module closed meanwhile.
-func (m *Module) loadCode(ld *codeLoad) {
-	c, err := m.recompile(context.Background())
+// startLoad returns the compile of the module's code that runs, or
+// starts one. The caller holds the pool lock, and has seen no code and a
+// recompile.
+func (m *Module) startLoad() *codeLoad {
+	p := m.pool
+	if p.loading == nil {
+		p.loading = &codeLoad{done: make(chan struct{})}
+		go m.loadCode(p.loading, m.recompile)
+	}
+	return p.loading
+}
+
+// loadCode compiles the module's code with recompile and hands it to the
+// pool, or closes it if the module closed meanwhile. Code that is never
+// released drops what compiles it (see loadFromMemo).
+func (m *Module) loadCode(ld *codeLoad, recompile func(context.Context) (*compiledCode, error)) {
+	c, err := recompile(context.Background())
 	p := m.pool
 	p.mu.Lock()
 	p.loading, ld.err = nil, err
@@ -147,6 +176,9 @@ func (m *Module) loadCode(ld *codeLoad) {
 	if err == nil && !closed {
 		p.compiled = c
 		p.codeLoads.Add(1)
+		if m.Limits.CodeIdle <= 0 {
+			m.recompile = nil
+		}
 	}
 	p.mu.Unlock()
 	close(ld.done)
@@ -162,7 +194,7 @@ func (m *Module) loadCode(ld *codeLoad) {
 // again, no instance is live (nor being made) and no call took an
 // instance for CodeIdle before now. It reports whether it did.
 func (m *Module) releaseCode(now time.Time) bool {
-	if m.recompile == nil || m.Limits.CodeIdle <= 0 {
+	if m.Limits.CodeIdle <= 0 || m.recompile == nil { // in this order: see loadCode
 		return false
 	}
 	p := m.pool

@@ -56,6 +56,16 @@
 //     (grant_dispatch). Modules no tenant lists belong to DefaultTenant
 //     ("default").
 //
+// LoadDir loads a directory's files on GOMAXPROCS goroutines. With a cache
+// directory, every load writes the module's manifest memo beside its
+// compiled code (memo.go): what protean_manifest answered, how the
+// deadline is enforced, and the code's cache key, under the file's SHA-256
+// and the limits that decide a load. A directory load that finds the memo
+// compiles nothing: the module is loaded with its code not compiled, as
+// after a code release, and compiled in the background (warm.go; the
+// module is Warming meanwhile) or, with Limits.CodeIdle, at its first
+// call. LoadFile always compiles.
+//
 // A Reloader reloads the plugins directory (on a signal, or watching it)
 // and composes the set per module (candidate.go): per file the version on
 // disk if it loads, else the running one; a changed file the set's

@@ -123,7 +123,7 @@ func (r *reaper) tick() time.Duration {
 		if m.Limits.InstanceIdle > 0 {
 			t = min(t, m.Limits.InstanceIdle/4)
 		}
-		if m.recompile != nil {
+		if m.Limits.CodeIdle > 0 && m.recompile != nil { // in this order: see loadCode
 			t = min(t, m.Limits.CodeIdle/4)
 		}
 	}

@@ -1,8 +1,6 @@
 package host
 
 import (
-	"bytes"
-	"compress/flate"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -198,8 +196,7 @@ func rssMB(tb testing.TB) float64 {
 // loaded_MB_per_module, instance_MB_per_module (called over reclaimed),
 // code_MB_per_module (reclaimed over released) and kept_MB_per_module
 // (released over base: what an idle module still costs). packed_MB is the
-// module's file compressed as a module keeps its code to compile again
-// (the prepared code it keeps is a little larger). first_call: the first
+// module's file compressed as a module keeps it to compile again. first_call: the first
 // call after a release (cold_ms, a compile from the disk cache and an
 // instance) beside a call on an idle instance (warm_ms), same run.
 func BenchmarkCodeIdle(bench *testing.B) {
@@ -240,11 +237,7 @@ func BenchmarkCodeIdle(bench *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			var buf bytes.Buffer
-			w, _ := flate.NewWriter(&buf, flate.BestSpeed)
-			_, _ = w.Write(raw)
-			_ = w.Close()
-			packed += buf.Len()
+			packed += len(packer().EncodeAll(raw, nil))
 		}
 		loaded := rssMB(b)
 		for _, m := range mods {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -231,6 +232,11 @@ type Module struct {
 	// uncache tells the compiled-code cache the module is no longer
 	// loaded (nil without a bounded cache, see cacheDir).
 	uncache func()
+	// fromMemo: the module was loaded from its manifest memo (memo.go);
+	// warming is set while its code is compiled in the background
+	// (warm.go).
+	fromMemo bool
+	warming  atomic.Bool
 }
 
 // retain adds a holder, unless the module has been released already.
@@ -314,6 +320,9 @@ type Loader struct {
 	// sched shares the guest slots between tenants (fairshare.go); nil
 	// when GuestConcurrency < 0.
 	sched *Scheduler
+	// warmSlots bounds the background compiles of modules loaded from
+	// their manifest memo (warm.go).
+	warmSlots chan struct{}
 }
 
 // LoaderOptions configure a Loader.
@@ -365,7 +374,8 @@ type LoaderOptions struct {
 // NewLoader returns a Loader. Close it to release the compilation cache.
 func NewLoader(opts LoaderOptions) (*Loader, error) {
 	l := &Loader{limits: opts.Limits.withDefaults(), tenantLim: opts.TenantLimits, tenancy: opts.Tenancy, funcs: opts.HostFunctions,
-		poolSize: opts.Instances, reaper: newReaper(opts.Clock), log: opts.Logger, refuseLinks: opts.RefuseLinks, refuseWritable: opts.RefuseWritable}
+		poolSize: opts.Instances, reaper: newReaper(opts.Clock), log: opts.Logger, refuseLinks: opts.RefuseLinks, refuseWritable: opts.RefuseWritable,
+		warmSlots: newWarmSlots()}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -435,17 +445,20 @@ func (l *Loader) Close(ctx context.Context) error {
 // wasmMagic is the first four bytes of every binary WebAssembly module.
 var wasmMagic = []byte{0x00, 'a', 's', 'm'}
 
-// LoadFile loads one module file. Every failure is a *LoadError naming the
+// LoadFile loads one module file, compiled (LoadDir, the path of a start
+// and a reload, loads from manifest memos where it can). Every failure is a *LoadError naming the
 // file. Links in path are followed (the caller named it), but only a
 // regular file is read, and no more of it than MaxModuleBytes.
 func (l *Loader) LoadFile(ctx context.Context, path string) (*Module, error) {
-	return l.loadOrReuse(ctx, path, func() (*os.File, fs.FileInfo, error) { return openFile(path) }, nil)
+	return l.loadOrReuse(ctx, path, func() (*os.File, fs.FileInfo, error) { return openFile(path) }, nil, false)
 }
 
 // loadOrReuse loads the module file open opens, or returns old, retained,
 // if the file still holds old's bytes: the same file unmodified (by the
-// fstat of the opened file), or a file with the same SHA-256.
-func (l *Loader) loadOrReuse(ctx context.Context, path string, open func() (*os.File, fs.FileInfo, error), old *Module) (*Module, error) {
+// fstat of the opened file), or a file with the same SHA-256. With
+// memo, a file whose manifest memo is at hand is loaded from it, and
+// compiled later (memo.go).
+func (l *Loader) loadOrReuse(ctx context.Context, path string, open func() (*os.File, fs.FileInfo, error), old *Module, memo bool) (*Module, error) {
 	file := filepath.Base(path)
 	var digest string
 	fail := func(err error) (*Module, error) { return nil, &LoadError{File: file, SHA256: digest, Err: err} }
@@ -468,7 +481,7 @@ func (l *Loader) loadOrReuse(ctx context.Context, path string, open func() (*os.
 	if old != nil && digest == old.SHA256 && old.retain() {
 		return old, nil
 	}
-	m, err := l.load(ctx, file, b, sum, lim)
+	m, err := l.load(ctx, file, b, sum, lim, memo)
 	if err != nil {
 		return fail(err)
 	}
@@ -542,8 +555,11 @@ func (l *Loader) compile(ctx context.Context, name string, code []byte, mode str
 }
 
 // load compiles b, the bytes of file (at most lim.MaxModuleBytes, with
-// their SHA-256 sum), and reads its manifest.
-func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Size]byte, lim Limits) (*Module, error) {
+// their SHA-256 sum), reads its manifest and writes its manifest memo; or,
+// with memo, when the manifest memo of the same bytes under the same
+// limits is at hand (memo.go), compiles nothing and leaves the code to be
+// compiled later (warm.go).
+func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Size]byte, lim Limits, memo bool) (*Module, error) {
 	if len(b) == 0 {
 		return nil, ErrEmptyFile
 	}
@@ -551,11 +567,17 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 		return nil, fmt.Errorf("%w: bad magic number", ErrNotWASM)
 	}
 	name := strings.TrimSuffix(file, filepath.Ext(file))
-	b, err := boundTables(b, lim.MaxTableElements)
-	if err != nil {
-		return nil, err
+	memoKey := memoKey(sum, lim)
+	if memo {
+		if mm := l.memo(memoKey); mm != nil {
+			m, err := l.loadFromMemo(file, b, sum, lim, mm)
+			if err == nil {
+				return m, nil
+			}
+			l.log.Warn("manifest memo unusable; loading the module in full", "file", file, "err", err)
+		}
 	}
-	code, mode, hasStart, err := prepare(file, b, lim, l.log)
+	code, mode, hasStart, err := prepareFile(file, b, lim, l.log)
 	if err != nil {
 		return nil, err
 	}
@@ -572,13 +594,9 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotWASM, err)
 	}
-	m := &Module{File: file, SHA256: hex.EncodeToString(sum[:]), Limits: lim, Tenant: l.tenancy.of(name), Deadline: mode,
-		pool: newPool(cmp.Or(lim.Instances, l.poolSize), l.reaper.clk.Now), reaper: l.reaper, log: l.log, hasStart: hasStart,
-		logs: newLogLimiter(float64(lim.LogsPerSecond), float64(lim.LogBurst))}
-	m.share = l.sched.Tenant(m.Tenant)
-	m.refs.Store(1)
+	m := l.newModule(file, sum, lim, mode, hasStart)
 	m.pool.compiled = compiled
-	man, err := l.readManifest(ctx, m)
+	man, raw, err := l.readManifest(ctx, m)
 	if err != nil {
 		_ = compiled.close(ctx)
 		return nil, err
@@ -586,34 +604,88 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	// A module whose code may be released keeps what compiles it again
 	// (codeidle.go); only with a disk cache to compile it from.
 	if lim.CodeIdle > 0 && l.cacheDir != "" {
-		if m.recompile, err = l.recompiler(name, code, mode, lim); err != nil {
+		if m.recompile, err = l.recompiler(name, b, mode, lim); err != nil {
 			_ = compiled.close(ctx)
 			return nil, err
 		}
 	}
 	m.Manifest = man
+	l.remember(memoKey, manifestMemo{Manifest: raw, Deadline: mode, HasStart: hasStart, Key: key})
+	l.loaded(m, key)
+	return m, nil
+}
+
+// loadFromMemo loads the module file with the bytes b as its memo mm
+// describes it, its code not compiled: its first call, or the warm-up,
+// compiles it (warm.go).
+func (l *Loader) loadFromMemo(file string, b []byte, sum [sha256.Size]byte, lim Limits, mm *manifestMemo) (*Module, error) {
+	man, err := abi.DecodeManifest(mm.Manifest)
+	if err != nil {
+		return nil, err
+	}
+	m := l.newModule(file, sum, lim, mm.Deadline, mm.HasStart)
+	m.fromMemo = true
+	if m.recompile, err = l.recompiler(m.Name(), b, mm.Deadline, lim); err != nil {
+		return nil, err
+	}
+	m.Manifest = man
+	l.loaded(m, mm.Key)
+	if lim.CodeIdle <= 0 {
+		l.warm(m)
+	}
+	return m, nil
+}
+
+// prepareFile bounds the tables of a module file's bytes and prepares its
+// code for compiling (see prepare).
+func prepareFile(file string, b []byte, lim Limits, log *slog.Logger) (code []byte, mode string, hasStart bool, err error) {
+	if b, err = boundTables(b, lim.MaxTableElements); err != nil {
+		return nil, "", false, err
+	}
+	return prepare(file, b, lim, log)
+}
+
+// newModule is a module of the loader, with no code, manifest or
+// holder yet.
+func (l *Loader) newModule(file string, sum [sha256.Size]byte, lim Limits, mode string, hasStart bool) *Module {
+	m := &Module{File: file, SHA256: hex.EncodeToString(sum[:]), Limits: lim, Deadline: mode,
+		pool: newPool(cmp.Or(lim.Instances, l.poolSize), l.reaper.clk.Now), reaper: l.reaper, log: l.log, hasStart: hasStart,
+		logs: newLogLimiter(float64(lim.LogsPerSecond), float64(lim.LogBurst))}
+	m.Tenant = l.tenancy.of(m.Name())
+	m.share = l.sched.Tenant(m.Tenant)
+	return m
+}
+
+// loaded makes m, with its code's key in the compiled-code cache, a
+// loaded module: held once, kept in the bounded cache, reaped when idle.
+func (l *Loader) loaded(m *Module, key string) {
+	m.refs.Store(1)
 	if l.dir != nil {
 		m.uncache = l.dir.acquire(key)
 	}
 	l.reaper.add(m)
-	return m, nil
 }
 
-func (l *Loader) readManifest(parent context.Context, m *Module) (*abi.Manifest, error) {
+// Name is the module's file name without .wasm.
+func (m *Module) Name() string { return strings.TrimSuffix(m.File, filepath.Ext(m.File)) }
+
+// readManifest calls the module's protean_manifest and returns the
+// manifest, decoded, and its bytes.
+func (l *Loader) readManifest(parent context.Context, m *Module) (*abi.Manifest, []byte, error) {
 	ctx, cancel := context.WithTimeout(parent, m.Limits.ManifestTimeout)
 	defer cancel()
 	inst, err := m.instance(ctx, m.pool.compiled, l.log)
 	switch {
 	case err != nil && parent.Err() != nil:
-		return nil, fmt.Errorf("%w: instantiating: %v", ErrCanceled, parent.Err())
+		return nil, nil, fmt.Errorf("%w: instantiating: %v", ErrCanceled, parent.Err())
 	case err != nil && (ctx.Err() != nil || errors.Is(err, ErrTimeout)): // a start function that did not return
-		return nil, fmt.Errorf("%w (limit %s): %v", ErrManifestTimeout, m.Limits.ManifestTimeout, err)
+		return nil, nil, fmt.Errorf("%w (limit %s): %v", ErrManifestTimeout, m.Limits.ManifestTimeout, err)
 	case err != nil:
-		return nil, err
+		return nil, nil, err
 	}
 	defer inst.Close(context.Background())
 	if !inst.FunctionExists(abi.ExportManifest) {
-		return nil, ErrNoManifest
+		return nil, nil, ErrNoManifest
 	}
 	// A v2 module may write its manifest with the v2 output function
 	// instead of Extism's output_set (abiv2.go).
@@ -623,24 +695,25 @@ func (l *Loader) readManifest(parent context.Context, m *Module) (*abi.Manifest,
 	stopped := release()
 	if v2 != nil && (v2.out != nil || v2.outErr != nil) && !stopped {
 		if v2.outErr != nil {
-			return nil, fmt.Errorf("%s: %v", abi.ExportManifest, v2.outErr)
+			return nil, nil, fmt.Errorf("%s: %v", abi.ExportManifest, v2.outErr)
 		}
 		out = v2.out
 	}
 	switch {
 	case parent.Err() != nil:
-		return nil, fmt.Errorf("%w: reading %s: %v", ErrCanceled, abi.ExportManifest, parent.Err())
+		return nil, nil, fmt.Errorf("%w: reading %s: %v", ErrCanceled, abi.ExportManifest, parent.Err())
 	case stopped || ctx.Err() != nil:
-		return nil, fmt.Errorf("%w (limit %s)", ErrManifestTimeout, m.Limits.ManifestTimeout)
+		return nil, nil, fmt.Errorf("%w (limit %s)", ErrManifestTimeout, m.Limits.ManifestTimeout)
 	case err != nil:
 		if t := trapOf(err); t != nil {
-			return nil, fmt.Errorf("%s: %w", abi.ExportManifest, t)
+			return nil, nil, fmt.Errorf("%s: %w", abi.ExportManifest, t)
 		}
-		return nil, fmt.Errorf("%w (code %d): %v", ErrManifestFailed, rc, err)
+		return nil, nil, fmt.Errorf("%w (code %d): %v", ErrManifestFailed, rc, err)
 	case rc != 0:
-		return nil, fmt.Errorf("%w (code %d): %s", ErrManifestFailed, rc, inst.GetError())
+		return nil, nil, fmt.Errorf("%w (code %d): %s", ErrManifestFailed, rc, inst.GetError())
 	}
-	return abi.DecodeManifest(out)
+	man, err := abi.DecodeManifest(out)
+	return man, out, err
 }
 
 // instance makes a fresh instance of the module with its logs routed to
@@ -734,8 +807,6 @@ func (l *Loader) loadDir(ctx context.Context, dir string, running *Set) ([]*Modu
 	if len(names) == 0 {
 		return nil, []error{fmt.Errorf("plugins directory %s: no *.wasm files", dir)}
 	}
-	var mods []*Module
-	var errs []error
 	reuse := map[string]*Module{}
 	if running != nil {
 		for _, m := range running.Modules() {
@@ -745,25 +816,46 @@ func (l *Loader) loadDir(ctx context.Context, dir string, running *Set) ([]*Modu
 	if running == nil {
 		l.log.Info("loading plugins", "dir", dir, "files", len(names))
 	}
+	// The files load on up to GOMAXPROCS goroutines: reading, hashing and
+	// preparing a module, and its manifest call, take a core each (its
+	// compile too, unless the bounded cache serializes compiles). The
+	// result keeps name order.
+	loaded := make([]*Module, len(names))
+	failed := make([]error, len(names))
+	var done atomic.Int32
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, runtime.GOMAXPROCS(0))
 	for i, n := range names {
+		slots <- struct{}{}
 		if ctx.Err() != nil { // a shutdown: the files left are not opened
-			errs = append(errs, fmt.Errorf("plugins directory %s: loading stopped before %s: %w", dir, n, ctx.Err()))
+			<-slots
+			failed[i] = fmt.Errorf("plugins directory %s: loading stopped before %s: %w", dir, n, ctx.Err())
 			break
 		}
-		open := func() (*os.File, fs.FileInfo, error) { return l.open(d, n) }
-		began := time.Now()
-		m, err := l.loadOrReuse(ctx, filepath.Join(dir, n), open, reuse[n])
-		if err != nil {
-			errs = append(errs, err)
-			continue
+		wg.Go(func() {
+			defer func() { <-slots }()
+			open := func() (*os.File, fs.FileInfo, error) { return l.open(d, n) }
+			began := time.Now()
+			m, err := l.loadOrReuse(ctx, filepath.Join(dir, n), open, reuse[n], true)
+			loaded[i], failed[i] = m, err
+			if of := done.Add(1); err == nil && m != reuse[n] {
+				// A start says how far it is: a cold compile of a Go module
+				// takes seconds, and nothing else is logged meanwhile.
+				l.log.Info("module loaded", "file", n, "of", fmt.Sprintf("%d/%d", of, len(names)),
+					"took", time.Since(began).Round(time.Millisecond), "version", m.Manifest.Module.Version, "sha256", m.SHA256[:12],
+					"memo", m.fromMemo)
+			}
+		})
+	}
+	wg.Wait()
+	var mods []*Module
+	var errs []error
+	for i := range names {
+		if failed[i] != nil {
+			errs = append(errs, failed[i])
+		} else if loaded[i] != nil {
+			mods = append(mods, loaded[i])
 		}
-		if m != reuse[n] {
-			// A start says how far it is: a cold compile of a Go module
-			// takes seconds, and nothing else is logged meanwhile.
-			l.log.Info("module loaded", "file", n, "of", fmt.Sprintf("%d/%d", i+1, len(names)),
-				"took", time.Since(began).Round(time.Millisecond), "version", m.Manifest.Module.Version, "sha256", m.SHA256[:12])
-		}
-		mods = append(mods, m)
 	}
 	return mods, errs
 }

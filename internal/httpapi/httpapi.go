@@ -480,5 +480,12 @@ func (a *api) healthz(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "plugins": len(a.e.Set().Modules())})
+	set := a.e.Set()
+	if n := set.Warming(); n > 0 {
+		// Served, but some modules' code is still being compiled (loaded
+		// from their manifest memo): their first calls wait for it.
+		writeJSON(w, http.StatusOK, map[string]any{"status": "starting", "plugins": len(set.Modules()), "compiling": n})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "plugins": len(set.Modules())})
 }

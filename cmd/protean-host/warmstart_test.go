@@ -1,0 +1,56 @@
+package main
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/internal/config"
+	"github.com/proteanhq/protean-host/internal/wasmbuild"
+)
+
+// A start on a cache directory that an earlier start filled loads every
+// module from its manifest memo, compiling none before it serves, and
+// serves at once: a command is answered, and /healthz reads "starting"
+// (with the modules still compiling) until the background compiles end,
+// then "ok".
+func TestAWarmStartLoadsFromManifestMemos(t *testing.T) {
+	dir := wasmbuild.Examples(t)
+	cache := t.TempDir()
+	own := func(c *config.Config) { c.Plugins.CacheDir = cache }
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	loaded := func(h *testHost, memo bool) {
+		t.Helper()
+		for _, e := range entries {
+			if strings.HasSuffix(e.Name(), ".wasm") {
+				require.Regexp(t, `msg="module loaded" file=`+regexp.QuoteMeta(e.Name())+` .* memo=`+map[bool]string{true: "true", false: "false"}[memo],
+					h.logs.String())
+			}
+		}
+	}
+	first, err := startHostWith(t, "domain.toml", dir, own)
+	require.NoError(t, err)
+	loaded(first, false)
+
+	second, err := startHostWith(t, "domain.toml", dir, own)
+	require.NoError(t, err)
+	loaded(second, true)
+	r := post(t, second, "PlaceOrder", `{"order_id":"o-1","client_id":"c-1","total":42.5}`)
+	require.Equal(t, 200, r.code, r.raw)
+	eventually(t, second, "the background compiles ended", func() (bool, string) {
+		h := get(t, second, "/healthz")
+		if h.code != 200 {
+			return false, h.String()
+		}
+		if h.body["status"] == "starting" {
+			require.Positive(t, h.body["compiling"], h.raw)
+		}
+		return h.body["status"] == "ok", h.String()
+	})
+	doc := projected(t, second, "the client_orders projection", "/v1/projections/client_orders/c-1")
+	require.JSONEq(t, `{"client_id":"c-1","orders":1,"total":42.5,"order_ids":["o-1"]}`, doc.raw)
+}

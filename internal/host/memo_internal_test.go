@@ -1,0 +1,171 @@
+package host
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/internal/testwait"
+	"github.com/proteanhq/protean-host/internal/wasmbuild"
+)
+
+// memoLoad loads a plugins directory of the behave module on a new loader
+// over the cache directory dir, with lim (its timeouts the test's wait
+// limit), and returns the module with its loader.
+func memoLoad(t *testing.T, dir string, lim Limits) (*Module, *Loader) {
+	t.Helper()
+	w := testwait.Limit()
+	lim.Timeout, lim.ManifestTimeout, lim.CompileTimeout = w, w, w
+	l, err := NewLoader(LoaderOptions{Limits: lim, CacheDir: dir, GuestConcurrency: -1})
+	require.NoError(t, err)
+	plugins := t.TempDir()
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/behave"), plugins, "behave.wasm")
+	mods, errs := l.LoadDir(context.Background(), plugins)
+	require.Empty(t, errs)
+	require.Len(t, mods, 1)
+	m := mods[0]
+	t.Cleanup(func() {
+		_ = m.Close(context.Background())
+		_ = l.Close(context.Background())
+	})
+	return m, l
+}
+
+// memos lists the manifest memos of the cache directory dir.
+func memos(t *testing.T, dir string) []string {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(dir, memoDir, "*.json"))
+	require.NoError(t, err)
+	return names
+}
+
+// A load that finds the memo of the same file under the same limits
+// compiles nothing: its manifest comes from the memo, and its first call
+// compiles the code, once.
+func TestAMemoizedModuleCompilesAtItsFirstCall(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// code_idle_ms on: no warm-up, so what compiles is the call.
+	lim := Limits{CodeIdle: time.Hour}
+	first, l1 := memoLoad(t, dir, lim)
+	require.Positive(t, l1.compiles.Load())
+	require.True(t, first.Instances().CodeLoaded)
+	require.Len(t, memos(t, dir), 1, "the load wrote its memo")
+
+	m, l := memoLoad(t, dir, lim)
+	require.Zero(t, l.compiles.Load(), "a memoized load compiled")
+	require.False(t, m.Instances().CodeLoaded)
+	require.False(t, m.Warming(), "code_idle_ms releases idle code: no warm-up")
+	require.Equal(t, first.Manifest, m.Manifest)
+	require.Equal(t, first.Deadline, m.Deadline)
+	require.Equal(t, first.hasStart, m.hasStart)
+
+	handleOK(t, m)
+	handleOK(t, m)
+	require.Equal(t, int64(1), l.compiles.Load())
+	st := m.Instances()
+	require.True(t, st.CodeLoaded)
+	require.Equal(t, int64(1), st.CodeLoads)
+}
+
+// Without code_idle_ms, a memoized module's code is compiled in the
+// background at once, and the module is Warming until it is.
+func TestAMemoizedModuleWarmsUpWithoutCodeIdle(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	memoLoad(t, dir, Limits{})
+	m, l := memoLoad(t, dir, Limits{})
+	testwait.True(t, "the warm-up compiled the code", func() bool { return !m.Warming() && m.Instances().CodeLoaded })
+	require.Equal(t, int64(1), l.compiles.Load())
+	require.Nil(t, m.recompile, "code never released keeps nothing to compile it again")
+	handleOK(t, m)
+	require.Equal(t, int64(1), l.compiles.Load())
+}
+
+// LoadFile loads a module compiled, memo or not.
+func TestLoadFileCompiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	memoLoad(t, dir, Limits{})
+	l, err := NewLoader(LoaderOptions{CacheDir: dir, GuestConcurrency: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./internal/host/testdata/plugins/behave"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	require.True(t, m.Instances().CodeLoaded)
+	require.False(t, m.Warming())
+}
+
+// A memo is the same file's under the same limits only: another memory
+// limit loads the module in full, and writes a memo of its own.
+func TestAMemoIsKeyedByTheLimits(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	memoLoad(t, dir, Limits{MemoryMB: 64})
+	m, l := memoLoad(t, dir, Limits{MemoryMB: 48})
+	require.Positive(t, l.compiles.Load())
+	require.True(t, m.Instances().CodeLoaded)
+	require.Len(t, memos(t, dir), 2)
+}
+
+// A memo that does not read as one is passed over: the module loads in
+// full, and its memo is written again.
+func TestAnUnusableMemoLoadsTheModuleInFull(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	memoLoad(t, dir, Limits{})
+	names := memos(t, dir)
+	require.Len(t, names, 1)
+	good, err := os.ReadFile(names[0])
+	require.NoError(t, err)
+	for _, bad := range []string{"{", `{"manifest":"","key":"k"}`, `{"manifest":"bm90IGEgbWFuaWZlc3Q=","key":"k"}`} {
+		require.NoError(t, os.WriteFile(names[0], []byte(bad), 0o644))
+		m, l := memoLoad(t, dir, Limits{})
+		require.Positive(t, l.compiles.Load(), bad)
+		handleOK(t, m)
+		again, err := os.ReadFile(names[0])
+		require.NoError(t, err)
+		require.JSONEq(t, string(good), string(again), "the memo was written again")
+	}
+}
+
+// A call never waits for a warm-up: with every warm-up slot taken, a
+// memoized module stays Warming, a call compiles its code, and the
+// warm-up that comes after finds it compiled.
+func TestACallDoesNotWaitForTheWarmUp(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	memoLoad(t, dir, Limits{})
+	w := testwait.Limit()
+	l, err := NewLoader(LoaderOptions{Limits: Limits{Timeout: w, ManifestTimeout: w, CompileTimeout: w}, CacheDir: dir, GuestConcurrency: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	for range cap(l.warmSlots) {
+		l.warmSlots <- struct{}{}
+	}
+	plugins := t.TempDir()
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/behave"), plugins, "behave.wasm")
+	mods, errs := l.LoadDir(context.Background(), plugins)
+	require.Empty(t, errs)
+	m := mods[0]
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	set, problems := NewSet(mods, Broker{Name: "default", Provider: "inline"})
+	require.Empty(t, problems)
+	require.True(t, m.fromMemo)
+	require.True(t, m.Warming())
+	require.Equal(t, 1, set.Warming())
+
+	handleOK(t, m)
+	require.True(t, m.Warming(), "the warm-up still waits for a slot")
+	for range cap(l.warmSlots) {
+		<-l.warmSlots
+	}
+	testwait.True(t, "the warm-up ended", func() bool { return set.Warming() == 0 })
+	require.Equal(t, int64(1), l.compiles.Load(), "the warm-up found the code compiled")
+	require.Equal(t, int64(1), m.Instances().CodeLoads)
+}

@@ -1,0 +1,138 @@
+package host
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/proteanhq/protean-host/internal/wasmbuild"
+)
+
+// distinctCopies writes n copies of the module file src into dir, each
+// with a custom section of its own appended, so that each has bytes, a
+// SHA-256 and a compile of its own, as n tenants' modules would, at the
+// cost of one build.
+func distinctCopies(tb testing.TB, src, dir string, n int) {
+	tb.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	name := "protean.bench"
+	for i := range n {
+		payload := binary.AppendUvarint(nil, uint64(len(name)))
+		payload = append(payload, name...)
+		payload = binary.AppendUvarint(payload, uint64(i))
+		copyB := append(slices.Clip(b), 0) // custom section id
+		copyB = binary.AppendUvarint(copyB, uint64(len(payload)))
+		copyB = append(copyB, payload...)
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("m%05d.wasm", i)), copyB, 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkStart measures a host's start and its density with N distinct
+// modules (issue 21): PROTEAN_BENCH_MODULES (default 20) copies of the Go
+// client_orders example, or with PROTEAN_BENCH_GUEST=c of the C one, each
+// with bytes of its own (distinctCopies), loaded as a start loads them
+// (LoadDir), on a compiled-code cache of its own, with code_idle_ms on
+// (the reaper driven by a fake clock). Run it once:
+//
+//	PROTEAN_BENCH_MODULES=200 go test ./internal/host/ -run '^$' -bench Start -benchtime 1x
+//
+// cold_s: the first start, every module compiled. warm_full_s: a start
+// with the compiled code cached but no manifest memos (the baseline: every
+// start before memos), each module compiled from the cache and asked its
+// manifest. warm_s: a start with the memos, which compiles nothing, and
+// x_warm_full, its ratio to the baseline. idle_MB: the process's RSS
+// after it (base_MB before any), and idle_MB_per_module. first_call_ms and
+// first_call_max_ms: each module's first call (its compile from the cache
+// and its first instance). called_MB: RSS after one call each;
+// reclaimed_MB after the reaper closed every instance and released every
+// module's code, back to idle.
+func BenchmarkStart(b *testing.B) {
+	n := 20
+	if s := os.Getenv("PROTEAN_BENCH_MODULES"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n <= 0 {
+			b.Fatalf("PROTEAN_BENCH_MODULES=%q", s)
+		}
+	}
+	src := wasmbuild.Build(b, "./plugins/examples/client_orders")
+	if os.Getenv("PROTEAN_BENCH_GUEST") == "c" {
+		src = wasmbuild.BuildC(b, "plugins/c/client_orders.c")
+	}
+	plugins, cache := b.TempDir(), b.TempDir()
+	distinctCopies(b, src, plugins, n)
+	lim := Limits{InstanceIdle: time.Minute, CodeIdle: 2 * time.Minute}
+	base := rssMB(b)
+	// start loads the directory on a new loader and returns its modules,
+	// how long it took, what closes them, and its reaper's clock.
+	start := func() ([]*Module, time.Duration, func(), *fakeClock) {
+		clk := newFakeClock()
+		l, err := NewLoader(LoaderOptions{Limits: lim, Clock: clk, CacheDir: cache, GuestConcurrency: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		began := time.Now()
+		mods, errs := l.LoadDir(context.Background(), plugins)
+		took := time.Since(began)
+		if len(errs) > 0 || len(mods) != n {
+			b.Fatalf("%d modules, errors: %v", len(mods), errs)
+		}
+		return mods, took, func() {
+			for _, m := range mods {
+				_ = m.Close(context.Background())
+			}
+			_ = l.Close(context.Background())
+		}, clk
+	}
+	_, cold, stop, _ := start()
+	stop()
+	if err := os.RemoveAll(filepath.Join(cache, memoDir)); err != nil {
+		b.Fatal(err)
+	}
+	_, warmFull, stop, _ := start()
+	stop()
+	mods, warm, stop, clk := start()
+	defer stop()
+	for _, m := range mods {
+		if m.Instances().CodeLoaded {
+			b.Fatalf("%s was compiled at a start with its memo", m.File)
+		}
+	}
+	idle := rssMB(b)
+	c := benchModules{b: b, keep: b}
+	var first, worst time.Duration
+	for _, m := range mods {
+		d := c.handle(m)
+		first += d
+		worst = max(worst, d)
+	}
+	called := rssMB(b)
+	clk.advance(time.Minute)
+	clk.sweep(b)
+	clk.advance(time.Minute)
+	clk.sweep(b)
+	rssMB(b) // the executable memory is unmapped by a finalizer: a second GC sees it gone
+	reclaimed := rssMB(b)
+	b.ReportMetric(float64(n), "modules")
+	b.ReportMetric(cold.Seconds(), "cold_s")
+	b.ReportMetric(warmFull.Seconds(), "warm_full_s")
+	b.ReportMetric(warm.Seconds(), "warm_s")
+	b.ReportMetric(warm.Seconds()/warmFull.Seconds(), "x_warm_full")
+	b.ReportMetric(base, "base_MB")
+	b.ReportMetric(idle, "idle_MB")
+	b.ReportMetric((idle-base)/float64(n), "idle_MB_per_module")
+	b.ReportMetric(float64(first.Microseconds())/1000/float64(n), "first_call_ms")
+	b.ReportMetric(float64(worst.Microseconds())/1000, "first_call_max_ms")
+	b.ReportMetric(called, "called_MB")
+	b.ReportMetric(reclaimed, "reclaimed_MB")
+}
