@@ -119,7 +119,8 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 		Progress: st.progress(c.partitioned(), c.fromStore), BrokerProgress: brokerProgress,
 		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps, Clock: c.clk})
 	c.reg.MustRegister(newInstanceCollector(h.eng.Set))
-	c.reg.MustRegister(newShareCollector(loader.Scheduler()))
+	h.sched = loader.Scheduler()
+	c.reg.MustRegister(newShareCollector(h.sched))
 	if err := h.composeSources(c, uow, infra, brokerProgress); err != nil {
 		return err
 	}
@@ -224,6 +225,7 @@ func (h *hostProcess) listen(c *composition) error {
 	if err != nil {
 		return err
 	}
+	status.set, status.sched = h.eng.Set, h.sched
 	o := local.Options{Tenancy: func() ops.Tenancy { return ops.TenancyOf(h.eng.Set()) }, Partitions: h.routes.Partitions, Admin: status.admin,
 		BackfillSuffix: c.cfg.Server.PriorityLanes.BackfillSuffix, Outbox: c.st.outbox, Audit: c.st.audit}
 	o.DeadLetters, _ = c.br.pub.(broker.DeadLetterer)

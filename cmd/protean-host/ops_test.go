@@ -124,6 +124,9 @@ func TestOperationsAreTheTenants(t *testing.T) {
 		{labPage, `data-action="partitions.skip"`, false}, {labPage, "tenant lab", true}, {labPage, `data-handler="behave"`, true},
 		{adminPage, `data-handler="client_orders"`, true}, {adminPage, `data-action="partitions.skip"`, true},
 		{adminPage, `data-status="pending"`, true},
+		{shopPage, `data-tenant="shop"`, true}, {shopPage, `data-tenant="lab"`, false},
+		{labPage, `data-tenant="shop"`, false}, {labPage, `data-tenant="lab"`, true},
+		{adminPage, `data-tenant="shop"`, true}, {adminPage, `data-tenant="lab"`, true},
 	} {
 		require.Equal(t, c.want, strings.Contains(c.page, c.what), "%q in the page: want %v", c.what, c.want)
 	}

@@ -192,7 +192,9 @@ type hostProcess struct {
 	adminLn   net.Listener
 	adminAddr string
 	eng       *engine.Engine
-	relay     *relay.Relay
+	// sched shares the guest slots between tenants (nil: no sharing).
+	sched *host.Scheduler
+	relay *relay.Relay
 	// partitions is the partitioned consumer; nil without a Redis broker.
 	partitions *redispartition.Consumer
 	// subs runs the event-store subscriptions; nil unless the delivery is

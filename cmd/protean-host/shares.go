@@ -9,11 +9,12 @@ import (
 // shareCollector reports each tenant's share of the guest slots
 // (host.ShareStats) as metrics: how long calls waited for a slot (and
 // their calls_per_second), the calls granted and those that gave up
-// waiting, and the slots in use. The loader, and so its scheduler, lives
-// as long as the process: the counts survive reloads.
+// waiting, the slots in use, and the wall time the calls ran. The
+// loader, and so its scheduler, lives as long as the process: the counts
+// survive reloads.
 type shareCollector struct {
-	sched                          *host.Scheduler
-	wait, calls, gaveUp, slots, qd *prometheus.Desc
+	sched                                 *host.Scheduler
+	wait, calls, gaveUp, slots, qd, guest *prometheus.Desc
 }
 
 func newShareCollector(sched *host.Scheduler) *shareCollector {
@@ -26,11 +27,13 @@ func newShareCollector(sched *host.Scheduler) *shareCollector {
 		slots: prometheus.NewDesc("protean_tenant_slots",
 			"Guest slots by tenant and state: running (in use now), max (its max_concurrency), weight; tenant \"\" with state max is guest_concurrency.", []string{"tenant", "state"}, nil),
 		qd: prometheus.NewDesc("protean_tenant_queued_calls", "Guest calls of each tenant queued for a slot now.", []string{"tenant"}, nil),
+		guest: prometheus.NewDesc("protean_tenant_guest_seconds_total",
+			"Wall time each tenant's guest calls ran in an instance, host functions they called included; not CPU time (Go cannot measure a goroutine's), and without the wait for a slot or an instance.", []string{"tenant"}, nil),
 	}
 }
 
 func (c *shareCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.wait, c.calls, c.gaveUp, c.slots, c.qd} {
+	for _, d := range []*prometheus.Desc{c.wait, c.calls, c.gaveUp, c.slots, c.qd, c.guest} {
 		ch <- d
 	}
 }
@@ -51,6 +54,7 @@ func (c *shareCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstHistogram(c.wait, n, st.WaitSeconds, buckets, st.Tenant)
 		ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(st.Calls), st.Tenant)
 		ch <- prometheus.MustNewConstMetric(c.gaveUp, prometheus.CounterValue, float64(st.GaveUp), st.Tenant)
+		ch <- prometheus.MustNewConstMetric(c.guest, prometheus.CounterValue, st.GuestSeconds, st.Tenant)
 		for state, v := range map[string]int{"running": st.Running, "max": st.MaxConcurrency, "weight": st.Weight} {
 			ch <- prometheus.MustNewConstMetric(c.slots, prometheus.GaugeValue, float64(v), st.Tenant, state)
 		}

@@ -22,7 +22,8 @@ import (
 // CLI read it: the reloader, the broker's inspector (inline and stream
 // consumer groups), the partitions' Admin (as `partitions list`), the
 // positions table and failure records (event-store subscriptions), the
-// outbox's stats (as `outbox` and the outbox collector).
+// outbox's stats (as `outbox` and the outbox collector), the tenants'
+// use of the guests (as the instance and share collectors).
 type hostStatus struct {
 	st        *stores
 	routes    *routes.Routes
@@ -32,6 +33,10 @@ type hostStatus struct {
 	fromStore bool
 	pools     pools
 	now       func() time.Time
+	// set and sched are the running set and the guest slots' scheduler
+	// (nil: no sharing), for the tenants' use; set nil: not shown.
+	set   func() *host.Set
+	sched *host.Scheduler
 }
 
 // newHostStatus builds the status of a host over its stores, broker,
@@ -60,6 +65,9 @@ func (s *hostStatus) Status(ctx context.Context) (httpapi.Snapshot, error) {
 		snap.Reload = s.reloader()
 	}
 	snap.Pools = s.pools.stats()
+	if s.set != nil {
+		snap.Tenants = host.Tenants(s.set().Modules(), s.sched)
+	}
 	if stats, err := s.st.outbox.Stats(ctx); err != nil {
 		problem("outbox", err)
 	} else {

@@ -253,3 +253,62 @@ func TestEmbeddedBadFileDoesNotHideAGoodEdit(t *testing.T) {
 	require.Equal(t, host.Unchanged, out, "%v", errs)
 	require.Nil(t, pluginRow(t, h, "payments.wasm")["rejected"])
 }
+
+// Each tenant's use of the guests shows on the status page and in
+// /metrics (issue 21, "visible per tenant"): its modules, calls, queue
+// wait, guest time, instances, guest memory and compiled code. Tenant
+// shop's command ran in its orders instance; tenant billing made no
+// call, so it holds no instance and no guest memory, but its module's
+// compiled code is loaded.
+func TestStatusPageAndMetricsShowEachTenantsUse(t *testing.T) {
+	examples := wasmbuild.Examples(t)
+	dir := t.TempDir()
+	for _, name := range []string{"orders", "client_orders", "payments"} {
+		wasmbuild.Copy(t, filepath.Join(examples, name+".wasm"), dir, name+".wasm")
+	}
+	h, err := startHostWith(t, "domain.toml", dir, func(c *config.Config) {
+		c.Tenants = map[string]config.Tenant{"shop": {Modules: []string{"orders", "client_orders"}}, "billing": {Modules: []string{"payments"}}}
+	})
+	require.NoError(t, err)
+	r := post(t, h, "PlaceOrder", `{"order_id":"o-1","client_id":"c-1","total":1}`)
+	require.Equal(t, 200, r.code, r.raw)
+
+	page := get(t, h, "/")
+	require.Equal(t, 200, page.code)
+	doc, err := htmltest.Parse(strings.NewReader(page.raw))
+	require.NoError(t, err)
+	shop := doc.All("tenant", "data-tenant", "shop")
+	require.Len(t, shop, 1, page.raw)
+	cells := shop[0].Cells()
+	require.Len(t, cells, 8)
+	require.Equal(t, "client_orders.wasm, orders.wasm", cells[1])
+	require.NotEqual(t, "0", cells[2], "shop's calls")
+	require.Regexp(t, `^p95 ≤ \d+\.\d{3}s · \d+\.\d{3}s$`, cells[3], "shop's queue wait")
+	require.Regexp(t, `^\d+\.\d{3}s$`, cells[4], "shop's guest time")
+	require.Regexp(t, `^[1-9]\d* / \d+$`, cells[5], "shop's instances live / idle")
+	require.Regexp(t, `^\d+\.\d (KiB|MiB|GiB)$`, cells[6], "shop's guest memory")
+	require.Regexp(t, `^\d+\.\d (MiB|GiB)$`, cells[7], "shop's compiled code")
+	billing := doc.All("tenant", "data-tenant", "billing")
+	require.Len(t, billing, 1, page.raw)
+	cells = billing[0].Cells()
+	require.Equal(t, []string{"billing", "payments.wasm", "0"}, cells[:3])
+	require.Equal(t, []string{"0.000s", "0 / 0", "0 B"}, cells[4:7], "no call, no instance")
+	require.Regexp(t, `^\d+\.\d (MiB|GiB)$`, cells[7], "billing's compiled code")
+
+	m := get(t, h, "/metrics").raw
+	nonZero := func(name, labels string) {
+		t.Helper()
+		line := metricLines(m, name+"{"+labels+"} ")
+		require.NotEmpty(t, line, "%s{%s} in /metrics", name, labels)
+		require.NotRegexp(t, ` 0$`, line)
+	}
+	nonZero("protean_tenant_guest_seconds_total", `tenant="shop"`)
+	nonZero("protean_tenant_instances", `state="live",tenant="shop"`)
+	nonZero("protean_tenant_guest_memory_bytes", `tenant="shop"`)
+	nonZero("protean_tenant_compiled_code_estimated_bytes", `tenant="shop"`)
+	nonZero("protean_tenant_compiled_code_estimated_bytes", `tenant="billing"`)
+	nonZero("protean_module_guest_seconds_total", `module="orders.wasm"`)
+	nonZero("protean_module_guest_memory_bytes", `module="orders.wasm"`)
+	require.Contains(t, m, `protean_tenant_guest_memory_bytes{tenant="billing"} 0`)
+	require.Contains(t, m, `protean_tenant_guest_seconds_total{tenant="billing"} 0`)
+}

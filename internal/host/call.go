@@ -149,6 +149,11 @@ type pool struct {
 	// codeReleased and codeLoads count the releases of the module's
 	// compiled code and its compiles after one.
 	codeReleased, codeLoads atomic.Int64
+	// calls and ranNanos count the guest calls that ran in an instance
+	// and the wall time they ran; meters are the memory meters of the
+	// live instances, busy or idle (under mu). tenantstats.go reads them.
+	calls, ranNanos atomic.Int64
+	meters          map[*memoryMeter]struct{}
 }
 
 // idleInstance is an instance in the pool and when it was put there.
@@ -254,11 +259,13 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 	)
 	budget.meter = inst.mem
 	release := inst.guard(callCtx)
+	entered := time.Now()
 	if v2 != nil {
 		rc, err = m.callV2(callCtx, inst.Plugin, v2)
 	} else {
 		rc, out, err = inst.CallWithContext(callCtx, abi.ExportHandle, in)
 	}
+	m.ran(time.Since(entered))
 	raised := release()
 	budget.release()
 	if cerr := m.callFailure(ctx, callCtx, inst, raised, v2, rc, err); cerr != nil {
@@ -368,6 +375,7 @@ func (m *Module) acquire(callCtx, ctx context.Context) (*instance, error) {
 		return nil, err
 	}
 	m.pool.created.Add(1)
+	m.pool.metered(inst.mem, true)
 	return inst, nil
 }
 
@@ -418,6 +426,7 @@ func (m *Module) discard(inst *instance, why int) {
 func (m *Module) closeInstance(inst *instance) {
 	m.v2.Delete(inst.Plugin)
 	_ = inst.Close(context.Background())
+	m.pool.metered(inst.mem, false)
 }
 
 // reapIdle closes the instances idle for longer than the module's
@@ -472,6 +481,7 @@ func (p *pool) closeIdle(ctx context.Context) *compiledCode {
 	p.mu.Unlock()
 	for _, in := range idle {
 		_ = in.inst.Close(ctx)
+		p.metered(in.inst.mem, false)
 	}
 	p.reaping.Wait()
 	return c

@@ -94,7 +94,11 @@
 // Before it takes an instance, a call takes a slot of its tenant's share
 // of the host's guest concurrency (fairshare.go, the loader's Scheduler):
 // slots host-wide, a cap per tenant, freed slots to the queued tenant with
-// the least weighted usage, so no tenant takes every core.
+// the least weighted usage, so no tenant takes every core. What each
+// tenant uses (tenantstats.go, Tenants) sums its modules' Usage: the wall
+// time their calls ran (not CPU time, which Go cannot read per
+// goroutine), their live instances' memory meters, and an estimate of
+// their compiled code (wazero tells no size).
 //
 // What the host does on a guest's behalf is counted against the guest
 // (budget.go): each call may make at most Limits.MaxHostCalls load and

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -169,6 +170,9 @@ type Share struct {
 	calls, gaveUp atomic.Int64
 	waits         [len(WaitBuckets) + 1]atomic.Int64
 	waitNanos     atomic.Int64
+	// ranNanos is the wall time the tenant's calls ran in an instance
+	// (see Module.ran): kept here, the tenant's total survives reloads.
+	ranNanos atomic.Int64
 }
 
 type waiter struct {
@@ -331,6 +335,13 @@ func (s *Scheduler) dispatch() {
 	}
 }
 
+// ran counts d, the wall time one of the tenant's calls ran.
+func (sh *Share) ran(d time.Duration) {
+	if sh != nil {
+		sh.ranNanos.Add(int64(d))
+	}
+}
+
 func (sh *Share) granted(start time.Time) {
 	sh.calls.Add(1)
 	var d time.Duration
@@ -350,6 +361,8 @@ func (sh *Share) granted(start time.Time) {
 // slot and those that gave up waiting, and how long granted calls waited
 // (Waits[i] counts waits of at most WaitBuckets[i] seconds and above the
 // bucket before; the last counts the rest; WaitSeconds is their sum).
+// GuestSeconds is the wall time its calls ran in an instance (see
+// TenantStats.GuestSeconds), since the host started.
 type ShareStats struct {
 	Tenant         string
 	Weight         int
@@ -360,6 +373,29 @@ type ShareStats struct {
 	GaveUp         int64
 	Waits          [len(WaitBuckets) + 1]int64
 	WaitSeconds    float64
+	GuestSeconds   float64
+}
+
+// WaitQuantile bounds the q-quantile (0 < q <= 1) of the granted calls'
+// waits by the histogram: the upper bound of the first bucket (seconds)
+// whose calls reach q of them, +Inf if only the last bucket does, 0 with
+// no call. Enough for a person to tell 1 ms from 1 s, no more.
+func (st ShareStats) WaitQuantile(q float64) float64 {
+	var n int64
+	for _, c := range st.Waits {
+		n += c
+	}
+	if n == 0 {
+		return 0
+	}
+	var seen int64
+	for i, le := range WaitBuckets {
+		seen += st.Waits[i]
+		if float64(seen) >= q*float64(n) {
+			return le
+		}
+	}
+	return math.Inf(1)
 }
 
 // Stats reads each tenant's share, in the order the tenants were first
@@ -374,7 +410,7 @@ func (s *Scheduler) Stats() []ShareStats {
 	for _, sh := range s.order {
 		st := ShareStats{Tenant: sh.name, Weight: sh.weight, MaxConcurrency: int(sh.max), Running: int(sh.running.Load()),
 			Queued: sh.queue.Len(), Calls: sh.calls.Load(), GaveUp: sh.gaveUp.Load(),
-			WaitSeconds: time.Duration(sh.waitNanos.Load()).Seconds()}
+			WaitSeconds: time.Duration(sh.waitNanos.Load()).Seconds(), GuestSeconds: time.Duration(sh.ranNanos.Load()).Seconds()}
 		for i := range sh.waits {
 			st.Waits[i] = sh.waits[i].Load()
 		}

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"fmt"
 	"html/template"
+	"math"
 	"net/http"
 	"slices"
 	"sort"
@@ -32,9 +33,46 @@ var pageTemplate = template.Must(template.New("status").Funcs(template.FuncMap{
 		}
 		return s
 	},
-	"join": strings.Join,
-	"age":  age,
+	"join":  strings.Join,
+	"age":   age,
+	"bytes": bytesText,
+	"secs":  secs,
 }).Parse(pageSource))
+
+// bytesText renders a size for people: "512 B", "3.2 MiB", "16.1 GiB".
+func bytesText(n any) string {
+	var v float64
+	switch n := n.(type) {
+	case int64:
+		v = float64(n)
+	case uint64:
+		v = float64(n)
+	case int:
+		v = float64(n)
+	}
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	i := 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%.0f B", v)
+	}
+	return fmt.Sprintf("%.1f %s", v, units[i])
+}
+
+// secs renders seconds for people, to the millisecond below a minute:
+// "0.012s", "3.400s", "2m5s"; a bucket bound past the last is "> 10s".
+func secs(s float64) string {
+	switch {
+	case math.IsInf(s, 1):
+		return fmt.Sprintf("> %gs", host.WaitBuckets[len(host.WaitBuckets)-1])
+	case s < 60:
+		return fmt.Sprintf("%.3fs", s)
+	}
+	return time.Duration(s * float64(time.Second)).Truncate(time.Second).String()
+}
 
 // age renders a duration for people: "850ms", "12s", "3m4s", "2h5m".
 func age(d time.Duration) string {
@@ -66,8 +104,10 @@ type pageData struct {
 	Statuses   []string // outbox statuses in a stable order
 	Partitions *Partitions
 	Pools      []Pool
-	Problems   []string
-	HasStatus  bool
+	// Usage is each tenant's use of the guests (Snapshot.Tenants).
+	Usage     []host.TenantStats
+	Problems  []string
+	HasStatus bool
 	// Tenants names the tenants an operator's page is kept to ("" for
 	// the whole host's page).
 	Tenants string
@@ -96,6 +136,7 @@ func (a *api) page(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Plugins = Plugins(a.e.Set(), snap.Reload)
 	d.Reload, d.Consumers, d.Outbox, d.Partitions, d.Pools, d.Problems = snap.Reload, snap.Consumers, snap.Outbox, snap.Partitions, snap.Pools, snap.Problems
+	d.Usage = snap.Tenants
 	if d.Outbox != nil {
 		for s := range d.Outbox.Counts {
 			d.Statuses = append(d.Statuses, s)
@@ -126,7 +167,7 @@ func (a *api) page(w http.ResponseWriter, r *http.Request) {
 }
 
 // keep cuts d to an operator's part of the page: the modules, handlers,
-// consumers and partitions of the scope's tenants, and the reload's
+// consumers, partitions and use of the scope's tenants, and the reload's
 // changes to those modules. The outbox's counts, the connection pools and
 // the files a reload rejected are the whole host's (no tenant is known
 // for them): an admin's.
@@ -150,6 +191,7 @@ func (d *pageData) keep(sc ops.Scope, t ops.Tenancy) {
 		d.Reload = &r
 	}
 	d.Consumers = slices.DeleteFunc(d.Consumers, func(c Consumer) bool { return !sc.Has(t.Handlers[c.Group]) })
+	d.Usage = slices.DeleteFunc(d.Usage, func(u host.TenantStats) bool { return !sc.Has(u.Tenant) })
 	if d.Partitions != nil {
 		out := func(u Unit) bool { return !sc.Has(t.Handlers[u.Group]) }
 		d.Partitions = &Partitions{Owned: slices.DeleteFunc(d.Partitions.Owned, out), Halted: slices.DeleteFunc(d.Partitions.Halted, out)}

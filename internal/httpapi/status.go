@@ -33,6 +33,9 @@ type Snapshot struct {
 	// Pools are the connection pools (none with memory stores and the
 	// inline broker).
 	Pools []Pool
+	// Tenants are each tenant's use of the guests: calls, queue wait,
+	// guest time, instances, guest memory, compiled code.
+	Tenants []host.TenantStats
 	// Problems are the parts that could not be read, one line each.
 	Problems []string
 }
