@@ -259,7 +259,7 @@ func TestEmbeddedBadFileDoesNotHideAGoodEdit(t *testing.T) {
 // wait, guest time, instances, guest memory and compiled code. Tenant
 // shop's command ran in its orders instance; tenant billing made no
 // call, so it holds no instance and no guest memory, but its module's
-// compiled code is loaded.
+// compiled code is loaded (once the start's background compiles ended).
 func TestStatusPageAndMetricsShowEachTenantsUse(t *testing.T) {
 	examples := wasmbuild.Examples(t)
 	dir := t.TempDir()
@@ -272,6 +272,7 @@ func TestStatusPageAndMetricsShowEachTenantsUse(t *testing.T) {
 	require.NoError(t, err)
 	r := post(t, h, "PlaceOrder", `{"order_id":"o-1","client_id":"c-1","total":1}`)
 	require.Equal(t, 200, r.code, r.raw)
+	warmedUp(t, h)
 
 	page := get(t, h, "/")
 	require.Equal(t, 200, page.code)

@@ -17,6 +17,23 @@ import (
 // serves at once: a command is answered, and /healthz reads "starting"
 // (with the modules still compiling) until the background compiles end,
 // then "ok".
+// warmedUp waits until h's /healthz reads "ok": the modules a start
+// loaded from their manifest memos are compiled. Meanwhile it reads
+// "starting", with the modules still compiling.
+func warmedUp(t *testing.T, h *testHost) {
+	t.Helper()
+	eventually(t, h, "the background compiles ended", func() (bool, string) {
+		r := get(t, h, "/healthz")
+		if r.code != 200 {
+			return false, r.String()
+		}
+		if r.body["status"] == "starting" {
+			require.Positive(t, r.body["compiling"], r.raw)
+		}
+		return r.body["status"] == "ok", r.String()
+	})
+}
+
 func TestAWarmStartLoadsFromManifestMemos(t *testing.T) {
 	dir := wasmbuild.Examples(t)
 	cache := t.TempDir()
@@ -41,16 +58,7 @@ func TestAWarmStartLoadsFromManifestMemos(t *testing.T) {
 	loaded(second, true)
 	r := post(t, second, "PlaceOrder", `{"order_id":"o-1","client_id":"c-1","total":42.5}`)
 	require.Equal(t, 200, r.code, r.raw)
-	eventually(t, second, "the background compiles ended", func() (bool, string) {
-		h := get(t, second, "/healthz")
-		if h.code != 200 {
-			return false, h.String()
-		}
-		if h.body["status"] == "starting" {
-			require.Positive(t, h.body["compiling"], h.raw)
-		}
-		return h.body["status"] == "ok", h.String()
-	})
+	warmedUp(t, second)
 	doc := projected(t, second, "the client_orders projection", "/v1/projections/client_orders/c-1")
 	require.JSONEq(t, `{"client_id":"c-1","orders":1,"total":42.5,"order_ids":["o-1"]}`, doc.raw)
 }
