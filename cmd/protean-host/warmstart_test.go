@@ -12,11 +12,12 @@ import (
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
-// A start on a cache directory that an earlier start filled loads every
-// module from its manifest memo, compiling none before it serves, and
-// serves at once: a command is answered, and /healthz reads "starting"
-// (with the modules still compiling) until the background compiles end,
-// then "ok".
+// A start on an empty cache directory reads every module's manifest on
+// the interpreter, and a start on the cache it filled loads every module
+// from its manifest memo: neither compiles a module before it serves. The
+// second serves at once: a command is answered, and /healthz reads
+// "starting" (with the modules still compiling) until the background
+// compiles end, then "ok".
 // warmedUp waits until h's /healthz reads "ok": the modules a start
 // loaded from their manifest memos are compiled. Meanwhile it reads
 // "starting", with the modules still compiling.
@@ -44,7 +45,7 @@ func TestAWarmStartLoadsFromManifestMemos(t *testing.T) {
 		t.Helper()
 		for _, e := range entries {
 			if strings.HasSuffix(e.Name(), ".wasm") {
-				require.Regexp(t, `msg="module loaded" file=`+regexp.QuoteMeta(e.Name())+` .* memo=`+map[bool]string{true: "true", false: "false"}[memo],
+				require.Regexp(t, `msg="module loaded" file=`+regexp.QuoteMeta(e.Name())+` .* memo=`+map[bool]string{true: "true", false: "false"}[memo]+` compiled=false`,
 					h.logs.String())
 			}
 		}

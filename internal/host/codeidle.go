@@ -88,7 +88,7 @@ func (l *Loader) recompiler(name string, b []byte, mode string, lim Limits) (fun
 		if got != mode {
 			return nil, fmt.Errorf("the module's deadline is now enforced %q, not %q as at its load: reload it", got, mode)
 		}
-		c, _, err := l.compile(ctx, name, code, mode, lim)
+		c, _, err := l.compile(ctx, name, code, mode, lim, false)
 		return c, err
 	}, nil
 }

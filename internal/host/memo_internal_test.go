@@ -13,9 +13,11 @@ import (
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
-// memoLoad loads a plugins directory of the behave module on a new loader
-// over the cache directory dir, with lim (its timeouts the test's wait
-// limit), and returns the module with its loader.
+// memoLoad loads a plugins directory of the C client_orders example (it
+// compiles in milliseconds, a Go guest in seconds, minutes under -race,
+// and every test here starts on a cold cache) on a new loader over the
+// cache directory dir, with lim (its timeouts the test's wait limit), and
+// returns the module with its loader.
 func memoLoad(t *testing.T, dir string, lim Limits) (*Module, *Loader) {
 	t.Helper()
 	w := testwait.Limit()
@@ -23,7 +25,7 @@ func memoLoad(t *testing.T, dir string, lim Limits) (*Module, *Loader) {
 	l, err := NewLoader(LoaderOptions{Limits: lim, CacheDir: dir, GuestConcurrency: -1})
 	require.NoError(t, err)
 	plugins := t.TempDir()
-	wasmbuild.Copy(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/behave"), plugins, "behave.wasm")
+	wasmbuild.Copy(t, wasmbuild.BuildC(t, "plugins/c/client_orders.c"), plugins, "client_orders.wasm")
 	mods, errs := l.LoadDir(context.Background(), plugins)
 	require.Empty(t, errs)
 	require.Len(t, mods, 1)
@@ -33,6 +35,15 @@ func memoLoad(t *testing.T, dir string, lim Limits) (*Module, *Loader) {
 		_ = l.Close(context.Background())
 	})
 	return m, l
+}
+
+// handleC makes one call of the client_orders module m.
+func handleC(t *testing.T, m *Module) {
+	t.Helper()
+	res, err := m.Handle(context.Background(), "client_orders", orderPlaced, orderSession{})
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.Nil(t, res[0].Error)
 }
 
 // memos lists the manifest memos of the cache directory dir.
@@ -52,8 +63,8 @@ func TestAMemoizedModuleCompilesAtItsFirstCall(t *testing.T) {
 	// code_idle_ms on: no warm-up, so what compiles is the call.
 	lim := Limits{CodeIdle: time.Hour}
 	first, l1 := memoLoad(t, dir, lim)
-	require.Positive(t, l1.compiles.Load())
-	require.True(t, first.Instances().CodeLoaded)
+	require.Equal(t, int64(1), l1.compiles.Load(), "for the interpreter")
+	require.False(t, first.fromMemo)
 	require.Len(t, memos(t, dir), 1, "the load wrote its memo")
 
 	m, l := memoLoad(t, dir, lim)
@@ -64,8 +75,8 @@ func TestAMemoizedModuleCompilesAtItsFirstCall(t *testing.T) {
 	require.Equal(t, first.Deadline, m.Deadline)
 	require.Equal(t, first.hasStart, m.hasStart)
 
-	handleOK(t, m)
-	handleOK(t, m)
+	handleC(t, m)
+	handleC(t, m)
 	require.Equal(t, int64(1), l.compiles.Load())
 	st := m.Instances()
 	require.True(t, st.CodeLoaded)
@@ -82,7 +93,7 @@ func TestAMemoizedModuleWarmsUpWithoutCodeIdle(t *testing.T) {
 	testwait.True(t, "the warm-up compiled the code", func() bool { return !m.Warming() && m.Instances().CodeLoaded })
 	require.Equal(t, int64(1), l.compiles.Load())
 	require.Nil(t, m.recompile, "code never released keeps nothing to compile it again")
-	handleOK(t, m)
+	handleC(t, m)
 	require.Equal(t, int64(1), l.compiles.Load())
 }
 
@@ -94,7 +105,7 @@ func TestLoadFileCompiles(t *testing.T) {
 	l, err := NewLoader(LoaderOptions{CacheDir: dir, GuestConcurrency: -1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
-	m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./internal/host/testdata/plugins/behave"))
+	m, err := l.LoadFile(context.Background(), wasmbuild.BuildC(t, "plugins/c/client_orders.c"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	require.True(t, m.Instances().CodeLoaded)
@@ -109,7 +120,7 @@ func TestAMemoIsKeyedByTheLimits(t *testing.T) {
 	memoLoad(t, dir, Limits{MemoryMB: 64})
 	m, l := memoLoad(t, dir, Limits{MemoryMB: 48})
 	require.Positive(t, l.compiles.Load())
-	require.True(t, m.Instances().CodeLoaded)
+	require.False(t, m.fromMemo)
 	require.Len(t, memos(t, dir), 2)
 }
 
@@ -127,10 +138,35 @@ func TestAnUnusableMemoLoadsTheModuleInFull(t *testing.T) {
 		require.NoError(t, os.WriteFile(names[0], []byte(bad), 0o644))
 		m, l := memoLoad(t, dir, Limits{})
 		require.Positive(t, l.compiles.Load(), bad)
-		handleOK(t, m)
+		handleC(t, m)
 		again, err := os.ReadFile(names[0])
 		require.NoError(t, err)
 		require.JSONEq(t, string(good), string(again), "the memo was written again")
+	}
+}
+
+// slotlessLoad is memoLoad on a loader whose warm-up slots are all taken
+// (freeSlots gives them back): its warm-ups wait.
+func slotlessLoad(t *testing.T, dir string) (*Module, *Loader) {
+	t.Helper()
+	w := testwait.Limit()
+	l, err := NewLoader(LoaderOptions{Limits: Limits{Timeout: w, ManifestTimeout: w, CompileTimeout: w}, CacheDir: dir, GuestConcurrency: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	for range cap(l.warmSlots) {
+		l.warmSlots <- struct{}{}
+	}
+	plugins := t.TempDir()
+	wasmbuild.Copy(t, wasmbuild.BuildC(t, "plugins/c/client_orders.c"), plugins, "client_orders.wasm")
+	mods, errs := l.LoadDir(context.Background(), plugins)
+	require.Empty(t, errs)
+	t.Cleanup(func() { _ = mods[0].Close(context.Background()) })
+	return mods[0], l
+}
+
+func freeSlots(l *Loader) {
+	for range cap(l.warmSlots) {
+		<-l.warmSlots
 	}
 }
 
@@ -141,31 +177,64 @@ func TestACallDoesNotWaitForTheWarmUp(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	memoLoad(t, dir, Limits{})
-	w := testwait.Limit()
-	l, err := NewLoader(LoaderOptions{Limits: Limits{Timeout: w, ManifestTimeout: w, CompileTimeout: w}, CacheDir: dir, GuestConcurrency: -1})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close(context.Background()) })
-	for range cap(l.warmSlots) {
-		l.warmSlots <- struct{}{}
-	}
-	plugins := t.TempDir()
-	wasmbuild.Copy(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/behave"), plugins, "behave.wasm")
-	mods, errs := l.LoadDir(context.Background(), plugins)
-	require.Empty(t, errs)
-	m := mods[0]
-	t.Cleanup(func() { _ = m.Close(context.Background()) })
-	set, problems := NewSet(mods, Broker{Name: "default", Provider: "inline"})
+	m, l := slotlessLoad(t, dir)
+	set, problems := NewSet([]*Module{m}, Broker{Name: "default", Provider: "inline"})
 	require.Empty(t, problems)
 	require.True(t, m.fromMemo)
 	require.True(t, m.Warming())
 	require.Equal(t, 1, set.Warming())
 
-	handleOK(t, m)
+	handleC(t, m)
 	require.True(t, m.Warming(), "the warm-up still waits for a slot")
-	for range cap(l.warmSlots) {
-		<-l.warmSlots
-	}
+	freeSlots(l)
 	testwait.True(t, "the warm-up ended", func() bool { return set.Warming() == 0 })
 	require.Equal(t, int64(1), l.compiles.Load(), "the warm-up found the code compiled")
 	require.Equal(t, int64(1), m.Instances().CodeLoads)
+}
+
+// A start with no memo reads each manifest on wazero's interpreter and
+// compiles the code after (a warm-up, or the first call); a reload
+// compiles a new version before it goes live.
+func TestAStartReadsManifestsOnTheInterpreter(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	m, l := memoLoad(t, dir, Limits{CodeIdle: time.Hour})
+	require.Equal(t, int64(1), l.compiles.Load(), "the interpreter's compile")
+	require.False(t, m.Instances().CodeLoaded)
+	require.False(t, m.fromMemo)
+	require.NotEmpty(t, m.memo)
+	handleC(t, m)
+	require.Equal(t, int64(2), l.compiles.Load(), "and the call's")
+	require.True(t, m.Instances().CodeLoaded)
+
+	// Other limits: the memo written above is not this load's.
+	plugins := t.TempDir()
+	wasmbuild.Copy(t, wasmbuild.BuildC(t, "plugins/c/client_orders.c"), plugins, "client_orders.wasm")
+	lim := m.Limits
+	lim.MemoryMB = 48
+	r, err := NewLoader(LoaderOptions{Limits: lim, CacheDir: dir, GuestConcurrency: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close(context.Background()) })
+	mods, errs := r.loadDir(context.Background(), plugins, &Set{})
+	require.Empty(t, errs)
+	t.Cleanup(func() { _ = mods[0].Close(context.Background()) })
+	require.True(t, mods[0].Instances().CodeLoaded, "a reload compiled the new version")
+	require.Empty(t, mods[0].memo)
+}
+
+// A warm-up whose compile fails logs it, leaves the module's calls to
+// fail, and deletes its memo, so that the next start compiles it first.
+func TestAFailedWarmUpDeletesTheMemo(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	memoLoad(t, dir, Limits{})
+	require.Len(t, memos(t, dir), 1)
+	m, l := slotlessLoad(t, dir)
+	require.True(t, m.fromMemo)
+	m.recompile = func(context.Context) (*compiledCode, error) { return nil, ErrCompileTimeout }
+	freeSlots(l)
+	testwait.True(t, "the warm-up ended", func() bool { return !m.Warming() })
+	require.Empty(t, memos(t, dir))
+	_, err := m.Handle(context.Background(), "client_orders", orderPlaced, orderSession{})
+	require.ErrorIs(t, err, ErrCompileTimeout)
 }

@@ -232,10 +232,12 @@ type Module struct {
 	// uncache tells the compiled-code cache the module is no longer
 	// loaded (nil without a bounded cache, see cacheDir).
 	uncache func()
-	// fromMemo: the module was loaded from its manifest memo (memo.go);
-	// warming is set while its code is compiled in the background
-	// (warm.go).
+	// fromMemo: the module was loaded from its manifest memo (memo.go),
+	// memo names that memo (relative to the cache directory; "" for a
+	// module compiled at load); warming is set while its code is compiled
+	// in the background (warm.go).
 	fromMemo bool
+	memo     string
 	warming  atomic.Bool
 }
 
@@ -320,9 +322,12 @@ type Loader struct {
 	// sched shares the guest slots between tenants (fairshare.go); nil
 	// when GuestConcurrency < 0.
 	sched *Scheduler
-	// warmSlots bounds the background compiles of modules loaded from
-	// their manifest memo (warm.go).
+	// warmSlots bounds the background compiles of modules loaded with
+	// their code not compiled (warm.go); warmups counts those goroutines,
+	// and stop, closed by Close, drops those still waiting for a slot.
 	warmSlots chan struct{}
+	warmups   sync.WaitGroup
+	stop      chan struct{}
 }
 
 // LoaderOptions configure a Loader.
@@ -375,7 +380,7 @@ type LoaderOptions struct {
 func NewLoader(opts LoaderOptions) (*Loader, error) {
 	l := &Loader{limits: opts.Limits.withDefaults(), tenantLim: opts.TenantLimits, tenancy: opts.Tenancy, funcs: opts.HostFunctions,
 		poolSize: opts.Instances, reaper: newReaper(opts.Clock), log: opts.Logger, refuseLinks: opts.RefuseLinks, refuseWritable: opts.RefuseWritable,
-		warmSlots: newWarmSlots()}
+		warmSlots: newWarmSlots(), stop: make(chan struct{})}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -416,15 +421,20 @@ func NewLoader(opts LoaderOptions) (*Loader, error) {
 func (l *Loader) Scheduler() *Scheduler { return l.sched }
 
 // Close stops reaping idle instances (the modules still loaded keep
-// theirs) and releases the compilation cache. A compilation abandoned past its
+// theirs), drops the warm-ups not started and waits for those compiling
+// (warm.go), and releases the compilation cache. A compilation abandoned past its
 // deadline (see within) still uses it, and wazero fails hard if the cache
 // closes under a compilation: the cache is then closed when the last such
 // compilation ends, in the background.
 func (l *Loader) Close(ctx context.Context) error {
 	l.reaper.close()
 	l.mu.Lock()
+	if !l.closed {
+		close(l.stop)
+	}
 	l.closed = true
 	l.mu.Unlock()
+	l.warmups.Wait()
 	idle := make(chan struct{})
 	go func() {
 		l.compiling.Wait()
@@ -450,15 +460,14 @@ var wasmMagic = []byte{0x00, 'a', 's', 'm'}
 // file. Links in path are followed (the caller named it), but only a
 // regular file is read, and no more of it than MaxModuleBytes.
 func (l *Loader) LoadFile(ctx context.Context, path string) (*Module, error) {
-	return l.loadOrReuse(ctx, path, func() (*os.File, fs.FileInfo, error) { return openFile(path) }, nil, false)
+	return l.loadOrReuse(ctx, path, func() (*os.File, fs.FileInfo, error) { return openFile(path) }, nil, loadCompiled)
 }
 
 // loadOrReuse loads the module file open opens, or returns old, retained,
 // if the file still holds old's bytes: the same file unmodified (by the
-// fstat of the opened file), or a file with the same SHA-256. With
-// memo, a file whose manifest memo is at hand is loaded from it, and
-// compiled later (memo.go).
-func (l *Loader) loadOrReuse(ctx context.Context, path string, open func() (*os.File, fs.FileInfo, error), old *Module, memo bool) (*Module, error) {
+// fstat of the opened file), or a file with the same SHA-256; how says
+// how a file loaded anew is.
+func (l *Loader) loadOrReuse(ctx context.Context, path string, open func() (*os.File, fs.FileInfo, error), old *Module, how loadHow) (*Module, error) {
 	file := filepath.Base(path)
 	var digest string
 	fail := func(err error) (*Module, error) { return nil, &LoadError{File: file, SHA256: digest, Err: err} }
@@ -481,7 +490,7 @@ func (l *Loader) loadOrReuse(ctx context.Context, path string, open func() (*os.
 	if old != nil && digest == old.SHA256 && old.retain() {
 		return old, nil
 	}
-	m, err := l.load(ctx, file, b, sum, lim, memo)
+	m, err := l.load(ctx, file, b, sum, lim, how)
 	if err != nil {
 		return fail(err)
 	}
@@ -502,7 +511,9 @@ func (l *Loader) limitsOf(name string) Limits {
 // compile deadline, on an engine of its own: a compilation cache of its
 // own on the loader's directory, or, without one, the runtime's own
 // engine (see load); key is the code's key in the bounded cache's index.
-func (l *Loader) compile(ctx context.Context, name string, code []byte, mode string, lim Limits) (*compiledCode, string, error) {
+// interp compiles it for wazero's interpreter instead, with no cache (a
+// start reads a manifest so, see loadInterpreted).
+func (l *Loader) compile(ctx context.Context, name string, code []byte, mode string, lim Limits, interp bool) (*compiledCode, string, error) {
 	// wazero's cache key covers the code and whether it closes on a
 	// context's end; so does the key of the bounded cache's index.
 	codeSum := sha256.Sum256(code)
@@ -519,7 +530,9 @@ func (l *Loader) compile(ctx context.Context, name string, code []byte, mode str
 		defer l.compiling.Done()
 		c = &compiledCode{}
 		rc := wazero.NewRuntimeConfig()
-		if l.cacheDir != "" {
+		if interp {
+			rc = wazero.NewRuntimeConfigInterpreter()
+		} else if l.cacheDir != "" {
 			cache, err := wazero.NewCompilationCacheWithDir(l.cacheDir)
 			if err != nil {
 				return nil, err
@@ -537,7 +550,7 @@ func (l *Loader) compile(ctx context.Context, name string, code []byte, mode str
 			c.CompiledPlugin, err = extism.NewCompiledPlugin(context.WithoutCancel(ctx), manifest, extism.PluginConfig{RuntimeConfig: rc, EnableWasi: true}, l.funcs)
 			return err
 		}
-		if l.dir != nil {
+		if l.dir != nil && !interp {
 			// Serialized with the other compiles (while it waits, its
 			// deadline runs: a compile that overran its own still holds the
 			// core).
@@ -554,12 +567,26 @@ func (l *Loader) compile(ctx context.Context, name string, code []byte, mode str
 	return c, key, err
 }
 
-// load compiles b, the bytes of file (at most lim.MaxModuleBytes, with
-// their SHA-256 sum), reads its manifest and writes its manifest memo; or,
-// with memo, when the manifest memo of the same bytes under the same
-// limits is at hand (memo.go), compiles nothing and leaves the code to be
-// compiled later (warm.go).
-func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Size]byte, lim Limits, memo bool) (*Module, error) {
+// How a load reads a module's manifest.
+type loadHow int
+
+const (
+	// loadCompiled compiles the module and asks it (LoadFile).
+	loadCompiled loadHow = iota
+	// loadMemo takes the manifest memo if at hand (memo.go), compiling
+	// nothing, else compiles the module and asks it (a reload: a new
+	// version is compiled before it goes live).
+	loadMemo
+	// loadLazy takes the memo if at hand, else asks the module on
+	// wazero's interpreter; either way its code is compiled later (a
+	// start: loadInterpreted).
+	loadLazy
+)
+
+// load reads b, the bytes of file (at most lim.MaxModuleBytes, with
+// their SHA-256 sum), and its manifest, as how says, and writes its
+// manifest memo.
+func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Size]byte, lim Limits, how loadHow) (*Module, error) {
 	if len(b) == 0 {
 		return nil, ErrEmptyFile
 	}
@@ -568,9 +595,14 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	}
 	name := strings.TrimSuffix(file, filepath.Ext(file))
 	memoKey := memoKey(sum, lim)
-	if memo {
+	if how == loadLazy && l.cacheDir == "" {
+		// No memo to write, and no cache to compile from at the first
+		// call: a start compiles as a reload does.
+		how = loadMemo
+	}
+	if how != loadCompiled {
 		if mm := l.memo(memoKey); mm != nil {
-			m, err := l.loadFromMemo(file, b, sum, lim, mm)
+			m, err := l.loadFromMemo(file, b, sum, lim, mm, memoKey)
 			if err == nil {
 				return m, nil
 			}
@@ -587,12 +619,15 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	// reload kept its code (about 24 MB for a Go module) until the loader
 	// closed. The disk cache is still shared: a module compiled before is
 	// a read of its file.
-	compiled, key, err := l.compile(ctx, name, code, mode, lim)
+	compiled, key, err := l.compile(ctx, name, code, mode, lim, how == loadLazy)
 	if errors.Is(err, ErrCompileTimeout) || errors.Is(err, ErrCanceled) || errors.Is(err, errLoaderClosed) {
 		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotWASM, err)
+	}
+	if how == loadLazy {
+		return l.loadInterpreted(ctx, file, b, sum, lim, compiled, key, mode, hasStart, memoKey)
 	}
 	m := l.newModule(file, sum, lim, mode, hasStart)
 	m.pool.compiled = compiled
@@ -616,23 +651,60 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 }
 
 // loadFromMemo loads the module file with the bytes b as its memo mm
-// describes it, its code not compiled: its first call, or the warm-up,
-// compiles it (warm.go).
-func (l *Loader) loadFromMemo(file string, b []byte, sum [sha256.Size]byte, lim Limits, mm *manifestMemo) (*Module, error) {
+// (named memoKey) describes it, its code not compiled (see lazy).
+func (l *Loader) loadFromMemo(file string, b []byte, sum [sha256.Size]byte, lim Limits, mm *manifestMemo, memoKey string) (*Module, error) {
 	man, err := abi.DecodeManifest(mm.Manifest)
 	if err != nil {
 		return nil, err
 	}
 	m := l.newModule(file, sum, lim, mm.Deadline, mm.HasStart)
 	m.fromMemo = true
-	if m.recompile, err = l.recompiler(m.Name(), b, mm.Deadline, lim); err != nil {
+	return l.lazy(m, b, man, *mm, memoKey)
+}
+
+// loadInterpreted reads the manifest of the module file (bytes b) on
+// interp, its code compiled for wazero's interpreter, then closes that:
+// a start reads each module's manifest so, without a memo, in a fraction
+// of a compile (a Go module: ~0.3 s to compile for the interpreter and
+// ~0.1 s for the manifest, against 1.4-3 s to compile), validates the set
+// and serves, and compiles the code later (see lazy). key is the code's
+// key in the compiled-code cache.
+func (l *Loader) loadInterpreted(ctx context.Context, file string, b []byte, sum [sha256.Size]byte, lim Limits,
+	interp *compiledCode, key, mode string, hasStart bool, memoKey string) (*Module, error) {
+	m := l.newModule(file, sum, lim, mode, hasStart)
+	m.pool.compiled = interp
+	man, raw, err := l.readManifest(ctx, m)
+	m.pool.compiled = nil
+	_ = interp.close(ctx)
+	if err != nil {
 		return nil, err
+	}
+	mm := manifestMemo{Manifest: raw, Deadline: mode, HasStart: hasStart, Key: key}
+	l.remember(memoKey, mm)
+	return l.lazy(m, b, man, mm, memoKey)
+}
+
+// lazy makes m, with manifest man as mm describes it, a loaded module
+// whose code is not compiled yet: as if code_idle_ms had released it, its
+// first call compiles it, and so does the warm-up a directory load
+// starts for it unless code_idle_ms releases idle code anyway (warm.go).
+// The first compile files the memo (memoKey) under the code's entry in
+// the bounded cache, so that pruning the one deletes the other.
+func (l *Loader) lazy(m *Module, b []byte, man *abi.Manifest, mm manifestMemo, memoKey string) (*Module, error) {
+	compile, err := l.recompiler(m.Name(), b, mm.Deadline, m.Limits)
+	if err != nil {
+		return nil, err
+	}
+	m.memo = filepath.Join(memoDir, memoKey)
+	m.recompile = func(ctx context.Context) (*compiledCode, error) {
+		c, err := compile(ctx)
+		if err == nil && l.dir != nil {
+			l.dir.memo(mm.Key, m.memo)
+		}
+		return c, err
 	}
 	m.Manifest = man
 	l.loaded(m, mm.Key)
-	if lim.CodeIdle <= 0 {
-		l.warm(m)
-	}
 	return m, nil
 }
 
@@ -813,7 +885,11 @@ func (l *Loader) loadDir(ctx context.Context, dir string, running *Set) ([]*Modu
 			reuse[m.File] = m
 		}
 	}
+	// A start serves before it compiles; a reload compiles a new version
+	// before it goes live (the running set serves meanwhile).
+	how := loadMemo
 	if running == nil {
+		how = loadLazy
 		l.log.Info("loading plugins", "dir", dir, "files", len(names))
 	}
 	// The files load on up to GOMAXPROCS goroutines: reading, hashing and
@@ -836,25 +912,31 @@ func (l *Loader) loadDir(ctx context.Context, dir string, running *Set) ([]*Modu
 			defer func() { <-slots }()
 			open := func() (*os.File, fs.FileInfo, error) { return l.open(d, n) }
 			began := time.Now()
-			m, err := l.loadOrReuse(ctx, filepath.Join(dir, n), open, reuse[n], true)
+			m, err := l.loadOrReuse(ctx, filepath.Join(dir, n), open, reuse[n], how)
 			loaded[i], failed[i] = m, err
 			if of := done.Add(1); err == nil && m != reuse[n] {
 				// A start says how far it is: a cold compile of a Go module
 				// takes seconds, and nothing else is logged meanwhile.
 				l.log.Info("module loaded", "file", n, "of", fmt.Sprintf("%d/%d", of, len(names)),
 					"took", time.Since(began).Round(time.Millisecond), "version", m.Manifest.Module.Version, "sha256", m.SHA256[:12],
-					"memo", m.fromMemo)
+					"memo", m.fromMemo, "compiled", m.memo == "")
 			}
 		})
 	}
 	wg.Wait()
 	var mods []*Module
 	var errs []error
-	for i := range names {
-		if failed[i] != nil {
+	for i, n := range names {
+		switch m := loaded[i]; {
+		case failed[i] != nil:
 			errs = append(errs, failed[i])
-		} else if loaded[i] != nil {
-			mods = append(mods, loaded[i])
+		case m == nil:
+		default:
+			mods = append(mods, m)
+			// Compiled once every file is read: a start's manifests first.
+			if m != reuse[n] && m.memo != "" && m.Limits.CodeIdle <= 0 {
+				l.warm(m)
+			}
 		}
 	}
 	return mods, errs

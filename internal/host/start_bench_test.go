@@ -41,22 +41,24 @@ func distinctCopies(tb testing.TB, src, dir string, n int) {
 // BenchmarkStart measures a host's start and its density with N distinct
 // modules (issue 21): PROTEAN_BENCH_MODULES (default 20) copies of the Go
 // client_orders example, or with PROTEAN_BENCH_GUEST=c of the C one, each
-// with bytes of its own (distinctCopies), loaded as a start loads them
-// (LoadDir), on a compiled-code cache of its own, with code_idle_ms on
-// (the reaper driven by a fake clock). Run it once:
+// with bytes of its own (distinctCopies), loaded from one directory, with
+// code_idle_ms on (the reaper driven by a fake clock). Run it once:
 //
 //	PROTEAN_BENCH_MODULES=200 go test ./internal/host/ -run '^$' -bench Start -benchtime 1x
 //
-// cold_s: the first start, every module compiled. warm_full_s: a start
-// with the compiled code cached but no manifest memos (the baseline: every
-// start before memos), each module compiled from the cache and asked its
-// manifest. warm_s: a start with the memos, which compiles nothing, and
-// x_warm_full, its ratio to the baseline. idle_MB: the process's RSS
-// after it (base_MB before any), and idle_MB_per_module. first_call_ms and
-// first_call_max_ms: each module's first call (its compile from the cache
-// and its first instance). called_MB: RSS after one call each;
-// reclaimed_MB after the reaper closed every instance and released every
-// module's code, back to idle.
+// The baselines load as every start did before manifest memos (as a
+// reload loads a file with no memo: compiled, then asked its manifest):
+// cold_compiled_s on an empty cache, warm_compiled_s with the compiled
+// code cached. cold_s: a start on an empty cache (manifests read on the
+// interpreter), and cold_first_call_s, cold_s plus one module's first call
+// (its compile): when a cold host serves its first command. warm_s: a
+// start with the code cached and the memos at hand, which compiles
+// nothing; x_warm_compiled and x_cold_compiled are the ratios. idle_MB:
+// the process's RSS after the warm start (base_MB before any), and
+// idle_MB_per_module. first_call_ms and first_call_max_ms: each module's
+// first call after it (its compile from the cache and its first
+// instance). called_MB: RSS after one call each; reclaimed_MB after the
+// reaper closed every instance and released every module's code.
 func BenchmarkStart(b *testing.B) {
 	n := 20
 	if s := os.Getenv("PROTEAN_BENCH_MODULES"); s != "" {
@@ -73,16 +75,21 @@ func BenchmarkStart(b *testing.B) {
 	distinctCopies(b, src, plugins, n)
 	lim := Limits{InstanceIdle: time.Minute, CodeIdle: 2 * time.Minute}
 	base := rssMB(b)
-	// start loads the directory on a new loader and returns its modules,
-	// how long it took, what closes them, and its reaper's clock.
-	start := func() ([]*Module, time.Duration, func(), *fakeClock) {
+	// start loads the directory on a new loader over cache, as a start
+	// does, or compiled (as every start did before memos), and returns its
+	// modules, how long it took, what closes them, and its reaper's clock.
+	start := func(cache string, compiled bool) ([]*Module, time.Duration, func(), *fakeClock) {
 		clk := newFakeClock()
 		l, err := NewLoader(LoaderOptions{Limits: lim, Clock: clk, CacheDir: cache, GuestConcurrency: -1})
 		if err != nil {
 			b.Fatal(err)
 		}
+		var running *Set
+		if compiled {
+			running = &Set{}
+		}
 		began := time.Now()
-		mods, errs := l.LoadDir(context.Background(), plugins)
+		mods, errs := l.loadDir(context.Background(), plugins, running)
 		took := time.Since(began)
 		if len(errs) > 0 || len(mods) != n {
 			b.Fatalf("%d modules, errors: %v", len(mods), errs)
@@ -94,22 +101,28 @@ func BenchmarkStart(b *testing.B) {
 			_ = l.Close(context.Background())
 		}, clk
 	}
-	_, cold, stop, _ := start()
-	stop()
-	if err := os.RemoveAll(filepath.Join(cache, memoDir)); err != nil {
-		b.Fatal(err)
+	forget := func() {
+		if err := os.RemoveAll(filepath.Join(cache, memoDir)); err != nil {
+			b.Fatal(err)
+		}
 	}
-	_, warmFull, stop, _ := start()
+	c := benchModules{b: b, keep: b}
+	_, coldCompiled, stop, _ := start(cache, true)
 	stop()
-	mods, warm, stop, clk := start()
+	mods, cold, stop, _ := start(b.TempDir(), false)
+	coldFirst := cold + c.handle(mods[0])
+	stop()
+	forget()
+	_, warmCompiled, stop, _ := start(cache, true)
+	stop()
+	mods, warm, stop, clk := start(cache, false)
 	defer stop()
 	for _, m := range mods {
-		if m.Instances().CodeLoaded {
+		if !m.fromMemo || m.Instances().CodeLoaded {
 			b.Fatalf("%s was compiled at a start with its memo", m.File)
 		}
 	}
 	idle := rssMB(b)
-	c := benchModules{b: b, keep: b}
 	var first, worst time.Duration
 	for _, m := range mods {
 		d := c.handle(m)
@@ -124,10 +137,13 @@ func BenchmarkStart(b *testing.B) {
 	rssMB(b) // the executable memory is unmapped by a finalizer: a second GC sees it gone
 	reclaimed := rssMB(b)
 	b.ReportMetric(float64(n), "modules")
+	b.ReportMetric(coldCompiled.Seconds(), "cold_compiled_s")
 	b.ReportMetric(cold.Seconds(), "cold_s")
-	b.ReportMetric(warmFull.Seconds(), "warm_full_s")
+	b.ReportMetric(coldFirst.Seconds(), "cold_first_call_s")
+	b.ReportMetric(cold.Seconds()/coldCompiled.Seconds(), "x_cold_compiled")
+	b.ReportMetric(warmCompiled.Seconds(), "warm_compiled_s")
 	b.ReportMetric(warm.Seconds(), "warm_s")
-	b.ReportMetric(warm.Seconds()/warmFull.Seconds(), "x_warm_full")
+	b.ReportMetric(warm.Seconds()/warmCompiled.Seconds(), "x_warm_compiled")
 	b.ReportMetric(base, "base_MB")
 	b.ReportMetric(idle, "idle_MB")
 	b.ReportMetric((idle-base)/float64(n), "idle_MB_per_module")

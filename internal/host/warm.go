@@ -1,24 +1,52 @@
 package host
 
-import "runtime"
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+)
 
-// Warming up modules loaded from their manifest memo (memo.go).
+// Warming up modules loaded with their code not compiled: from their
+// manifest memo (memo.go), or at a start, their manifest read on wazero's
+// interpreter (loadInterpreted).
 //
-// A module loaded from its memo has no compiled code. When code_idle_ms
-// does not release idle code, the loader compiles it at once, in the
-// background, at most GOMAXPROCS such compiles at a time (the bounded
-// cache serializes compiles anyway, cachedir.go), so that the first calls
-// after a warm start do not each wait for a compile. A call that comes
-// first starts the compile itself, or waits for the one running (code):
-// the warm-up never delays a call. Until its warm-up is done a module is
-// Warming, and the host's health reads "starting".
+// When code_idle_ms does not release idle code, the loader compiles such a
+// module's code in the background once the directory is loaded, at most
+// GOMAXPROCS such compiles at a time (the bounded cache serializes
+// compiles anyway, cachedir.go), so that the first calls after a start do
+// not each wait for a compile. A call that comes first starts the compile
+// itself, or waits for the one running (code): the warm-up never delays a
+// call. Until its warm-up is done a module is Warming, and the host's
+// health reads "starting".
+//
+// A compile that fails here (past compile_timeout_ms, say: the shape
+// limits let it through, and the interpreter took it) is logged as an
+// error, the module's calls fail until a reload replaces it, and its memo
+// is deleted, so that the next start compiles it before it serves and
+// refuses it as a load error.
 
-// warm compiles m's code in the background (see above).
+// warm compiles m's code in the background (see above). Closing the
+// loader drops the warm-ups still waiting for a slot, and waits for those
+// compiling (each ends within its compile deadline).
 func (l *Loader) warm(m *Module) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.warmups.Add(1)
+	l.mu.Unlock()
 	m.warming.Store(true)
 	go func() {
+		defer l.warmups.Done()
 		defer m.warming.Store(false)
-		l.warmSlots <- struct{}{}
+		select {
+		case l.warmSlots <- struct{}{}:
+		case <-l.stop:
+			return
+		}
 		defer func() { <-l.warmSlots }()
 		p := m.pool
 		p.mu.Lock()
@@ -29,6 +57,13 @@ func (l *Loader) warm(m *Module) {
 		ld := m.startLoad()
 		p.mu.Unlock()
 		<-ld.done
+		if ld.err != nil && !errors.Is(ld.err, errLoaderClosed) {
+			l.log.Error("compiling a module failed after its load: its calls fail until a reload replaces it",
+				"module", m.File, "err", ld.err)
+			if err := os.Remove(filepath.Join(l.cacheDir, m.memo)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				l.log.Warn("manifest memo not deleted", "memo", m.memo, "err", err)
+			}
+		}
 	}()
 }
 
