@@ -56,7 +56,7 @@ func (c *composition) partitioned() bool { return c.br.redis != nil && !c.fromSt
 
 // loadPlugins loads and validates the plugins directory.
 func (h *hostProcess) loadPlugins(ctx context.Context, e *env) (*host.Loader, *host.Set, error) {
-	loader, err := e.loader(nil)
+	loader, err := e.loader(nil, true)
 	if err != nil {
 		return nil, nil, err
 	}

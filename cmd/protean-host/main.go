@@ -197,8 +197,10 @@ func (e *env) configure(path string) error {
 	return nil
 }
 
-// loader builds the module loader the config describes.
-func (e *env) loader(funcs host.Session) (*host.Loader, error) {
+// loader builds the module loader the config describes; serving is a
+// host's (it starts serving before it compiles: host.LoaderOptions.
+// CompileLater), not a command's that validates or inspects the modules.
+func (e *env) loader(funcs host.Session, serving bool) (*host.Loader, error) {
 	cfg := e.cfg
 	limits := func(module string) host.Limits {
 		l := cfg.ModuleLimits(module)
@@ -222,6 +224,7 @@ func (e *env) loader(funcs host.Session) (*host.Loader, error) {
 		RefuseWritable:   cfg.Plugins.RefuseWritable,
 		GuestConcurrency: cfg.GuestSlots(),
 		Shares:           cfg.Shares(),
+		CompileLater:     serving,
 		Logger:           e.log,
 	})
 }

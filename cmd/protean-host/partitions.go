@@ -232,7 +232,7 @@ func openAdmin(ctx context.Context, e *env) (*redispartition.Admin, redis.Univer
 // loadSet loads the plugins as one set, by the rules the running host
 // uses; the caller closes it.
 func (e *env) loadSet(ctx context.Context) (*host.Set, error) {
-	l, err := e.loader(nil)
+	l, err := e.loader(nil, false)
 	if err != nil {
 		return nil, err
 	}

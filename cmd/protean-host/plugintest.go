@@ -110,7 +110,7 @@ func cmdPluginTest(ctx context.Context, e *env, args []string) error {
 	// follow-up commands that no module under test handles are reported
 	// in the output instead.
 	e.log = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	l, err := e.loader(nil)
+	l, err := e.loader(nil, false)
 	if err != nil {
 		return err
 	}

@@ -106,6 +106,12 @@ func TestReadmeProductionQuickstart(t *testing.T) {
 	require.Contains(t, out, "AOF appendfsync always")
 
 	h := &cliHost{addr: addr}
+	// As the README says: a first start serves at once and compiles the
+	// modules in the background; /healthz reads "ok" once they are.
+	testwait.For(t, "the modules compiled", func() (bool, string) {
+		code, body := h.get(t, "/healthz")
+		return code == 200 && strings.Contains(body, `"status":"ok"`), fmt.Sprintf("%d %s", code, body)
+	})
 	position := h.command(t, "/v1/commands/PlaceOrder", `{"order_id":"o-1","client_id":"c-1","total":42.5}`)
 	testwait.For(t, "the order projected through PostgreSQL and Redis", func() (bool, string) {
 		code, body := h.get(t, fmt.Sprintf("/v1/projections/client_orders/c-1?min_position=%d", position))

@@ -17,7 +17,7 @@ func cmdValidate(ctx context.Context, e *env, args []string) error {
 	if err := e.checkConfigFile(); err != nil {
 		return err
 	}
-	l, err := e.loader(nil)
+	l, err := e.loader(nil, false)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -18,6 +19,29 @@ import (
 // second serves at once: a command is answered, and /healthz reads
 // "starting" (with the modules still compiling) until the background
 // compiles end, then "ok".
+// compiledOnly returns a new cache directory holding the compiled code of
+// the tests' shared one (linked), and none of its manifest memos: a start
+// on it reads manifests on the interpreter, but compiles natively from the
+// cache (a cold native compile under -race takes minutes).
+func compiledOnly(t *testing.T) string {
+	t.Helper()
+	cache := t.TempDir()
+	dirs, err := filepath.Glob(filepath.Join(wasmbuild.CacheDir(t), "wazero-*"))
+	require.NoError(t, err)
+	for _, d := range dirs {
+		to := filepath.Join(cache, filepath.Base(d))
+		require.NoError(t, os.MkdirAll(to, 0o755))
+		files, err := os.ReadDir(d)
+		require.NoError(t, err)
+		for _, f := range files {
+			if f.Type().IsRegular() && !strings.HasSuffix(f.Name(), ".tmp") {
+				require.NoError(t, os.Link(filepath.Join(d, f.Name()), filepath.Join(to, f.Name())))
+			}
+		}
+	}
+	return cache
+}
+
 // warmedUp waits until h's /healthz reads "ok": the modules a start
 // loaded from their manifest memos are compiled. Meanwhile it reads
 // "starting", with the modules still compiling.
@@ -37,7 +61,7 @@ func warmedUp(t *testing.T, h *testHost) {
 
 func TestAWarmStartLoadsFromManifestMemos(t *testing.T) {
 	dir := wasmbuild.Examples(t)
-	cache := t.TempDir()
+	cache := compiledOnly(t)
 	own := func(c *config.Config) { c.Plugins.CacheDir = cache }
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)

@@ -181,6 +181,7 @@ func TestCallFailureTellsTheHostsTimeFromTheGuests(t *testing.T) {
 		"half waiting for an instance":             {err: call(timeout, 2*time.Second), want: delivery.Infrastructure},
 		"waiting for an instance and on the store": {err: call(timeout, time.Second), storeWait: time.Second, want: delivery.Infrastructure},
 		"every instance busy":                      {err: call(host.ErrNoInstance, limit), want: delivery.Infrastructure},
+		"code still compiling, not waited on":      {err: call(fmt.Errorf("%w (%w)", host.ErrNotReady, host.ErrTimeout), 0), want: delivery.Infrastructure},
 		"a stop":                                   {err: call(host.ErrCanceled, 0), want: delivery.Infrastructure},
 		"no slot of the tenant's share":            {err: call(&host.QueueError{Tenant: "shop", Waited: "a guest slot", Err: context.DeadlineExceeded}, limit), want: delivery.Infrastructure},
 		"after a store call failed":                {err: call(timeout, 0), storeFailed: errDown, want: delivery.Infrastructure},

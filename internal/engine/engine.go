@@ -351,8 +351,9 @@ func (e *Engine) followUp(ctx context.Context, cmds []abi.NewCommand, cause abi.
 func callFailure(err error, storeWait time.Duration, storeFailed error, timeout time.Duration) (abi.ErrorKind, error) {
 	var ce *host.CallError
 	switch {
-	case errors.As(err, &ce) && (errors.Is(err, host.ErrCanceled) || errors.Is(err, host.ErrNoInstance)):
-		// Not the message's doing: a stop, or every instance busy.
+	case errors.As(err, &ce) && (errors.Is(err, host.ErrCanceled) || errors.Is(err, host.ErrNoInstance) || errors.Is(err, host.ErrNotReady)):
+		// Not the message's doing: a stop, every instance busy, or the
+		// module's code still compiling.
 		return abi.ErrorTransient, delivery.MarkInfrastructure(err)
 	case errors.Is(err, host.ErrTimeout) && ce != nil && storeWait+ce.Waited >= timeout/2:
 		// Out of time mostly waiting on the stores or for an instance

@@ -47,6 +47,11 @@ var (
 	// ErrNoInstance: every instance of the module stayed busy for the
 	// whole of the call's deadline.
 	ErrNoInstance = errors.New("no instance free within the call's deadline")
+	// ErrNotReady: the module's code was still being compiled (after a
+	// start, or a release) when the call's deadline ended; the compile
+	// goes on, and a later call finds the code. A call that fails so
+	// also matches ErrTimeout.
+	ErrNotReady = errors.New("module not ready: its code is still compiling")
 )
 
 // TrapError is a call the runtime stopped: a WebAssembly trap

@@ -147,7 +147,7 @@ func (m *Module) code(callCtx, ctx context.Context) (*compiledCode, error) {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("%w: compiling released code: %v", ErrCanceled, ctx.Err())
 			}
-			return nil, fmt.Errorf("%w: compiling released code (limit %s; the compile goes on for the next call)", ErrTimeout, m.Limits.Timeout)
+			return nil, fmt.Errorf("%w (%w, limit %s; the compile goes on for the next call)", ErrNotReady, ErrTimeout, m.Limits.Timeout)
 		}
 	}
 }

@@ -144,7 +144,8 @@ func TestCompileOverTheCallDeadlineServesTheNext(t *testing.T) {
 	}()
 	_, err := m.acquire(callCtx, context.Background())
 	require.ErrorIs(t, err, ErrTimeout)
-	require.ErrorContains(t, err, "compiling released code")
+	require.ErrorIs(t, err, ErrNotReady)
+	require.ErrorContains(t, err, "its code is still compiling")
 	compiles := l.compiles.Load()
 	close(open)
 	testwait.For(t, "the compile ended", func() (bool, string) {

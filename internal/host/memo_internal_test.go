@@ -22,7 +22,7 @@ func memoLoad(t *testing.T, dir string, lim Limits) (*Module, *Loader) {
 	t.Helper()
 	w := testwait.Limit()
 	lim.Timeout, lim.ManifestTimeout, lim.CompileTimeout = w, w, w
-	l, err := NewLoader(LoaderOptions{Limits: lim, CacheDir: dir, GuestConcurrency: -1})
+	l, err := NewLoader(LoaderOptions{Limits: lim, CacheDir: dir, GuestConcurrency: -1, CompileLater: true})
 	require.NoError(t, err)
 	plugins := t.TempDir()
 	wasmbuild.Copy(t, wasmbuild.BuildC(t, "plugins/c/client_orders.c"), plugins, "client_orders.wasm")
@@ -102,7 +102,7 @@ func TestLoadFileCompiles(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	memoLoad(t, dir, Limits{})
-	l, err := NewLoader(LoaderOptions{CacheDir: dir, GuestConcurrency: -1})
+	l, err := NewLoader(LoaderOptions{CacheDir: dir, GuestConcurrency: -1, CompileLater: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	m, err := l.LoadFile(context.Background(), wasmbuild.BuildC(t, "plugins/c/client_orders.c"))
@@ -150,7 +150,7 @@ func TestAnUnusableMemoLoadsTheModuleInFull(t *testing.T) {
 func slotlessLoad(t *testing.T, dir string) (*Module, *Loader) {
 	t.Helper()
 	w := testwait.Limit()
-	l, err := NewLoader(LoaderOptions{Limits: Limits{Timeout: w, ManifestTimeout: w, CompileTimeout: w}, CacheDir: dir, GuestConcurrency: -1})
+	l, err := NewLoader(LoaderOptions{Limits: Limits{Timeout: w, ManifestTimeout: w, CompileTimeout: w}, CacheDir: dir, GuestConcurrency: -1, CompileLater: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	for range cap(l.warmSlots) {
@@ -212,7 +212,7 @@ func TestAStartReadsManifestsOnTheInterpreter(t *testing.T) {
 	wasmbuild.Copy(t, wasmbuild.BuildC(t, "plugins/c/client_orders.c"), plugins, "client_orders.wasm")
 	lim := m.Limits
 	lim.MemoryMB = 48
-	r, err := NewLoader(LoaderOptions{Limits: lim, CacheDir: dir, GuestConcurrency: -1})
+	r, err := NewLoader(LoaderOptions{Limits: lim, CacheDir: dir, GuestConcurrency: -1, CompileLater: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close(context.Background()) })
 	mods, errs := r.loadDir(context.Background(), plugins, &Set{})

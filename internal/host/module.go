@@ -322,6 +322,8 @@ type Loader struct {
 	// sched shares the guest slots between tenants (fairshare.go); nil
 	// when GuestConcurrency < 0.
 	sched *Scheduler
+	// compileLater: LoaderOptions.CompileLater.
+	compileLater bool
 	// warmSlots bounds the background compiles of modules loaded with
 	// their code not compiled (warm.go); warmups counts those goroutines,
 	// and stop, closed by Close, drops those still waiting for a slot.
@@ -373,14 +375,21 @@ type LoaderOptions struct {
 	// Shares are the tenants' weights, max_concurrency and
 	// calls_per_second, by tenant name.
 	Shares map[string]ShareOptions
-	Logger *slog.Logger
+	// CompileLater is a serving host's: a directory load compiles no
+	// module that has a manifest memo in CacheDir, and a start reads the
+	// manifests of those without one on wazero's interpreter; their code
+	// is compiled in the background, or at the first call (memo.go,
+	// warm.go). Off (a command that validates, a test), every load
+	// compiles. Only with a CacheDir.
+	CompileLater bool
+	Logger       *slog.Logger
 }
 
 // NewLoader returns a Loader. Close it to release the compilation cache.
 func NewLoader(opts LoaderOptions) (*Loader, error) {
 	l := &Loader{limits: opts.Limits.withDefaults(), tenantLim: opts.TenantLimits, tenancy: opts.Tenancy, funcs: opts.HostFunctions,
 		poolSize: opts.Instances, reaper: newReaper(opts.Clock), log: opts.Logger, refuseLinks: opts.RefuseLinks, refuseWritable: opts.RefuseWritable,
-		warmSlots: newWarmSlots(), stop: make(chan struct{})}
+		warmSlots: newWarmSlots(), stop: make(chan struct{}), compileLater: opts.CompileLater && opts.CacheDir != ""}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -456,7 +465,7 @@ func (l *Loader) Close(ctx context.Context) error {
 var wasmMagic = []byte{0x00, 'a', 's', 'm'}
 
 // LoadFile loads one module file, compiled (LoadDir, the path of a start
-// and a reload, loads from manifest memos where it can). Every failure is a *LoadError naming the
+// and a reload, may not: LoaderOptions.CompileLater). Every failure is a *LoadError naming the
 // file. Links in path are followed (the caller named it), but only a
 // regular file is read, and no more of it than MaxModuleBytes.
 func (l *Loader) LoadFile(ctx context.Context, path string) (*Module, error) {
@@ -595,11 +604,6 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	}
 	name := strings.TrimSuffix(file, filepath.Ext(file))
 	memoKey := memoKey(sum, lim)
-	if how == loadLazy && l.cacheDir == "" {
-		// No memo to write, and no cache to compile from at the first
-		// call: a start compiles as a reload does.
-		how = loadMemo
-	}
 	if how != loadCompiled {
 		if mm := l.memo(memoKey); mm != nil {
 			m, err := l.loadFromMemo(file, b, sum, lim, mm, memoKey)
@@ -885,11 +889,17 @@ func (l *Loader) loadDir(ctx context.Context, dir string, running *Set) ([]*Modu
 			reuse[m.File] = m
 		}
 	}
-	// A start serves before it compiles; a reload compiles a new version
-	// before it goes live (the running set serves meanwhile).
-	how := loadMemo
-	if running == nil {
+	// A serving host's start serves before it compiles; its reload
+	// compiles a new version before it goes live (the running set serves
+	// meanwhile).
+	how := loadCompiled
+	switch {
+	case l.compileLater && running == nil:
 		how = loadLazy
+	case l.compileLater:
+		how = loadMemo
+	}
+	if running == nil {
 		l.log.Info("loading plugins", "dir", dir, "files", len(names))
 	}
 	// The files load on up to GOMAXPROCS goroutines: reading, hashing and

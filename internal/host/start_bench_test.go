@@ -80,7 +80,7 @@ func BenchmarkStart(b *testing.B) {
 	// modules, how long it took, what closes them, and its reaper's clock.
 	start := func(cache string, compiled bool) ([]*Module, time.Duration, func(), *fakeClock) {
 		clk := newFakeClock()
-		l, err := NewLoader(LoaderOptions{Limits: lim, Clock: clk, CacheDir: cache, GuestConcurrency: -1})
+		l, err := NewLoader(LoaderOptions{Limits: lim, Clock: clk, CacheDir: cache, GuestConcurrency: -1, CompileLater: true})
 		if err != nil {
 			b.Fatal(err)
 		}

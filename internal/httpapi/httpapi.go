@@ -325,11 +325,15 @@ func status(err error) int {
 		return http.StatusUnprocessableEntity
 	case errors.As(err, &he) && he.Rejected():
 		return http.StatusUnprocessableEntity
-	case errors.Is(err, engine.ErrStopped):
+	case errors.Is(err, engine.ErrStopped), errors.Is(err, host.ErrNotReady):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }
+
+// notReadyRetry is the Retry-After, in seconds, of a command whose module
+// was still compiling: a Go module compiles in a few seconds.
+const notReadyRetry = "2"
 
 // command dispatches the command in body (read once, by the caller).
 func (a *api) command(w http.ResponseWriter, r *http.Request, body []byte) {
@@ -357,6 +361,9 @@ func (a *api) command(w http.ResponseWriter, r *http.Request, body []byte) {
 		if errors.As(err, &ie) {
 			writeInputError(w, ie)
 			return
+		}
+		if errors.Is(err, host.ErrNotReady) {
+			w.Header().Set("Retry-After", notReadyRetry)
 		}
 		writeError(w, code, err.Error())
 		return

@@ -72,6 +72,7 @@ func TestErrorStatuses(t *testing.T) {
 		{"handler failure", &engine.HandlerError{Kind: abi.ErrorPermanent, Err: errors.New("bug")}, 500},
 		{"transient handler failure", &engine.HandlerError{Kind: abi.ErrorTransient, Err: errors.New("later")}, 500},
 		{"stopping", engine.ErrStopped, 503},
+		{"module not ready", &engine.HandlerError{Kind: abi.ErrorTransient, Err: fmt.Errorf("compiling: %w", host.ErrNotReady)}, 503},
 		{"anything else", errors.New("disk on fire"), 500},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -82,6 +83,11 @@ func TestErrorStatuses(t *testing.T) {
 			defer resp.Body.Close()
 			require.Equal(t, tc.code, resp.StatusCode)
 			require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+			if errors.Is(tc.err, host.ErrNotReady) {
+				require.Equal(t, "2", resp.Header.Get("Retry-After"))
+			} else {
+				require.Empty(t, resp.Header.Get("Retry-After"))
+			}
 			var body map[string]any
 			require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
 			if tc.err != nil {
