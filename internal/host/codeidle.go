@@ -33,8 +33,9 @@ import (
 // released. Each compile prepares them again (prepareFile), so the
 // compile is a cache hit. Reading the file again would keep nothing, but
 // a file changed or removed since the load (a deploy without watch) would
-// leave the module with no code to run. A module loaded from its manifest
-// memo (memo.go) starts in the released state.
+// leave the module with no code to run. A module a serving host loads
+// without compiling it (from its manifest memo, or with its manifest read
+// on the interpreter: memo.go) starts in the released state.
 
 // errLoaderClosed: a module's released code cannot be compiled again
 // once its loader closed (its cache may be closed).
@@ -73,7 +74,7 @@ type codeLoad struct {
 // file's bytes, which it keeps compressed: each compile prepares them as
 // the load did (prepareFile: deterministic, ~35 ms for a Go module) and
 // must find the deadline enforced as mode says.
-func (l *Loader) recompiler(name string, b []byte, mode string, lim Limits) (func(context.Context) (*compiledCode, error), error) {
+func (l *Loader) recompiler(name string, b []byte, mode string, lim Limits) func(context.Context) (*compiledCode, error) {
 	size := len(b) // not b: the closure would keep it
 	packed := slices.Clip(packer().EncodeAll(b, make([]byte, 0, size/3)))
 	return func(ctx context.Context) (*compiledCode, error) {
@@ -90,7 +91,7 @@ func (l *Loader) recompiler(name string, b []byte, mode string, lim Limits) (fun
 		}
 		c, _, err := l.compile(ctx, name, code, mode, lim, false)
 		return c, err
-	}, nil
+	}
 }
 
 // packer and unpacker are the zstd encoder and decoder of the code
@@ -166,7 +167,7 @@ func (m *Module) startLoad() *codeLoad {
 
 // loadCode compiles the module's code with recompile and hands it to the
 // pool, or closes it if the module closed meanwhile. Code that is never
-// released drops what compiles it (see loadFromMemo).
+// released drops what compiles it (see Loader.lazy).
 func (m *Module) loadCode(ld *codeLoad, recompile func(context.Context) (*compiledCode, error)) {
 	c, err := recompile(context.Background())
 	p := m.pool

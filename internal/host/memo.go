@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/proteanhq/protean-host/abi"
 )
 
 // The manifest memo: a warm start that compiles nothing.
@@ -65,54 +67,59 @@ type manifestMemo struct {
 	Key string `json:"key"`
 }
 
-// memoKey is the memo name of a file with SHA-256 sum loaded under lim.
-func memoKey(sum [sha256.Size]byte, lim Limits) string {
+// memoName is the memo's file name (in memoDir) of a file with SHA-256
+// sum loaded under lim.
+func memoName(sum [sha256.Size]byte, lim Limits) string {
 	k := sha256.Sum256(fmt.Appendf(nil, "v%d %x tables=%d shape=%+v memory=%d off=%t runtime=%t", memoVersion, sum,
 		lim.MaxTableElements, lim.shape(), lim.MemoryMB, lim.Uninterruptible, lim.RuntimeDeadline))
 	return hex.EncodeToString(k[:]) + ".json"
 }
 
-// memo returns the memo named key, nil if there is none or it is unusable
-// (logged).
-func (l *Loader) memo(key string) *manifestMemo {
+// memo returns the memo named name and the manifest it holds, decoded by
+// this host's rules; nil if there is none or it is unusable (logged).
+func (l *Loader) memo(name string) (*manifestMemo, *abi.Manifest) {
 	if l.cacheDir == "" {
-		return nil
+		return nil, nil
 	}
-	b, err := os.ReadFile(filepath.Join(l.cacheDir, memoDir, key))
+	b, err := os.ReadFile(filepath.Join(l.cacheDir, memoDir, name))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return nil, nil
 	}
 	var mm manifestMemo
+	var man *abi.Manifest
 	if err == nil {
 		err = json.Unmarshal(b, &mm)
 	}
 	if err == nil && (len(mm.Manifest) == 0 || mm.Key == "") {
 		err = errors.New("incomplete")
 	}
-	if err != nil {
-		l.log.Warn("manifest memo unusable; loading the module in full", "memo", key, "err", err)
-		return nil
+	if err == nil {
+		man, err = abi.DecodeManifest(mm.Manifest)
 	}
-	return &mm
+	if err != nil {
+		l.log.Warn("manifest memo unusable; loading the module in full", "memo", name, "err", err)
+		return nil, nil
+	}
+	return &mm, man
 }
 
-// remember writes the memo named key (a temporary file renamed over it)
+// remember writes the memo named name (a temporary file renamed over it)
 // and has the bounded cache delete it with the code it describes.
-func (l *Loader) remember(key string, mm manifestMemo) {
+func (l *Loader) remember(name string, mm manifestMemo) {
 	if l.cacheDir == "" {
 		return
 	}
 	dir := filepath.Join(l.cacheDir, memoDir)
 	err := os.MkdirAll(dir, 0o755)
 	if err == nil {
-		err = writeFileAtomic(dir, key, func(f *os.File) error { return json.NewEncoder(f).Encode(mm) })
+		err = writeFileAtomic(dir, name, func(f *os.File) error { return json.NewEncoder(f).Encode(mm) })
 	}
 	if err != nil {
-		l.log.Warn("manifest memo not written", "memo", key, "err", err)
+		l.log.Warn("manifest memo not written", "memo", name, "err", err)
 		return
 	}
 	if l.dir != nil {
-		l.dir.memo(mm.Key, filepath.Join(memoDir, key))
+		l.dir.memo(mm.Key, filepath.Join(memoDir, name))
 	}
 }
 

@@ -489,7 +489,7 @@ func (l *Loader) loadOrReuse(ctx context.Context, path string, open func() (*os.
 		stat.ModTime().Equal(old.stat.ModTime()) && old.retain() {
 		return old, nil
 	}
-	lim := l.limitsOf(strings.TrimSuffix(file, filepath.Ext(file)))
+	lim := l.limitsOf(moduleName(file))
 	b, err := readModule(f, stat, lim.MaxModuleBytes)
 	if err != nil {
 		return fail(err)
@@ -602,15 +602,13 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	if len(b) < 8 || string(b[:4]) != string(wasmMagic) {
 		return nil, fmt.Errorf("%w: bad magic number", ErrNotWASM)
 	}
-	name := strings.TrimSuffix(file, filepath.Ext(file))
-	memoKey := memoKey(sum, lim)
+	name := moduleName(file)
+	memoFile := memoName(sum, lim)
 	if how != loadCompiled {
-		if mm := l.memo(memoKey); mm != nil {
-			m, err := l.loadFromMemo(file, b, sum, lim, mm, memoKey)
-			if err == nil {
-				return m, nil
-			}
-			l.log.Warn("manifest memo unusable; loading the module in full", "file", file, "err", err)
+		if mm, man := l.memo(memoFile); mm != nil {
+			m := l.newModule(file, sum, lim, mm.Deadline, mm.HasStart)
+			m.fromMemo = true
+			return l.lazy(m, b, man, *mm, memoFile), nil
 		}
 	}
 	code, mode, hasStart, err := prepareFile(file, b, lim, l.log)
@@ -631,7 +629,7 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 		return nil, fmt.Errorf("%w: %v", ErrNotWASM, err)
 	}
 	if how == loadLazy {
-		return l.loadInterpreted(ctx, file, b, sum, lim, compiled, key, mode, hasStart, memoKey)
+		return l.loadInterpreted(ctx, file, b, sum, lim, compiled, key, mode, hasStart, memoFile)
 	}
 	m := l.newModule(file, sum, lim, mode, hasStart)
 	m.pool.compiled = compiled
@@ -643,27 +641,12 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	// A module whose code may be released keeps what compiles it again
 	// (codeidle.go); only with a disk cache to compile it from.
 	if lim.CodeIdle > 0 && l.cacheDir != "" {
-		if m.recompile, err = l.recompiler(name, b, mode, lim); err != nil {
-			_ = compiled.close(ctx)
-			return nil, err
-		}
+		m.recompile = l.recompiler(name, b, mode, lim)
 	}
 	m.Manifest = man
-	l.remember(memoKey, manifestMemo{Manifest: raw, Deadline: mode, HasStart: hasStart, Key: key})
+	l.remember(memoFile, manifestMemo{Manifest: raw, Deadline: mode, HasStart: hasStart, Key: key})
 	l.loaded(m, key)
 	return m, nil
-}
-
-// loadFromMemo loads the module file with the bytes b as its memo mm
-// (named memoKey) describes it, its code not compiled (see lazy).
-func (l *Loader) loadFromMemo(file string, b []byte, sum [sha256.Size]byte, lim Limits, mm *manifestMemo, memoKey string) (*Module, error) {
-	man, err := abi.DecodeManifest(mm.Manifest)
-	if err != nil {
-		return nil, err
-	}
-	m := l.newModule(file, sum, lim, mm.Deadline, mm.HasStart)
-	m.fromMemo = true
-	return l.lazy(m, b, man, *mm, memoKey)
 }
 
 // loadInterpreted reads the manifest of the module file (bytes b) on
@@ -674,7 +657,7 @@ func (l *Loader) loadFromMemo(file string, b []byte, sum [sha256.Size]byte, lim 
 // and serves, and compiles the code later (see lazy). key is the code's
 // key in the compiled-code cache.
 func (l *Loader) loadInterpreted(ctx context.Context, file string, b []byte, sum [sha256.Size]byte, lim Limits,
-	interp *compiledCode, key, mode string, hasStart bool, memoKey string) (*Module, error) {
+	interp *compiledCode, key, mode string, hasStart bool, memoFile string) (*Module, error) {
 	m := l.newModule(file, sum, lim, mode, hasStart)
 	m.pool.compiled = interp
 	man, raw, err := l.readManifest(ctx, m)
@@ -684,32 +667,32 @@ func (l *Loader) loadInterpreted(ctx context.Context, file string, b []byte, sum
 		return nil, err
 	}
 	mm := manifestMemo{Manifest: raw, Deadline: mode, HasStart: hasStart, Key: key}
-	l.remember(memoKey, mm)
-	return l.lazy(m, b, man, mm, memoKey)
+	l.remember(memoFile, mm)
+	return l.lazy(m, b, man, mm, memoFile), nil
 }
 
 // lazy makes m, with manifest man as mm describes it, a loaded module
 // whose code is not compiled yet: as if code_idle_ms had released it, its
 // first call compiles it, and so does the warm-up a directory load
 // starts for it unless code_idle_ms releases idle code anyway (warm.go).
-// The first compile files the memo (memoKey) under the code's entry in
+// Its first compile files the memo (memoFile) under the code's entry in
 // the bounded cache, so that pruning the one deletes the other.
-func (l *Loader) lazy(m *Module, b []byte, man *abi.Manifest, mm manifestMemo, memoKey string) (*Module, error) {
-	compile, err := l.recompiler(m.Name(), b, mm.Deadline, m.Limits)
-	if err != nil {
-		return nil, err
-	}
-	m.memo = filepath.Join(memoDir, memoKey)
+func (l *Loader) lazy(m *Module, b []byte, man *abi.Manifest, mm manifestMemo, memoFile string) *Module {
+	compile := l.recompiler(m.Name(), b, mm.Deadline, m.Limits)
+	m.memo = filepath.Join(memoDir, memoFile)
+	filed := l.dir == nil
+	// (The module's compiles run one at a time: filed needs no lock.)
 	m.recompile = func(ctx context.Context) (*compiledCode, error) {
 		c, err := compile(ctx)
-		if err == nil && l.dir != nil {
+		if err == nil && !filed {
 			l.dir.memo(mm.Key, m.memo)
+			filed = true
 		}
 		return c, err
 	}
 	m.Manifest = man
 	l.loaded(m, mm.Key)
-	return m, nil
+	return m
 }
 
 // prepareFile bounds the tables of a module file's bytes and prepares its
@@ -743,7 +726,10 @@ func (l *Loader) loaded(m *Module, key string) {
 }
 
 // Name is the module's file name without .wasm.
-func (m *Module) Name() string { return strings.TrimSuffix(m.File, filepath.Ext(m.File)) }
+func (m *Module) Name() string { return moduleName(m.File) }
+
+// moduleName is the name of the module in file: its name without .wasm.
+func moduleName(file string) string { return strings.TrimSuffix(file, filepath.Ext(file)) }
 
 // readManifest calls the module's protean_manifest and returns the
 // manifest, decoded, and its bytes.

@@ -411,7 +411,7 @@ func (r *Reloader) tenantOfFile(file string) string {
 	if file == "" {
 		return ""
 	}
-	return r.loader.tenancy.of(strings.TrimSuffix(file, filepath.Ext(file)))
+	return r.loader.tenancy.of(moduleName(file))
 }
 
 func closeModules(mods []*Module) {
