@@ -162,7 +162,7 @@ type process struct {
 // launchProcess runs the host binary with args (after "run --config cfg")
 // and extra environment (KEY=VALUE), logging to dir/host.log. The test's
 // cleanup kills it.
-func launchProcess(t *testing.T, addr, cfg, dir string, args []string, env ...string) *process {
+func launchProcess(t testing.TB, addr, cfg, dir string, args []string, env ...string) *process {
 	t.Helper()
 	p := &process{addr: addr, log: filepath.Join(dir, "host.log"), done: make(chan struct{})}
 	logf, err := os.Create(p.log)
@@ -178,7 +178,7 @@ func launchProcess(t *testing.T, addr, cfg, dir string, args []string, env ...st
 
 // startProcess is launchProcess, then a wait until the instance answers
 // /healthz at addr; a host that exits at start fails the test with its log.
-func startProcess(t *testing.T, addr, cfg, dir string, args []string, env ...string) *process {
+func startProcess(t testing.TB, addr, cfg, dir string, args []string, env ...string) *process {
 	t.Helper()
 	p := launchProcess(t, addr, cfg, dir, args, env...)
 	testwait.For(t, "instance at "+addr+" healthy", func() (bool, string) {
@@ -205,7 +205,7 @@ var (
 )
 
 // hostBinary builds protean-host once per test binary.
-func hostBinary(t *testing.T) string {
+func hostBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "protean-host-bin-")
@@ -224,7 +224,7 @@ func hostBinary(t *testing.T) string {
 	return binPath
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -66,19 +66,19 @@ max_nesting_cost = 100000000000
 // body (an [http] listen on a free port is added), --shutdown-timeout
 // drain, its output in p.log, and waits until it is healthy. The process is
 // killed at the test's end if it still runs.
-func runHost(t *testing.T, body, drain string) *process {
+func runHost(t testing.TB, body, drain string) *process {
 	t.Helper()
 	return runHostEnv(t, body, drain)
 }
 
 // runHostEnv is runHost with extra environment variables (KEY=VALUE).
-func runHostEnv(t *testing.T, body, drain string, env ...string) *process {
+func runHostEnv(t testing.TB, body, drain string, env ...string) *process {
 	t.Helper()
 	return runHostHTTP(t, body, "", drain, env...)
 }
 
 // runHostHTTP is runHostEnv with more keys of the [http] table (lines).
-func runHostHTTP(t *testing.T, body, http, drain string, env ...string) *process {
+func runHostHTTP(t testing.TB, body, http, drain string, env ...string) *process {
 	t.Helper()
 	addr := freeAddr(t)
 	tmp := t.TempDir()

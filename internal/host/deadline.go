@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -93,6 +94,9 @@ type instance struct {
 	mu       sync.Mutex
 	stopped  bool  // the current call is to stop; fuel stays at 0
 	deadline int64 // the current call's deadline, Unix ns; 0: none
+	// slice is when the current call began or last yielded its core
+	// (Unix ns; yield), read and written by the guest's goroutine only.
+	slice int64
 	// mem meters the instance's memories (see memoryMeter).
 	mem *memoryMeter
 	// main is the module's own instance, once looked up (see exited);
@@ -110,21 +114,43 @@ type instance struct {
 // with every P running a guest no timer goroutine would get to run; and
 // this Go call is where the scheduler can preempt the guest's goroutine
 // (for the timer, other goroutines, a GC).
+//
+// It is also where a long call hands its core over: Go preempts a
+// goroutine that has run 10 ms, far longer than a quiet tenant's whole
+// call, so with every P running a CPU-bound guest another tenant's call
+// waited up to 10 ms for each step of its way (the HTTP read, the guest
+// call, the commit, the answer). A call that has run timeSlice since it
+// began or last yielded goes to the back of the run queue (runtime.Gosched),
+// so a runnable goroutine waits at most about one slice per busy P. With
+// nothing else runnable Gosched returns at once.
 func (inst *instance) yield() {
 	if inst.fuel == nil {
 		return
 	}
+	now := time.Now().UnixNano()
 	inst.mu.Lock()
-	defer inst.mu.Unlock()
-	if !inst.stopped && inst.deadline != 0 && time.Now().UnixNano() >= inst.deadline {
+	if !inst.stopped && inst.deadline != 0 && now >= inst.deadline {
 		inst.stopped = true
 	}
 	if inst.stopped {
 		inst.fuel.Set(0)
+		inst.mu.Unlock()
 		return
 	}
 	inst.fuel.Set(instrument.Period)
+	inst.mu.Unlock()
+	if now-inst.slice >= int64(timeSlice) {
+		runtime.Gosched()
+		inst.slice = time.Now().UnixNano()
+	}
 }
+
+// timeSlice is how long a guest call runs before it lets other goroutines
+// run (yield): a tenth of Go's own preemption interval, so a quiet call
+// beside CPU-bound guests waits a few slices, not tens of milliseconds.
+// A guest yields every instrument.Period checks, some tens of
+// microseconds in a tight loop, so the slice is kept to within that.
+const timeSlice = time.Millisecond
 
 // guard arms the instance for a call under ctx: at ctx's deadline, or
 // when ctx is cancelled, the guest stops at its next check (the goroutine
@@ -142,6 +168,7 @@ func (inst *instance) guard(ctx context.Context) (release func() (stopped bool))
 		inst.deadline = dl.UnixNano()
 	}
 	inst.mu.Unlock()
+	inst.slice = time.Now().UnixNano()
 	var done sync.WaitGroup
 	done.Add(1)
 	stop := context.AfterFunc(ctx, func() {

@@ -122,7 +122,10 @@
 // close-on-context-done (the fallback for a module the rewriter refuses,
 // Module.Deadline "runtime") costs 3-4.5x on the example projector and
 // ~30x per loop iteration. A start section runs after instantiation under
-// the deadline. docs/deadline.md has the bound and the RATIONALE.
+// the deadline. docs/deadline.md has the bound and the RATIONALE. The
+// same call into the host is where a call that has run a millisecond
+// (timeSlice) lets other goroutines run: Go would preempt it only after
+// 10 ms, which another tenant's command waited for at each of its steps.
 //
 // A module's manifest picks its ABI: v1 calls go through the Extism SDK's
 // call protocol with JSON; v2 calls (abiv2.go, abi/v2.md) call the

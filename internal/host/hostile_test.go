@@ -190,7 +190,7 @@ func (s *blockingSession) ReadStream(context.Context, *abi.ReadStreamRequest, in
 func TestWaitForInstanceIsBounded(t *testing.T) {
 	// One instance for this module (the tenant's max_instances), whatever
 	// the loader's default.
-	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{Timeout: 300 * time.Millisecond, Instances: 1}),
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{Timeout: 2 * time.Second, Instances: 1}),
 		Instances: 4, CacheDir: wasmbuild.CacheDir(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
@@ -198,19 +198,35 @@ func TestWaitForInstanceIsBounded(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	s := &blockingSession{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	first := make(chan error, 1)
-	go func() {
-		_, err := m.Handle(context.Background(), "behave", ops("load"), s)
-		first <- err
-	}()
-	testwait.Recv(t, "the first call to hold the only instance", s.entered)
+	// The holding call's deadline covers its instance's start, which on a
+	// loaded machine, under -race, can take longer: such a call ends before its load,
+	// and another is started until one holds the instance.
+	var first chan error
+	testwait.For(t, "a call to hold the only instance", func() (bool, string) {
+		if first == nil {
+			first = make(chan error, 1)
+			go func() {
+				_, err := m.Handle(context.Background(), "behave", ops("load"), s)
+				first <- err
+			}()
+		}
+		select {
+		case <-s.entered:
+			return true, ""
+		case err := <-first:
+			first = nil
+			return false, fmt.Sprintf("a call ended before its load: %v", err)
+		default:
+			return false, "no call in its load yet"
+		}
+	})
 	_, err = m.Handle(context.Background(), "behave", ops("ok"), &memSession{})
 	require.ErrorIs(t, err, host.ErrNoInstance)
 	require.ErrorContains(t, err, "plugin "+m.File)
-	require.ErrorContains(t, err, "all 1 instances busy (limit 300ms)")
+	require.ErrorContains(t, err, "all 1 instances busy (limit 2s)")
 	var ce *host.CallError
 	require.ErrorAs(t, err, &ce)
-	require.GreaterOrEqual(t, ce.Waited, 300*time.Millisecond, "the whole deadline went by waiting for an instance")
+	require.GreaterOrEqual(t, ce.Waited, 2*time.Second, "the whole deadline went by waiting for an instance")
 	close(s.release)
 	testwait.Recv(t, "the first call to end", first)
 }
