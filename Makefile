@@ -48,6 +48,15 @@ plugins: ## Build the example plugins into PLUGINS_DIR (default build/plugins) w
 		echo "note: skipping plugins/c (no clang/lld/wasi-libc; scripts/wasm-c.sh ensure installs them)"; \
 	fi
 
+.PHONY: plugins-embed
+# Not part of plugins: make plugins, make dev and a scaffold's make build
+# write the same bytes from one source (TestOneBuildOfAModule), and this
+# needs the host binary and compiles each module once (into the config's
+# cache_dir, where a start then finds it: the section is not part of the
+# compiled code).
+plugins-embed: plugins build ## Build the example plugins and embed each one's manifest (protean-host plugin embed-manifest), so a cold start runs none of them to read it
+	$(HOST_BIN) plugin embed-manifest --config $(CONFIG) $(PLUGINS_DIR)/*.wasm
+
 .PHONY: build
 # The build's name (protean-host version, the status page, the log):
 # the nearest tag or the commit, -dirty for uncommitted changes.

@@ -44,6 +44,19 @@
 //	  ]
 //	}
 //
+// A module may also carry its manifest in a custom section named
+// protean.manifest (ManifestSection): the section's content is the
+// manifest's JSON, as protean_manifest writes it. The section is optional.
+// When present, a host start may read it instead of calling
+// protean_manifest, so it learns what the module declares without
+// compiling or running it; so it must say what protean_manifest answers:
+// the two, each decoded by DecodeManifest, must be deeply equal (the bytes
+// may differ). A host that loads the module compiled (protean-host plugin
+// test, validate, a reload) calls protean_manifest and refuses a module
+// whose section differs. `protean-host plugin embed-manifest FILE` writes
+// the section from the module's own answer (EmbedManifest); a module
+// without the section, v1 or v2, loads as before.
+//
 // # Message fields
 //
 // Each declared message lists its top-level payload fields as {"name",

@@ -6,6 +6,7 @@
 //	protean-host outbox status | outbox retry ID [--config FILE]
 //	protean-host plugin new NAME --kind KIND --category C [--dir DIR]
 //	protean-host plugin test MODULE.wasm... --messages FILE.jsonl [--json]
+//	protean-host plugin embed-manifest MODULE.wasm...
 //	protean-host subscriptions list | failed | retry|skip GROUP UNIT POSITION [--config FILE]
 //	protean-host keys new TENANT --role ROLE
 //	protean-host dead-letters list | replay STREAM GROUP ID [--url URL]
@@ -64,7 +65,7 @@ func commands() []command {
 		{"validate", "load and validate the plugins against the config, print what they declare", cmdValidate},
 		{"migrate", "create or upgrade the PostgreSQL schema (idempotent)", cmdMigrate},
 		{"outbox", "status: rows by status, oldest pending, abandoned rows; retry ID: requeue a failed or abandoned row", cmdOutbox},
-		{"plugin", "new NAME --kind K --category C: scaffold a handler module; test MODULE.wasm --messages FILE.jsonl: run it on in-memory stores", cmdPlugin},
+		{"plugin", "new NAME --kind K --category C: scaffold a handler module; test MODULE.wasm --messages FILE.jsonl: run it on in-memory stores; embed-manifest MODULE.wasm...: write its manifest into it for fast starts", cmdPlugin},
 		{"partitions", "list | inspect CATEGORY KEY | skip | dlq | resume CATEGORY KEY: see and unblock halted partitions (Redis)", cmdPartitions},
 		{"subscriptions", "list | failed | retry|skip GROUP UNIT POSITION: event-store subscriptions' positions, leases and failed messages (PostgreSQL)", cmdSubscriptions},
 		{"dead-letters", "list | replay STREAM GROUP ID: the messages the consumer groups gave up on, and the partitions' moved aside; replay one", cmdDeadLetters},

@@ -8,11 +8,13 @@ import (
 )
 
 // cmdPlugin is the handler author's tools: `plugin new` scaffolds a module,
-// `plugin test` runs one against a file of messages.
+// `plugin test` runs one against a file of messages, `plugin
+// embed-manifest` writes a module's manifest into its file.
 func cmdPlugin(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
 		fmt.Fprintln(e.stderr, "usage: protean-host plugin new NAME --kind KIND --category C [--dir DIR]")
 		fmt.Fprintln(e.stderr, "       protean-host plugin test MODULE.wasm... --messages FILE.jsonl [--json]")
+		fmt.Fprintln(e.stderr, "       protean-host plugin embed-manifest MODULE.wasm...")
 		return exitError{2}
 	}
 	switch args[0] {
@@ -20,8 +22,10 @@ func cmdPlugin(ctx context.Context, e *env, args []string) error {
 		return cmdPluginNew(ctx, e, args[1:])
 	case "test":
 		return cmdPluginTest(ctx, e, args[1:])
+	case "embed-manifest":
+		return cmdPluginEmbedManifest(ctx, e, args[1:])
 	}
-	return fmt.Errorf("unknown subcommand %q (want new or test)", args[0])
+	return fmt.Errorf("unknown subcommand %q (want new, test or embed-manifest)", args[0])
 }
 
 // parseAuthor parses args for an author tool. Authors run these from their

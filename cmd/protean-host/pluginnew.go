@@ -93,7 +93,7 @@ func cmdPluginNew(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("wrote %s, but go mod tidy failed (run it there with network access): %w", *dir, err)
 	}
 	fmt.Fprintf(e.stdout, "wrote %s module %s in %s (go.mod replaces %s with %s)\n", *kind, name, *dir, hostMod, src)
-	fmt.Fprintf(e.stdout, "next: cd %s && make    # native tests, build/%s.wasm, plugin test against testdata/messages.jsonl\n", *dir, name)
+	fmt.Fprintf(e.stdout, "next: cd %s && make    # native tests, build/%s.wasm, plugin test against testdata/messages.jsonl, embed its manifest\n", *dir, name)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/proteanhq/protean-host/internal/instrument"
+	"github.com/proteanhq/protean-host/internal/wasmbin"
 )
 
 // Deadline modes a module runs under (Module.Deadline).
@@ -36,13 +37,7 @@ const (
 // trusted, another not) would share one entry and one of them would run
 // the other's code. Distinct bytes per mode give distinct keys; the
 // instrumented bytes carry instrument.CustomSection with its version.
-var runtimeMarker = func() []byte {
-	const name = "protean.deadline"
-	const body = "runtime"
-	p := append([]byte{byte(len(name))}, name...)
-	p = append(p, body...)
-	return append([]byte{0, byte(len(p))}, p...)
-}()
+var runtimeMarker = wasmbin.AppendCustom(nil, "protean.deadline", []byte("runtime"))
 
 // prepare returns the bytes to compile for a module under lim and the
 // deadline mode they run in. A module over a shape limit or malformed is

@@ -39,6 +39,17 @@ import (
 // compiles. A reload compiles a new version before it goes live, as the
 // running set serves meanwhile; LoadFile always compiles.
 //
+// A start that finds no memo but a protean.manifest custom section in the
+// file (abi.ManifestSection, written by protean-host plugin
+// embed-manifest) reads the manifest from it instead, decoded by the same
+// rules, and writes the memo: it compiles and runs nothing, so the first
+// command is served within the compile of its own module, not after every
+// module's interpreted manifest call (issue 21). A load that compiles
+// (LoadFile, and so validate and plugin test, and a reload) still asks
+// protean_manifest, and refuses a module whose section does not decode to
+// the same manifest (ErrManifestSection): the section is trusted on a
+// start because those loads check it.
+//
 // The memo is keyed by the file's SHA-256 and every limit that decides
 // what a load finds: the table bound, the shape limits, how the deadline
 // is enforced and the memory limit (under which the manifest call ran).

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"sort"
@@ -239,7 +240,17 @@ type Module struct {
 	fromMemo bool
 	memo     string
 	warming  atomic.Bool
+	// fromSection: the manifest was read from the module's
+	// protean.manifest section at a start, nothing compiled or run.
+	fromSection bool
+	// manifestJSON is Manifest's bytes (see ManifestJSON).
+	manifestJSON []byte
 }
+
+// ManifestJSON returns the manifest's bytes as the module answered them
+// (or as its memo or its protean.manifest section holds them, which say
+// the same). Not to be modified.
+func (m *Module) ManifestJSON() []byte { return m.manifestJSON }
 
 // retain adds a holder, unless the module has been released already.
 func (m *Module) retain() bool {
@@ -288,10 +299,15 @@ func (e *LoadError) Unwrap() error { return e.Err }
 // Sentinel causes of a LoadError.
 var (
 	ErrEmptyFile       = errors.New("empty file")
-	ErrNotWASM         = errors.New("not a WebAssembly module")
+	ErrNotWASM         = abi.ErrNotModule // one error, whichever reader found it
 	ErrNoManifest      = errors.New("module does not export " + abi.ExportManifest)
 	ErrManifestTimeout = errors.New(abi.ExportManifest + " did not return in time")
 	ErrManifestFailed  = errors.New(abi.ExportManifest + " failed")
+	// ErrManifestSection is a module whose protean.manifest section
+	// (abi.ManifestSection) does not say what its protean_manifest
+	// answers.
+	ErrManifestSection = errors.New("the " + abi.ManifestSection + " section differs from what " + abi.ExportManifest +
+		" answers; embed it again: protean-host plugin embed-manifest FILE")
 )
 
 // Loader loads modules: it compiles them (through a compilation cache when
@@ -523,10 +539,7 @@ func (l *Loader) limitsOf(name string) Limits {
 // interp compiles it for wazero's interpreter instead, with no cache (a
 // start reads a manifest so, see loadInterpreted).
 func (l *Loader) compile(ctx context.Context, name string, code []byte, mode string, lim Limits, interp bool) (*compiledCode, string, error) {
-	// wazero's cache key covers the code and whether it closes on a
-	// context's end; so does the key of the bounded cache's index.
-	codeSum := sha256.Sum256(code)
-	key := hex.EncodeToString(codeSum[:]) + "/" + mode
+	key := codeKey(code, mode)
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -576,6 +589,14 @@ func (l *Loader) compile(ctx context.Context, name string, code []byte, mode str
 	return c, key, err
 }
 
+// codeKey is the key in the bounded cache's index of code (prepared, see
+// prepare) compiled in deadline mode mode: wazero's cache key covers the
+// code and whether it closes on a context's end, and so does this one.
+func codeKey(code []byte, mode string) string {
+	sum := sha256.Sum256(code)
+	return hex.EncodeToString(sum[:]) + "/" + mode
+}
+
 // How a load reads a module's manifest.
 type loadHow int
 
@@ -586,7 +607,8 @@ const (
 	// nothing, else compiles the module and asks it (a reload: a new
 	// version is compiled before it goes live).
 	loadMemo
-	// loadLazy takes the memo if at hand, else asks the module on
+	// loadLazy takes the memo if at hand, else the module's
+	// protean.manifest section if it has one, else asks the module on
 	// wazero's interpreter; either way its code is compiled later (a
 	// start: loadInterpreted).
 	loadLazy
@@ -604,6 +626,13 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	}
 	name := moduleName(file)
 	memoFile := memoName(sum, lim)
+	// The module's code is compiled without its protean.manifest section
+	// (b from here on): embedding the manifest does not change its code's
+	// key, so what plugin embed-manifest compiled is what a start finds.
+	embeddedRaw, b, err := manifestSection(b)
+	if err != nil {
+		return nil, err
+	}
 	if how != loadCompiled {
 		if mm, man := l.memo(memoFile); mm != nil {
 			m := l.newModule(file, sum, lim, mm.Deadline, mm.HasStart)
@@ -614,6 +643,22 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	code, mode, hasStart, err := prepareFile(file, b, lim, l.log)
 	if err != nil {
 		return nil, err
+	}
+	var embedded *abi.Manifest
+	if embeddedRaw != nil {
+		// Decoded by the rules of protean_manifest's answer (readManifest).
+		if embedded, err = abi.DecodeManifest(embeddedRaw); err != nil {
+			return nil, fmt.Errorf("%s section: %w", abi.ManifestSection, err)
+		}
+	}
+	if how == loadLazy && embedded != nil {
+		// A start takes the module at its section's word: nothing is
+		// compiled or run before the set validates and serves.
+		mm := manifestMemo{Manifest: embeddedRaw, Deadline: mode, HasStart: hasStart, Key: codeKey(code, mode)}
+		l.remember(memoFile, mm)
+		m := l.newModule(file, sum, lim, mode, hasStart)
+		m.fromSection = true
+		return l.lazy(m, b, embedded, mm, memoFile), nil
 	}
 	// Every module gets an engine of its own: wazero frees compiled code
 	// only with its engine, and an engine is shared by every runtime of a
@@ -634,6 +679,9 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	m := l.newModule(file, sum, lim, mode, hasStart)
 	m.pool.compiled = compiled
 	man, raw, err := l.readManifest(ctx, m)
+	if err == nil && embedded != nil && !reflect.DeepEqual(man, embedded) {
+		err = ErrManifestSection
+	}
 	if err != nil {
 		_ = compiled.close(ctx)
 		return nil, err
@@ -643,7 +691,7 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	if lim.CodeIdle > 0 && l.cacheDir != "" {
 		m.recompile = l.recompiler(name, b, mode, lim)
 	}
-	m.Manifest = man
+	m.Manifest, m.manifestJSON = man, raw
 	l.remember(memoFile, manifestMemo{Manifest: raw, Deadline: mode, HasStart: hasStart, Key: key})
 	l.loaded(m, key)
 	return m, nil
@@ -690,9 +738,24 @@ func (l *Loader) lazy(m *Module, b []byte, man *abi.Manifest, mm manifestMemo, m
 		}
 		return c, err
 	}
-	m.Manifest = man
+	m.Manifest, m.manifestJSON = man, mm.Manifest
 	l.loaded(m, mm.Key)
 	return m
+}
+
+// manifestSection returns the content of the module b's protean.manifest
+// section (abi.ManifestSection), not decoded, and the module without it;
+// nil and b itself if it has none.
+func manifestSection(b []byte) (raw, without []byte, err error) {
+	// (A module that does not parse is abi.ErrNotModule: ErrNotWASM.)
+	raw, ok, err := abi.EmbeddedManifest(b)
+	if err != nil || !ok {
+		return nil, b, err
+	}
+	if without, err = abi.RemoveManifest(b); err != nil {
+		return nil, nil, err
+	}
+	return raw, without, nil
 }
 
 // prepareFile bounds the tables of a module file's bytes and prepares its
@@ -915,7 +978,7 @@ func (l *Loader) loadDir(ctx context.Context, dir string, running *Set) ([]*Modu
 				// takes seconds, and nothing else is logged meanwhile.
 				l.log.Info("module loaded", "file", n, "of", fmt.Sprintf("%d/%d", of, len(names)),
 					"took", time.Since(began).Round(time.Millisecond), "version", m.Manifest.Module.Version, "sha256", m.SHA256[:12],
-					"memo", m.fromMemo, "compiled", m.memo == "")
+					"memo", m.fromMemo, "section", m.fromSection, "compiled", m.memo == "")
 			}
 		})
 	}

@@ -11,14 +11,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
 // distinctCopies writes n copies of the module file src into dir, each
 // with a custom section of its own appended, so that each has bytes, a
 // SHA-256 and a compile of its own, as n tenants' modules would, at the
-// cost of one build.
-func distinctCopies(tb testing.TB, src, dir string, n int) {
+// cost of one build. A non-nil manifest is embedded in each as its
+// protean.manifest section (abi.EmbedManifest, as plugin embed-manifest
+// does).
+func distinctCopies(tb testing.TB, src, dir string, n int, manifest []byte) {
 	tb.Helper()
 	b, err := os.ReadFile(src)
 	if err != nil {
@@ -32,6 +35,11 @@ func distinctCopies(tb testing.TB, src, dir string, n int) {
 		copyB := append(slices.Clip(b), 0) // custom section id
 		copyB = binary.AppendUvarint(copyB, uint64(len(payload)))
 		copyB = append(copyB, payload...)
+		if manifest != nil {
+			if copyB, err = abi.EmbedManifest(copyB, manifest); err != nil {
+				tb.Fatal(err)
+			}
+		}
 		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("m%05d.wasm", i)), copyB, 0o644); err != nil {
 			tb.Fatal(err)
 		}
@@ -42,9 +50,14 @@ func distinctCopies(tb testing.TB, src, dir string, n int) {
 // modules (issue 21): PROTEAN_BENCH_MODULES (default 20) copies of the Go
 // client_orders example, or with PROTEAN_BENCH_GUEST=c of the C one, each
 // with bytes of its own (distinctCopies), loaded from one directory, with
-// code_idle_ms on (the reaper driven by a fake clock). Run it once:
+// code_idle_ms on (the reaper driven by a fake clock). With
+// PROTEAN_BENCH_EMBED=1 each copy carries its manifest in its
+// protean.manifest section (read once from the module, compiled, before
+// anything is timed), so cold_s is a start that reads the sections and
+// compiles nothing (embedded reports 1). Run it once:
 //
 //	PROTEAN_BENCH_MODULES=200 go test ./internal/host/ -run '^$' -bench Start -benchtime 1x
+//	PROTEAN_BENCH_MODULES=200 PROTEAN_BENCH_EMBED=1 go test ./internal/host/ -run '^$' -bench Start -benchtime 1x
 //
 // The baselines load as every start did before manifest memos (as a
 // reload loads a file with no memo: compiled, then asked its manifest):
@@ -71,8 +84,13 @@ func BenchmarkStart(b *testing.B) {
 	if os.Getenv("PROTEAN_BENCH_GUEST") == "c" {
 		src = wasmbuild.BuildC(b, "plugins/c/client_orders.c")
 	}
+	var manifest []byte
+	embedded := 0.0
+	if os.Getenv("PROTEAN_BENCH_EMBED") == "1" {
+		manifest, embedded = benchManifest(b, src), 1
+	}
 	plugins, cache := b.TempDir(), b.TempDir()
-	distinctCopies(b, src, plugins, n)
+	distinctCopies(b, src, plugins, n, manifest)
 	lim := Limits{InstanceIdle: time.Minute, CodeIdle: 2 * time.Minute}
 	base := rssMB(b)
 	// start loads the directory on a new loader over cache, as a start
@@ -137,6 +155,7 @@ func BenchmarkStart(b *testing.B) {
 	rssMB(b) // the executable memory is unmapped by a finalizer: a second GC sees it gone
 	reclaimed := rssMB(b)
 	b.ReportMetric(float64(n), "modules")
+	b.ReportMetric(embedded, "embedded")
 	b.ReportMetric(coldCompiled.Seconds(), "cold_compiled_s")
 	b.ReportMetric(cold.Seconds(), "cold_s")
 	b.ReportMetric(coldFirst.Seconds(), "cold_first_call_s")
@@ -151,4 +170,22 @@ func BenchmarkStart(b *testing.B) {
 	b.ReportMetric(float64(worst.Microseconds())/1000, "first_call_max_ms")
 	b.ReportMetric(called, "called_MB")
 	b.ReportMetric(reclaimed, "reclaimed_MB")
+}
+
+// benchManifest is the manifest the module file src answers, read by a
+// compiled load on a loader of its own (no cache: nothing of it is left
+// for the timed starts).
+func benchManifest(b *testing.B, src string) []byte {
+	b.Helper()
+	l, err := NewLoader(LoaderOptions{GuestConcurrency: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	m, err := l.LoadFile(context.Background(), src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	return m.ManifestJSON()
 }

@@ -50,6 +50,10 @@
 // cannot be interrupted. Check runs the walk alone, for a module that is
 // not instrumented.
 //
+// The split of a module into its sections is package wasmbin's, shared
+// with package abi (which reads and writes the protean.manifest section);
+// sections adds the counts checks wazero needs (checkCount).
+//
 // BoundTables, on the same section reader, gives every table the module
 // defines a maximum of at most the host's max_table_elements (wazero
 // enforces a declared maximum and nothing else), whatever the deadline

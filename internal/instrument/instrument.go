@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+
+	"github.com/proteanhq/protean-host/internal/wasmbin"
 )
 
 // Version is the instrumentation's version, recorded in CustomSection.
@@ -40,7 +42,7 @@ const (
 var (
 	// ErrMalformed is a module Module cannot parse (wazero would refuse it
 	// too).
-	ErrMalformed = errors.New("malformed module")
+	ErrMalformed = wasmbin.ErrMalformed
 	// ErrUnsupported is a module using what Module does not instrument;
 	// an *OpcodeError carries the detail.
 	ErrUnsupported = errors.New("unsupported by the instrumentation")
@@ -106,48 +108,32 @@ func rank(id byte) int {
 	return int(id) * 10
 }
 
-type section struct {
-	id      byte
-	payload []byte
-	at, end int // the offsets of its id byte and of the byte after it
-}
+// section is one section of a module.
+type section = wasmbin.Section
 
-// sections splits the module b into its sections.
+// sections splits the module b into its sections (package wasmbin's walk)
+// and checks the counts and sizes wazero trusts (see checkCount).
 func sections(b []byte) ([]section, error) {
-	if len(b) < 8 || !bytes.Equal(b[:4], []byte{0, 'a', 's', 'm'}) {
-		return nil, fmt.Errorf("%w: bad magic number", ErrMalformed)
+	secs, err := wasmbin.Sections(b)
+	if errors.Is(err, wasmbin.ErrVersion) {
+		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
 	}
-	if !bytes.Equal(b[4:8], []byte{1, 0, 0, 0}) {
-		return nil, fmt.Errorf("%w: binary version %x", ErrUnsupported, b[4:8])
+	if err != nil {
+		return nil, err
 	}
-	var secs []section
-	for r := (reader{b: b, off: 8}); r.off < len(b); {
-		at := r.off
-		id, err := r.byte()
-		if err != nil {
+	for _, s := range secs {
+		if err := checkCount(s.ID, s.Payload, len(b)); err != nil {
 			return nil, err
 		}
-		size, err := r.u32()
-		if err != nil {
-			return nil, err
-		}
-		p, err := r.bytes(int(size))
-		if err != nil {
-			return nil, fmt.Errorf("%w: section %d overruns the module", ErrMalformed, id)
-		}
-		if err := checkCount(id, p, len(b)); err != nil {
-			return nil, err
-		}
-		if id == secDataCount {
+		if s.ID == secDataCount {
 			// Exactly one u32. wazero reads a short one past the section's
 			// end, into whatever follows it (fuzzing found an empty one it
 			// took, which stops compiling once a section follows it).
-			pr := reader{b: p}
-			if _, err := pr.u32(); err != nil || pr.off != len(p) {
-				return nil, fmt.Errorf("%w: data count section of %d bytes is not one u32", ErrMalformed, len(p))
+			pr := reader{b: s.Payload}
+			if _, err := pr.u32(); err != nil || pr.off != len(s.Payload) {
+				return nil, fmt.Errorf("%w: data count section of %d bytes is not one u32", ErrMalformed, len(s.Payload))
 			}
 		}
-		secs = append(secs, section{id: id, payload: p, at: at, end: r.off})
 	}
 	return secs, nil
 }
@@ -193,9 +179,9 @@ func Module(b []byte, lim Limits) (*Result, error) {
 	yield, yieldType, hasYield := uint32(0), uint32(0), false
 	start, hasStart := uint32(0), false
 	for _, s := range secs {
-		switch s.id {
+		switch s.ID {
 		case secCustom:
-			r := reader{b: s.payload}
+			r := reader{b: s.Payload}
 			name, err := r.name()
 			if err != nil {
 				return nil, err
@@ -205,29 +191,29 @@ func Module(b []byte, lim Limits) (*Result, error) {
 			}
 		case secType:
 			var err error
-			if types, err = splitTypes(s.payload); err != nil {
+			if types, err = splitTypes(s.Payload); err != nil {
 				return nil, err
 			}
 		case secImport:
-			im, err := countImports(s.payload)
+			im, err := countImports(s.Payload)
 			if err != nil {
 				return nil, err
 			}
 			importedFuncs, importedGlobals = im.funcs, im.globals
 			yield, yieldType, hasYield = im.yield, im.yieldType, im.hasYield
 		case secGlobal:
-			r := reader{b: s.payload}
+			r := reader{b: s.Payload}
 			n, err := r.u32()
 			if err != nil {
 				return nil, err
 			}
 			definedGlobals = n
 		case secExport:
-			if err := checkExports(s.payload); err != nil {
+			if err := checkExports(s.Payload); err != nil {
 				return nil, err
 			}
 		case secStart:
-			r := reader{b: s.payload}
+			r := reader{b: s.Payload}
 			f, err := r.u32()
 			if err != nil {
 				return nil, err
@@ -292,13 +278,13 @@ func Module(b []byte, lim Limits) (*Result, error) {
 		}
 	}
 	for _, s := range secs {
-		if s.id != secCustom {
-			flush(rank(s.id))
+		if s.ID != secCustom {
+			flush(rank(s.ID))
 		}
-		p := s.payload
+		p := s.Payload
 		var err error
 		if rn.active() {
-			switch s.id {
+			switch s.ID {
 			case secExport:
 				p, err = rn.exports(p)
 			case secGlobal:
@@ -312,14 +298,14 @@ func Module(b []byte, lim Limits) (*Result, error) {
 				return nil, err
 			}
 		}
-		switch s.id {
+		switch s.ID {
 		case secType, secImport, secGlobal, secExport:
 			for i := range adds {
-				if a := &adds[i]; a.id == s.id && a.n > 0 {
+				if a := &adds[i]; a.id == s.ID && a.n > 0 {
 					p = a.merge(p)
 				}
 			}
-			emit(s.id, p)
+			emit(s.ID, p)
 		case secStart:
 			// dropped: exported as StartExport instead
 		case secCode:
@@ -332,7 +318,7 @@ func Module(b []byte, lim Limits) (*Result, error) {
 			emit(secCode, p)
 		default:
 			if p != nil { // nil: a name section dropped (see names)
-				emit(s.id, p)
+				emit(s.ID, p)
 			}
 		}
 	}

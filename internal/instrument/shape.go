@@ -91,15 +91,15 @@ func Check(b []byte, lim Limits) error {
 	}
 	var importedFuncs uint32
 	for _, s := range secs {
-		switch s.id {
+		switch s.ID {
 		case secImport:
-			im, err := countImports(s.payload)
+			im, err := countImports(s.Payload)
 			if err != nil {
 				return err
 			}
 			importedFuncs = im.funcs
 		case secCode:
-			if _, err := parseCode(s.payload, 0, importedFuncs, lim); err != nil {
+			if _, err := parseCode(s.Payload, 0, importedFuncs, lim); err != nil {
 				return err
 			}
 		}

@@ -25,18 +25,18 @@ func BoundTables(b []byte, limit uint32) ([]byte, error) {
 		return nil, err
 	}
 	for _, s := range secs {
-		if s.id != secTable {
+		if s.ID != secTable {
 			continue
 		}
-		content, err := boundTableSection(s.payload, limit)
+		content, err := boundTableSection(s.Payload, limit)
 		if err != nil || content == nil {
 			return b, err
 		}
 		out := make([]byte, 0, len(b)+16)
-		out = append(out, b[:s.at+1]...)
+		out = append(out, b[:s.At+1]...)
 		out = appendU32(out, uint32(len(content)))
 		out = append(out, content...)
-		return append(out, b[s.end:]...), nil
+		return append(out, b[s.End:]...), nil
 	}
 	return b, nil
 }

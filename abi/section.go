@@ -1,0 +1,99 @@
+package abi
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/proteanhq/protean-host/internal/wasmbin"
+)
+
+// ManifestSection is the name of the custom section that may carry a
+// module's manifest (see the package documentation, Exports).
+const ManifestSection = "protean.manifest"
+
+// Errors of the functions that read and write the section.
+var (
+	// ErrNotModule marks bytes that do not frame a WebAssembly module
+	// (magic number, binary version 1, section sizes, custom section
+	// names).
+	ErrNotModule = errors.New("not a WebAssembly module")
+	// ErrManifestSection marks a protean.manifest section that cannot be
+	// read or written: the section twice, or a manifest over
+	// MaxManifestBytes.
+	ErrManifestSection = errors.New(ManifestSection + " section")
+)
+
+// EmbedManifest returns the module wasm with manifest (JSON, at most
+// MaxManifestBytes) as its protean.manifest custom section: every such
+// section wasm has is removed (RemoveManifest) and one is appended at the
+// end, holding manifest byte for byte. Embedding again therefore gives the
+// same bytes. wasm is not modified.
+func EmbedManifest(wasm, manifest []byte) ([]byte, error) {
+	if len(manifest) > MaxManifestBytes {
+		return nil, fmt.Errorf("%w: manifest of %d bytes exceeds the %d-byte limit", ErrManifestSection, len(manifest), MaxManifestBytes)
+	}
+	out, err := RemoveManifest(wasm)
+	if err != nil {
+		return nil, err
+	}
+	return wasmbin.AppendCustom(out, ManifestSection, manifest), nil
+}
+
+// RemoveManifest returns a copy of the module wasm without its
+// protean.manifest sections, every other section kept in order.
+func RemoveManifest(wasm []byte) ([]byte, error) {
+	secs, err := wasmbin.Sections(wasm)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotModule, err)
+	}
+	out := make([]byte, 0, len(wasm)+64)
+	out = append(out, wasm[:8]...)
+	for _, s := range secs {
+		name, err := sectionName(s)
+		if err != nil {
+			return nil, err
+		}
+		if name != ManifestSection {
+			out = append(out, wasm[s.At:s.End]...)
+		}
+	}
+	return out, nil
+}
+
+// EmbeddedManifest returns the content of the module's protean.manifest
+// section, not decoded (see DecodeManifest); ok is false if it has none. A
+// module that does not parse, or has the section twice, is an error.
+func EmbeddedManifest(wasm []byte) (manifest []byte, ok bool, err error) {
+	secs, err := wasmbin.Sections(wasm)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %v", ErrNotModule, err)
+	}
+	for _, s := range secs {
+		name, err := sectionName(s)
+		if err != nil {
+			return nil, false, err
+		}
+		if name != ManifestSection {
+			continue
+		}
+		if ok {
+			return nil, false, fmt.Errorf("%w: the module has two", ErrManifestSection)
+		}
+		_, content, _ := wasmbin.CustomName(s.Payload)
+		manifest, ok = bytes.Clone(content), true
+	}
+	return manifest, ok, nil
+}
+
+// sectionName is the name of a custom section, "" for any other.
+func sectionName(s wasmbin.Section) (string, error) {
+	if s.ID != wasmbin.CustomID {
+		return "", nil
+	}
+	name, _, err := wasmbin.CustomName(s.Payload)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrNotModule, err)
+	}
+	return name, nil
+}

@@ -1,0 +1,167 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/internal/testwait"
+	"github.com/proteanhq/protean-host/internal/wasmbuild"
+)
+
+// cManifest is the C client_orders example's manifest as it answers it,
+// read by a compiled load.
+func cManifest(t *testing.T) []byte {
+	t.Helper()
+	l, err := NewLoader(LoaderOptions{GuestConcurrency: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	m, err := l.LoadFile(context.Background(), wasmbuild.BuildC(t, "plugins/c/client_orders.c"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	require.NotEmpty(t, m.ManifestJSON())
+	return m.ManifestJSON()
+}
+
+// cWithSection writes the C client_orders example with manifest embedded
+// as its protean.manifest section to a new plugins directory, and returns
+// the file's path.
+func cWithSection(t *testing.T, manifest []byte) string {
+	t.Helper()
+	b, err := os.ReadFile(wasmbuild.BuildC(t, "plugins/c/client_orders.c"))
+	require.NoError(t, err)
+	out, err := abi.EmbedManifest(b, manifest)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "client_orders.wasm")
+	require.NoError(t, os.WriteFile(path, out, 0o644))
+	return path
+}
+
+// sectionStart starts (LoadDir, compiling later) the plugins directory of
+// path on a new loader over a new cache directory. code_idle_ms is on, so
+// no warm-up compiles behind the test's back.
+func sectionStart(t *testing.T, path string) (*Module, *Loader) {
+	t.Helper()
+	w := testwait.Limit()
+	lim := Limits{Timeout: w, ManifestTimeout: w, CompileTimeout: w, CodeIdle: time.Hour}
+	l, err := NewLoader(LoaderOptions{Limits: lim, CacheDir: t.TempDir(), GuestConcurrency: -1, CompileLater: true})
+	require.NoError(t, err)
+	mods, errs := l.LoadDir(context.Background(), filepath.Dir(path))
+	require.Empty(t, errs)
+	require.Len(t, mods, 1)
+	t.Cleanup(func() {
+		_ = mods[0].Close(context.Background())
+		_ = l.Close(context.Background())
+	})
+	return mods[0], l
+}
+
+// A start that finds a module's protean.manifest section takes its
+// manifest from it: nothing is compiled before the module is loaded, its
+// memo is written, and its first call compiles its code.
+func TestAStartReadsTheManifestSection(t *testing.T) {
+	t.Parallel()
+	raw := cManifest(t)
+	m, l := sectionStart(t, cWithSection(t, raw))
+	require.Zero(t, l.compiles.Load(), "a start with the section compiled (the interpreter's compile?)")
+	require.True(t, m.fromSection)
+	require.False(t, m.Instances().CodeLoaded)
+	require.Equal(t, raw, m.ManifestJSON())
+	want, err := abi.DecodeManifest(raw)
+	require.NoError(t, err)
+	require.Equal(t, want, m.Manifest)
+	require.Len(t, memos(t, l.cacheDir), 1, "the start wrote the memo")
+
+	handleC(t, m)
+	require.Equal(t, int64(1), l.compiles.Load(), "the first call compiled the code")
+	require.True(t, m.Instances().CodeLoaded)
+}
+
+// Without the section a start still reads the manifest on the
+// interpreter: one compile for it.
+func TestAStartWithoutTheSectionUsesTheInterpreter(t *testing.T) {
+	t.Parallel()
+	plugins := t.TempDir()
+	path := wasmbuild.Copy(t, wasmbuild.BuildC(t, "plugins/c/client_orders.c"), plugins, "client_orders.wasm")
+	m, l := sectionStart(t, path)
+	require.Equal(t, int64(1), l.compiles.Load(), "the interpreter's compile")
+	require.False(t, m.fromSection)
+	handleC(t, m)
+}
+
+// A section that does not decode by the manifest's rules refuses the
+// module at a start, as protean_manifest's answer would.
+func TestAStartRefusesAnInvalidManifestSection(t *testing.T) {
+	t.Parallel()
+	path := cWithSection(t, []byte(`{"abi_version": 1}`))
+	l, err := NewLoader(LoaderOptions{CacheDir: t.TempDir(), GuestConcurrency: -1, CompileLater: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	mods, errs := l.LoadDir(context.Background(), filepath.Dir(path))
+	require.Empty(t, mods)
+	require.Len(t, errs, 1)
+	require.ErrorIs(t, errs[0], abi.ErrManifest)
+	require.ErrorContains(t, errs[0], abi.ManifestSection)
+	require.Zero(t, l.compiles.Load())
+}
+
+// A load that compiles (LoadFile, a reload) checks the section against
+// protean_manifest's answer: the same manifest loads, another is refused
+// with ErrManifestSection, which names the command that embeds it again.
+func TestACompiledLoadRefusesADifferingManifestSection(t *testing.T) {
+	t.Parallel()
+	raw := cManifest(t)
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	doc["module"].(map[string]any)["version"] = "9.9.9"
+	other, err := json.Marshal(doc)
+	require.NoError(t, err)
+	_, err = abi.DecodeManifest(other)
+	require.NoError(t, err, "the other manifest is valid on its own")
+
+	l, err := NewLoader(LoaderOptions{CacheDir: t.TempDir(), GuestConcurrency: -1, CompileLater: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+
+	same, err := l.LoadFile(context.Background(), cWithSection(t, raw))
+	require.NoError(t, err)
+	require.NoError(t, same.Close(context.Background()))
+
+	path := cWithSection(t, other)
+	_, err = l.LoadFile(context.Background(), path)
+	require.ErrorIs(t, err, ErrManifestSection)
+	require.ErrorContains(t, err, "protean-host plugin embed-manifest")
+	require.ErrorContains(t, err, "client_orders.wasm")
+
+	// A reload (a running set) compiles the new version and checks it too.
+	mods, errs := l.loadDir(context.Background(), filepath.Dir(path), &Set{})
+	require.Empty(t, mods)
+	require.Len(t, errs, 1)
+	require.ErrorIs(t, errs[0], ErrManifestSection)
+}
+
+// The section is not part of the compiled code: a module with it and
+// without it have one key in the compiled-code cache, so what
+// plugin embed-manifest compiled is what a start finds.
+func TestTheManifestSectionDoesNotChangeTheCodeKey(t *testing.T) {
+	t.Parallel()
+	key := func(l *Loader) string {
+		names := memos(t, l.cacheDir)
+		require.Len(t, names, 1)
+		b, err := os.ReadFile(names[0])
+		require.NoError(t, err)
+		var mm manifestMemo
+		require.NoError(t, json.Unmarshal(b, &mm))
+		return mm.Key
+	}
+	_, with := sectionStart(t, cWithSection(t, cManifest(t)))
+	plain := wasmbuild.Copy(t, wasmbuild.BuildC(t, "plugins/c/client_orders.c"), t.TempDir(), "client_orders.wasm")
+	_, without := sectionStart(t, plain)
+	require.Equal(t, key(without), key(with))
+}
