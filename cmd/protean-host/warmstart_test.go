@@ -69,7 +69,7 @@ func TestAWarmStartLoadsFromManifestMemos(t *testing.T) {
 		t.Helper()
 		for _, e := range entries {
 			if strings.HasSuffix(e.Name(), ".wasm") {
-				require.Regexp(t, `msg="module loaded" file=`+regexp.QuoteMeta(e.Name())+` .* memo=`+map[bool]string{true: "true", false: "false"}[memo]+` compiled=false`,
+				require.Regexp(t, `msg="module loaded" file=`+regexp.QuoteMeta(e.Name())+` .* memo=`+map[bool]string{true: "true", false: "false"}[memo]+` section=false compiled=false`,
 					h.logs.String())
 			}
 		}
