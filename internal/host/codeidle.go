@@ -28,9 +28,10 @@ import (
 // (compiledCode.own), closed with the code (Loader.compile).
 //
 // What the module keeps to compile again is its file's bytes, compressed
-// with zstd (packer): the Go client_orders example's 4.19 MB pack into
-// about a third (BenchmarkCodeIdle, packed_MB), against the ~24 MB
-// released. Each compile prepares them again (prepareFile), so the
+// with zstd (packer; source): the Go client_orders example's 4.19 MB pack
+// into about a third (BenchmarkCodeIdle, packed_MB), against the ~24 MB
+// released. A directory load packs them after the set is loaded, on one
+// goroutine, so that a start does not wait for it. Each compile prepares them again (prepareFile), so the
 // compile is a cache hit. Reading the file again would keep nothing, but
 // a file changed or removed since the load (a deploy without watch) would
 // leave the module with no code to run. A module a serving host loads
@@ -70,17 +71,15 @@ type codeLoad struct {
 	err  error // set before done closes
 }
 
-// recompiler returns what compiles the module name again from b, its
-// file's bytes, which it keeps compressed: each compile prepares them as
-// the load did (prepareFile: deterministic, ~35 ms for a Go module) and
-// must find the deadline enforced as mode says.
-func (l *Loader) recompiler(name string, b []byte, mode string, lim Limits) func(context.Context) (*compiledCode, error) {
-	size := len(b) // not b: the closure would keep it
-	packed := slices.Clip(packer().EncodeAll(b, make([]byte, 0, size/3)))
+// recompiler returns what compiles the module name again from src, its
+// file's bytes: each compile prepares them as the load did (prepareFile:
+// deterministic, ~35 ms for a Go module) and must find the deadline
+// enforced as mode says.
+func (l *Loader) recompiler(name string, src *source, mode string, lim Limits) func(context.Context) (*compiledCode, error) {
 	return func(ctx context.Context) (*compiledCode, error) {
-		b, err := unpacker().DecodeAll(packed, make([]byte, 0, size))
+		b, err := src.bytes()
 		if err != nil {
-			return nil, fmt.Errorf("unpacking the module: %w", err)
+			return nil, err
 		}
 		code, got, _, err := prepareFile(name+".wasm", b, lim, l.log)
 		if err != nil {
@@ -92,6 +91,50 @@ func (l *Loader) recompiler(name string, b []byte, mode string, lim Limits) func
 		c, _, err := l.compile(ctx, name, code, mode, lim, false)
 		return c, err
 	}
+}
+
+// source is what a module keeps of its file to compile it again: the
+// bytes as read, until pack compresses them. Packing a Go module takes
+// ~10-20 ms of a core, half of a warm start's work, so a directory load
+// leaves it to after the set is loaded (Loader.packLater); a module whose
+// code is never released (code_idle_ms off) is compiled once, right
+// after, and drops its source then, so it is not packed at all.
+type source struct {
+	mu     sync.Mutex
+	raw    []byte // nil once packed
+	packed []byte
+	size   int
+}
+
+func newSource(b []byte) *source { return &source{raw: b, size: len(b)} }
+
+// pack compresses the bytes, if that was not done yet.
+func (s *source) pack() {
+	s.mu.Lock()
+	raw := s.raw
+	s.mu.Unlock()
+	if raw == nil {
+		return
+	}
+	packed := slices.Clip(packer().EncodeAll(raw, make([]byte, 0, len(raw)/3)))
+	s.mu.Lock()
+	s.raw, s.packed = nil, packed
+	s.mu.Unlock()
+}
+
+// bytes returns the file's bytes (not to be modified).
+func (s *source) bytes() ([]byte, error) {
+	s.mu.Lock()
+	raw, packed := s.raw, s.packed
+	s.mu.Unlock()
+	if raw != nil {
+		return raw, nil
+	}
+	b, err := unpacker().DecodeAll(packed, make([]byte, 0, s.size))
+	if err != nil {
+		return nil, fmt.Errorf("unpacking the module: %w", err)
+	}
+	return b, nil
 }
 
 // packer and unpacker are the zstd encoder and decoder of the code

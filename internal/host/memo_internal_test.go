@@ -97,6 +97,30 @@ func TestAMemoizedModuleWarmsUpWithoutCodeIdle(t *testing.T) {
 	require.Equal(t, int64(1), l.compiles.Load())
 }
 
+// A start leaves the packing of what a module keeps to compile its
+// released code again until after the set is loaded; the packed bytes
+// compile it. Code never released keeps nothing (above).
+func TestAStartPacksTheSourcesAfterItsLoad(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file, err := os.ReadFile(wasmbuild.BuildC(t, "plugins/c/client_orders.c"))
+	require.NoError(t, err)
+	m, l := memoLoad(t, dir, Limits{CodeIdle: time.Hour})
+	l.warmups.Wait()
+	require.NotNil(t, m.source)
+	m.source.mu.Lock()
+	raw, packed := m.source.raw, m.source.packed
+	m.source.mu.Unlock()
+	require.Nil(t, raw, "packed after the load")
+	require.NotEmpty(t, packed)
+	require.Less(t, len(packed), len(file))
+	b, err := m.source.bytes()
+	require.NoError(t, err)
+	require.Equal(t, file, b, "unpacked, the file's bytes")
+	handleC(t, m)
+	require.True(t, m.Instances().CodeLoaded)
+}
+
 // LoadFile loads a module compiled, memo or not.
 func TestLoadFileCompiles(t *testing.T) {
 	t.Parallel()

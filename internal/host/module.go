@@ -240,6 +240,10 @@ type Module struct {
 	fromMemo bool
 	memo     string
 	warming  atomic.Bool
+	// source is what a module loaded without its code (lazy) keeps to
+	// compile it, packed after the directory load (packLater); nil for
+	// code never released, which drops it after its first compile.
+	source *source
 	// fromSection: the manifest was read from the module's
 	// protean.manifest section at a start, nothing compiled or run.
 	fromSection bool
@@ -341,8 +345,9 @@ type Loader struct {
 	// compileLater: LoaderOptions.CompileLater.
 	compileLater bool
 	// warmSlots bounds the background compiles of modules loaded with
-	// their code not compiled (warm.go); warmups counts those goroutines,
-	// and stop, closed by Close, drops those still waiting for a slot.
+	// their code not compiled (warm.go); warmups counts those goroutines
+	// and the one packing sources (background), and stop, closed by
+	// Close, drops those still waiting for a slot and the packing left.
 	warmSlots chan struct{}
 	warmups   sync.WaitGroup
 	stop      chan struct{}
@@ -689,7 +694,9 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	// A module whose code may be released keeps what compiles it again
 	// (codeidle.go); only with a disk cache to compile it from.
 	if lim.CodeIdle > 0 && l.cacheDir != "" {
-		m.recompile = l.recompiler(name, b, mode, lim)
+		src := newSource(b)
+		src.pack() // (beside a compile, packing is little)
+		m.recompile = l.recompiler(name, src, mode, lim)
 	}
 	m.Manifest, m.manifestJSON = man, raw
 	l.remember(memoFile, manifestMemo{Manifest: raw, Deadline: mode, HasStart: hasStart, Key: key})
@@ -726,7 +733,8 @@ func (l *Loader) loadInterpreted(ctx context.Context, file string, b []byte, sum
 // Its first compile files the memo (memoFile) under the code's entry in
 // the bounded cache, so that pruning the one deletes the other.
 func (l *Loader) lazy(m *Module, b []byte, man *abi.Manifest, mm manifestMemo, memoFile string) *Module {
-	compile := l.recompiler(m.Name(), b, mm.Deadline, m.Limits)
+	m.source = newSource(b) // packed later, if at all (see source)
+	compile := l.recompiler(m.Name(), m.source, mm.Deadline, m.Limits)
 	m.memo = filepath.Join(memoDir, memoFile)
 	filed := l.dir == nil
 	// (The module's compiles run one at a time: filed needs no lock.)
@@ -985,18 +993,28 @@ func (l *Loader) loadDir(ctx context.Context, dir string, running *Set) ([]*Modu
 	wg.Wait()
 	var mods []*Module
 	var errs []error
+	var pack []*source
 	for i, n := range names {
 		switch m := loaded[i]; {
 		case failed[i] != nil:
 			errs = append(errs, failed[i])
 		case m == nil:
+		case m == reuse[n]:
+			mods = append(mods, m)
 		default:
 			mods = append(mods, m)
 			// Compiled once every file is read: a start's manifests first.
-			if m != reuse[n] && m.memo != "" && m.Limits.CodeIdle <= 0 {
+			// Code that is released when idle needs its source packed;
+			// code that is kept drops it after this first compile.
+			switch {
+			case m.memo != "" && m.Limits.CodeIdle <= 0:
+				m.source = nil // its compile holds it, and drops it after (loadCode)
 				l.warm(m)
+			case m.source != nil:
+				pack = append(pack, m.source)
 			}
 		}
 	}
+	l.packLater(pack)
 	return mods, errs
 }

@@ -31,16 +31,8 @@ import (
 // loader drops the warm-ups still waiting for a slot, and waits for those
 // compiling (each ends within its compile deadline).
 func (l *Loader) warm(m *Module) {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return
-	}
-	l.warmups.Add(1)
-	l.mu.Unlock()
 	m.warming.Store(true)
-	go func() {
-		defer l.warmups.Done()
+	started := l.background(func() {
 		defer m.warming.Store(false)
 		select {
 		case l.warmSlots <- struct{}{}:
@@ -64,7 +56,46 @@ func (l *Loader) warm(m *Module) {
 				l.log.Warn("manifest memo not deleted", "memo", m.memo, "err", err)
 			}
 		}
+	})
+	if !started {
+		m.warming.Store(false)
+	}
+}
+
+// packLater packs srcs (see source) one after another on a goroutine
+// the loader owns, off the path of the load that made them: a warm start
+// serves its set without waiting for them. Closing the loader stops it.
+func (l *Loader) packLater(srcs []*source) {
+	if len(srcs) == 0 {
+		return
+	}
+	l.background(func() {
+		for _, s := range srcs {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			s.pack()
+		}
+	})
+}
+
+// background runs f on a goroutine the loader owns, which Close waits
+// for (f ends soon after l.stop closes), unless the loader is closed;
+// it reports whether it did.
+func (l *Loader) background(f func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.warmups.Add(1)
+	go func() {
+		defer l.warmups.Done()
+		f()
 	}()
+	return true
 }
 
 // newWarmSlots bounds the warm-ups that compile at once.
