@@ -51,9 +51,16 @@ var errModuleClosed = errors.New("module closed")
 type compiledCode struct {
 	*extism.CompiledPlugin
 	own wazero.CompilationCache
+	// release, for a module's hold on code other modules share
+	// (sharedcode.go), ends that hold instead of closing the code.
+	release func()
 }
 
 func (c *compiledCode) close(ctx context.Context) error {
+	if c.release != nil {
+		c.release()
+		return nil
+	}
 	var err error
 	if c.CompiledPlugin != nil {
 		err = c.CompiledPlugin.Close(ctx)
@@ -88,7 +95,7 @@ func (l *Loader) recompiler(name string, src *source, mode string, lim Limits) f
 		if got != mode {
 			return nil, fmt.Errorf("the module's deadline is now enforced %q, not %q as at its load: reload it", got, mode)
 		}
-		c, _, err := l.compile(ctx, name, code, mode, lim, false)
+		c, _, err := l.compileShared(ctx, name, code, mode, lim)
 		return c, err
 	}
 }

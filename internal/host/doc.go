@@ -62,12 +62,14 @@
 // deadline is enforced, and the code's cache key, under the file's SHA-256
 // and the limits that decide a load. A directory load that finds the memo
 // compiles nothing, and a start that finds none reads the manifest on
-// wazero's interpreter, a fraction of a compile: either way the module is
+// wazero's interpreter, a fraction of a compile (or in the module's
+// protean.manifest section, if it has one): either way the module is
 // loaded with its code not compiled, as after a code release, and compiled
 // in the background once the directory is loaded (warm.go; the module is
 // Warming meanwhile) or, with Limits.CodeIdle, at its first call. A
 // reload compiles a new version that has no memo before it goes live;
-// LoadFile always compiles.
+// LoadFile always compiles. Modules with the same bytes under the same
+// deadline mode and memory limit share one compile (sharedcode.go).
 //
 // A Reloader reloads the plugins directory (on a signal, or watching it)
 // and composes the set per module (candidate.go): per file the version on

@@ -336,6 +336,10 @@ type Loader struct {
 	// compiles counts the compilations started (tests: a module refused
 	// before compiling starts none).
 	compiles atomic.Int64
+	// shared is the compiled code modules with the same bytes share, by
+	// shareKey (sharedcode.go).
+	shareMu sync.Mutex
+	shared  map[string]*sharedCode
 	// refuseLinks, refuseWritable: LoaderOptions.RefuseLinks and
 	// RefuseWritable.
 	refuseLinks, refuseWritable bool
@@ -410,7 +414,8 @@ type LoaderOptions struct {
 func NewLoader(opts LoaderOptions) (*Loader, error) {
 	l := &Loader{limits: opts.Limits.withDefaults(), tenantLim: opts.TenantLimits, tenancy: opts.Tenancy, funcs: opts.HostFunctions,
 		poolSize: opts.Instances, reaper: newReaper(opts.Clock), log: opts.Logger, refuseLinks: opts.RefuseLinks, refuseWritable: opts.RefuseWritable,
-		warmSlots: newWarmSlots(), stop: make(chan struct{}), compileLater: opts.CompileLater && opts.CacheDir != ""}
+		warmSlots: newWarmSlots(), stop: make(chan struct{}), compileLater: opts.CompileLater && opts.CacheDir != "",
+		shared: map[string]*sharedCode{}}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -670,8 +675,15 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	// compilation cache, so on the loader's one cache a module closed by a
 	// reload kept its code (about 24 MB for a Go module) until the loader
 	// closed. The disk cache is still shared: a module compiled before is
-	// a read of its file.
-	compiled, key, err := l.compile(ctx, name, code, mode, lim, how == loadLazy)
+	// a read of its file. Modules with the same bytes share one compile
+	// (sharedcode.go).
+	var compiled *compiledCode
+	var key string
+	if how == loadLazy {
+		compiled, key, err = l.compile(ctx, name, code, mode, lim, true)
+	} else {
+		compiled, key, err = l.compileShared(ctx, name, code, mode, lim)
+	}
 	if errors.Is(err, ErrCompileTimeout) || errors.Is(err, ErrCanceled) || errors.Is(err, errLoaderClosed) {
 		return nil, err
 	}

@@ -18,7 +18,8 @@ import (
 // distinctCopies writes n copies of the module file src into dir, each
 // with a custom section of its own appended, so that each has bytes, a
 // SHA-256 and a compile of its own, as n tenants' modules would, at the
-// cost of one build. A non-nil manifest is embedded in each as its
+// cost of one build. With PROTEAN_BENCH_SAME=1 the copies are the same
+// bytes, as n tenants running one application, which share one compile. A non-nil manifest is embedded in each as its
 // protean.manifest section (abi.EmbedManifest, as plugin embed-manifest
 // does).
 func distinctCopies(tb testing.TB, src, dir string, n int, manifest []byte) {
@@ -28,13 +29,17 @@ func distinctCopies(tb testing.TB, src, dir string, n int, manifest []byte) {
 		tb.Fatal(err)
 	}
 	name := "protean.bench"
+	same := os.Getenv("PROTEAN_BENCH_SAME") == "1"
 	for i := range n {
 		payload := binary.AppendUvarint(nil, uint64(len(name)))
 		payload = append(payload, name...)
 		payload = binary.AppendUvarint(payload, uint64(i))
-		copyB := append(slices.Clip(b), 0) // custom section id
-		copyB = binary.AppendUvarint(copyB, uint64(len(payload)))
-		copyB = append(copyB, payload...)
+		copyB := slices.Clip(b)
+		if !same {
+			copyB = append(copyB, 0) // custom section id
+			copyB = binary.AppendUvarint(copyB, uint64(len(payload)))
+			copyB = append(copyB, payload...)
+		}
 		if manifest != nil {
 			if copyB, err = abi.EmbedManifest(copyB, manifest); err != nil {
 				tb.Fatal(err)
