@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/internal/atomicfile"
 	"github.com/proteanhq/protean-host/internal/host"
 )
 
@@ -92,27 +93,8 @@ func embedManifest(ctx context.Context, l *host.Loader, path string) (string, er
 	if bytes.Equal(out, b) {
 		return what + " already embedded", nil
 	}
-	if err := writeKeepingMode(path, out, stat.Mode().Perm()); err != nil {
+	if err := atomicfile.WriteFile(path, out, stat.Mode().Perm()); err != nil {
 		return "", err
 	}
 	return what + " embedded", nil
-}
-
-// writeKeepingMode replaces the file path by b, with mode perm: a
-// temporary file of its directory renamed over it, so a crash leaves the
-// old file or the new one, never half of one.
-func writeKeepingMode(path string, b []byte, perm os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(b)
-	err = errors.Join(err, tmp.Chmod(perm), tmp.Sync(), tmp.Close())
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
-	}
-	return err
 }

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proteanhq/protean-host/internal/atomicfile"
 	"github.com/proteanhq/protean-host/internal/audit"
 	"github.com/proteanhq/protean-host/internal/host"
 )
@@ -392,50 +393,10 @@ func (d *Deployer) put(name string, b []byte) error {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("module %s: %w", name, err)
 		}
-		return syncDir(d.o.Dir)
+		return atomicfile.SyncDir(d.o.Dir)
 	}
-	if err := writeAtomic(d.o.Dir, p, b); err != nil {
+	if err := atomicfile.WriteFile(p, b, 0o644); err != nil {
 		return fmt.Errorf("module %s: %w", name, err)
 	}
 	return nil
-}
-
-func writeAtomic(dir, path string, b []byte) error {
-	f, err := os.CreateTemp(dir, ".deploy-*.tmp")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	fail := func(err error) error {
-		_ = f.Close()
-		_ = os.Remove(tmp)
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		return fail(err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return fail(err)
-	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := f.Close(); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/proteanhq/protean-host/internal/atomicfile"
 )
 
 // History: DIR/.history/NAME/<unix-nanos>-<sha256 prefix>.wasm, one file
@@ -57,7 +59,7 @@ func (d *Deployer) keep(name string, b []byte) (string, error) {
 		at = vs[n-1].At.UnixNano() + 1
 	}
 	p := filepath.Join(dir, fmt.Sprintf("%d-%s.wasm", at, sum(b)[:12]))
-	if err := writeAtomic(dir, p, b); err != nil {
+	if err := atomicfile.WriteFile(p, b, 0o644); err != nil {
 		return "", fmt.Errorf("module %s: history: %w", name, err)
 	}
 	return p, nil
