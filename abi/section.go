@@ -61,6 +61,44 @@ func RemoveManifest(wasm []byte) ([]byte, error) {
 	return out, nil
 }
 
+// SplitManifest returns the content of the module's protean.manifest
+// section, not decoded, and the module without it, in one walk of its
+// sections; ok is false, and without is wasm itself, if it has none. When
+// the section is the module's last, as EmbedManifest puts it, without
+// shares wasm's bytes (no copy); otherwise it is RemoveManifest's copy. A
+// module that does not parse, or has the section twice, is an error.
+func SplitManifest(wasm []byte) (manifest []byte, ok bool, without []byte, err error) {
+	secs, err := wasmbin.Sections(wasm)
+	if err != nil {
+		return nil, false, nil, fmt.Errorf("%w: %v", ErrNotModule, err)
+	}
+	at := -1
+	for i, s := range secs {
+		name, err := sectionName(s)
+		if err != nil {
+			return nil, false, nil, err
+		}
+		if name != ManifestSection {
+			continue
+		}
+		if ok {
+			return nil, false, nil, fmt.Errorf("%w: the module has two", ErrManifestSection)
+		}
+		_, content, _ := wasmbin.CustomName(s.Payload)
+		manifest, ok, at = bytes.Clone(content), true, i
+	}
+	switch {
+	case !ok:
+		return nil, false, wasm, nil
+	case at == len(secs)-1:
+		return manifest, true, wasm[:secs[at].At:secs[at].At], nil
+	}
+	if without, err = RemoveManifest(wasm); err != nil {
+		return nil, false, nil, err
+	}
+	return manifest, true, without, nil
+}
+
 // EmbeddedManifest returns the content of the module's protean.manifest
 // section, not decoded (see DecodeManifest); ok is false if it has none. A
 // module that does not parse, or has the section twice, is an error.

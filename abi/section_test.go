@@ -130,3 +130,38 @@ func FuzzEmbeddedManifest(f *testing.F) {
 		}
 	})
 }
+
+func TestSplitManifest(t *testing.T) {
+	t.Parallel()
+	embedded, err := abi.EmbedManifest(tinyModule, []byte(`{"a":1}`))
+	require.NoError(t, err)
+
+	got, ok, without, err := abi.SplitManifest(embedded)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, `{"a":1}`, string(got))
+	require.Equal(t, tinyModule, without)
+	require.Same(t, &embedded[0], &without[0], "a trailing section is cut off, not copied")
+	require.Equal(t, len(without), cap(without), "appending to the module without it cannot write over the section")
+
+	// The section in the middle: the rest is copied, in order.
+	middle := append(bytes.Clone(tinyModule[:8]), embedded[len(tinyModule):]...)
+	middle = append(middle, tinyModule[8:]...)
+	got, ok, without, err = abi.SplitManifest(middle)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, `{"a":1}`, string(got))
+	require.Equal(t, tinyModule, without)
+
+	got, ok, without, err = abi.SplitManifest(tinyModule)
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.Nil(t, got)
+	require.Equal(t, tinyModule, without, "a module without the section is returned as it is")
+
+	twice := append(embedded[:len(embedded):len(embedded)], embedded[len(tinyModule):]...)
+	_, _, _, err = abi.SplitManifest(twice)
+	require.ErrorIs(t, err, abi.ErrManifestSection)
+	_, _, _, err = abi.SplitManifest([]byte("{}"))
+	require.ErrorIs(t, err, abi.ErrNotModule)
+}

@@ -1,7 +1,6 @@
 package host
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -219,15 +218,28 @@ func readModule(f *os.File, st fs.FileInfo, max int) ([]byte, error) {
 	if st.Size() > int64(max) {
 		return nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrModuleTooLarge, st.Size(), max)
 	}
-	var buf bytes.Buffer
-	buf.Grow(int(st.Size()) + 1)
-	if _, err := buf.ReadFrom(io.LimitReader(f, int64(max)+1)); err != nil {
+	// One buffer of the file's size, filled, then a read of one byte more
+	// that must find the end: a bytes.Buffer doubled (and cleared) a
+	// buffer of the file's size at its end, a copy of every module.
+	b := make([]byte, st.Size())
+	n, err := io.ReadFull(f, b)
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF): // shrank while read
+		return b[:n], nil
+	case err != nil:
 		return nil, err
 	}
-	if buf.Len() > max {
+	rest, err := io.ReadAll(io.LimitReader(f, int64(max-n)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) == 0 {
+		return b, nil
+	}
+	if n+len(rest) > max {
 		return nil, fmt.Errorf("%w: grew past %d bytes while read (limit %d)", ErrModuleTooLarge, max, max)
 	}
-	return buf.Bytes(), nil
+	return append(b, rest...), nil
 }
 
 // checkDir is CheckWritable for the plugins directory itself.

@@ -639,7 +639,8 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	// The module's code is compiled without its protean.manifest section
 	// (b from here on): embedding the manifest does not change its code's
 	// key, so what plugin embed-manifest compiled is what a start finds.
-	embeddedRaw, b, err := manifestSection(b)
+	// (A module that does not parse is abi.ErrNotModule: ErrNotWASM.)
+	embeddedRaw, _, b, err := abi.SplitManifest(b)
 	if err != nil {
 		return nil, err
 	}
@@ -761,21 +762,6 @@ func (l *Loader) lazy(m *Module, b []byte, man *abi.Manifest, mm manifestMemo, m
 	m.Manifest, m.manifestJSON = man, mm.Manifest
 	l.loaded(m, mm.Key)
 	return m
-}
-
-// manifestSection returns the content of the module b's protean.manifest
-// section (abi.ManifestSection), not decoded, and the module without it;
-// nil and b itself if it has none.
-func manifestSection(b []byte) (raw, without []byte, err error) {
-	// (A module that does not parse is abi.ErrNotModule: ErrNotWASM.)
-	raw, ok, err := abi.EmbeddedManifest(b)
-	if err != nil || !ok {
-		return nil, b, err
-	}
-	if without, err = abi.RemoveManifest(b); err != nil {
-		return nil, nil, err
-	}
-	return raw, without, nil
 }
 
 // prepareFile bounds the tables of a module file's bytes and prepares its

@@ -250,7 +250,9 @@ func Module(b []byte, lim Limits) (*Result, error) {
 	check := checkCode(fuel, yield)
 
 	res := &Result{HasStart: hasStart}
-	out := append([]byte(nil), b[:8]...)
+	// Room for the module and what instrumenting adds (about 1/8 of the
+	// code, see rewriteCode): one allocation, not a doubling per section.
+	out := append(make([]byte, 0, len(b)+len(b)/8+256), b[:8]...)
 	emit := func(id byte, payload []byte) {
 		out = append(out, id)
 		out = appendU32(out, uint32(len(payload)))
