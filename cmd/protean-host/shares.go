@@ -13,8 +13,8 @@ import (
 // loader, and so its scheduler, lives as long as the process: the counts
 // survive reloads.
 type shareCollector struct {
-	sched                                 *host.Scheduler
-	wait, calls, gaveUp, slots, qd, guest *prometheus.Desc
+	sched                                                      *host.Scheduler
+	wait, calls, gaveUp, slots, qd, guest, coreWaits, coreWait *prometheus.Desc
 }
 
 func newShareCollector(sched *host.Scheduler) *shareCollector {
@@ -29,11 +29,15 @@ func newShareCollector(sched *host.Scheduler) *shareCollector {
 		qd: prometheus.NewDesc("protean_tenant_queued_calls", "Guest calls of each tenant queued for a slot now.", []string{"tenant"}, nil),
 		guest: prometheus.NewDesc("protean_tenant_guest_seconds_total",
 			"Wall time each tenant's guest calls ran in an instance, host functions they called included; not CPU time (Go cannot measure a goroutine's), and without the wait for a slot or an instance.", []string{"tenant"}, nil),
+		coreWaits: prometheus.NewDesc("protean_tenant_core_waits_total",
+			"Waits of each tenant's long guest calls (past a millisecond of guest code) and instance starts for a turn at the cores; while two tenants are active one core is kept from long calls.", []string{"tenant"}, nil),
+		coreWait: prometheus.NewDesc("protean_tenant_core_wait_seconds_total",
+			"Time each tenant's long guest calls and instance starts waited for a turn at the cores.", []string{"tenant"}, nil),
 	}
 }
 
 func (c *shareCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.wait, c.calls, c.gaveUp, c.slots, c.qd, c.guest} {
+	for _, d := range []*prometheus.Desc{c.wait, c.calls, c.gaveUp, c.slots, c.qd, c.guest, c.coreWaits, c.coreWait} {
 		ch <- d
 	}
 }
@@ -55,6 +59,8 @@ func (c *shareCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(st.Calls), st.Tenant)
 		ch <- prometheus.MustNewConstMetric(c.gaveUp, prometheus.CounterValue, float64(st.GaveUp), st.Tenant)
 		ch <- prometheus.MustNewConstMetric(c.guest, prometheus.CounterValue, st.GuestSeconds, st.Tenant)
+		ch <- prometheus.MustNewConstMetric(c.coreWaits, prometheus.CounterValue, float64(st.CoreWaits), st.Tenant)
+		ch <- prometheus.MustNewConstMetric(c.coreWait, prometheus.CounterValue, st.CoreWaitSeconds, st.Tenant)
 		for state, v := range map[string]int{"running": st.Running, "max": st.MaxConcurrency, "weight": st.Weight} {
 			ch <- prometheus.MustNewConstMetric(c.slots, prometheus.GaugeValue, float64(v), st.Tenant, state)
 		}

@@ -312,4 +312,6 @@ func TestStatusPageAndMetricsShowEachTenantsUse(t *testing.T) {
 	nonZero("protean_module_guest_memory_bytes", `module="orders.wasm"`)
 	require.Contains(t, m, `protean_tenant_guest_memory_bytes{tenant="billing"} 0`)
 	require.Contains(t, m, `protean_tenant_guest_seconds_total{tenant="billing"} 0`)
+	require.Contains(t, m, `protean_tenant_core_waits_total{tenant="billing"} 0`)
+	require.Contains(t, m, `protean_tenant_core_wait_seconds_total{tenant="billing"} 0`)
 }

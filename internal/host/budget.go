@@ -77,6 +77,9 @@ type callBudget struct {
 	// is what the host charges to it now for the guest.
 	meter *memoryMeter
 	held  uint64
+	// inst is the call's instance, once it has one: a host call gives
+	// back its turn at the cores (cores.go).
+	inst *instance
 }
 
 type budgetKey struct{}
@@ -102,6 +105,9 @@ var errDeadlinePassed = errors.New("the call's deadline has passed")
 func (b *callBudget) enter(ctx context.Context, fn string) error {
 	if b == nil {
 		return nil
+	}
+	if b.inst != nil {
+		b.inst.offCore()
 	}
 	b.calls++
 	if b.calls > b.lim.MaxHostCalls {

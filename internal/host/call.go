@@ -262,8 +262,8 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 		rc  uint32
 		out []byte
 	)
-	budget.meter = inst.mem
-	release := inst.guard(callCtx)
+	budget.meter, budget.inst = inst.mem, inst
+	release := inst.guard(callCtx, m.share)
 	entered := time.Now()
 	if v2 != nil {
 		rc, err = m.callV2(callCtx, inst.Plugin, v2)

@@ -92,6 +92,16 @@ type instance struct {
 	// slice is when the current call began or last yielded its core
 	// (Unix ns; yield), read and written by the guest's goroutine only.
 	slice int64
+	// share is the current call's tenant's share, whose scheduler's turns
+	// at the cores its long calls take (cores.go; nil: none, they yield
+	// with Gosched), and onCore whether the call holds one; the guest's
+	// goroutine's only.
+	share  *Share
+	onCore bool
+	// yields counts the current call's calls into yield: a call that has
+	// made longYields of them has done that much guest work, whatever its
+	// wall time (the guest's goroutine's only).
+	yields int
 	// mem meters the instance's memories (see memoryMeter).
 	mem *memoryMeter
 	// main is the module's own instance, once looked up (see exited);
@@ -133,10 +143,25 @@ func (inst *instance) yield() {
 		return
 	}
 	inst.fuel.Set(instrument.Period)
+	deadline := inst.deadline
 	inst.mu.Unlock()
+	inst.yields++
 	if now-inst.slice >= int64(timeSlice) {
-		runtime.Gosched()
+		if inst.yields >= longYields {
+			inst.onCore = inst.share.turn(inst.onCore, now, deadline)
+		} else {
+			runtime.Gosched()
+		}
 		inst.slice = time.Now().UnixNano()
+	}
+}
+
+// offCore gives back the call's turn at the cores, if it holds one (a
+// host call, the call's end).
+func (inst *instance) offCore() {
+	if inst.onCore {
+		inst.onCore = false
+		inst.share.releaseTurn()
 	}
 }
 
@@ -147,6 +172,13 @@ func (inst *instance) yield() {
 // microseconds in a tight loop, so the slice is kept to within that.
 const timeSlice = time.Millisecond
 
+// longYields is how many times a call must have called yield, beside
+// running a timeSlice, to count as long and take turns at the cores
+// (cores.go): 16 x instrument.Period checks, a few hundred microseconds of
+// guest code in loops at least. A short call that waited a slice for a
+// core (a collection, another goroutine) is still short.
+const longYields = 16
+
 // guard arms the instance for a call under ctx: at ctx's deadline, or
 // when ctx is cancelled, the guest stops at its next check (the goroutine
 // context.AfterFunc runs sets the fuel to 0; should no goroutine get to
@@ -154,16 +186,18 @@ const timeSlice = time.Millisecond
 // returned release ends the watch and reports whether the call was
 // stopped: such an instance must be discarded (a trapped instance is
 // dead). For a module that is not instrumented guard does nothing.
-func (inst *instance) guard(ctx context.Context) (release func() (stopped bool)) {
+func (inst *instance) guard(ctx context.Context, sh *Share) (release func() (stopped bool)) {
 	if inst.fuel == nil {
 		return func() bool { return false }
 	}
+	inst.share = sh
 	inst.mu.Lock()
 	if dl, ok := ctx.Deadline(); ok {
 		inst.deadline = dl.UnixNano()
 	}
 	inst.mu.Unlock()
 	inst.slice = time.Now().UnixNano()
+	inst.yields = 0
 	var done sync.WaitGroup
 	done.Add(1)
 	stop := context.AfterFunc(ctx, func() {
@@ -177,6 +211,8 @@ func (inst *instance) guard(ctx context.Context) (release func() (stopped bool))
 		if !stop() {
 			done.Wait() // let the setter finish before the instance is closed
 		}
+		inst.offCore()
+		inst.share = nil
 		inst.mu.Lock()
 		defer inst.mu.Unlock()
 		inst.deadline = 0
@@ -207,7 +243,7 @@ func (m *Module) attach(ctx context.Context, inst *instance) error {
 	}
 	sctx, cancel := context.WithTimeout(ctx, m.Limits.Timeout)
 	defer cancel()
-	release := inst.guard(sctx)
+	release := inst.guard(sctx, m.share)
 	_, err = f.Call(sctx)
 	raised := release()
 	switch {

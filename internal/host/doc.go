@@ -128,6 +128,9 @@
 // same call into the host is where a call that has run a millisecond
 // (timeSlice) lets other goroutines run: Go would preempt it only after
 // 10 ms, which another tenant's command waited for at each of its steps.
+// There too a long call takes turns at the cores with the others, and
+// while two tenants are active one core is kept from long work, so the
+// network is read and short calls run at once (cores.go).
 //
 // A module's manifest picks its ABI: v1 calls go through the Extism SDK's
 // call protocol with JSON; v2 calls (abiv2.go, abi/v2.md) call the

@@ -43,6 +43,10 @@ import (
 // An uncontended call pays a few atomic operations (no lock): the fast
 // path takes the tenant's count and a slot with compare-and-swap while no
 // call is queued (BenchmarkShare).
+//
+// Slots bound calls, not cores: a call waiting on a server holds its slot
+// without using a core. Where the CPU goes between long calls is the
+// Scheduler's turns at the cores (cores.go).
 
 // DefaultGuestConcurrency is the guest slots of a host whose config says
 // nothing: twice GOMAXPROCS. A guest waiting on a host call (a load, a
@@ -107,6 +111,9 @@ type Scheduler struct {
 	vnow atomic.Int64
 	opts map[string]ShareOptions
 
+	// cores are the long calls' turns at the cores (cores.go).
+	cores coreTurns
+
 	mu     sync.Mutex
 	shares map[string]*Share
 	order  []*Share // in creation order, for Stats
@@ -122,7 +129,7 @@ func NewScheduler(opts SchedulerOptions) *Scheduler {
 	if slots <= 0 {
 		slots = DefaultGuestConcurrency()
 	}
-	return &Scheduler{slots: int64(slots), opts: opts.Tenants, shares: map[string]*Share{}}
+	return &Scheduler{slots: int64(slots), opts: opts.Tenants, shares: map[string]*Share{}, cores: newCoreTurns()}
 }
 
 // Slots is how many guest calls may run at once.
@@ -165,7 +172,12 @@ type Share struct {
 	rate    *bucket // nil: no calls_per_second
 	running atomic.Int64
 	finish  atomic.Int64 // virtual finish of the tenant's latest grant
-	queue   list.List    // of *waiter, under s.mu
+	// lastCall is when the tenant last started a call (Unix ns, see
+	// coreTurns.seen); coreWaits and coreWaitNanos count its long calls'
+	// waits for a turn at the cores (cores.go).
+	lastCall                 atomic.Int64
+	coreWaits, coreWaitNanos atomic.Int64
+	queue                    list.List // of *waiter, under s.mu
 
 	calls, gaveUp atomic.Int64
 	waits         [len(WaitBuckets) + 1]atomic.Int64
@@ -192,6 +204,7 @@ func (sh *Share) Take(ctx context.Context) error {
 	if sh == nil {
 		return nil
 	}
+	sh.s.cores.seen(sh, time.Now().UnixNano())
 	var start time.Time
 	if sh.rate != nil {
 		start = time.Now()
@@ -374,6 +387,11 @@ type ShareStats struct {
 	Waits          [len(WaitBuckets) + 1]int64
 	WaitSeconds    float64
 	GuestSeconds   float64
+	// CoreWaits counts the waits of the tenant's long calls (and instance
+	// starts) for a turn at the cores, CoreWaitSeconds their sum
+	// (cores.go).
+	CoreWaits       int64
+	CoreWaitSeconds float64
 }
 
 // WaitQuantile bounds the q-quantile (0 < q <= 1) of the granted calls'
@@ -410,7 +428,8 @@ func (s *Scheduler) Stats() []ShareStats {
 	for _, sh := range s.order {
 		st := ShareStats{Tenant: sh.name, Weight: sh.weight, MaxConcurrency: int(sh.max), Running: int(sh.running.Load()),
 			Queued: sh.queue.Len(), Calls: sh.calls.Load(), GaveUp: sh.gaveUp.Load(),
-			WaitSeconds: time.Duration(sh.waitNanos.Load()).Seconds(), GuestSeconds: time.Duration(sh.ranNanos.Load()).Seconds()}
+			WaitSeconds: time.Duration(sh.waitNanos.Load()).Seconds(), GuestSeconds: time.Duration(sh.ranNanos.Load()).Seconds(),
+			CoreWaits: sh.coreWaits.Load(), CoreWaitSeconds: time.Duration(sh.coreWaitNanos.Load()).Seconds()}
 		for i := range sh.waits {
 			st.Waits[i] = sh.waits[i].Load()
 		}

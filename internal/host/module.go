@@ -821,7 +821,7 @@ func (l *Loader) readManifest(parent context.Context, m *Module) (*abi.Manifest,
 	// A v2 module may write its manifest with the v2 output function
 	// instead of Extism's output_set (abiv2.go).
 	callCtx, v2 := manifestCallV2(ctx, inst.Plugin)
-	release := inst.guard(ctx)
+	release := inst.guard(ctx, nil)
 	rc, out, err := inst.CallWithContext(callCtx, abi.ExportManifest, nil)
 	stopped := release()
 	if v2 != nil && (v2.out != nil || v2.outErr != nil) && !stopped {
@@ -870,7 +870,19 @@ func (m *Module) instance(ctx context.Context, c *compiledCode, log *slog.Logger
 		ictx, cancel = context.WithTimeout(ctx, m.Limits.Timeout)
 		defer cancel()
 	}
+	// Making an instance is long work (a Go module's: 10-15 ms of a core,
+	// most of it wazero evaluating its data and element segments), done
+	// for the module's tenant: it takes a turn at the cores, as a long
+	// guest call does (cores.go).
+	var deadline int64
+	if dl, ok := ctx.Deadline(); ok {
+		deadline = dl.UnixNano()
+	}
+	onCore := m.share != nil && m.share.turn(false, time.Now().UnixNano(), deadline)
 	inst, err := c.Instance(experimental.WithMemoryAllocator(ictx, in.mem), extism.PluginInstanceConfig{ModuleConfig: mc})
+	if onCore {
+		m.share.releaseTurn()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w", err)
 	}
