@@ -252,7 +252,15 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 		waited = time.Since(start)
 		return fail(err)
 	}
-	defer m.share.Done()
+	// The slot goes back as soon as the guest has returned: closing a
+	// failed instance (its memory unmapped) is no guest work, and a call
+	// queued for the slot has the same deadline as this one had.
+	holdsSlot := true
+	defer func() {
+		if holdsSlot {
+			m.share.Done()
+		}
+	}()
 	inst, err := m.acquire(callCtx, ctx)
 	waited = time.Since(start)
 	if err != nil {
@@ -273,6 +281,8 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 	m.ran(time.Since(entered))
 	raised := release()
 	budget.release()
+	holdsSlot = false
+	m.share.Done()
 	if cerr := m.callFailure(ctx, callCtx, inst, raised, v2, rc, err); cerr != nil {
 		// Whatever failed, the instance's state is suspect: replace it.
 		m.discard(inst, discardFailed)
