@@ -74,7 +74,7 @@ timeout_ms = 200
 
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
-			var burns, refused int
+			var burns, unexpected int
 			var mu sync.Mutex
 			for _, n := range []string{"1", "2", "3"} {
 				for k := range 4 {
@@ -89,7 +89,7 @@ timeout_ms = 200
 							mu.Lock()
 							burns++
 							if err != nil || r.code == 200 {
-								refused++ // a burn never succeeds: it runs to its deadline
+								unexpected++ // a burn never succeeds: it runs to its deadline
 							}
 							mu.Unlock()
 						}
@@ -109,7 +109,7 @@ timeout_ms = 200
 			b.ReportMetric(pct(noisy, 99), c.name+"/noisy-p99-ms")
 			b.ReportMetric(pct(noisy, 99)/pct(alone, 99), c.name+"/p99-noisy/alone")
 			fmt.Printf("%s: orders alone p50 %.1f p99 %.1f ms; beside %d burns (%d not a deadline error) p50 %.1f p99 %.1f max %.1f ms; p99 %.2fx\n",
-				c.name, pct(alone, 50), pct(alone, 99), burns, refused, pct(noisy, 50), pct(noisy, 99),
+				c.name, pct(alone, 50), pct(alone, 99), burns, unexpected, pct(noisy, 50), pct(noisy, 99),
 				float64(noisy[len(noisy)-1].Microseconds())/1000, pct(noisy, 99)/pct(alone, 99))
 		}
 	}
