@@ -42,9 +42,10 @@ import (
 // A start that finds no memo but a protean.manifest custom section in the
 // file (abi.ManifestSection, written by protean-host plugin
 // embed-manifest) reads the manifest from it instead, decoded by the same
-// rules, and writes the memo: it compiles and runs nothing, so the first
-// command is served within the compile of its own module, not after every
-// module's interpreted manifest call (issue 21). A load that compiles
+// rules: it prepares, compiles and runs nothing (lazySection), so the
+// first command is served within the compile of its own module, not after
+// every module's interpreted manifest call or preparation (issue 21). The
+// module's first compile prepares its code and writes the memo. A load that compiles
 // (LoadFile, and so validate and plugin test, and a reload) still asks
 // protean_manifest, and refuses a module whose section does not decode to
 // the same manifest (ErrManifestSection): the section is trusted on a

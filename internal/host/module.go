@@ -205,7 +205,9 @@ type Module struct {
 	Tenant string
 
 	// Deadline is how the module's call deadline is enforced:
-	// DeadlineInstrumented, DeadlineRuntime or DeadlineOff.
+	// DeadlineInstrumented, DeadlineRuntime or DeadlineOff; "" until the
+	// first compile of a module a start loaded from its protean.manifest
+	// section (lazySection). Set before any instance is made.
 	Deadline string
 
 	pool *pool
@@ -277,8 +279,12 @@ func (m *Module) Close(ctx context.Context) error {
 	}
 	m.reaper.remove(m)
 	c := m.pool.closeIdle(ctx)
-	if m.uncache != nil {
-		m.uncache()
+	m.pool.mu.Lock() // (a module loaded from its section sets it at its first compile)
+	uncache := m.uncache
+	m.uncache = nil
+	m.pool.mu.Unlock()
+	if uncache != nil {
+		uncache()
 	}
 	if c == nil { // released, or being compiled again (loadCode closes it)
 		return nil
@@ -651,10 +657,6 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 			return l.lazy(m, b, man, *mm, memoFile), nil
 		}
 	}
-	code, mode, hasStart, err := prepareFile(file, b, lim, l.log)
-	if err != nil {
-		return nil, err
-	}
 	var embedded *abi.Manifest
 	if embeddedRaw != nil {
 		// Decoded by the rules of protean_manifest's answer (readManifest).
@@ -664,12 +666,14 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	}
 	if how == loadLazy && embedded != nil {
 		// A start takes the module at its section's word: nothing is
-		// compiled or run before the set validates and serves.
-		mm := manifestMemo{Manifest: embeddedRaw, Deadline: mode, HasStart: hasStart, Key: codeKey(code, mode)}
-		l.remember(memoFile, mm)
-		m := l.newModule(file, sum, lim, mode, hasStart)
+		// prepared, compiled or run before the set validates and serves.
+		m := l.newModule(file, sum, lim, "", false)
 		m.fromSection = true
-		return l.lazy(m, b, embedded, mm, memoFile), nil
+		return l.lazySection(m, b, embedded, embeddedRaw, memoFile), nil
+	}
+	code, mode, hasStart, err := prepareFile(file, b, lim, l.log)
+	if err != nil {
+		return nil, err
 	}
 	// Every module gets an engine of its own: wazero frees compiled code
 	// only with its engine, and an engine is shared by every runtime of a
@@ -761,6 +765,62 @@ func (l *Loader) lazy(m *Module, b []byte, man *abi.Manifest, mm manifestMemo, m
 	}
 	m.Manifest, m.manifestJSON = man, mm.Manifest
 	l.loaded(m, mm.Key)
+	return m
+}
+
+// lazySection makes m, whose manifest man (raw, its bytes) a start read
+// from its protean.manifest section, a loaded module whose code is not
+// even prepared: reading, hashing and splitting its file is all its start
+// costs. Preparing its code (bounding its tables, checking its shape,
+// instrumenting it: ~30 ms of a core for a Go module, most of a start's
+// work before) is part of its first compile, which also finds how its
+// deadline is enforced (Module.Deadline, "" until then), writes its memo
+// and marks its code's key in the bounded cache. A module over a shape
+// limit is refused there: its calls fail with the error, as after a
+// failed warm-up (warm.go), until a reload replaces it. (Its section
+// passed a compiled load's check when it was embedded, validate and
+// plugin test refuse it, and a reload compiles before it goes live; only
+// a cold start skips the check.)
+func (l *Loader) lazySection(m *Module, b []byte, man *abi.Manifest, raw []byte, memoFile string) *Module {
+	m.source = newSource(b) // packed later, if at all (see source)
+	m.memo = filepath.Join(memoDir, memoFile)
+	name, lim, src := m.Name(), m.Limits, m.source
+	// (The module's compiles run one at a time: mode and key need no
+	// lock. The first sets Deadline and hasStart under the pool's lock;
+	// instances, which read them, are made only from code a compile
+	// handed to the pool under it.)
+	var mode, key string
+	m.recompile = func(ctx context.Context) (*compiledCode, error) {
+		b, err := src.bytes()
+		if err != nil {
+			return nil, err
+		}
+		code, got, hasStart, err := prepareFile(name+".wasm", b, lim, l.log)
+		switch {
+		case err != nil:
+			return nil, err
+		case mode != "" && got != mode:
+			return nil, fmt.Errorf("the module's deadline is now enforced %q, not %q as at its first compile: reload it", got, mode)
+		case mode == "":
+			mode, key = got, codeKey(code, got)
+			p := m.pool
+			p.mu.Lock()
+			m.Deadline, m.hasStart = got, hasStart
+			if !p.closed && l.dir != nil {
+				m.uncache = l.dir.acquire(key)
+			}
+			p.mu.Unlock()
+			l.remember(memoFile, manifestMemo{Manifest: raw, Deadline: got, HasStart: hasStart, Key: key})
+		}
+		c, _, err := l.compileShared(ctx, name, code, mode, lim)
+		if err == nil && l.dir != nil {
+			l.dir.memo(key, m.memo) // (again after a recompile: a no-op)
+		}
+		return c, err
+	}
+	m.Manifest, m.manifestJSON = man, raw
+	m.refs.Store(1)
+	l.reaper.add(m)
 	return m
 }
 

@@ -63,8 +63,9 @@ func sectionStart(t *testing.T, path string) (*Module, *Loader) {
 }
 
 // A start that finds a module's protean.manifest section takes its
-// manifest from it: nothing is compiled before the module is loaded, its
-// memo is written, and its first call compiles its code.
+// manifest from it: nothing is prepared or compiled before the module is
+// loaded; its first call prepares and compiles its code, finds how its
+// deadline is enforced and writes its memo.
 func TestAStartReadsTheManifestSection(t *testing.T) {
 	t.Parallel()
 	raw := cManifest(t)
@@ -76,11 +77,38 @@ func TestAStartReadsTheManifestSection(t *testing.T) {
 	want, err := abi.DecodeManifest(raw)
 	require.NoError(t, err)
 	require.Equal(t, want, m.Manifest)
-	require.Len(t, memos(t, l.cacheDir), 1, "the start wrote the memo")
+	require.Empty(t, m.Deadline, "not prepared at the start")
+	require.Empty(t, memos(t, l.cacheDir), "no memo before the code is prepared")
 
 	handleC(t, m)
 	require.Equal(t, int64(1), l.compiles.Load(), "the first call compiled the code")
 	require.True(t, m.Instances().CodeLoaded)
+	require.Equal(t, DeadlineInstrumented, m.Deadline)
+	require.Len(t, memos(t, l.cacheDir), 1, "the first compile wrote the memo")
+}
+
+// A module over a shape limit that a start loaded from its section (its
+// code not prepared) is refused at its first compile: its calls fail
+// naming the limit, and no memo is written, so no start takes it from one.
+func TestAModuleFromItsSectionOverALimitFailsItsCalls(t *testing.T) {
+	t.Parallel()
+	path := cWithSection(t, cManifest(t))
+	w := testwait.Limit()
+	lim := Limits{Timeout: w, ManifestTimeout: w, CompileTimeout: w, CodeIdle: time.Hour, MaxFunctions: 2}
+	l, err := NewLoader(LoaderOptions{Limits: lim, CacheDir: t.TempDir(), GuestConcurrency: -1, CompileLater: true})
+	require.NoError(t, err)
+	mods, errs := l.LoadDir(context.Background(), filepath.Dir(path))
+	require.Empty(t, errs, "a start reads the section only")
+	require.Len(t, mods, 1)
+	t.Cleanup(func() {
+		_ = mods[0].Close(context.Background())
+		_ = l.Close(context.Background())
+	})
+	_, err = mods[0].Handle(context.Background(), "client_orders", orderPlaced, orderSession{})
+	require.ErrorIs(t, err, ErrShapeLimit)
+	require.ErrorContains(t, err, "max_functions")
+	require.Zero(t, l.compiles.Load())
+	require.Empty(t, memos(t, l.cacheDir))
 }
 
 // Without the section a start still reads the manifest on the
@@ -160,7 +188,8 @@ func TestTheManifestSectionDoesNotChangeTheCodeKey(t *testing.T) {
 		require.NoError(t, json.Unmarshal(b, &mm))
 		return mm.Key
 	}
-	_, with := sectionStart(t, cWithSection(t, cManifest(t)))
+	m, with := sectionStart(t, cWithSection(t, cManifest(t)))
+	handleC(t, m) // (its memo is written at its first compile)
 	plain := wasmbuild.Copy(t, wasmbuild.BuildC(t, "plugins/c/client_orders.c"), t.TempDir(), "client_orders.wasm")
 	_, without := sectionStart(t, plain)
 	require.Equal(t, key(without), key(with))
