@@ -16,7 +16,6 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 	github.com/tetratelabs/wazero v1.12.0
-	github.com/wasilibs/wazero-helpers v0.0.0-20240620070341-3dff1577cd52
 	go.uber.org/goleak v1.3.0
 )
 

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero/experimental"
-	"github.com/wasilibs/wazero-helpers/allocator"
 
 	"github.com/proteanhq/protean-host/internal/instrument"
 )
@@ -110,125 +109,60 @@ func within[T any](ctx context.Context, limit time.Duration, compile func() (T, 
 // through wazero's allocator hook, and refuses a growth that would take
 // the instance past budget: memory_mb bounds each memory, the meter bounds
 // their sum, kernel memory included.
-//
-// The memories themselves come from a non-moving allocator (package
-// allocator of wasilibs/wazero-helpers): each reserves its maximum
-// (memory_mb) of address space outside the Go heap and commits pages as
-// the guest grows into them. A growth copies nothing, a guest's memory
-// puts no load on Go's collector, and a closed instance's pages go back
-// to the system at once. With Go slices, every instance a noisy tenant's
-// killed calls left to be made again allocated and copied megabytes on the
-// Go heap, and the collections that followed stalled other tenants'
-// calls (BenchmarkNoisyNeighbourHTTP).
 type memoryMeter struct {
 	budget uint64
 	used   atomic.Uint64
 	peak   atomic.Uint64
 }
 
-// nonMoving is the allocator of the memories a memoryMeter meters.
-var nonMoving = allocator.NewNonMoving()
-
-// Allocate implements experimental.MemoryAllocator. Should the system
-// refuse the reservation (address space or vm.max_map_count exhausted:
-// the allocator panics), the memory is a Go slice instead, as before.
+// Allocate implements experimental.MemoryAllocator.
 func (m *memoryMeter) Allocate(capacity, maximum uint64) experimental.LinearMemory {
-	mem, err := reserve(capacity, maximum)
-	if err != nil {
-		mem = &sliceMemory{max: maximum}
-	}
-	return &meteredMemory{meter: m, mem: mem, max: maximum}
-}
-
-// reserve is nonMoving.Allocate, its panic an error.
-func reserve(capacity, maximum uint64) (mem experimental.LinearMemory, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("reserving linear memory: %v", r)
-		}
-	}()
-	return nonMoving.Allocate(capacity, maximum), nil
+	return &meteredMemory{meter: m, max: maximum}
 }
 
 type meteredMemory struct {
-	meter     *memoryMeter
-	mem       experimental.LinearMemory
-	size, max uint64
+	meter *memoryMeter
+	buf   []byte
+	max   uint64
 }
 
 // Reallocate grows the memory to size bytes, or returns nil (memory.grow
 // then returns -1 to the guest) when that would exceed the instance's
-// budget, or the system refuses the pages.
+// budget.
 func (l *meteredMemory) Reallocate(size uint64) []byte {
-	if size > l.size {
-		grow := size - l.size
+	cur := uint64(len(l.buf))
+	if size > cur {
+		grow := size - cur
 		// The first allocation (the declared minimum) is never refused:
 		// wazero cannot handle a failure there; the runtime's page limit
 		// bounds it.
-		if used := l.meter.used.Add(grow); used > l.meter.budget && l.size != 0 {
+		if used := l.meter.used.Add(grow); used > l.meter.budget && l.buf != nil {
 			l.meter.used.Add(-grow)
 			return nil
 		} else if used > l.meter.peak.Load() {
 			l.meter.peak.Store(used)
 		}
 	} else {
-		l.meter.used.Add(-(l.size - size))
+		l.meter.used.Add(-(cur - size))
 	}
-	b, err := reallocate(l.mem, size)
-	if err != nil && l.size == 0 {
-		// The first pages refused: a Go slice, which wazero can take.
-		l.mem.Free()
-		l.mem = &sliceMemory{max: l.max}
-		b, err = reallocate(l.mem, size)
+	if size <= uint64(cap(l.buf)) {
+		l.buf = l.buf[:size]
+		return l.buf
 	}
-	if err != nil {
-		l.meter.used.Add(-(size - l.size))
-		return nil
-	}
-	l.size = size
-	return b
-}
-
-// reallocate is mem.Reallocate, a panic (the system refused to commit
-// the pages) an error.
-func reallocate(mem experimental.LinearMemory, size uint64) (b []byte, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("growing linear memory: %v", r)
-		}
-	}()
-	return mem.Reallocate(size), nil
+	// Reserve ahead like append, within the memory's maximum, so a guest
+	// growing page by page does not copy its heap each time.
+	c := max(size, min(2*uint64(cap(l.buf)), l.max))
+	nb := make([]byte, size, c)
+	copy(nb, l.buf)
+	l.buf = nb
+	return l.buf
 }
 
 // Free implements experimental.LinearMemory.
 func (l *meteredMemory) Free() {
-	l.meter.used.Add(-l.size)
-	l.size = 0
-	l.mem.Free()
+	l.meter.used.Add(-uint64(len(l.buf)))
+	l.buf = nil
 }
-
-// sliceMemory is a linear memory on the Go heap: the fallback when the
-// system refuses a reservation.
-type sliceMemory struct {
-	buf []byte
-	max uint64
-}
-
-func (s *sliceMemory) Reallocate(size uint64) []byte {
-	if size <= uint64(cap(s.buf)) {
-		s.buf = s.buf[:size]
-		return s.buf
-	}
-	// Reserve ahead like append, within the memory's maximum, so a guest
-	// growing page by page does not copy its heap each time.
-	c := max(size, min(2*uint64(cap(s.buf)), s.max))
-	nb := make([]byte, size, c)
-	copy(nb, s.buf)
-	s.buf = nb
-	return s.buf
-}
-
-func (s *sliceMemory) Free() { s.buf = nil }
 
 // logLimiter passes at most burst guest log lines per module at once,
 // refilled at rate lines per second, and counts what it drops, so a guest
