@@ -59,6 +59,8 @@ const turnStall = 20 * time.Millisecond
 
 // coreTurns is a Scheduler's turns at the cores.
 type coreTurns struct {
+	// procs is the cores long work may use (0: GOMAXPROCS, read at each
+	// turn: Go changes it when a container's CPU limit changes).
 	procs int
 	// recent and other are the two tenants that most recently started a
 	// call, distinct (other is the one before recent); their last starts
@@ -79,7 +81,7 @@ type turnWaiter struct {
 	granted bool // under coreTurns.mu
 }
 
-func newCoreTurns() coreTurns { return coreTurns{procs: runtime.GOMAXPROCS(0), stall: turnStall} }
+func newCoreTurns() coreTurns { return coreTurns{stall: turnStall} }
 
 // seen records that sh started a call at now (Unix ns).
 func (c *coreTurns) seen(sh *Share, now int64) {
@@ -103,11 +105,15 @@ func (c *coreTurns) seen(sh *Share, now int64) {
 // limit is how many turns long calls may hold at now.
 func (c *coreTurns) limit(now int64) int {
 	r, o := c.recent.Load(), c.other.Load()
-	if c.procs > 1 && r != nil && o != nil &&
-		now-r.lastCall.Load() < int64(activeWindow) && now-o.lastCall.Load() < int64(activeWindow) {
-		return c.procs - 1
+	procs := c.procs
+	if procs == 0 {
+		procs = runtime.GOMAXPROCS(0)
 	}
-	return c.procs
+	if procs > 1 && r != nil && o != nil &&
+		now-r.lastCall.Load() < int64(activeWindow) && now-o.lastCall.Load() < int64(activeWindow) {
+		return procs - 1
+	}
+	return procs
 }
 
 // turn is the end of a slice, at now, of a long call of the tenant: the

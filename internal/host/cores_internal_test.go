@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -214,4 +215,16 @@ func stats(s *Scheduler, tenant string) ShareStats {
 		}
 	}
 	return ShareStats{Tenant: tenant}
+}
+
+// Without a set number of cores, the limit follows GOMAXPROCS as it is
+// now.
+func TestCoreTurnsFollowGOMAXPROCS(t *testing.T) {
+	c, noisy, _ := turnsOf(0)
+	now := time.Now().UnixNano()
+	c.seen(noisy, now)
+	require.Equal(t, runtime.GOMAXPROCS(0), c.limit(now))
+	prev := runtime.GOMAXPROCS(3)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	require.Equal(t, 3, c.limit(now))
 }
