@@ -68,27 +68,11 @@ func RemoveManifest(wasm []byte) ([]byte, error) {
 // shares wasm's bytes (no copy); otherwise it is RemoveManifest's copy. A
 // module that does not parse, or has the section twice, is an error.
 func SplitManifest(wasm []byte) (manifest []byte, ok bool, without []byte, err error) {
-	secs, err := wasmbin.Sections(wasm)
-	if err != nil {
-		return nil, false, nil, fmt.Errorf("%w: %v", ErrNotModule, err)
-	}
-	at := -1
-	for i, s := range secs {
-		name, err := sectionName(s)
-		if err != nil {
-			return nil, false, nil, err
-		}
-		if name != ManifestSection {
-			continue
-		}
-		if ok {
-			return nil, false, nil, fmt.Errorf("%w: the module has two", ErrManifestSection)
-		}
-		_, content, _ := wasmbin.CustomName(s.Payload)
-		manifest, ok, at = bytes.Clone(content), true, i
-	}
+	secs, at, manifest, err := findManifest(wasm)
 	switch {
-	case !ok:
+	case err != nil:
+		return nil, false, nil, err
+	case at < 0:
 		return nil, false, wasm, nil
 	case at == len(secs)-1:
 		return manifest, true, wasm[:secs[at].At:secs[at].At], nil
@@ -103,25 +87,38 @@ func SplitManifest(wasm []byte) (manifest []byte, ok bool, without []byte, err e
 // section, not decoded (see DecodeManifest); ok is false if it has none. A
 // module that does not parse, or has the section twice, is an error.
 func EmbeddedManifest(wasm []byte) (manifest []byte, ok bool, err error) {
-	secs, err := wasmbin.Sections(wasm)
+	_, at, manifest, err := findManifest(wasm)
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: %v", ErrNotModule, err)
+		return nil, false, err
 	}
-	for _, s := range secs {
+	return manifest, at >= 0, nil
+}
+
+// findManifest walks the module's sections once: it returns them, the
+// index of the protean.manifest section (-1: none) and a copy of its
+// content. A module that does not parse, or has the section twice, is an
+// error.
+func findManifest(wasm []byte) (secs []wasmbin.Section, at int, manifest []byte, err error) {
+	secs, err = wasmbin.Sections(wasm)
+	if err != nil {
+		return nil, -1, nil, fmt.Errorf("%w: %v", ErrNotModule, err)
+	}
+	at = -1
+	for i, s := range secs {
 		name, err := sectionName(s)
 		if err != nil {
-			return nil, false, err
+			return nil, -1, nil, err
 		}
 		if name != ManifestSection {
 			continue
 		}
-		if ok {
-			return nil, false, fmt.Errorf("%w: the module has two", ErrManifestSection)
+		if at >= 0 {
+			return nil, -1, nil, fmt.Errorf("%w: the module has two", ErrManifestSection)
 		}
 		_, content, _ := wasmbin.CustomName(s.Payload)
-		manifest, ok = bytes.Clone(content), true
+		at, manifest = i, bytes.Clone(content)
 	}
-	return manifest, ok, nil
+	return secs, at, manifest, nil
 }
 
 // sectionName is the name of a custom section, "" for any other.
