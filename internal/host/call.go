@@ -253,8 +253,8 @@ func (m *Module) Handle(ctx context.Context, handler string, msgs []abi.Envelope
 		return fail(err)
 	}
 	// The slot goes back as soon as the guest has returned: closing a
-	// failed instance (its memory unmapped) is no guest work, and a call
-	// queued for the slot has the same deadline as this one had.
+	// failed instance is no guest work, and a call queued for the slot
+	// has the same deadline as this one had.
 	holdsSlot := true
 	defer func() {
 		if holdsSlot {

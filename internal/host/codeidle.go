@@ -81,16 +81,25 @@ type codeLoad struct {
 // recompiler returns what compiles the module name again from src, its
 // file's bytes: each compile prepares them as the load did (prepareFile:
 // deterministic, ~35 ms for a Go module) and must find the deadline
-// enforced as mode says.
-func (l *Loader) recompiler(name string, src *source, mode string, lim Limits) func(context.Context) (*compiledCode, error) {
+// enforced as mode says. With mode "" (a module a start loaded from its
+// protean.manifest section, never prepared: lazySection) the first
+// compile finds it and hands it, the start section and the code's key to
+// first before it compiles; the compiles after it must find the same. (A
+// module's compiles run one at a time: mode needs no lock.)
+func (l *Loader) recompiler(name string, src *source, mode string, lim Limits,
+	first func(mode string, hasStart bool, key string)) func(context.Context) (*compiledCode, error) {
 	return func(ctx context.Context) (*compiledCode, error) {
 		b, err := src.bytes()
 		if err != nil {
 			return nil, err
 		}
-		code, got, _, err := prepareFile(name+".wasm", b, lim, l.log)
+		code, got, hasStart, err := prepareFile(name+".wasm", b, lim, l.log)
 		if err != nil {
 			return nil, err
+		}
+		if mode == "" {
+			mode = got
+			first(got, hasStart, codeKey(code, got))
 		}
 		if got != mode {
 			return nil, fmt.Errorf("the module's deadline is now enforced %q, not %q as at its load: reload it", got, mode)

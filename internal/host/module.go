@@ -713,7 +713,7 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	if lim.CodeIdle > 0 && l.cacheDir != "" {
 		src := newSource(b)
 		src.pack() // (beside a compile, packing is little)
-		m.recompile = l.recompiler(name, src, mode, lim)
+		m.recompile = l.recompiler(name, src, mode, lim, nil)
 	}
 	m.Manifest, m.manifestJSON = man, raw
 	l.remember(memoFile, manifestMemo{Manifest: raw, Deadline: mode, HasStart: hasStart, Key: key})
@@ -751,21 +751,28 @@ func (l *Loader) loadInterpreted(ctx context.Context, file string, b []byte, sum
 // the bounded cache, so that pruning the one deletes the other.
 func (l *Loader) lazy(m *Module, b []byte, man *abi.Manifest, mm manifestMemo, memoFile string) *Module {
 	m.source = newSource(b) // packed later, if at all (see source)
-	compile := l.recompiler(m.Name(), m.source, mm.Deadline, m.Limits)
 	m.memo = filepath.Join(memoDir, memoFile)
+	compile := l.recompiler(m.Name(), m.source, mm.Deadline, m.Limits, nil)
+	m.recompile = l.filing(m, func() string { return mm.Key }, compile)
+	m.Manifest, m.manifestJSON = man, mm.Manifest
+	l.loaded(m, mm.Key)
+	return m
+}
+
+// filing returns compile, which after its first success files m's memo
+// under its code's key (key(), known by then) in the bounded cache, so
+// that pruning the code deletes the memo. (A module's compiles run one
+// at a time: filed needs no lock.)
+func (l *Loader) filing(m *Module, key func() string, compile func(context.Context) (*compiledCode, error)) func(context.Context) (*compiledCode, error) {
 	filed := l.dir == nil
-	// (The module's compiles run one at a time: filed needs no lock.)
-	m.recompile = func(ctx context.Context) (*compiledCode, error) {
+	return func(ctx context.Context) (*compiledCode, error) {
 		c, err := compile(ctx)
 		if err == nil && !filed {
-			l.dir.memo(mm.Key, m.memo)
+			l.dir.memo(key(), m.memo)
 			filed = true
 		}
 		return c, err
 	}
-	m.Manifest, m.manifestJSON = man, mm.Manifest
-	l.loaded(m, mm.Key)
-	return m
 }
 
 // lazySection makes m, whose manifest man (raw, its bytes) a start read
@@ -784,40 +791,23 @@ func (l *Loader) lazy(m *Module, b []byte, man *abi.Manifest, mm manifestMemo, m
 func (l *Loader) lazySection(m *Module, b []byte, man *abi.Manifest, raw []byte, memoFile string) *Module {
 	m.source = newSource(b) // packed later, if at all (see source)
 	m.memo = filepath.Join(memoDir, memoFile)
-	name, lim, src := m.Name(), m.Limits, m.source
-	// (The module's compiles run one at a time: mode and key need no
-	// lock. The first sets Deadline and hasStart under the pool's lock;
-	// instances, which read them, are made only from code a compile
-	// handed to the pool under it.)
-	var mode, key string
-	m.recompile = func(ctx context.Context) (*compiledCode, error) {
-		b, err := src.bytes()
-		if err != nil {
-			return nil, err
+	var key string
+	// The first compile's findings: Deadline and hasStart are set under
+	// the pool's lock, and instances, which read them, are made only from
+	// code a compile handed to the pool under it.
+	first := func(mode string, hasStart bool, k string) {
+		key = k
+		p := m.pool
+		p.mu.Lock()
+		m.Deadline, m.hasStart = mode, hasStart
+		if !p.closed && l.dir != nil {
+			m.uncache = l.dir.acquire(key)
 		}
-		code, got, hasStart, err := prepareFile(name+".wasm", b, lim, l.log)
-		switch {
-		case err != nil:
-			return nil, err
-		case mode != "" && got != mode:
-			return nil, fmt.Errorf("the module's deadline is now enforced %q, not %q as at its first compile: reload it", got, mode)
-		case mode == "":
-			mode, key = got, codeKey(code, got)
-			p := m.pool
-			p.mu.Lock()
-			m.Deadline, m.hasStart = got, hasStart
-			if !p.closed && l.dir != nil {
-				m.uncache = l.dir.acquire(key)
-			}
-			p.mu.Unlock()
-			l.remember(memoFile, manifestMemo{Manifest: raw, Deadline: got, HasStart: hasStart, Key: key})
-		}
-		c, _, err := l.compileShared(ctx, name, code, mode, lim)
-		if err == nil && l.dir != nil {
-			l.dir.memo(key, m.memo) // (again after a recompile: a no-op)
-		}
-		return c, err
+		p.mu.Unlock()
+		l.remember(memoFile, manifestMemo{Manifest: raw, Deadline: mode, HasStart: hasStart, Key: key})
 	}
+	compile := l.recompiler(m.Name(), m.source, "", m.Limits, first)
+	m.recompile = l.filing(m, func() string { return key }, compile)
 	m.Manifest, m.manifestJSON = man, raw
 	m.refs.Store(1)
 	l.reaper.add(m)
@@ -1069,14 +1059,13 @@ func (l *Loader) loadDir(ctx context.Context, dir string, running *Set) ([]*Modu
 		case failed[i] != nil:
 			errs = append(errs, failed[i])
 		case m == nil:
-		case m == reuse[n]:
-			mods = append(mods, m)
 		default:
 			mods = append(mods, m)
 			// Compiled once every file is read: a start's manifests first.
 			// Code that is released when idle needs its source packed;
 			// code that is kept drops it after this first compile.
 			switch {
+			case m == reuse[n]: // carried as it runs
 			case m.memo != "" && m.Limits.CodeIdle <= 0:
 				m.source = nil // its compile holds it, and drops it after (loadCode)
 				l.warm(m)
