@@ -27,11 +27,17 @@ const stopBound = 3 * time.Second
 
 // A guest looping without ever calling the host is stopped by its
 // deadline, alone and four at once on two cores; the stopped instances are
-// discarded and the next call works.
+// discarded and the next call works. The n calls run at once: the tenant
+// may hold n slots (at its default max_concurrency of GOMAXPROCS, the
+// calls past it queued for a slot with the same deadline as the running
+// ones, and failed waiting whenever the running ones were stopped a
+// moment after it), and those past GOMAXPROCS wait for a turn at the
+// cores, which ends at their deadline too.
 func TestDeadlineStopsPureGuestLoops(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	for _, n := range []int{1, 4} {
-		l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{Timeout: timeout}), Instances: n, CacheDir: wasmbuild.CacheDir(t)})
+		l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{Timeout: timeout}), Instances: n, CacheDir: wasmbuild.CacheDir(t),
+			GuestConcurrency: n, Shares: map[string]host.ShareOptions{host.DefaultTenant: {MaxConcurrency: n}}})
 		require.NoError(t, err)
 		m, err := l.LoadFile(context.Background(), wasmbuild.Build(t, "./internal/host/testdata/plugins/behave"))
 		require.NoError(t, err)
