@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/proteanhq/protean-host/internal/wasmbin"
 )
@@ -45,7 +46,7 @@ func EmbedManifest(wasm, manifest []byte) ([]byte, error) {
 func RemoveManifest(wasm []byte) ([]byte, error) {
 	secs, err := wasmbin.Sections(wasm)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNotModule, err)
+		return nil, notModule(err)
 	}
 	out := make([]byte, 0, len(wasm)+64)
 	out = append(out, wasm[:8]...)
@@ -94,6 +95,46 @@ func EmbeddedManifest(wasm []byte) (manifest []byte, ok bool, err error) {
 	return manifest, at >= 0, nil
 }
 
+// ManifestAt is EmbeddedManifest for the module of size bytes that r
+// reads: it reads the sections' headers, the custom sections' names and
+// the manifest, and nothing else (of a Go module's 4 MB, well under a
+// kilobyte). A read that fails is that error.
+func ManifestAt(r io.ReaderAt, size int64) (manifest []byte, ok bool, err error) {
+	secs, err := wasmbin.SectionsAt(r, size)
+	if err != nil {
+		return nil, false, notModule(err)
+	}
+	for _, s := range secs {
+		if s.ID != wasmbin.CustomID {
+			continue
+		}
+		name, content, err := wasmbin.CustomNameAt(r, s)
+		if err != nil {
+			return nil, false, notModule(err)
+		}
+		if name != ManifestSection {
+			continue
+		}
+		if ok {
+			return nil, false, fmt.Errorf("%w: the module has two", ErrManifestSection)
+		}
+		manifest, ok = make([]byte, s.End-content), true
+		if _, err := r.ReadAt(manifest, content); err != nil && !(err == io.EOF && content+int64(len(manifest)) == size) {
+			return nil, false, err
+		}
+	}
+	return manifest, ok, nil
+}
+
+// notModule marks err, a wasmbin error, ErrNotModule if it is one of the
+// module's framing (not of reading it).
+func notModule(err error) error {
+	if errors.Is(err, wasmbin.ErrMalformed) || errors.Is(err, wasmbin.ErrVersion) {
+		return fmt.Errorf("%w: %v", ErrNotModule, err)
+	}
+	return err
+}
+
 // findManifest walks the module's sections once: it returns them, the
 // index of the protean.manifest section (-1: none) and a copy of its
 // content. A module that does not parse, or has the section twice, is an
@@ -101,7 +142,7 @@ func EmbeddedManifest(wasm []byte) (manifest []byte, ok bool, err error) {
 func findManifest(wasm []byte) (secs []wasmbin.Section, at int, manifest []byte, err error) {
 	secs, err = wasmbin.Sections(wasm)
 	if err != nil {
-		return nil, -1, nil, fmt.Errorf("%w: %v", ErrNotModule, err)
+		return nil, -1, nil, notModule(err)
 	}
 	at = -1
 	for i, s := range secs {
@@ -128,7 +169,7 @@ func sectionName(s wasmbin.Section) (string, error) {
 	}
 	name, _, err := wasmbin.CustomName(s.Payload)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrNotModule, err)
+		return "", notModule(err)
 	}
 	return name, nil
 }

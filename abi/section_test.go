@@ -2,6 +2,7 @@ package abi_test
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
 
@@ -164,4 +165,43 @@ func TestSplitManifest(t *testing.T) {
 	require.ErrorIs(t, err, abi.ErrManifestSection)
 	_, _, _, err = abi.SplitManifest([]byte("{}"))
 	require.ErrorIs(t, err, abi.ErrNotModule)
+}
+
+// sameManifestAt requires ManifestAt, reading b through an io.ReaderAt,
+// to answer as EmbeddedManifest does on b.
+func sameManifestAt(t *testing.T, b []byte) {
+	t.Helper()
+	want, wantOK, wantErr := abi.EmbeddedManifest(b)
+	got, ok, err := abi.ManifestAt(bytes.NewReader(b), int64(len(b)))
+	require.Equal(t, wantErr, err)
+	require.Equal(t, wantOK, ok)
+	require.Equal(t, want, got)
+}
+
+func TestManifestAt(t *testing.T) {
+	t.Parallel()
+	embedded, err := abi.EmbedManifest(tinyModule, []byte(`{"a":1}`))
+	require.NoError(t, err)
+	empty, err := abi.EmbedManifest(tinyModule, nil)
+	require.NoError(t, err)
+	middle := append(bytes.Clone(tinyModule[:8]), embedded[len(tinyModule):]...)
+	middle = append(middle, tinyModule[8:]...)
+	twice := append(bytes.Clone(embedded), embedded[len(tinyModule):]...)
+	for _, b := range [][]byte{embedded, empty, middle, tinyModule, twice, []byte("{}"), nil,
+		embedded[:len(embedded)-1], append(bytes.Clone(tinyModule), 0, 2, 5, 'a')} {
+		sameManifestAt(t, b)
+	}
+	_, _, err = abi.ManifestAt(bytes.NewReader(twice), int64(len(twice)))
+	require.ErrorIs(t, err, abi.ErrManifestSection)
+	_, _, err = abi.ManifestAt(bytes.NewReader(embedded[:9]), int64(len(embedded)))
+	require.ErrorIs(t, err, io.ErrUnexpectedEOF, "a file that shrank while read: a read error, not a bad module")
+	require.NotErrorIs(t, err, abi.ErrNotModule)
+}
+
+func FuzzManifestAt(f *testing.F) {
+	embedded, err := abi.EmbedManifest(tinyModule, []byte(`{"a":1}`))
+	require.NoError(f, err)
+	f.Add(embedded)
+	f.Add(tinyModule)
+	f.Fuzz(sameManifestAt)
 }

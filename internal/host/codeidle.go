@@ -1,7 +1,9 @@
 package host
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +13,8 @@ import (
 	extism "github.com/extism/go-sdk"
 	"github.com/klauspost/compress/zstd"
 	"github.com/tetratelabs/wazero"
+
+	"github.com/proteanhq/protean-host/abi"
 )
 
 // Releasing a module's compiled code (Limits.CodeIdle).
@@ -31,12 +35,17 @@ import (
 // with zstd (packer; source): the Go client_orders example's 4.19 MB pack
 // into about a third (BenchmarkCodeIdle, packed_MB), against the ~24 MB
 // released. A directory load packs them after the set is loaded, on one
-// goroutine, so that a start does not wait for it. Each compile prepares them again (prepareFile), so the
-// compile is a cache hit. Reading the file again would keep nothing, but
-// a file changed or removed since the load (a deploy without watch) would
-// leave the module with no code to run. A module a serving host loads
-// without compiling it (from its manifest memo, or with its manifest read
-// on the interpreter: memo.go) starts in the released state.
+// goroutine, so that a start does not wait for it. Each compile prepares
+// them again (prepareFile), so the compile is a cache hit. Reading the
+// file again at each compile would keep nothing, but a file changed or
+// removed since the load (a deploy without watch) would leave the module
+// with no code to run; so the file is read again only once, soon after
+// its load, when the load served it without reading it whole (from its
+// manifest section or memo: loadUnread): its first compile, or packing
+// it, reads it and checks it still holds the bytes the load hashed
+// (ErrModuleChanged). A module a serving host loads without compiling it
+// (from its manifest memo or section, or with its manifest read on the
+// interpreter: memo.go) starts in the released state.
 
 // errLoaderClosed: a module's released code cannot be compiled again
 // once its loader closed (its cache may be closed).
@@ -110,7 +119,10 @@ func (l *Loader) recompiler(name string, src *source, mode string, lim Limits,
 }
 
 // source is what a module keeps of its file to compile it again: the
-// bytes as read, until pack compresses them. Packing a Go module takes
+// bytes as read, until pack compresses them, or, for a module a load
+// served without reading its file whole (from its manifest section or
+// memo: loadUnread), the file itself, read again (and checked to hold the
+// same bytes) by its first compile, and by pack. Packing a Go module takes
 // ~10-20 ms of a core, half of a warm start's work, so a directory load
 // leaves it to after the set is loaded (Loader.packLater); a module whose
 // code is never released (code_idle_ms off) is compiled once, right
@@ -120,31 +132,89 @@ type source struct {
 	raw    []byte // nil once packed
 	packed []byte
 	size   int
+	file   *moduleFile // read while raw and packed are nil
 }
 
 func newSource(b []byte) *source { return &source{raw: b, size: len(b)} }
 
-// pack compresses the bytes, if that was not done yet.
-func (s *source) pack() {
-	s.mu.Lock()
-	raw := s.raw
-	s.mu.Unlock()
-	if raw == nil {
-		return
-	}
-	packed := slices.Clip(packer().EncodeAll(raw, make([]byte, 0, len(raw)/3)))
-	s.mu.Lock()
-	s.raw, s.packed = nil, packed
-	s.mu.Unlock()
+// newFileSource is the source of a module whose file a load hashed
+// (sum) without keeping it; section is the protean.manifest section the
+// load served (nil: a manifest from a memo, the file's SHA-256 its key).
+func newFileSource(path string, sum [sha256.Size]byte, max int, section []byte) *source {
+	return &source{file: &moduleFile{path: path, sum: sum, max: max, section: section}}
 }
 
-// bytes returns the file's bytes (not to be modified).
+// ErrModuleChanged: a module's code was needed (its first compile, or its
+// file kept for compiling again) after its file changed since the load
+// that served its manifest without keeping its bytes. Its calls fail
+// until a reload loads the file as it is now.
+var ErrModuleChanged = errors.New("module file changed since its load")
+
+// moduleFile is a module file a load hashed without keeping its bytes.
+type moduleFile struct {
+	path    string
+	sum     [sha256.Size]byte
+	max     int
+	section []byte
+}
+
+// read reads the file again and returns its bytes without their
+// protean.manifest section, if they are still the bytes it was loaded
+// with (its SHA-256; and its section, read apart from the hash).
+func (f *moduleFile) read() ([]byte, error) {
+	fh, st, err := openFile(f.path)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s again: %w", f.path, err)
+	}
+	defer fh.Close()
+	b, err := readModule(fh, st, f.max)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s again: %w", f.path, err)
+	}
+	changed := sha256.Sum256(b) != f.sum
+	section, ok, without, err := abi.SplitManifest(b)
+	if !changed && (err != nil || f.section != nil && (!ok || !bytes.Equal(section, f.section))) {
+		changed = true // its section was read apart from its hash, while it changed
+	}
+	if changed {
+		return nil, fmt.Errorf("%w: %s (sha256 %x at its load); a reload loads it as it is now", ErrModuleChanged, f.path, f.sum[:6])
+	}
+	return without, nil
+}
+
+// pack compresses the bytes, if that was not done yet: a file's, read
+// again first.
+func (s *source) pack() error {
+	s.mu.Lock()
+	raw, packed, file := s.raw, s.packed, s.file
+	s.mu.Unlock()
+	if packed != nil {
+		return nil
+	}
+	if raw == nil {
+		var err error
+		if raw, err = file.read(); err != nil {
+			return err
+		}
+	}
+	packed = slices.Clip(packer().EncodeAll(raw, make([]byte, 0, len(raw)/3)))
+	s.mu.Lock()
+	s.raw, s.packed, s.size = nil, packed, len(raw)
+	s.mu.Unlock()
+	return nil
+}
+
+// bytes returns the module's bytes without their protean.manifest
+// section (not to be modified).
 func (s *source) bytes() ([]byte, error) {
 	s.mu.Lock()
-	raw, packed := s.raw, s.packed
+	raw, packed, file := s.raw, s.packed, s.file
 	s.mu.Unlock()
-	if raw != nil {
+	switch {
+	case raw != nil:
 		return raw, nil
+	case packed == nil:
+		return file.read()
 	}
 	b, err := unpacker().DecodeAll(packed, make([]byte, 0, s.size))
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -522,6 +523,25 @@ func (l *Loader) loadOrReuse(ctx context.Context, path string, open func() (*os.
 		return old, nil
 	}
 	lim := l.limitsOf(moduleName(file))
+	if how != loadCompiled {
+		// Hashed first, and served from its memo or section if it has
+		// one, without its bytes in memory (loadUnread).
+		sum, size, err := hashModule(f, stat, lim.MaxModuleBytes)
+		if err != nil {
+			return fail(err)
+		}
+		digest = hex.EncodeToString(sum[:])
+		if old != nil && digest == old.SHA256 && old.retain() {
+			return old, nil
+		}
+		if m := l.loadUnread(f, path, size, sum, lim, how); m != nil {
+			m.Path, m.stat = path, stat
+			return m, nil
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return fail(err)
+		}
+	}
 	b, err := readModule(f, stat, lim.MaxModuleBytes)
 	if err != nil {
 		return fail(err)
@@ -537,6 +557,42 @@ func (l *Loader) loadOrReuse(ctx context.Context, path string, open func() (*os.
 	}
 	m.Path, m.stat = path, stat
 	return m, nil
+}
+
+// loadUnread loads the module file f (path; size bytes, as hashed: sum)
+// without reading its code, as a start or a reload that compiles later
+// (how) may: from its manifest memo, or, at a start, from its
+// protean.manifest section (read by its sections' headers: a few hundred
+// bytes of a Go module's 4 MB). Its first compile reads the file again,
+// and refuses it if it changed meanwhile (a *source of the file); so does
+// packing it for compiling again (packLater), soon after the load. nil:
+// it has neither, or a section that does not read; load reads it whole
+// and says why.
+func (l *Loader) loadUnread(f *os.File, path string, size int64, sum [sha256.Size]byte, lim Limits, how loadHow) *Module {
+	file := filepath.Base(path)
+	memoFile := memoName(sum, lim)
+	if mm, man := l.memo(memoFile); mm != nil {
+		m := l.newModule(file, sum, lim, mm.Deadline, mm.HasStart)
+		m.fromMemo = true
+		return l.lazy(m, newFileSource(path, sum, lim.MaxModuleBytes, nil), man, *mm, memoFile)
+	}
+	if how != loadLazy {
+		return nil
+	}
+	raw, ok, err := abi.ManifestAt(f, size)
+	if err != nil || !ok {
+		return nil
+	}
+	// Decoded by the rules of protean_manifest's answer (readManifest).
+	man, err := abi.DecodeManifest(raw)
+	if err != nil {
+		return nil
+	}
+	// A start takes the module at its section's word: nothing is
+	// prepared, compiled or run before the set validates and serves.
+	m := l.newModule(file, sum, lim, "", false)
+	m.fromSection = true
+	return l.lazySection(m, newFileSource(path, sum, lim.MaxModuleBytes, raw), man, raw, memoFile)
 }
 
 // limitsOf returns the limits of the module named name (its file name
@@ -650,26 +706,12 @@ func (l *Loader) load(ctx context.Context, file string, b []byte, sum [sha256.Si
 	if err != nil {
 		return nil, err
 	}
-	if how != loadCompiled {
-		if mm, man := l.memo(memoFile); mm != nil {
-			m := l.newModule(file, sum, lim, mm.Deadline, mm.HasStart)
-			m.fromMemo = true
-			return l.lazy(m, b, man, *mm, memoFile), nil
-		}
-	}
 	var embedded *abi.Manifest
 	if embeddedRaw != nil {
 		// Decoded by the rules of protean_manifest's answer (readManifest).
 		if embedded, err = abi.DecodeManifest(embeddedRaw); err != nil {
 			return nil, fmt.Errorf("%s section: %w", abi.ManifestSection, err)
 		}
-	}
-	if how == loadLazy && embedded != nil {
-		// A start takes the module at its section's word: nothing is
-		// prepared, compiled or run before the set validates and serves.
-		m := l.newModule(file, sum, lim, "", false)
-		m.fromSection = true
-		return l.lazySection(m, b, embedded, embeddedRaw, memoFile), nil
 	}
 	code, mode, hasStart, err := prepareFile(file, b, lim, l.log)
 	if err != nil {
@@ -740,7 +782,7 @@ func (l *Loader) loadInterpreted(ctx context.Context, file string, b []byte, sum
 	}
 	mm := manifestMemo{Manifest: raw, Deadline: mode, HasStart: hasStart, Key: key}
 	l.remember(memoFile, mm)
-	return l.lazy(m, b, man, mm, memoFile), nil
+	return l.lazy(m, newSource(b), man, mm, memoFile), nil
 }
 
 // lazy makes m, with manifest man as mm describes it, a loaded module
@@ -749,8 +791,8 @@ func (l *Loader) loadInterpreted(ctx context.Context, file string, b []byte, sum
 // starts for it unless code_idle_ms releases idle code anyway (warm.go).
 // Its first compile files the memo (memoFile) under the code's entry in
 // the bounded cache, so that pruning the one deletes the other.
-func (l *Loader) lazy(m *Module, b []byte, man *abi.Manifest, mm manifestMemo, memoFile string) *Module {
-	m.source = newSource(b) // packed later, if at all (see source)
+func (l *Loader) lazy(m *Module, src *source, man *abi.Manifest, mm manifestMemo, memoFile string) *Module {
+	m.source = src // packed later, if at all (see source)
 	m.memo = filepath.Join(memoDir, memoFile)
 	compile := l.recompiler(m.Name(), m.source, mm.Deadline, m.Limits, nil)
 	m.recompile = l.filing(m, func() string { return mm.Key }, compile)
@@ -788,8 +830,8 @@ func (l *Loader) filing(m *Module, key func() string, compile func(context.Conte
 // passed a compiled load's check when it was embedded, validate and
 // plugin test refuse it, and a reload compiles before it goes live; only
 // a cold start skips the check.)
-func (l *Loader) lazySection(m *Module, b []byte, man *abi.Manifest, raw []byte, memoFile string) *Module {
-	m.source = newSource(b) // packed later, if at all (see source)
+func (l *Loader) lazySection(m *Module, src *source, man *abi.Manifest, raw []byte, memoFile string) *Module {
+	m.source = src // packed later, if at all (see source)
 	m.memo = filepath.Join(memoDir, memoFile)
 	var key string
 	// The first compile's findings: Deadline and hasStart are set under

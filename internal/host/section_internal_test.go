@@ -1,8 +1,11 @@
 package host
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -193,4 +196,69 @@ func TestTheManifestSectionDoesNotChangeTheCodeKey(t *testing.T) {
 	plain := wasmbuild.Copy(t, wasmbuild.BuildC(t, "plugins/c/client_orders.c"), t.TempDir(), "client_orders.wasm")
 	_, without := sectionStart(t, plain)
 	require.Equal(t, key(without), key(with))
+}
+
+// A start serves a module from its section without keeping its bytes:
+// its first compile reads the file again, and refuses it if it changed
+// since (its calls fail, naming the file, until a reload loads it as it
+// is now); the file as it was compiles again.
+func TestAModuleServedUnreadRefusesItsChangedFile(t *testing.T) {
+	t.Parallel()
+	path := cWithSection(t, cManifest(t))
+	was, err := os.ReadFile(path)
+	require.NoError(t, err)
+	w := testwait.Limit()
+	lim := Limits{Timeout: w, ManifestTimeout: w, CompileTimeout: w, CodeIdle: time.Hour}
+	l, err := NewLoader(LoaderOptions{Limits: lim, CacheDir: t.TempDir(), GuestConcurrency: -1, CompileLater: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	// One file as a start loads it (loadDir, without the packing it
+	// starts after the set, which would read the file at once).
+	m, err := l.loadOrReuse(context.Background(), path, func() (*os.File, fs.FileInfo, error) { return openFile(path) }, nil, loadLazy)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	require.True(t, m.fromSection)
+	require.NotNil(t, m.source.file, "served from the file, its bytes not kept")
+	require.Nil(t, m.source.raw)
+
+	changed := bytes.Clone(was)
+	changed[len(changed)-2] ^= 1 // in the manifest's JSON: still a module
+	require.NoError(t, os.WriteFile(path, changed, 0o644))
+	_, err = m.Handle(context.Background(), "client_orders", orderPlaced, orderSession{})
+	require.ErrorIs(t, err, ErrModuleChanged)
+	require.ErrorContains(t, err, path)
+	require.ErrorIs(t, m.source.pack(), ErrModuleChanged)
+	require.Zero(t, l.compiles.Load())
+
+	require.NoError(t, os.WriteFile(path, was, 0o644))
+	handleC(t, m)
+	require.NoError(t, m.source.pack())
+	b, err := m.source.bytes()
+	require.NoError(t, err)
+	_, _, without, err := abi.SplitManifest(was)
+	require.NoError(t, err)
+	require.Equal(t, without, b, "packed, the file's code")
+}
+
+// A file's source checks the section a start served apart from its hash:
+// a file that changed between the two reads is refused.
+func TestAFileSourceChecksItsSection(t *testing.T) {
+	t.Parallel()
+	raw := []byte(`{"a":1}`)
+	path := cWithSection(t, raw)
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	src := newFileSource(path, sha256.Sum256(b), len(b), raw)
+	got, err := src.bytes()
+	require.NoError(t, err)
+	require.Equal(t, len(b)-len(raw)-len(abi.ManifestSection)-3, len(got), "the code, without its section")
+	src = newFileSource(path, sha256.Sum256(b), len(b), []byte(`{"a":2}`))
+	_, err = src.bytes()
+	require.ErrorIs(t, err, ErrModuleChanged)
+	src = newFileSource(path, sha256.Sum256(b), len(b)-1, raw)
+	_, err = src.bytes()
+	require.ErrorIs(t, err, ErrModuleTooLarge)
+	require.NoError(t, os.Remove(path))
+	_, err = src.bytes()
+	require.ErrorIs(t, err, fs.ErrNotExist)
 }

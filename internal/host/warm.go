@@ -64,7 +64,10 @@ func (l *Loader) warm(m *Module) {
 
 // packLater packs srcs (see source) one after another on a goroutine
 // the loader owns, off the path of the load that made them: a warm start
-// serves its set without waiting for them. Closing the loader stops it.
+// serves its set without waiting for them. A source that is a file is
+// read again here: one that changed since its load is logged (its module
+// cannot compile until a reload loads it again). Closing the loader stops
+// it.
 func (l *Loader) packLater(srcs []*source) {
 	if len(srcs) == 0 {
 		return
@@ -76,7 +79,10 @@ func (l *Loader) packLater(srcs []*source) {
 				return
 			default:
 			}
-			s.pack()
+			if err := s.pack(); err != nil {
+				l.log.Warn("a module's file is not kept to compile it again: its calls fail once it needs compiling, until a reload loads it again",
+					"err", err)
+			}
 		}
 	})
 }
