@@ -133,6 +133,10 @@
 // An event's metadata carries correlation_id, causation_id, tenant, and
 // module: {"name", "version", "sha256"} of the module build whose handler
 // emitted it (the host sets it; added within ABI version 1, optional).
+// When the host traces, a message's metadata also carries traceparent and
+// tracestate: the W3C trace context of the span that created it (added
+// within ABI version 1, optional; the v2 binary encoding does not carry
+// them to the guest).
 //
 // Output is a HandleResponse with one Result per message:
 //

@@ -46,6 +46,14 @@ type Metadata struct {
 	// outside): the events and follow-up commands of a message at depth d
 	// are at d+1. The host sets it and bounds it; a guest cannot.
 	CascadeDepth int `json:"cascade_depth,omitempty"`
+	// TraceParent and TraceState are the W3C trace context of the span
+	// that created the message (https://www.w3.org/TR/trace-context/),
+	// when the host traces (OpenTelemetry, [telemetry] tracing): the
+	// consumers of an event link their spans to it, so a causation chain
+	// is one trace across hosts. The host sets them; a guest reads them.
+	// Added within ABI version 1: optional.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }
 
 // ModuleRef identifies a module build.

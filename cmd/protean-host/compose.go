@@ -27,6 +27,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/redisstream"
 	"github.com/proteanhq/protean-host/internal/relay"
 	"github.com/proteanhq/protean-host/internal/routes"
+	"github.com/proteanhq/protean-host/internal/telemetry"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
 )
 
@@ -240,7 +241,7 @@ func (h *hostProcess) listen(c *composition) error {
 	}
 	opts := httpapi.Options{Logger: c.log, Registry: c.reg, ReadWait: c.cfg.HTTP.ReadWait(),
 		BodyTimeout: c.cfg.HTTP.ReadBodyTimeout(), Idempotency: c.st.idempotency, Status: status, Auth: h.auth, Ops: operations,
-		Modules: newDeployer(c, h.reloader), Pprof: c.cfg.HTTP.Pprof,
+		Modules: newDeployer(c, h.reloader), Pprof: c.cfg.HTTP.Pprof, Tracing: telemetry.Enabled(),
 		Version: hostVersion(), Started: c.started}
 	if c.cfg.HTTP.Pprof {
 		runtime.SetBlockProfileRate(pprofBlockRate)

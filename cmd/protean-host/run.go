@@ -31,6 +31,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/relay"
 	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/internal/subscription"
+	"github.com/proteanhq/protean-host/internal/telemetry"
 	"github.com/proteanhq/protean-host/outbox"
 )
 
@@ -241,6 +242,9 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		}
 	}()
 	e.log.Info("owner", "owner", h.owner, "version", hostVersion())
+	if err := h.trace(ctx, cfg.Telemetry); err != nil {
+		return nil, err
+	}
 	clk := clock.System // one clock for every component, so that their waits are one time
 	st, err := openStores(ctx, cfg)
 	if err != nil {
@@ -275,6 +279,30 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 	e.log.Info("listening", "addr", h.addr, "admin_addr", cmp.Or(h.adminAddr, h.addr), "config", e.configPath)
 	return h, nil
 }
+
+// trace installs OpenTelemetry tracing if [telemetry] tracing is on
+// (package telemetry); closing the host flushes the spans not yet sent.
+func (h *hostProcess) trace(ctx context.Context, t config.Telemetry) error {
+	if !t.Tracing {
+		return nil
+	}
+	stop, err := telemetry.Setup(ctx, telemetry.Options{Endpoint: t.Endpoint, SampleRatio: t.SampleRatio,
+		ServiceName: t.ServiceName, Version: hostVersion(), Instance: h.owner})
+	if err != nil {
+		return err
+	}
+	h.closers = append(h.closers, func() error {
+		fctx, cancel := context.WithTimeout(context.Background(), telemetryFlush)
+		defer cancel()
+		return stop(fctx)
+	})
+	h.log.Info("tracing: spans exported over OTLP/HTTP", "endpoint", cmp.Or(t.Endpoint, "from OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318"),
+		"enabled", telemetry.Enabled())
+	return nil
+}
+
+// telemetryFlush bounds the flush of the spans not yet exported at exit.
+const telemetryFlush = 5 * time.Second
 
 // component is one part of a running host that start starts (unless
 // start is nil) and shutdown stops.

@@ -59,6 +59,29 @@ type Config struct {
 	Plugins    Plugins             `toml:"plugins"`
 	Tenants    map[string]Tenant   `toml:"tenants"`
 	HTTP       HTTP                `toml:"http"`
+	Telemetry  Telemetry           `toml:"telemetry"`
+}
+
+// Telemetry is the [telemetry] table: OpenTelemetry tracing (package
+// telemetry, docs/tracing.md). The standard OTEL_ variables configure what
+// a key leaves unset (OTEL_EXPORTER_OTLP_ENDPOINT and _TRACES_ENDPOINT,
+// _HEADERS, _TIMEOUT; OTEL_TRACES_SAMPLER and _ARG; OTEL_SERVICE_NAME,
+// OTEL_RESOURCE_ATTRIBUTES), and OTEL_SDK_DISABLED=true turns tracing off.
+type Telemetry struct {
+	// Tracing exports spans over OTLP/HTTP. Off by default: the host then
+	// starts no-op spans only, and writes no trace context into messages.
+	Tracing bool `toml:"tracing"`
+	// Endpoint is the OTLP/HTTP traces URL, e.g.
+	// "http://collector:4318/v1/traces" (default: the OTEL_ variables,
+	// else http://localhost:4318/v1/traces).
+	Endpoint string `toml:"endpoint"`
+	// SampleRatio samples that share of the traces the host begins, in
+	// (0, 1]; a request whose traceparent says sampled is always traced.
+	// 0 (the default) leaves it to OTEL_TRACES_SAMPLER (default: all).
+	SampleRatio float64 `toml:"sample_ratio"`
+	// ServiceName is the resource's service.name (default:
+	// OTEL_SERVICE_NAME, else "protean-host").
+	ServiceName string `toml:"service_name"`
 }
 
 // Database is one [databases.NAME] table: where aggregates, projections and

@@ -558,6 +558,15 @@ func TestValidate(t *testing.T) {
 			"http.idle_timeout_ms must be > 0 (got 0)", "http.max_header_bytes must be > 0 (got 0)",
 			"http.max_connections must be > 0 (got -1)",
 		}},
+		{"telemetry", func(c *config.Config) {
+			c.Telemetry = config.Telemetry{Tracing: true, Endpoint: "http://collector:4318/v1/traces", SampleRatio: 0.25}
+		}, nil},
+		{"telemetry bad", func(c *config.Config) {
+			c.Telemetry = config.Telemetry{Tracing: true, Endpoint: "collector:4318", SampleRatio: 1.5}
+		}, []string{
+			`telemetry.endpoint must be an http:// or https:// URL, such as http://collector:4318/v1/traces (got "collector:4318")`,
+			"telemetry.sample_ratio must be within [0, 1] (got 1.5)",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -142,6 +142,10 @@
 //	server.stream_subscription.max_retries = 3
 //	server.stream_subscription.max_retry_delay_seconds = 60
 //	server.stream_subscription.retry_delay_seconds = 1
+//	telemetry.endpoint = ""
+//	telemetry.sample_ratio = 0
+//	telemetry.service_name = ""
+//	telemetry.tracing = false
 //
 // End of defaults.
 //

@@ -58,7 +58,22 @@ func (c Config) Validate() error {
 	v.tenants(c.Tenants)
 	v.http(c.HTTP)
 	v.httpAuth(c)
+	v.telemetry(c.Telemetry)
 	return errors.Join(v.errs...)
+}
+
+// telemetry checks the [telemetry] table: an http(s) endpoint URL, and a
+// sample ratio in [0, 1].
+func (v *validator) telemetry(t Telemetry) {
+	if t.Endpoint != "" {
+		u, err := url.Parse(t.Endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.add("telemetry.endpoint", "must be an http:// or https:// URL, such as http://collector:4318/v1/traces (got %q)", t.Endpoint)
+		}
+	}
+	if t.SampleRatio < 0 || t.SampleRatio > 1 || math.IsNaN(t.SampleRatio) {
+		v.add("telemetry.sample_ratio", "must be within [0, 1] (got %v)", t.SampleRatio)
+	}
 }
 
 // databases checks the [databases] tables: a known provider, and a URI for

@@ -24,6 +24,9 @@ func caused(env abi.Envelope) abi.Metadata {
 	md := abi.Metadata{CorrelationID: correlation(env), CausationID: env.ID, CascadeDepth: depth(env) + 1}
 	if env.Metadata != nil {
 		md.Tenant = env.Metadata.Tenant
+		// In env's trace, unless a span of its handling is at hand
+		// (telemetry.Inject replaces it).
+		md.TraceParent, md.TraceState = env.Metadata.TraceParent, env.Metadata.TraceState
 	}
 	return md
 }

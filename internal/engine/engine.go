@@ -12,12 +12,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/readyourwrites"
+	"github.com/proteanhq/protean-host/internal/telemetry"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/record"
@@ -70,6 +73,7 @@ type Options struct {
 // for event handlers, projectors and process managers.
 type Engine struct {
 	opts   Options
+	tracer trace.Tracer // telemetry.Tracer (tracing.go)
 	loaded atomic.Pointer[loaded]
 	log    *slog.Logger
 	now    func() time.Time
@@ -150,7 +154,7 @@ func New(set *host.Set, opts Options) *Engine {
 	if opts.BrokerProgress == nil {
 		opts.BrokerProgress = &unmarked{}
 	}
-	e := &Engine{opts: opts, log: opts.Logger, now: opts.Clock.Now, commands: newGate(),
+	e := &Engine{opts: opts, tracer: telemetry.Tracer(), log: opts.Logger, now: opts.Clock.Now, commands: newGate(),
 		stopped: make(chan struct{}), done: make(chan struct{})}
 	e.rw = readyourwrites.New(readyourwrites.Options{Events: opts.Events, KeyOf: partition.FieldKey, After: opts.Clock.After, Logger: opts.Logger})
 	e.work, e.cancelWork = context.WithCancel(context.Background())
@@ -288,7 +292,18 @@ func metadataSize(md abi.Metadata) int {
 
 // dispatch is Dispatch without the gate: follow-up commands of work already
 // admitted run even while the engine drains.
-func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage, md abi.Metadata) (*CommandResult, error) {
+func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage, md abi.Metadata) (_ *CommandResult, err error) {
+	// The command's creation context: the caller's span (an HTTP
+	// request's, a process manager's dispatch), if there is one; else the
+	// trace its metadata carries (a follow-up of a delivered message
+	// stays in the trace of what caused it).
+	if sc := telemetry.SpanContext(&md); sc.IsValid() && !trace.SpanContextFromContext(ctx).IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+	}
+	telemetry.Inject(ctx, &md)
+	id := eventstore.NewID()
+	ctx, span := e.startDispatch(ctx, typ, id, &md)
+	defer func() { endSpan(span, err) }()
 	l, err := e.acquire()
 	if err != nil {
 		return nil, err
@@ -307,7 +322,7 @@ func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage,
 	if err := checkCommand(route, typ, data); err != nil {
 		return nil, err
 	}
-	env := abi.Envelope{ID: eventstore.NewID(), Type: typ, Time: e.now().UTC(), Data: data, Metadata: &md}
+	env := abi.Envelope{ID: id, Type: typ, Time: e.now().UTC(), Data: data, Metadata: &md}
 	if md.CorrelationID == "" {
 		env.Metadata.CorrelationID = env.ID
 	}
@@ -315,8 +330,11 @@ func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage,
 	if err != nil {
 		return nil, inputCause(typ, data, err)
 	}
-	committed, err := e.opts.UnitOfWork.Commit(ctx, unitofwork.Change{Effects: res.Effects,
-		Metadata: causedBy(env, route.Module)})
+	events := causedBy(env, route.Module)
+	telemetry.Inject(ctx, &events) // the dispatch span created them
+	cctx, commit := e.tracer.Start(ctx, "commit")
+	committed, err := e.opts.UnitOfWork.Commit(cctx, unitofwork.Change{Effects: res.Effects, Metadata: events})
+	endSpan(commit, err)
 	e.opts.Metrics.commit(route, err)
 	if err != nil {
 		return nil, err
@@ -397,11 +415,14 @@ func (e *Engine) call(ctx context.Context, l *loaded, route host.Route, envs []a
 	sc := l.scopes[route.Module]
 	start := e.now()
 	sess := &session{e: e, scope: sc, stall: route.Module.Limits.Timeout / stallShare}
+	ctx, span := e.startHandle(ctx, route, envs)
+	defer span.End()
 	end := e.opts.Metrics.begin(route)
 	results, err := route.Module.Handle(ctx, route.Handler.Name, envs, sess)
 	end()
 	e.opts.Metrics.call(route, e.now().Sub(start), len(envs), err)
 	if err != nil {
+		endSpan(span, err) // (End twice is a no-op)
 		kind, err := callFailure(err, sess.storeWait, sess.storeFailed, route.Module.Limits.Timeout)
 		herr := &HandlerError{File: route.Module.File, Handler: route.Handler.Name, Type: envs[0].Type, Kind: kind, Err: err}
 		e.handled(route, envs[:1], []result{{err: herr}})
@@ -421,6 +442,7 @@ func (e *Engine) call(ctx context.Context, l *loaded, route host.Route, envs []a
 		}
 	}
 	e.handled(route, envs, out)
+	failedResults(span, out)
 	return out, nil
 }
 

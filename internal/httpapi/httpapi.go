@@ -86,6 +86,11 @@ type Options struct {
 	Ops ops.API
 	// Modules serves the deploy routes (modules.go); nil: they answer 404.
 	Modules Modules
+	// Tracing makes a server span of each request but /healthz, the
+	// status page and pprof's (OpenTelemetry, telemetry.Setup): a child
+	// of the request's W3C traceparent if it has one, named by its route,
+	// and answered in the response's traceparent header.
+	Tracing bool
 }
 
 // DefaultBodyTimeout is the bound on reading a command body when Options
@@ -109,6 +114,7 @@ type api struct {
 	authm       *authMetrics
 	ops         ops.API
 	modules     Modules
+	tracing     bool
 	requests    *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
 }
@@ -171,7 +177,7 @@ func build(e Engine, opts Options, split bool) (ingress, admin http.Handler) {
 	}
 	a := &api{e: e, log: opts.Logger, readWait: opts.ReadWait, bodyTimeout: opts.BodyTimeout, idem: opts.Idempotency, status: opts.Status,
 		version: opts.Version, started: opts.Started,
-		auth: opts.Auth, modules: opts.Modules, authm: newAuthMetrics(opts.Registry), ops: opts.Ops,
+		auth: opts.Auth, modules: opts.Modules, authm: newAuthMetrics(opts.Registry), ops: opts.Ops, tracing: opts.Tracing,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_http_requests_total",
 			Help: "HTTP requests, by route and status code."}, []string{"route", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "protean_http_request_seconds",
@@ -277,7 +283,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // route serves pattern with h, once g admits the request (access.go),
 // and counts it.
 func (a *api) route(mux *muxes, pattern string, g guard, h http.HandlerFunc) {
-	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+	serve := func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		if r, ok := a.admit(sw, r, pattern, g); ok {
@@ -285,7 +291,12 @@ func (a *api) route(mux *muxes, pattern string, g guard, h http.HandlerFunc) {
 		}
 		a.requests.WithLabelValues(pattern, strconv.Itoa(sw.code)).Inc()
 		a.latency.WithLabelValues(pattern).Observe(time.Since(start).Seconds())
-	})
+	}
+	if a.tracing && traced(pattern) {
+		mux.HandleFunc(pattern, traceRoute(pattern, serve))
+		return
+	}
+	mux.HandleFunc(pattern, serve)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

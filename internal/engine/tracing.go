@@ -1,0 +1,100 @@
+package engine
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/internal/host"
+	"github.com/proteanhq/protean-host/internal/telemetry"
+)
+
+// The engine's spans (docs/tracing.md), of telemetry.Tracer: no-op ones,
+// which record nothing, unless the host traces.
+//
+//   - dispatch {command type}: a command, from its check to its commit and
+//     its follow-up commands (each a dispatch span of its own, a child). Its
+//     span context is the creation context of the events it commits: they
+//     carry it in their metadata (traceparent).
+//   - handle {module}: one guest call, a batch of messages for one
+//     handler. Under no span (a delivery), it is the root of its trace
+//     and links to the creation context of each message it handles.
+//   - commit: the unit of work of a command.
+
+// startDispatch starts the span of the command typ (md its metadata, id
+// its message id).
+func (e *Engine) startDispatch(ctx context.Context, typ, id string, md *abi.Metadata) (context.Context, trace.Span) {
+	ctx, span := e.tracer.Start(ctx, "dispatch "+typ)
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("messaging.operation.name", "dispatch"),
+			attribute.String("messaging.message.id", id),
+			attribute.String("messaging.message.conversation_id", md.CorrelationID),
+			attribute.String("protean.command.type", typ),
+			attribute.Int("protean.cascade_depth", md.CascadeDepth),
+			attribute.String("protean.tenant", md.Tenant))
+	}
+	return ctx, span
+}
+
+// startHandle starts the span of a guest call of route with envs.
+func (e *Engine) startHandle(ctx context.Context, route host.Route, envs []abi.Envelope) (context.Context, trace.Span) {
+	var opts []trace.SpanStartOption
+	if telemetry.Enabled() && !trace.SpanContextFromContext(ctx).IsValid() {
+		// A delivery: linked to what created each message.
+		links := make([]trace.Link, 0, len(envs))
+		for _, env := range envs {
+			if sc := telemetry.SpanContext(env.Metadata); sc.IsValid() {
+				links = append(links, trace.Link{SpanContext: sc})
+			}
+		}
+		opts = append(opts, trace.WithLinks(links...), trace.WithSpanKind(trace.SpanKindConsumer))
+	}
+	m := route.Module
+	ctx, span := e.tracer.Start(ctx, "handle "+m.Name(), opts...)
+	if span.IsRecording() {
+		attrs := []attribute.KeyValue{
+			attribute.String("protean.handler", route.Handler.Name),
+			attribute.String("protean.module.name", m.Name()),
+			attribute.String("protean.module.sha256", m.SHA256),
+			attribute.String("protean.tenant", m.Tenant),
+			attribute.Int("messaging.batch.message_count", len(envs)),
+			attribute.String("messaging.message.id", envs[0].ID),
+			attribute.String("protean.message.type", envs[0].Type),
+		}
+		if m.Manifest != nil {
+			attrs = append(attrs, attribute.String("protean.module.version", m.Manifest.Module.Version))
+		}
+		span.SetAttributes(attrs...)
+	}
+	return ctx, span
+}
+
+// spanErrorBytes bounds the error message a span's status carries.
+const spanErrorBytes = 512
+
+// endSpan ends span, marked failed with err if there is one.
+func endSpan(span trace.Span, err error) {
+	if err != nil && span.IsRecording() {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, abi.Clip(err.Error(), spanErrorBytes))
+	}
+	span.End()
+}
+
+// failedResults marks span failed with the first error of rs, a call's
+// results.
+func failedResults(span trace.Span, rs []result) {
+	if !span.IsRecording() {
+		return
+	}
+	for _, r := range rs {
+		if r.err != nil {
+			span.SetStatus(codes.Error, abi.Clip(r.err.Error(), spanErrorBytes))
+			return
+		}
+	}
+}
