@@ -246,8 +246,9 @@ func (d redisDeployment) twoProcesses(t *testing.T) ([]*process, *redis.Client) 
 	return procs, rdb
 }
 
-// startProcess runs protean-host run on a config written for d.
-func (d redisDeployment) startProcess(t *testing.T, dir string) *process {
+// startProcess runs protean-host run on a config written for d, with the
+// TOML lines extra after it, and the environment variables env.
+func (d redisDeployment) startProcess(t *testing.T, dir string, extra ...string) *process {
 	t.Helper()
 	addr := freeAddr(t)
 	tmp := t.TempDir()
@@ -273,8 +274,8 @@ cache_dir = %q
 cache_max_mb = 0
 [http]
 listen = %q
-`, d.dbURL, d.dbURL, d.redisURL, d.prefix, dir, wasmbuild.CacheDir(t), addr)), 0o644))
-	return startProcess(t, addr, cfg, tmp, nil)
+%s`, d.dbURL, d.dbURL, d.redisURL, d.prefix, dir, wasmbuild.CacheDir(t), addr, strings.Join(extra, "\n"))), 0o644))
+	return startProcess(t, addr, cfg, tmp, nil, "OTEL_BSP_SCHEDULE_DELAY=50")
 }
 
 func (p *process) kill() {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/proteanhq/protean-host/internal/testwait"
@@ -21,8 +22,9 @@ import (
 
 // otlpSpan is what the receiver keeps of a span it was sent.
 type otlpSpan struct {
-	name, trace, id, parent, service string
-	links                            []string // span ids
+	name, trace, id, parent, service, instance string
+	links                                      []string // span ids
+	attrs                                      map[string]string
 }
 
 // otlpReceiver is an OTLP/HTTP traces endpoint (protobuf) on loopback.
@@ -44,16 +46,26 @@ func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, rs := range req.ResourceSpans {
-		var service string
+		var service, instance string
 		for _, kv := range rs.Resource.GetAttributes() {
-			if kv.Key == "service.name" {
+			switch kv.Key {
+			case "service.name":
 				service = kv.Value.GetStringValue()
+			case "service.instance.id":
+				instance = kv.Value.GetStringValue()
 			}
 		}
 		for _, ss := range rs.ScopeSpans {
 			for _, s := range ss.Spans {
 				sp := otlpSpan{name: s.Name, trace: hex.EncodeToString(s.TraceId), id: hex.EncodeToString(s.SpanId),
-					parent: hex.EncodeToString(s.ParentSpanId), service: service}
+					parent: hex.EncodeToString(s.ParentSpanId), service: service, instance: instance, attrs: map[string]string{}}
+				for _, kv := range s.Attributes {
+					v := kv.Value.GetStringValue()
+					if _, ok := kv.Value.GetValue().(*commonpb.AnyValue_IntValue); ok {
+						v = fmt.Sprint(kv.Value.GetIntValue())
+					}
+					sp.attrs[kv.Key] = v
+				}
 				for _, l := range s.Links {
 					sp.links = append(sp.links, hex.EncodeToString(l.SpanId))
 				}
@@ -105,11 +117,28 @@ func tracedOrders(tb testing.TB) (*otlpReceiver, string, string) {
 	return recv, srv.URL + "/v1/traces", dir
 }
 
+// placeTraced places an order for client on the host at addr, in the
+// trace tid (a traceparent whose parent span is 00f067aa0ba902b7), and
+// returns the answer's traceparent.
+func placeTraced(t *testing.T, addr, tid, client string) string {
+	t.Helper()
+	req, err := http.NewRequest("POST", "http://"+addr+"/v1/commands/PlaceOrder",
+		strings.NewReader(fmt.Sprintf(`{"order_id":"o-%s","client_id":%q,"total":5}`, client, client)))
+	require.NoError(t, err)
+	req.Header.Set("traceparent", "00-"+tid+"-00f067aa0ba902b7-01")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	return resp.Header.Get("traceparent")
+}
+
 // TestTracesReachAnOTLPReceiver runs the real host with [telemetry]
 // tracing on, exporting to an OTLP/HTTP receiver the test runs on
 // loopback: a command sent with a traceparent is one trace from its HTTP
-// request to its commit, answered with its span's traceparent, and the
-// projector that handles its event links to the command's span.
+// request to its commit, answered with its span's traceparent; the relay
+// that publishes its event and the projector's delivery of it link to the
+// command's span, and the projector's call and commit are the delivery's.
 func TestTracesReachAnOTLPReceiver(t *testing.T) {
 	recv, url, dir := tracedOrders(t)
 	p := runHostEnv(t, fmt.Sprintf(`
@@ -122,14 +151,7 @@ tracing = true
 endpoint = %q
 `, dir, wasmbuild.CacheDir(t), url), "5s", "OTEL_BSP_SCHEDULE_DELAY=50")
 	const tid = "4bf92f3577b34da6a3ce929d0e0e4736"
-	req, err := http.NewRequest("POST", "http://"+p.addr+"/v1/commands/PlaceOrder", strings.NewReader(`{"order_id":"o-1","client_id":"c-1","total":5}`))
-	require.NoError(t, err)
-	req.Header.Set("traceparent", "00-"+tid+"-00f067aa0ba902b7-01")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, 200, resp.StatusCode)
-	answered := resp.Header.Get("traceparent")
+	answered := placeTraced(t, p.addr, tid, "c-1")
 	require.True(t, strings.HasPrefix(answered, "00-"+tid+"-"), answered)
 
 	named := func(name string) func(otlpSpan) bool {
@@ -151,9 +173,71 @@ endpoint = %q
 	require.Equal(t, dispatch[0].id, handle[0].parent)
 	require.Equal(t, dispatch[0].id, recv.find(named("commit"))[0].parent)
 
-	testwait.For(t, "the projector's span, linked to the command's", func() (bool, string) {
-		return len(recv.find(func(s otlpSpan) bool {
-			return s.name == "handle client_orders" && len(s.links) == 1 && s.links[0] == dispatch[0].id
-		})) == 1, recv.names() + "\n" + p.Tail()
+	// The relay's publish and the projector's delivery link to the
+	// command's dispatch, the events' creation context; the projector's
+	// guest call and commit are its delivery's children.
+	linked := func(name string) func(otlpSpan) bool {
+		return func(s otlpSpan) bool { return s.name == name && len(s.links) == 1 && s.links[0] == dispatch[0].id }
+	}
+	testwait.For(t, "the relay's and the projector's spans", func() (bool, string) {
+		return len(recv.find(linked("publish order"))) == 1 && len(recv.find(linked("process order"))) == 1,
+			recv.names() + "\n" + p.Tail()
+	})
+	process := recv.find(linked("process order"))[0]
+	require.Empty(t, process.parent, "a delivery begins a trace of its own")
+	require.NotEqual(t, tid, process.trace)
+	in := func(name string) []otlpSpan {
+		return recv.find(func(s otlpSpan) bool { return s.trace == process.trace && s.name == name && s.parent == process.id })
+	}
+	testwait.For(t, "the projector's call and commit under its delivery", func() (bool, string) {
+		return len(in("handle client_orders")) == 1 && len(in("commit")) == 1, recv.names()
+	})
+}
+
+// TestTracesAcrossHostsOnRedis runs two real hosts on PostgreSQL and
+// Redis, both tracing to one OTLP receiver: a command sent to one is
+// published by a relay and handled by the partition worker that owns its
+// key, on either host. The publish and the worker's process span link to
+// the command's dispatch; the process span names the partition's unit,
+// key and lease generation, and the host it ran on; the projector's call
+// and commit are its children.
+func TestTracesAcrossHostsOnRedis(t *testing.T) {
+	d := newRedisDeployment(t)
+	recv, url, _ := tracedOrders(t)
+	dir := wasmbuild.Examples(t)
+	telemetry := fmt.Sprintf("[telemetry]\ntracing = true\nendpoint = %q\n", url)
+	hosts := []*process{d.startProcess(t, dir, telemetry), d.startProcess(t, dir, telemetry)}
+	const tid = "5bf92f3577b34da6a3ce929d0e0e4736"
+	placeTraced(t, hosts[0].addr, tid, "c-t")
+	var dispatch []otlpSpan
+	testwait.For(t, "the command's dispatch at the receiver", func() (bool, string) {
+		dispatch = recv.find(func(s otlpSpan) bool { return s.trace == tid && s.name == "dispatch PlaceOrder" })
+		return len(dispatch) == 1, recv.names()
+	})
+	linked := func(name string) []otlpSpan {
+		return recv.find(func(s otlpSpan) bool {
+			return s.name == name && len(s.links) == 1 && s.links[0] == dispatch[0].id
+		})
+	}
+	testwait.For(t, "the publish and the partition worker's span", func() (bool, string) {
+		return len(linked("publish order")) == 1 && len(linked("process order")) >= 1, recv.names() + "\n" + hosts[0].Tail()
+	})
+	var process otlpSpan
+	for _, s := range linked("process order") {
+		if s.attrs["protean.partition.key"] == "c-t" && s.attrs["messaging.consumer.group.name"] == "client_orders" {
+			process = s
+		}
+	}
+	require.NotEmpty(t, process.id, "the client_orders worker's span for key c-t: %v", linked("process order"))
+	require.NotEmpty(t, process.attrs["protean.unit"])
+	require.NotEqual(t, "", process.attrs["protean.generation"])
+	require.NotEqual(t, "0", process.attrs["protean.generation"])
+	require.NotEmpty(t, process.instance, "the host it ran on")
+	t.Logf("command on %s, key c-t handled on %s (generation %s)", dispatch[0].instance, process.instance, process.attrs["protean.generation"])
+	testwait.For(t, "the projector's call and commit under its delivery", func() (bool, string) {
+		in := func(name string) int {
+			return len(recv.find(func(s otlpSpan) bool { return s.trace == process.trace && s.name == name && s.parent == process.id }))
+		}
+		return in("handle client_orders") == 1 && in("commit") == 1, recv.names()
 	})
 }

@@ -303,7 +303,7 @@ func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage,
 	telemetry.Inject(ctx, &md)
 	id := eventstore.NewID()
 	ctx, span := e.startDispatch(ctx, typ, id, &md)
-	defer func() { endSpan(span, err) }()
+	defer func() { telemetry.End(span, err) }()
 	l, err := e.acquire()
 	if err != nil {
 		return nil, err
@@ -334,7 +334,7 @@ func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage,
 	telemetry.Inject(ctx, &events) // the dispatch span created them
 	cctx, commit := e.tracer.Start(ctx, "commit")
 	committed, err := e.opts.UnitOfWork.Commit(cctx, unitofwork.Change{Effects: res.Effects, Metadata: events})
-	endSpan(commit, err)
+	telemetry.End(commit, err)
 	e.opts.Metrics.commit(route, err)
 	if err != nil {
 		return nil, err
@@ -422,7 +422,7 @@ func (e *Engine) call(ctx context.Context, l *loaded, route host.Route, envs []a
 	end()
 	e.opts.Metrics.call(route, e.now().Sub(start), len(envs), err)
 	if err != nil {
-		endSpan(span, err) // (End twice is a no-op)
+		telemetry.End(span, err) // (End twice is a no-op)
 		kind, err := callFailure(err, sess.storeWait, sess.storeFailed, route.Module.Limits.Timeout)
 		herr := &HandlerError{File: route.Module.File, Handler: route.Handler.Name, Type: envs[0].Type, Kind: kind, Err: err}
 		e.handled(route, envs[:1], []result{{err: herr}})

@@ -9,6 +9,7 @@ import (
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/host"
+	"github.com/proteanhq/protean-host/internal/telemetry"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
 	"github.com/proteanhq/protean-host/position"
 )
@@ -27,7 +28,7 @@ import (
 // returns its error marked delivery.MarkWhole: the delivery core then
 // runs them one at a time, so that only a guilty message is charged. It
 // returns how many messages committed and the failure of the next one.
-func (e *Engine) handleRun(ctx context.Context, b delivery.Batch) (int, error) {
+func (e *Engine) handleRun(ctx context.Context, b delivery.Batch) (_ int, err error) {
 	l, err := e.acquire()
 	if err != nil {
 		return 0, err
@@ -40,6 +41,8 @@ func (e *Engine) handleRun(ctx context.Context, b delivery.Batch) (int, error) {
 	ctx, cancel := e.owned(ctx)
 	defer cancel()
 	route, envs, idx := e.runEnvelopes(l, b)
+	ctx, span := e.startProcess(ctx, b, envs)
+	defer func() { telemetry.End(span, err) }()
 	fail, failErr := len(b.Messages), error(nil)
 	var results []result
 	if len(envs) > 0 {
@@ -61,8 +64,9 @@ func (e *Engine) handleRun(ctx context.Context, b delivery.Batch) (int, error) {
 			fail, failErr = idx[j], err
 			break
 		}
-		changes = append(changes, unitofwork.Change{Effects: r.Effects,
-			Metadata: causedBy(envs[j], route.Module)})
+		md := causedBy(envs[j], route.Module)
+		telemetry.Inject(ctx, &md) // the run's process span created them
+		changes = append(changes, unitofwork.Change{Effects: r.Effects, Metadata: md})
 		causes = append(causes, envs[j])
 	}
 	if fail == 0 {
@@ -76,7 +80,9 @@ func (e *Engine) handleRun(ctx context.Context, b delivery.Batch) (int, error) {
 	var committed []unitofwork.Committed
 	steps, ends := runSteps(b, fenced, fail, idx[:len(changes)], changes)
 	if len(steps) > 0 {
-		committed, err = e.opts.UnitOfWork.CommitRun(ctx, steps)
+		cctx, commit := e.tracer.Start(ctx, "commit")
+		committed, err = e.opts.UnitOfWork.CommitRun(cctx, steps)
+		telemetry.End(commit, err)
 	}
 	if len(changes) > 0 {
 		e.opts.Metrics.commit(route, err)

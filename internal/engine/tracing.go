@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -8,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/delivery"
+	"github.com/proteanhq/protean-host/eventstore"
 	"github.com/proteanhq/protean-host/internal/host"
 	"github.com/proteanhq/protean-host/internal/telemetry"
 )
@@ -36,6 +39,48 @@ func (e *Engine) startDispatch(ctx context.Context, typ, id string, md *abi.Meta
 			attribute.String("protean.command.type", typ),
 			attribute.Int("protean.cascade_depth", md.CascadeDepth),
 			attribute.String("protean.tenant", md.Tenant))
+	}
+	return ctx, span
+}
+
+// startProcess starts the span of a delivery's run b (envs: the
+// envelopes of its messages the handler handles): process {category}, a
+// consumer span with no parent, linked to each message's creation
+// context. Its guest call, commit and follow-up commands are its
+// children, and it is the creation context of the events the run commits.
+func (e *Engine) startProcess(ctx context.Context, b delivery.Batch, envs []abi.Envelope) (context.Context, trace.Span) {
+	if !telemetry.Enabled() || len(b.Messages) == 0 {
+		return ctx, trace.SpanFromContext(context.Background()) // records nothing
+	}
+	m := b.Messages[0]
+	cat := cmp.Or(m.Category, eventstore.Category(m.EventStream), b.Source)
+	links := make([]trace.Link, 0, len(envs))
+	for _, env := range envs {
+		if sc := telemetry.SpanContext(env.Metadata); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	ctx, span := e.tracer.Start(trace.ContextWithSpanContext(ctx, trace.SpanContext{}), "process "+cat,
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...))
+	if span.IsRecording() {
+		attrs := []attribute.KeyValue{
+			attribute.String("messaging.operation.name", "process"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.destination.name", b.Source),
+			attribute.String("messaging.consumer.group.name", b.Group),
+			attribute.Int("messaging.batch.message_count", len(b.Messages)),
+			attribute.String("messaging.message.id", m.ID),
+		}
+		if b.Unit != "" {
+			attrs = append(attrs, attribute.String("protean.unit", b.Unit), attribute.Int64("protean.generation", b.Generation))
+		}
+		if m.PartitionKey != "" {
+			attrs = append(attrs, attribute.String("protean.partition.key", m.PartitionKey))
+		}
+		if env := envs; len(env) > 0 && env[0].Metadata != nil {
+			attrs = append(attrs, attribute.String("messaging.message.conversation_id", env[0].Metadata.CorrelationID))
+		}
+		span.SetAttributes(attrs...)
 	}
 	return ctx, span
 }
@@ -73,18 +118,6 @@ func (e *Engine) startHandle(ctx context.Context, route host.Route, envs []abi.E
 	return ctx, span
 }
 
-// spanErrorBytes bounds the error message a span's status carries.
-const spanErrorBytes = 512
-
-// endSpan ends span, marked failed with err if there is one.
-func endSpan(span trace.Span, err error) {
-	if err != nil && span.IsRecording() {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, abi.Clip(err.Error(), spanErrorBytes))
-	}
-	span.End()
-}
-
 // failedResults marks span failed with the first error of rs, a call's
 // results.
 func failedResults(span trace.Span, rs []result) {
@@ -93,7 +126,7 @@ func failedResults(span trace.Span, rs []result) {
 	}
 	for _, r := range rs {
 		if r.err != nil {
-			span.SetStatus(codes.Error, abi.Clip(r.err.Error(), spanErrorBytes))
+			span.SetStatus(codes.Error, abi.Clip(r.err.Error(), telemetry.MaxErrorBytes))
 			return
 		}
 	}

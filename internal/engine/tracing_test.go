@@ -118,3 +118,51 @@ func TestUntracedCommandsCarryNoTraceContext(t *testing.T) {
 	require.Len(t, evs, 1)
 	require.NotContains(t, string(evs[0].Metadata), "traceparent")
 }
+
+// A delivered run is a process span of its own trace, linked to its
+// messages' creation contexts, with its guest call and commit under it;
+// the events it commits carry it as their creation context.
+func TestARunIsAProcessSpan(t *testing.T) {
+	exp := traced(t)
+	e, mem := partitionEngine(t)
+	_, cause := otel.Tracer("test").Start(context.Background(), "cause")
+	cause.End()
+	var md abi.Metadata
+	telemetry.Inject(trace.ContextWithSpanContext(context.Background(), cause.SpanContext()), &md)
+	raw, err := json.Marshal(md)
+	require.NoError(t, err)
+	row, err := mem.Positions.Claim(context.Background(), "behave", "ops:u")
+	require.NoError(t, err)
+	b := opBatch(row.Generation, "read", "read")
+	for i := range b.Messages {
+		b.Messages[i].Metadata = raw
+	}
+	n, err := e.Handler().Handle(context.Background(), b)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	var process []tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.Name == "process ops" {
+			process = append(process, s)
+		}
+	}
+	require.Len(t, process, 1)
+	p := process[0]
+	require.False(t, p.Parent.IsValid())
+	require.Equal(t, trace.SpanKindConsumer, p.SpanKind)
+	require.Len(t, p.Links, 2, "one link per message")
+	require.Equal(t, cause.SpanContext().SpanID(), p.Links[0].SpanContext.SpanID())
+	require.Contains(t, p.Attributes, attribute.Int64("protean.generation", row.Generation))
+	require.Contains(t, p.Attributes, attribute.String("messaging.consumer.group.name", "behave"))
+	module := e.loaded.Load().set.Modules()[0].Name()
+	tid := p.SpanContext.TraceID()
+	require.Equal(t, p.SpanContext.SpanID(), spanNamed(t, exp.GetSpans(), tid, "handle "+module).Parent.SpanID())
+	require.Equal(t, p.SpanContext.SpanID(), spanNamed(t, exp.GetSpans(), tid, "commit").Parent.SpanID())
+
+	evs, err := mem.Events.ReadStream(context.Background(), "ops-1", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	var got abi.Metadata
+	require.NoError(t, json.Unmarshal(evs[0].Metadata, &got))
+	require.Equal(t, p.SpanContext.SpanID(), telemetry.SpanContext(&got).SpanID(), "the run's events were created by its process span")
+}

@@ -10,11 +10,15 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/proteanhq/protean-host/broker"
 	"github.com/proteanhq/protean-host/clock"
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/lifecycle"
 	"github.com/proteanhq/protean-host/internal/owner"
+	"github.com/proteanhq/protean-host/internal/telemetry"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/partition"
 )
@@ -289,7 +293,9 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		// these rows now. Give back what is still ours.
 		p.released = append(p.released, rowIDs(batch)...)
 	default:
-		err := r.send(ctx, epoch, msgs...)
+		pctx, span := startPublish(ctx, msgs)
+		err := r.send(pctx, epoch, msgs...)
+		telemetry.End(span, err)
 		switch {
 		case err == nil:
 			p.published = append(p.published, rowIDs(batch)...)
@@ -303,6 +309,36 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	}
 	r.end(ctx, p)
 	return len(rows), errors.Join(p.errs...)
+}
+
+// startPublish starts the span of a publish of msgs (docs/tracing.md):
+// publish {category} (publish, when they are of several), a producer span
+// linked to each message's creation context. The messages keep theirs:
+// no intermediary changes it.
+func startPublish(ctx context.Context, msgs []delivery.Message) (context.Context, trace.Span) {
+	if !telemetry.Enabled() {
+		return ctx, trace.SpanFromContext(context.Background()) // records nothing
+	}
+	mds := make([]json.RawMessage, len(msgs))
+	name, cat := "publish", msgs[0].Category
+	for i, m := range msgs {
+		mds[i] = m.Metadata
+		if m.Category != cat {
+			cat = ""
+		}
+	}
+	if cat != "" {
+		name += " " + cat
+	}
+	ctx, span := telemetry.Tracer().Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer), trace.WithLinks(telemetry.Links(mds...)...))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("messaging.operation.name", "publish"), attribute.String("messaging.operation.type", "send"),
+			attribute.Int("messaging.batch.message_count", len(msgs)))
+		if cat != "" {
+			span.SetAttributes(attribute.String("messaging.destination.name", cat))
+		}
+	}
+	return ctx, span
 }
 
 // pass is what one RunOnce does with its claim.

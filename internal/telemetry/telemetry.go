@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -158,3 +160,40 @@ var enabled atomic.Bool
 // provider. Work that only a recording span needs (links, attributes)
 // is skipped without.
 func Enabled() bool { return enabled.Load() }
+
+// MaxErrorBytes bounds the error message a span's status carries.
+const MaxErrorBytes = 512
+
+// End ends span, marked failed with err if there is one.
+func End(span trace.Span, err error) {
+	if err != nil && span.IsRecording() {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, abi.Clip(err.Error(), MaxErrorBytes))
+	}
+	span.End()
+}
+
+// Links are links to the creation contexts the messages' metadata
+// (JSON, as stored and published) carry; nil unless the host traces.
+func Links(metadata ...json.RawMessage) []trace.Link {
+	if !Enabled() {
+		return nil
+	}
+	var links []trace.Link
+	for _, raw := range metadata {
+		if len(raw) == 0 {
+			continue
+		}
+		var md struct {
+			TraceParent string `json:"traceparent"`
+			TraceState  string `json:"tracestate"`
+		}
+		if json.Unmarshal(raw, &md) != nil {
+			continue
+		}
+		if sc := SpanContext(&abi.Metadata{TraceParent: md.TraceParent, TraceState: md.TraceState}); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	return links
+}
