@@ -43,6 +43,13 @@ const (
 	ReasonRejected = "rejected"
 )
 
+// DeadLetterFinder is a broker that finds one message in a group's
+// dead-letter queue by its id, without listing the queue: what a
+// read-your-writes wait asks of an event it waits for (package groups).
+type DeadLetterFinder interface {
+	DeadLetter(ctx context.Context, stream, group, id string) (DeadLetter, bool, error)
+}
+
 // DeadLetter is a message in a consumer group's dead-letter queue.
 type DeadLetter struct {
 	delivery.Message

@@ -428,6 +428,31 @@ func (b *Inline) DLQ(ctx context.Context, stream, group string) ([]DeadLetter, e
 	return out, nil
 }
 
+// DeadLetter returns the group's dead letter of stream with message id;
+// ok is false if that message is not in the group's dead-letter queue
+// (not delivered yet, in flight, acked, replayed, or discarded without a
+// DLQ). See [DeadLetterFinder].
+func (b *Inline) DeadLetter(ctx context.Context, stream, group, id string) (_ DeadLetter, ok bool, _ error) {
+	if err := b.lockGroup(ctx, "dlq", stream, group); err != nil {
+		return DeadLetter{}, false, err
+	}
+	defer b.mu.Unlock()
+	s, g := b.lookupLocked(stream, group)
+	if g == nil {
+		return DeadLetter{}, false, nil
+	}
+	b.expireLocked(s, stream, group, g, b.now())
+	seq, ok := s.ids[id]
+	if !ok {
+		return DeadLetter{}, false, nil
+	}
+	e, ok := g.dead[seq]
+	if !ok {
+		return DeadLetter{}, false, nil
+	}
+	return DeadLetter{Message: clone(s.log[seq]), Group: group, Reason: e.reason, Attempts: e.attempts, FailedAt: e.failedAt}, true, nil
+}
+
 // Stats counts the group's messages of stream by state, after expiring
 // timed-out ones.
 func (b *Inline) Stats(ctx context.Context, stream, group string) (Stats, error) {

@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -123,4 +124,41 @@ func TestInlineCapabilities(t *testing.T) {
 	c := b.Capabilities()
 	require.Equal(t, broker.ReliableMessaging|broker.DeadLetterQueue|broker.OrderedMessaging|broker.BlockingRead, c)
 	require.False(t, c.Has(broker.StreamPartitioning), "inline processes in order; it has no partition streams")
+}
+
+// DeadLetter finds one dead letter of a group by its message id: not a
+// message in flight, not another group's, not one replayed.
+func TestInlineDeadLetterFinds(t *testing.T) {
+	opts := broker.DefaultOptions()
+	opts.MaxRetries = 0
+	b, err := broker.NewInline(opts)
+	require.NoError(t, err)
+	defer b.Close()
+	ctx := context.Background()
+	require.NoError(t, b.Publish(ctx, delivery.Message{ID: "m1", Stream: "order", Type: "T"}, delivery.Message{ID: "m2", Stream: "order", Type: "T"}))
+	var f broker.DeadLetterFinder = b
+	find := func(group, id string) (broker.DeadLetter, bool) {
+		dl, ok, err := f.DeadLetter(ctx, "order", group, id)
+		require.NoError(t, err)
+		return dl, ok
+	}
+	d, err := b.Next(ctx, "order", "g")
+	require.NoError(t, err)
+	_, ok := find("g", d.ID)
+	require.False(t, ok, "in flight")
+	require.NoError(t, b.Nack(ctx, "order", "g", d.ID))
+	dl, ok := find("g", d.ID)
+	require.True(t, ok)
+	require.Equal(t, "m1", dl.ID)
+	require.Equal(t, broker.ReasonMaxRetries, dl.Reason)
+	require.Equal(t, 1, dl.Attempts)
+	_, ok = find("other", "m1")
+	require.False(t, ok, "another group's")
+	_, ok = find("g", "m2")
+	require.False(t, ok, "not delivered")
+	_, ok = find("g", "nope")
+	require.False(t, ok, "unknown")
+	require.NoError(t, b.Replay(ctx, "order", "g", "m1"))
+	_, ok = find("g", "m1")
+	require.False(t, ok, "replayed")
 }

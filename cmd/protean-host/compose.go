@@ -115,6 +115,10 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 		Broker:         cfg.Outbox.Broker, MaxRetries: cfg.Outbox.MaxRetries, Committed: committed.wake,
 	})
 	brokerProgress := &groups.Progress{}
+	if dl, ok := c.br.source.(broker.DeadLetterFinder); ok && !c.br.remote() {
+		// (The inline broker: a wait meets a dead letter at once.)
+		brokerProgress.DeadLetters = dl
+	}
 	h.eng = engine.New(c.set, engine.Options{Events: st.events, Records: st.records, UnitOfWork: uow, Logger: c.log,
 		Metrics: engine.NewMetrics(c.reg), Partitioned: c.partitioned(), EventStore: c.fromStore,
 		Progress: st.progress(c.partitioned(), c.fromStore), BrokerProgress: brokerProgress,

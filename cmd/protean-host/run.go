@@ -50,11 +50,15 @@ type openedBroker struct {
 	close  func() error
 }
 
+// remote reports whether the broker is a server (Redis), not in process.
+func (b *openedBroker) remote() bool { return b.redis != nil }
+
 // openBroker opens the outbox broker the config names.
-func openBroker(ctx context.Context, cfg config.Config, owner string, clk clock.Clock) (*openedBroker, error) {
+func openBroker(ctx context.Context, cfg config.Config, owner string, clk clock.Clock, log *slog.Logger) (*openedBroker, error) {
 	b := cfg.OutboxBroker()
 	opts := brokerOptions(cfg)
 	opts.Clock = clk
+	opts.Logger = log // a dead-lettered or discarded message is a warning
 	switch b.Provider {
 	case config.ProviderInline:
 		in, err := broker.NewInline(opts)
@@ -251,7 +255,7 @@ func start(ctx context.Context, e *env) (_ *hostProcess, err error) {
 		return nil, err
 	}
 	h.closers = append(h.closers, func() error { st.close(); return nil })
-	br, err := openBroker(ctx, cfg, h.owner, clk)
+	br, err := openBroker(ctx, cfg, h.owner, clk, e.log)
 	if err != nil {
 		return nil, err
 	}

@@ -297,3 +297,30 @@ func TestWaitDocumentAsksTheKeysUnit(t *testing.T) {
 	handled("c-new", "order:c-new", p4)
 	require.NoError(t, wait("c-new", p4, time.Minute))
 }
+
+// On the inline broker, a wait that meets an event its projector's group
+// dead-lettered ends at once with an error naming the event and how to
+// replay it, not at its bound.
+func TestWaitHandledMeetsADeadLetter(t *testing.T) {
+	e, mem, src := examplesEngine(t)
+	progress := e.opts.BrokerProgress.(*groups.Progress)
+	progress.DeadLetters = src
+	ctx := context.Background()
+	evs, err := mem.Events.Append(ctx, []eventstore.NewEvent{{Stream: "order-bad", Type: "OrderPlaced",
+		Data: json.RawMessage(`{"order_id":"bad","client_id":"c-9","total":"not a number"}`), ExpectedVersion: eventstore.NoStream}})
+	require.NoError(t, err)
+	// A wait that began before the event was dead-lettered sees it too
+	// (nothing marks a dead letter: the wait polls).
+	waited := make(chan error, 1)
+	go func() { waited <- waitFor(e, "client_orders", evs[0].GlobalPosition, testwait.Limit()) }()
+	publish(t, mem, src, evs[0].GlobalPosition)
+	err = <-waited
+	require.ErrorIs(t, err, readyourwrites.ErrFailed, "before the bound")
+	var de *groups.DeadLetteredError
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, evs[0].ID, de.Event.ID)
+	require.Contains(t, err.Error(), "protean-host dead-letters replay order client_orders "+evs[0].ID)
+
+	err = waitFor(e, "client_orders", evs[0].GlobalPosition, testwait.Limit())
+	require.ErrorIs(t, err, readyourwrites.ErrFailed, "a wait that begins after it ends at once")
+}
