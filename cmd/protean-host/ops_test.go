@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/audit"
 	"github.com/proteanhq/protean-host/internal/auth"
 	"github.com/proteanhq/protean-host/internal/config"
+	"github.com/proteanhq/protean-host/internal/htmltest"
 	"github.com/proteanhq/protean-host/internal/ops"
 	"github.com/proteanhq/protean-host/internal/redispartition"
 )
@@ -51,6 +54,28 @@ func TestOperationsAreTheTenants(t *testing.T) {
 	require.Equal(t, "shop", p.Tenant)
 	require.Equal(t, "client_orders", p.Group)
 	require.NotNil(t, p.Halt)
+	// The status page's row says what the operations API (and so
+	// `partitions list`) says: owner, generation, pending, lag, and the
+	// halt's attempts and generation.
+	eventually(t, h, "the status page's halted row to agree with the API", func() (bool, string) {
+		q := halted(partitions("admin"))
+		_, page := f.request(t, h, "admin", "GET", "/", "")
+		doc, err := htmltest.Parse(strings.NewReader(page))
+		require.NoError(t, err)
+		var cells []string
+		for _, row := range doc.All("partition", "data-state", "halted") {
+			if c := row.Cells(); len(c) == 8 && c[1] == "order:c-poison" {
+				cells = c
+			}
+		}
+		gen := "-"
+		if q.Generation > 0 {
+			gen = fmt.Sprint(q.Generation)
+		}
+		want := []string{"client_orders", "order:c-poison", "halted", cmp.Or(q.Owner, "-"), gen, fmt.Sprint(q.Pending), fmt.Sprint(q.Lag),
+			fmt.Sprintf("%s (after %d attempt(s), generation %d)", q.Halt.Reason, q.Halt.Attempts, q.Halt.Generation)}
+		return slices.Equal(cells, want), fmt.Sprintf("page %q, API %q", cells, want)
+	})
 	for _, q := range partitions("lab-operator") {
 		require.NotEqual(t, "shop", q.Tenant, "lab's operator sees only lab's partitions: %+v", q)
 	}

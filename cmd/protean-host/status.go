@@ -152,13 +152,13 @@ func (s *hostStatus) partitions(ctx context.Context, snap *httpapi.Snapshot, pro
 		byGroup[sub.Group] = c
 	}
 	for _, u := range units {
-		row := httpapi.Unit{Group: u.Group, Unit: u.Unit, Owner: u.Owner, Generation: u.Generation, Lag: u.Lag}
+		row := httpapi.Unit{Group: u.Group, Unit: u.Unit, Owner: u.Owner, Generation: u.Generation, Pending: u.Pending, Lag: u.Lag}
 		if c := byGroup[u.Group]; c != nil {
 			c.Lag += u.Lag
 		}
 		switch u.State() {
 		case "halted":
-			row.Reason = u.Halt.Reason
+			row.Reason, row.HaltGeneration, row.Attempts = u.Halt.Reason, u.Halt.Generation, u.Halt.Attempts
 			snap.Partitions.Halted = append(snap.Partitions.Halted, row)
 			if c := byGroup[u.Group]; c != nil {
 				c.Failures++

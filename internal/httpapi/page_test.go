@@ -36,7 +36,7 @@ func TestStatusPageRendersEverySection(t *testing.T) {
 				Error: "junk.wasm: not a WebAssembly module: bad magic number <script>"}}},
 		Consumers:  []httpapi.Consumer{{Group: "client_orders", Source: "order", Path: "inline", Lag: 3, Failures: 1}},
 		Outbox:     &httpapi.Outbox{Counts: map[string]int{"pending": 2, "published": 40, "abandoned": 0}, OldestPending: 1500 * time.Millisecond},
-		Partitions: &httpapi.Partitions{Owned: []httpapi.Unit{{Group: "client_orders", Unit: "order:c-1", Owner: "h1:7", Generation: 3}}, Halted: []httpapi.Unit{{Group: "fulfillment", Unit: "fulfillment:o-9", Reason: "max retries"}}},
+		Partitions: &httpapi.Partitions{Owned: []httpapi.Unit{{Group: "client_orders", Unit: "order:c-1", Owner: "h1:7", Generation: 3}}, Halted: []httpapi.Unit{{Group: "fulfillment", Unit: "fulfillment:o-9", Reason: "max retries", Pending: 2, HaltGeneration: 1, Attempts: 4}}},
 		Tenants: []host.TenantStats{
 			{Tenant: "shop", Modules: []string{"client_orders.wasm", "orders.wasm"}, Live: 3, Idle: 2, Calls: 40, GuestSeconds: 1.25,
 				GuestMemoryBytes: 48 << 20, CodeBytes: 33 << 20,
@@ -68,7 +68,7 @@ func TestStatusPageRendersEverySection(t *testing.T) {
 	require.Equal(t, "2s oldest pending", doc.All("stat", "data-status", "oldest_pending")[0].AllText())
 	halted := doc.All("partition", "data-state", "halted")
 	require.Len(t, halted, 1)
-	require.Equal(t, []string{"fulfillment", "fulfillment:o-9", "halted", "", "0", "0", "max retries"}, halted[0].Cells())
+	require.Equal(t, []string{"fulfillment", "fulfillment:o-9", "halted", "-", "-", "2", "0", "max retries (after 4 attempt(s), generation 1)"}, halted[0].Cells())
 	shop := doc.All("tenant", "data-tenant", "shop")
 	require.Len(t, shop, 1)
 	require.Equal(t, []string{"shop", "client_orders.wasm, orders.wasm", "40", "p95 ≤ 0.005s · 0.500s · 2 gave up", "1.250s", "3 / 2", "48.0 MiB", "33.0 MiB"}, shop[0].Cells())
@@ -77,7 +77,7 @@ func TestStatusPageRendersEverySection(t *testing.T) {
 	require.Equal(t, []string{"lab", "behave.wasm", "0", "not shared", "0.000s", "0 / 0", "0 B", "512.0 KiB"}, lab[0].Cells())
 	owned := doc.All("partition", "data-state", "owned")
 	require.Len(t, owned, 1)
-	require.Equal(t, []string{"client_orders", "order:c-1", "owned", "h1:7", "3", "0", ""}, owned[0].Cells())
+	require.Equal(t, []string{"client_orders", "order:c-1", "owned", "h1:7", "3", "0", "0", ""}, owned[0].Cells())
 }
 
 // TestStatusPageShowsVersionAndUptime: the page's header and GET

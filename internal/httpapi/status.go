@@ -92,10 +92,17 @@ type Unit struct {
 	Group      string `json:"group"`
 	Unit       string `json:"unit"`
 	Owner      string `json:"owner,omitempty"`
-	Generation int64  `json:"generation,omitempty"`
-	Lag        int64  `json:"lag"`
-	// Reason is a halted unit's halt reason.
-	Reason string `json:"reason,omitempty"`
+	Generation int64  `json:"generation,omitempty"` // the lease's; 0: none
+	// Pending counts the delivered, unacknowledged entries (a halted
+	// unit's head among them), Lag those not delivered yet: the columns
+	// of protean-host partitions list.
+	Pending int64 `json:"pending"`
+	Lag     int64 `json:"lag"`
+	// Reason is a halted unit's halt reason, and HaltGeneration the lease
+	// generation it halted under, Attempts its head's attempts.
+	Reason         string `json:"reason,omitempty"`
+	HaltGeneration int64  `json:"halt_generation,omitempty"`
+	Attempts       int    `json:"attempts,omitempty"`
 }
 
 // Plugin describes a module for GET /v1/plugins: a running one, or a
