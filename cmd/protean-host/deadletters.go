@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -43,21 +43,21 @@ keeps its dead letters in the running host's memory: ask it with --url.
 func cmdDeadLetters(ctx context.Context, e *env, args []string) error {
 	short := strings.SplitN(deadLettersUsage, "\n\n", 2)[0]
 	if len(args) == 0 {
-		return errors.New(short)
+		return usagef("%s", short)
 	}
 	sub, args := args[0], args[1:]
-	if sub == "-h" || sub == "--help" || sub == "help" {
-		fmt.Fprint(e.stderr, deadLettersUsage)
-		return nil
+	if sub == "-h" || sub == "--help" || sub == "-help" || sub == "help" {
+		fmt.Fprint(e.stdout, deadLettersUsage)
+		return flag.ErrHelp
 	}
 	want := map[string]int{"list": 0, "replay": 3}
 	n, ok := want[sub]
 	if !ok {
-		return fmt.Errorf("unknown subcommand %q\n%s", sub, short)
+		return usagef("unknown subcommand %q\n%s", sub, short)
 	}
 	fs := e.flags("dead-letters " + sub)
 	fs.Usage = func() {
-		fmt.Fprint(e.stderr, deadLettersUsage, "\nflags:\n")
+		fmt.Fprint(fs.Output(), deadLettersUsage, "\nflags:\n")
 		fs.PrintDefaults()
 	}
 	var o operator
@@ -69,7 +69,7 @@ func cmdDeadLetters(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if len(pos) != n {
-		return fmt.Errorf("dead-letters %s takes %d arguments, got %d: %v\n%s", sub, n, len(pos), pos, short)
+		return usagef("dead-letters %s takes %d arguments, got %d: %v\n%s", sub, n, len(pos), pos, short)
 	}
 	if err := o.parse(e, fs, nil); err != nil {
 		return err
@@ -89,14 +89,13 @@ func cmdDeadLetters(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		return printDeadLetters(e.stdout, dls)
+		return o.show(e, dls, func(w io.Writer) error { return printDeadLetters(w, dls) })
 	}
 	d, err := api.ReplayDeadLetter(ctx, sc, ops.Act{Action: "replay", By: cliActor(*by), Reason: *reason}, pos[0], pos[1], pos[2])
 	if err != nil {
 		return err
 	}
-	printDone(e.stdout, d)
-	return nil
+	return o.show(e, d, func(w io.Writer) error { printDone(w, d); return nil })
 }
 
 // printDeadLetters prints dead letters as a table, then their data.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/proteanhq/protean-host/internal/ops"
 	"github.com/proteanhq/protean-host/internal/subscription"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
@@ -221,6 +223,19 @@ func testSubscriptionsCommands(t *testing.T, d pgInline) {
 	code, out, errs = cli(t, "subscriptions", "failed", "--config", cfg)
 	require.Equal(t, 0, code, errs)
 	require.Regexp(t, `(?m)^client_orders\s+order\s+1\s+failed\s+c-9\s+OrderPlaced\s+order-x\s+4\s+\S+\s+boom$`, out)
+	// -o json: what the host's /v1/ops answers, for scripts.
+	code, out, errs = cli(t, "subscriptions", "failed", "-o", "json", "--config", cfg)
+	require.Equal(t, 0, code, errs)
+	var recs []ops.Failure
+	require.NoError(t, json.Unmarshal([]byte(out), &recs), out)
+	require.Len(t, recs, 1)
+	require.Equal(t, "boom", recs[0].Error)
+	require.Equal(t, int64(1), recs[0].Position)
+	code, out, errs = cli(t, "subscriptions", "list", "-o", "json", "--config", cfg)
+	require.Equal(t, 0, code, errs)
+	var subs []ops.Subscription
+	require.NoError(t, json.Unmarshal([]byte(out), &subs), out)
+	require.NotEmpty(t, subs)
 	code, _, errs = cli(t, "subscriptions", "skip", "client_orders", "order", "1", "--config", cfg)
 	require.Equal(t, 0, code, errs)
 	code, _, errs = cli(t, "subscriptions", "retry", "client_orders", "order", "1", "--config", cfg)

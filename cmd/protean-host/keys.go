@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -17,32 +16,35 @@ const keysUsage = "usage: protean-host keys new TENANT --role ROLE (read, write,
 // that let it in: the config keeps only the key's SHA-256. It reads no
 // config and changes none.
 func cmdKeys(_ context.Context, e *env, args []string) error {
-	if len(args) == 0 || args[0] != "new" {
-		return errors.New(keysUsage)
+	if e.help && (len(args) == 0 || args[0] != "new") {
+		fmt.Fprintln(e.stdout, keysUsage)
+		return flag.ErrHelp
 	}
-	fs := flag.NewFlagSet("protean-host keys new", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	if len(args) == 0 || args[0] != "new" {
+		return usagef("%s", keysUsage)
+	}
+	fs := e.flagSet("keys new")
 	roleName := fs.String("role", "", "the key's `ROLE`: read, write, operator, deployer or admin")
 	rest := args[1:]
 	tenant := ""
 	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 		tenant, rest = rest[0], rest[1:]
 	}
-	if err := fs.Parse(rest); err != nil {
+	if err := parseFlags(fs, rest); err != nil {
 		return err
 	}
 	switch {
 	case fs.NArg() == 1 && tenant == "":
 		tenant = fs.Arg(0)
 	case fs.NArg() > 0:
-		return fmt.Errorf("unexpected arguments: %v; %s", fs.Args(), keysUsage)
+		return usagef("unexpected arguments: %v; %s", fs.Args(), keysUsage)
 	}
 	role, err := auth.ParseRole(*roleName)
 	if err != nil {
-		return fmt.Errorf("--role: %w", err)
+		return usageError{fmt.Errorf("--role: %w", err)}
 	}
 	if tenant == "" && role != auth.RoleAdmin {
-		return fmt.Errorf("a %s key needs a TENANT; %s", role, keysUsage)
+		return usagef("a %s key needs a TENANT; %s", role, keysUsage)
 	}
 	key, hash, err := auth.NewKey()
 	if err != nil {

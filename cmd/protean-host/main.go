@@ -78,10 +78,14 @@ func commands() []command {
 // env is what every subcommand gets: its output streams and its flags.
 type env struct {
 	stdout, stderr io.Writer
-	configPath     string
-	pluginsDir     string
-	cfg            config.Config
-	log            *slog.Logger
+	// help: the command line asks for help (-h, --help, help COMMAND):
+	// what the command prints goes to stdout (stderr is stdout), and its
+	// flag sets print their defaults there.
+	help       bool
+	configPath string
+	pluginsDir string
+	cfg        config.Config
+	log        *slog.Logger
 	// embedded: no config file was given and the default one does not
 	// exist, so the defaults apply (configureOrDefault).
 	embedded bool
@@ -92,21 +96,57 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr)
-		if len(args) == 0 {
-			return 2
+// usageError is a command line the command cannot run (an unknown
+// subcommand or flag, a missing or extra argument, a malformed one): exit
+// status 2, and one line naming it with a pointer to the command's help.
+// Other failures exit 1.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// usagef is a usageError.
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// wantsHelp reports whether args ask for help: -h, -help or --help
+// before a "--".
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
 		}
+	}
+	return false
+}
+
+// run runs the command line args. Help (protean-host --help, help,
+// help COMMAND, COMMAND [SUBCOMMAND] --help) goes to stdout with status
+// 0; a usage error is one line on stderr with status 2; a failure, 1.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) == 0:
+		usage(stderr)
+		return 2
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || (args[0] == "help" && len(args) == 1):
+		usage(stdout)
 		return 0
+	case args[0] == "help":
+		args = []string{args[1], "--help"}
 	}
 	for _, c := range commands() {
 		if c.name != args[0] {
 			continue
 		}
-		e := &env{stdout: stdout, stderr: stderr}
+		e := &env{stdout: stdout, stderr: stderr, help: wantsHelp(args[1:])}
+		if e.help {
+			e.stderr = stdout
+		}
 		err := c.run(ctx, e, args[1:])
 		var ee exitError
+		var ue usageError
 		switch {
 		case err == nil:
 			return 0
@@ -114,6 +154,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return ee.code
 		case errors.Is(err, flag.ErrHelp):
 			return 0
+		case e.help:
+			// Asked for help, it failed on the way: say so, as help.
+			fmt.Fprintf(stdout, "protean-host %s: %v\n", c.name, err)
+			return 0
+		case errors.As(err, &ue):
+			fmt.Fprintf(stderr, "protean-host %s: %v\n(protean-host %s --help tells how to use it)\n", c.name, err, c.name)
+			return 2
 		}
 		fmt.Fprintf(stderr, "protean-host %s: %v\n", c.name, err)
 		return 1
@@ -131,22 +178,50 @@ func usage(w io.Writer) {
 	}
 }
 
-// flags returns a FlagSet with the common flags bound to e.
+// flags returns a FlagSet with the common flags bound to e: --config,
+// and --plugins for a command that loads the plugins.
 func (e *env) flags(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet("protean-host "+name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.StringVar(&e.configPath, "config", defaultConfig, "configuration `FILE`")
+	fs := e.configFlags(name)
 	fs.StringVar(&e.pluginsDir, "plugins", "", "plugins `DIR` (overrides [plugins] dir)")
 	return fs
 }
 
+// configFlags returns a FlagSet with --config bound to e. It prints its
+// defaults on stdout when asked for help, and nothing on a bad flag: the
+// error is the one line run prints (parseFlags).
+func (e *env) configFlags(name string) *flag.FlagSet {
+	fs := e.flagSet(name)
+	fs.StringVar(&e.configPath, "config", defaultConfig, "configuration `FILE`")
+	return fs
+}
+
+// flagSet is an empty FlagSet of the command name, printing as
+// configFlags says.
+func (e *env) flagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("protean-host "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if e.help {
+		fs.SetOutput(e.stdout)
+	}
+	return fs
+}
+
+// parseFlags parses args with fs: a bad flag is a usageError.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		return usageError{err}
+	}
+	return err
+}
+
 // parse parses args and loads the config, applying --plugins.
 func (e *env) parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+		return usagef("unexpected arguments: %v", fs.Args())
 	}
 	return e.configure(e.configPath)
 }
@@ -156,11 +231,11 @@ func (e *env) parse(fs *flag.FlagSet, args []string) error {
 // handler's own directory) it runs the embedded default: see
 // configureOrDefault.
 func (e *env) parseOrDefault(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+		return usagef("unexpected arguments: %v", fs.Args())
 	}
 	return e.configureOrDefault(fs)
 }

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -84,4 +86,61 @@ func TestUsageAndBadFlags(t *testing.T) {
 	code, _, errs = cli(t, "validate", "--config", bad)
 	require.Equal(t, 1, code)
 	require.Contains(t, errs, "server.partitioning.lease_ttl_ms must be > 0")
+}
+
+// The command line keeps the conventions of its ecosystem (rpk, kubectl):
+// help at every level on stdout with status 0, one line naming a usage
+// error (and where the help is) on stderr with status 2, and each
+// subcommand's own flags.
+func TestCLIConventions(t *testing.T) {
+	for _, args := range [][]string{
+		{"--help"}, {"-h"}, {"help"}, {"help", "outbox"}, {"outbox", "--help"}, {"outbox", "retry", "--help"}, {"plugin", "--help"},
+		{"plugin", "test", "--help"}, {"keys", "--help"}, {"keys", "new", "--help"}, {"migrate", "--help"}, {"run", "--help"},
+		{"subscriptions", "retry", "--help"}, {"subscriptions", "--help"}, {"partitions", "list", "--help"}, {"dead-letters", "--help"},
+		{"audit", "--help"}, {"version", "--help"},
+	} {
+		code, out, errs := cli(t, args...)
+		require.Equal(t, 0, code, "%v: %s", args, errs)
+		require.NotEmpty(t, out, "%v: help on stdout", args)
+		require.Empty(t, errs, "%v: nothing on stderr", args)
+	}
+	flags := func(args ...string) string {
+		_, out, _ := cli(t, args...)
+		_, fl, ok := strings.Cut(out, "\nflags:\n")
+		require.True(t, ok, "%v: %s", args, out)
+		return fl
+	}
+	require.NotContains(t, flags("subscriptions", "retry", "--help"), "-all", "retry's flags, not failed's")
+	require.Contains(t, flags("subscriptions", "retry", "--help"), "-reason")
+	require.Contains(t, flags("subscriptions", "failed", "--help"), "-all")
+	require.NotContains(t, flags("subscriptions", "failed", "--help"), "-reason")
+	var out string
+	_, out, _ = cli(t, "migrate", "--help")
+	require.NotContains(t, out, "-plugins", "migrate loads no plugins")
+	_, out, _ = cli(t, "help", "outbox")
+	require.Contains(t, out, "outbox status")
+
+	for _, c := range []struct {
+		args []string
+		line string
+	}{
+		{[]string{"run", "--bogus"}, "protean-host run: flag provided but not defined: -bogus"},
+		{[]string{"outbox", "bogus"}, "protean-host outbox: usage: protean-host outbox status"},
+		{[]string{"outbox", "retry", "x"}, `protean-host outbox: outbox row ID "x" must be a positive integer`},
+		{[]string{"plugin", "bogus"}, `protean-host plugin: unknown subcommand "bogus"`},
+		{[]string{"subscriptions", "retry", "--all"}, "protean-host subscriptions: flag provided but not defined: -all"},
+		{[]string{"subscriptions", "retry", "g"}, "protean-host subscriptions: subscriptions retry takes 3 arguments, got 1"},
+		{[]string{"outbox", "status", "-o", "yaml"}, `protean-host outbox: -o "yaml": the output is text or json`},
+		{[]string{"keys", "new", "acme"}, "protean-host keys: --role"},
+	} {
+		code, out, errs := cli(t, c.args...)
+		require.Equal(t, 2, code, "%v: %s", c.args, errs)
+		require.Empty(t, out, "%v", c.args)
+		lines := strings.Split(strings.TrimSpace(errs), "\n")
+		require.True(t, strings.HasPrefix(lines[0], c.line), "%v: %q", c.args, errs)
+		require.Equal(t, fmt.Sprintf("(protean-host %s --help tells how to use it)", c.args[0]), lines[len(lines)-1], "%v", c.args)
+		require.Equal(t, 1, strings.Count(errs, "protean-host "+c.args[0]+": "), "%v: one error message, not two: %q", c.args, errs)
+	}
+	code, _, errs := cli(t, "validate", "--config", filepath.Join(t.TempDir(), "missing.toml"))
+	require.Equal(t, 1, code, "an operational failure: %s", errs)
 }

@@ -9,7 +9,7 @@ import (
 )
 
 func cmdMigrate(ctx context.Context, e *env, args []string) error {
-	if err := e.parse(e.flags("migrate"), args); err != nil {
+	if err := e.parse(e.configFlags("migrate"), args); err != nil {
 		return err
 	}
 	pool, err := openPool(ctx, e.cfg)

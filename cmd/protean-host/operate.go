@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -46,21 +47,36 @@ const remoteTimeout = 30 * time.Second
 
 // operator is where an operator command's operations are: a host's HTTP
 // API (url set) or the config's stores.
-type operator struct{ url string }
+type operator struct{ url, output string }
 
-// bind adds --url to fs.
+// bind adds --url and -o to fs.
 func (o *operator) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.url, "url", os.Getenv(envURL), "ask the running host at `URL` (default $"+envURL+"), with the API key in $"+envAPIKey)
+	fs.StringVar(&o.output, "o", "text", "output `FORMAT`: text (tables) or json (what the host's /v1/ops API answers)")
+}
+
+// show prints v, what the command read or did: as JSON with -o json,
+// else as text.
+func (o *operator) show(e *env, v any, text func(io.Writer) error) error {
+	if o.output == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	return text(e.stdout)
 }
 
 // parse parses the rest of the flags, and the config unless the command
 // asks a host.
 func (o *operator) parse(e *env, fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+		return usagef("unexpected arguments: %v", fs.Args())
+	}
+	if o.output != "text" && o.output != "json" {
+		return usagef("-o %q: the output is text or json", o.output)
 	}
 	if o.url != "" {
 		return nil
@@ -161,9 +177,9 @@ none to show (ask the running host with --url).
 ` + remoteHelp
 
 func cmdAudit(ctx context.Context, e *env, args []string) error {
-	fs := e.flags("audit")
+	fs := e.configFlags("audit")
 	fs.Usage = func() {
-		fmt.Fprint(e.stderr, auditUsage, "\nflags:\n")
+		fmt.Fprint(fs.Output(), auditUsage, "\nflags:\n")
 		fs.PrintDefaults()
 	}
 	var o operator
@@ -188,8 +204,11 @@ func cmdAudit(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := printAudit(e.stdout, es); err != nil {
+	if err := o.show(e, es, func(w io.Writer) error { return printAudit(w, es) }); err != nil {
 		return err
+	}
+	if o.output == "json" {
+		return nil
 	}
 	if len(es) == *limit {
 		fmt.Fprintf(e.stdout, "older entries: protean-host audit --before %d\n", es[len(es)-1].ID)

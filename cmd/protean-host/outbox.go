@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -16,27 +17,34 @@ import (
 const outboxUsage = "usage: protean-host outbox status | outbox retry ID | outbox skip ID [--reason TEXT] [--config FILE] [--url URL]"
 
 func cmdOutbox(ctx context.Context, e *env, args []string) error {
+	if e.help && (len(args) == 0 || args[0] != "status" && args[0] != "retry" && args[0] != "skip") {
+		fmt.Fprint(e.stdout, outboxUsage, "\n", remoteHelp)
+		return flag.ErrHelp
+	}
 	if len(args) == 0 || (args[0] != "status" && args[0] != "retry" && args[0] != "skip") {
-		return fmt.Errorf("%s", outboxUsage)
+		return usagef("%s", outboxUsage)
 	}
 	sub, args := args[0], args[1:]
-	fs := e.flags("outbox " + sub)
+	fs := e.configFlags("outbox " + sub)
 	fs.Usage = func() {
-		fmt.Fprint(e.stderr, outboxUsage, "\n", remoteHelp, "\nflags:\n")
+		fmt.Fprint(fs.Output(), outboxUsage, "\n", remoteHelp, "\nflags:\n")
 		fs.PrintDefaults()
 	}
 	var o operator
 	o.bind(fs)
-	reason := fs.String("reason", "", "retry, skip: why, for the audit record")
-	var id int64
+	var reason *string
 	if sub != "status" {
+		reason = fs.String("reason", "", "why, for the audit record")
+	}
+	var id int64
+	if sub != "status" && !e.help {
 		// The ID comes first: protean-host outbox retry 42 --config FILE.
 		if len(args) == 0 {
-			return fmt.Errorf("usage: protean-host outbox %s ID", sub)
+			return usagef("usage: protean-host outbox %s ID", sub)
 		}
 		n, err := strconv.ParseInt(args[0], 10, 64)
 		if err != nil || n <= 0 {
-			return fmt.Errorf("outbox row ID %q must be a positive integer", args[0])
+			return usagef("outbox row ID %q must be a positive integer", args[0])
 		}
 		id, args = n, args[1:]
 	}
@@ -53,15 +61,13 @@ func cmdOutbox(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		printDone(e.stdout, d)
-		return nil
+		return o.show(e, d, func(w io.Writer) error { printDone(w, d); return nil })
 	}
 	st, err := api.Outbox(ctx, sc)
 	if err != nil {
 		return err
 	}
-	printOutbox(e.stdout, st)
-	return nil
+	return o.show(e, st, func(w io.Writer) error { printOutbox(w, st); return nil })
 }
 
 // printOutbox prints the outbox's counts by status (a host tells them to

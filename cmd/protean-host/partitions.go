@@ -59,21 +59,21 @@ plugins (--plugins) to place the partitions in their tenants.
 
 func cmdPartitions(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		return errors.New(strings.SplitN(partitionsUsage, "\n\n", 2)[0])
+		return usagef("%s", strings.SplitN(partitionsUsage, "\n\n", 2)[0])
 	}
 	sub, args := args[0], args[1:]
-	if sub == "-h" || sub == "--help" || sub == "help" {
-		fmt.Fprint(e.stderr, partitionsUsage)
-		return nil
+	if sub == "-h" || sub == "--help" || sub == "-help" || sub == "help" {
+		fmt.Fprint(e.stdout, partitionsUsage)
+		return flag.ErrHelp
 	}
 	switch sub {
 	case "list", "inspect", "skip", "dlq", "resume":
 	default:
-		return fmt.Errorf("unknown subcommand %q\n%s", sub, strings.SplitN(partitionsUsage, "\n\n", 2)[0])
+		return usagef("unknown subcommand %q\n%s", sub, strings.SplitN(partitionsUsage, "\n\n", 2)[0])
 	}
 	fs := e.flags("partitions " + sub)
 	fs.Usage = func() {
-		fmt.Fprint(e.stderr, partitionsUsage, "\nflags:\n")
+		fmt.Fprint(fs.Output(), partitionsUsage, "\nflags:\n")
 		fs.PrintDefaults()
 	}
 	var o operator
@@ -90,7 +90,7 @@ func cmdPartitions(ctx context.Context, e *env, args []string) error {
 		want = 0
 	}
 	if len(pos) != want {
-		return fmt.Errorf("partitions %s takes %d arguments, got %d: %v\n%s", sub, want, len(pos), pos, strings.SplitN(partitionsUsage, "\n\n", 2)[0])
+		return usagef("partitions %s takes %d arguments, got %d: %v\n%s", sub, want, len(pos), pos, strings.SplitN(partitionsUsage, "\n\n", 2)[0])
 	}
 	if err := o.parse(e, fs, nil); err != nil {
 		return err
@@ -106,8 +106,8 @@ func cmdPartitions(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		printPartitions(e.stdout, ps, *group)
-		return nil
+		ps = slices.DeleteFunc(ps, func(p ops.Partition) bool { return *group != "" && p.Group != *group })
+		return o.show(e, ps, func(w io.Writer) error { printPartitions(w, ps, *group); return nil })
 	case "inspect":
 		ds, err := api.Partition(ctx, sc, pos[0], pos[1])
 		if err != nil {
@@ -118,15 +118,13 @@ func cmdPartitions(ctx context.Context, e *env, args []string) error {
 			return fmt.Errorf("no handler %s reads partitioned category %s, and %s is not halted in group %s", *group, pos[0],
 				partition.PartitionUnit(pos[0], pos[1]), *group)
 		}
-		printPartitionDetails(e.stdout, ds)
-		return nil
+		return o.show(e, ds, func(w io.Writer) error { printPartitionDetails(w, ds); return nil })
 	}
 	d, err := api.ActOnPartition(ctx, sc, ops.Act{Action: sub, By: cliActor(*by), Reason: *reason}, pos[0], pos[1], *group)
 	if err != nil {
 		return err
 	}
-	printDone(e.stdout, d)
-	return nil
+	return o.show(e, d, func(w io.Writer) error { printDone(w, d); return nil })
 }
 
 // parseMixed parses flags that may come before, between or after the
@@ -134,7 +132,7 @@ func cmdPartitions(ctx context.Context, e *env, args []string) error {
 func parseMixed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return nil, err
 		}
 		if fs.NArg() == 0 {

@@ -11,11 +11,15 @@ import (
 // `plugin test` runs one against a file of messages, `plugin
 // embed-manifest` writes a module's manifest into its file.
 func cmdPlugin(ctx context.Context, e *env, args []string) error {
-	if len(args) == 0 {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" || args[0] == "help" {
 		fmt.Fprintln(e.stderr, "usage: protean-host plugin new NAME --kind KIND --category C [--dir DIR]")
 		fmt.Fprintln(e.stderr, "       protean-host plugin test MODULE.wasm... --messages FILE.jsonl [--json]")
 		fmt.Fprintln(e.stderr, "       protean-host plugin embed-manifest MODULE.wasm...")
-		return exitError{2}
+		fmt.Fprintln(e.stderr, "(protean-host plugin SUBCOMMAND --help: its flags)")
+		if len(args) == 0 {
+			return exitError{2}
+		}
+		return flag.ErrHelp
 	}
 	switch args[0] {
 	case "new":
@@ -25,7 +29,7 @@ func cmdPlugin(ctx context.Context, e *env, args []string) error {
 	case "embed-manifest":
 		return cmdPluginEmbedManifest(ctx, e, args[1:])
 	}
-	return fmt.Errorf("unknown subcommand %q (want new, test or embed-manifest)", args[0])
+	return usagef("unknown subcommand %q (want new, test or embed-manifest)", args[0])
 }
 
 // parseAuthor parses args for an author tool. Authors run these from their
@@ -33,7 +37,7 @@ func cmdPlugin(ctx context.Context, e *env, args []string) error {
 // there, as for run and validate, the embedded default applies (see
 // configureOrDefault).
 func (e *env) parseAuthor(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(interspersed(fs, args)); err != nil {
+	if err := parseFlags(fs, interspersed(fs, args)); err != nil {
 		return err
 	}
 	return e.configureOrDefault(fs)

@@ -88,7 +88,7 @@ func TestProductionConfig(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, errs, "outbox row 999")
 	code, _, errs = cli(t, "outbox", "retry", "x", "--config", prod)
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code, "a usage error")
 	require.Contains(t, errs, "must be a positive integer")
 }
 

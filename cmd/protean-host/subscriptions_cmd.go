@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -49,24 +49,33 @@ subscriptions of its running handlers only.
 // runs it against the migrated PostgreSQL store, or a host's API (--url).
 func cmdSubscriptions(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		return errors.New(strings.SplitN(subscriptionsUsage, "\n\n", 2)[0])
+		return usagef("%s", strings.SplitN(subscriptionsUsage, "\n\n", 2)[0])
 	}
 	sub, args := args[0], args[1:]
-	if sub == "-h" || sub == "--help" || sub == "help" {
-		fmt.Fprint(e.stderr, subscriptionsUsage)
-		return nil
-	}
 	switch sub {
 	case "list", "failed", "retry", "skip":
+	case "-h", "--help", "-help", "help":
+		fmt.Fprint(e.stdout, subscriptionsUsage)
+		return flag.ErrHelp
 	default:
-		return fmt.Errorf("unknown subcommand %q\n%s", sub, strings.SplitN(subscriptionsUsage, "\n\n", 2)[0])
+		return usagef("unknown subcommand %q\n%s", sub, strings.SplitN(subscriptionsUsage, "\n\n", 2)[0])
 	}
-	fs := e.flags("subscriptions " + sub)
+	// Each subcommand's own flags: the others' are refused.
+	fs := e.configFlags("subscriptions " + sub)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), subscriptionsUsage, "\nflags:\n")
+		fs.PrintDefaults()
+	}
 	var o operator
 	o.bind(fs)
 	group := fs.String("group", "", "only the consumer group (handler) `NAME`")
-	all := fs.Bool("all", false, "failed: also the resolved and skipped records")
-	reason := fs.String("reason", "", "retry, skip: why, for the audit record")
+	all, reason := new(bool), new(string)
+	switch sub {
+	case "failed":
+		all = fs.Bool("all", false, "also the resolved and skipped records")
+	case "retry", "skip":
+		reason = fs.String("reason", "", "why, for the audit record")
+	}
 	pos, err := parseMixed(fs, args)
 	if err != nil {
 		return err
@@ -76,12 +85,12 @@ func cmdSubscriptions(ctx context.Context, e *env, args []string) error {
 		want = 3
 	}
 	if len(pos) != want {
-		return fmt.Errorf("subscriptions %s takes %d arguments, got %d: %v\n%s", sub, want, len(pos), pos, strings.SplitN(subscriptionsUsage, "\n\n", 2)[0])
+		return usagef("subscriptions %s takes %d arguments, got %d: %v\n%s", sub, want, len(pos), pos, strings.SplitN(subscriptionsUsage, "\n\n", 2)[0])
 	}
 	var gp int64
 	if want == 3 {
 		if gp, err = strconv.ParseInt(pos[2], 10, 64); err != nil || gp <= 0 {
-			return fmt.Errorf("POSITION %q must be a positive integer", pos[2])
+			return usagef("POSITION %q must be a positive integer", pos[2])
 		}
 	}
 	if err := o.parse(e, fs, nil); err != nil {
@@ -103,20 +112,21 @@ func cmdSubscriptions(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		printDone(e.stdout, d)
-		return nil
+		return o.show(e, d, func(w io.Writer) error { printDone(w, d); return nil })
 	case "failed":
 		recs, err := api.Failures(ctx, sc, *all)
 		if err != nil {
 			return err
 		}
-		return printFailures(e.stdout, slices.DeleteFunc(recs, func(f ops.Failure) bool { return *group != "" && f.Group != *group }))
+		recs = slices.DeleteFunc(recs, func(f ops.Failure) bool { return *group != "" && f.Group != *group })
+		return o.show(e, recs, func(w io.Writer) error { return printFailures(w, recs) })
 	}
 	subs, err := api.Subscriptions(ctx, sc)
 	if err != nil {
 		return err
 	}
-	return printSubscriptions(e.stdout, slices.DeleteFunc(subs, func(s ops.Subscription) bool { return *group != "" && s.Group != *group }))
+	subs = slices.DeleteFunc(subs, func(s ops.Subscription) bool { return *group != "" && s.Group != *group })
+	return o.show(e, subs, func(w io.Writer) error { return printSubscriptions(w, subs) })
 }
 
 // printFailures prints failure records as a table.

@@ -53,17 +53,18 @@ func TestSubscriptionsCommandsRefuseBadInput(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		want string
+		code int // 1: it failed; 2: a usage error
 	}{
-		{[]string{"list", "--group", "nope"}, `group "nope"`},
-		{[]string{"failed", "--group", "nope"}, `group "nope"`},
-		{[]string{"retry", "nope", "test::order", "5"}, "no such failure record"},
-		{[]string{"skip", "orders", "test::order", "x"}, `POSITION "x" must be a positive integer`},
-		{[]string{"skip", "orders", "test::order", "0"}, `POSITION "0" must be a positive integer`},
-		{[]string{"retry", "orders", "test::order"}, "takes 3 arguments, got 2"},
-		{[]string{"frobnicate"}, `unknown subcommand "frobnicate"`},
+		{[]string{"list", "--group", "nope"}, `group "nope"`, 1},
+		{[]string{"failed", "--group", "nope"}, `group "nope"`, 1},
+		{[]string{"retry", "nope", "test::order", "5"}, "no such failure record", 1},
+		{[]string{"skip", "orders", "test::order", "x"}, `POSITION "x" must be a positive integer`, 2},
+		{[]string{"skip", "orders", "test::order", "0"}, `POSITION "0" must be a positive integer`, 2},
+		{[]string{"retry", "orders", "test::order"}, "takes 3 arguments, got 2", 2},
+		{[]string{"frobnicate"}, `unknown subcommand "frobnicate"`, 2},
 	} {
 		code, out, errs := cli(t, append(append([]string{"subscriptions"}, c.args...), "--config", cfg)...)
-		require.Equal(t, 1, code, "%v: %s", c.args, out)
+		require.Equal(t, c.code, code, "%v: %s", c.args, out)
 		require.Contains(t, errs, c.want, "%v", c.args)
 	}
 	code, out, errs := cli(t, "subscriptions", "failed", "--group", "orders", "--config", cfg)

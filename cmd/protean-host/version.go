@@ -54,8 +54,8 @@ func versionOf(build string, bi *debug.BuildInfo) string {
 
 // cmdVersion prints the build.
 func cmdVersion(_ context.Context, e *env, args []string) error {
-	fs := e.flags("version")
-	if err := fs.Parse(args); err != nil {
+	fs := e.flagSet("version")
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	fmt.Fprintln(e.stdout, "protean-host", hostVersion())
