@@ -122,15 +122,34 @@ func tracedOrders(tb testing.TB) (*otlpReceiver, string, string) {
 // returns the answer's traceparent.
 func placeTraced(t *testing.T, addr, tid, client string) string {
 	t.Helper()
-	req, err := http.NewRequest("POST", "http://"+addr+"/v1/commands/PlaceOrder",
-		strings.NewReader(fmt.Sprintf(`{"order_id":"o-%s","client_id":%q,"total":5}`, client, client)))
-	require.NoError(t, err)
-	req.Header.Set("traceparent", "00-"+tid+"-00f067aa0ba902b7-01")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
+	var resp *http.Response
+	testwait.For(t, "the order placed (a module still compiling answers 503)", func() (bool, string) {
+		req, err := http.NewRequest("POST", "http://"+addr+"/v1/commands/PlaceOrder",
+			strings.NewReader(fmt.Sprintf(`{"order_id":"o-%s","client_id":%q,"total":5}`, client, client)))
+		require.NoError(t, err)
+		req.Header.Set("traceparent", "00-"+tid+"-00f067aa0ba902b7-01")
+		resp, err = http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode != http.StatusServiceUnavailable, string(body)
+	})
 	require.Equal(t, 200, resp.StatusCode)
 	return resp.Header.Get("traceparent")
+}
+
+// committedDispatch waits for the commit of a command in the trace tid at
+// the receiver, and returns its dispatch span (alone in the slice).
+func committedDispatch(t *testing.T, recv *otlpReceiver, tid string, tail func() string) []otlpSpan {
+	t.Helper()
+	var dispatch []otlpSpan
+	testwait.For(t, "the command's commit and dispatch at the receiver", func() (bool, string) {
+		for _, c := range recv.find(func(s otlpSpan) bool { return s.trace == tid && s.name == "commit" }) {
+			dispatch = recv.find(func(s otlpSpan) bool { return s.id == c.parent && s.name == "dispatch PlaceOrder" })
+		}
+		return len(dispatch) == 1, recv.names() + "\n" + tail()
+	})
+	return dispatch
 }
 
 // TestTracesReachAnOTLPReceiver runs the real host with [telemetry]
@@ -154,24 +173,20 @@ endpoint = %q
 	answered := placeTraced(t, p.addr, tid, "c-1")
 	require.True(t, strings.HasPrefix(answered, "00-"+tid+"-"), answered)
 
-	named := func(name string) func(otlpSpan) bool {
-		return func(s otlpSpan) bool { return s.trace == tid && s.name == name }
-	}
-	testwait.For(t, "the command's spans at the receiver", func() (bool, string) {
-		return len(recv.find(named("commit"))) == 1, recv.names() + "\n" + p.Tail()
-	})
-	server := recv.find(named("POST /v1/commands/{type}"))
+	// The command that committed (an earlier attempt answered 503 while
+	// its module compiled has spans of its own, and no commit): commit,
+	// under its dispatch, under the request's server span.
+	dispatch := committedDispatch(t, recv, tid, p.Tail)
+	server := recv.find(func(s otlpSpan) bool { return s.id == dispatch[0].parent })
 	require.Len(t, server, 1)
+	require.Equal(t, "POST /v1/commands/{type}", server[0].name)
 	require.Equal(t, "00f067aa0ba902b7", server[0].parent)
 	require.Equal(t, "protean-host", server[0].service)
 	require.Equal(t, "00-"+tid+"-"+server[0].id+"-01", answered)
-	dispatch := recv.find(named("dispatch PlaceOrder"))
-	require.Len(t, dispatch, 1)
-	require.Equal(t, server[0].id, dispatch[0].parent)
-	handle := recv.find(named("handle orders"))
+	handle := recv.find(func(s otlpSpan) bool {
+		return s.trace == tid && s.name == "handle orders" && s.parent == dispatch[0].id
+	})
 	require.Len(t, handle, 1)
-	require.Equal(t, dispatch[0].id, handle[0].parent)
-	require.Equal(t, dispatch[0].id, recv.find(named("commit"))[0].parent)
 
 	// The relay's publish and the projector's delivery link to the
 	// command's dispatch, the events' creation context; the projector's
@@ -200,20 +215,20 @@ endpoint = %q
 // key, on either host. The publish and the worker's process span link to
 // the command's dispatch; the process span names the partition's unit,
 // key and lease generation, and the host it ran on; the projector's call
-// and commit are its children.
+// and commit are its children. A process manager's delivery of the same
+// event links to the dispatch as well, and the command it dispatches is
+// its child, handled and committed under that command's dispatch.
 func TestTracesAcrossHostsOnRedis(t *testing.T) {
 	d := newRedisDeployment(t)
 	recv, url, _ := tracedOrders(t)
 	dir := wasmbuild.Examples(t)
+	// A process manager that follows each placed order up with a command.
+	wasmbuild.Copy(t, wasmbuild.Build(t, "./internal/host/testdata/plugins/followup"), dir, "followup.wasm")
 	telemetry := fmt.Sprintf("[telemetry]\ntracing = true\nendpoint = %q\n", url)
 	hosts := []*process{d.startProcess(t, dir, telemetry), d.startProcess(t, dir, telemetry)}
 	const tid = "5bf92f3577b34da6a3ce929d0e0e4736"
 	placeTraced(t, hosts[0].addr, tid, "c-t")
-	var dispatch []otlpSpan
-	testwait.For(t, "the command's dispatch at the receiver", func() (bool, string) {
-		dispatch = recv.find(func(s otlpSpan) bool { return s.trace == tid && s.name == "dispatch PlaceOrder" })
-		return len(dispatch) == 1, recv.names()
-	})
+	dispatch := committedDispatch(t, recv, tid, hosts[0].Tail)
 	linked := func(name string) []otlpSpan {
 		return recv.find(func(s otlpSpan) bool {
 			return s.name == name && len(s.links) == 1 && s.links[0] == dispatch[0].id
@@ -239,5 +254,29 @@ func TestTracesAcrossHostsOnRedis(t *testing.T) {
 			return len(recv.find(func(s otlpSpan) bool { return s.trace == process.trace && s.name == name && s.parent == process.id }))
 		}
 		return in("handle client_orders") == 1 && in("commit") == 1, recv.names()
+	})
+
+	// The process manager's delivery links to the command's dispatch too,
+	// and the command it follows the order up with is its child, in its
+	// trace, handled and committed under its own dispatch.
+	var pm, note otlpSpan
+	testwait.For(t, "the process manager's follow-up command", func() (bool, string) {
+		for _, s := range linked("process order") {
+			if s.attrs["messaging.consumer.group.name"] == "followup" {
+				pm = s
+			}
+		}
+		notes := recv.find(func(s otlpSpan) bool { return s.name == "dispatch Note" && pm.id != "" && s.parent == pm.id })
+		if len(notes) == 1 {
+			note = notes[0]
+		}
+		return note.id != "", recv.names()
+	})
+	require.Equal(t, pm.trace, note.trace)
+	testwait.For(t, "the follow-up's call and commit under its dispatch", func() (bool, string) {
+		under := func(name string) int {
+			return len(recv.find(func(s otlpSpan) bool { return s.trace == note.trace && s.name == name && s.parent == note.id }))
+		}
+		return under("handle followup") == 1 && under("commit") == 1, recv.names()
 	})
 }
