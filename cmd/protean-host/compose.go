@@ -115,7 +115,7 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 		Broker:         cfg.Outbox.Broker, MaxRetries: cfg.Outbox.MaxRetries, Committed: committed.wake,
 	})
 	brokerProgress := &groups.Progress{}
-	if dl, ok := c.br.source.(broker.DeadLetterFinder); ok && !c.br.remote() {
+	if dl, ok := c.br.source.(broker.DeadLetterFinder); ok {
 		// (The inline broker: a wait meets a dead letter at once.)
 		brokerProgress.DeadLetters = dl
 	}

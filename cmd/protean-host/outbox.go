@@ -17,11 +17,12 @@ import (
 const outboxUsage = "usage: protean-host outbox status | outbox retry ID | outbox skip ID [--reason TEXT] [--config FILE] [--url URL]"
 
 func cmdOutbox(ctx context.Context, e *env, args []string) error {
-	if e.help && (len(args) == 0 || args[0] != "status" && args[0] != "retry" && args[0] != "skip") {
+	known := len(args) > 0 && (args[0] == "status" || args[0] == "retry" || args[0] == "skip")
+	switch {
+	case !known && e.help:
 		fmt.Fprint(e.stdout, outboxUsage, "\n", remoteHelp)
 		return flag.ErrHelp
-	}
-	if len(args) == 0 || (args[0] != "status" && args[0] != "retry" && args[0] != "skip") {
+	case !known:
 		return usagef("%s", outboxUsage)
 	}
 	sub, args := args[0], args[1:]

@@ -50,9 +50,6 @@ type openedBroker struct {
 	close  func() error
 }
 
-// remote reports whether the broker is a server (Redis), not in process.
-func (b *openedBroker) remote() bool { return b.redis != nil }
-
 // openBroker opens the outbox broker the config names.
 func openBroker(ctx context.Context, cfg config.Config, owner string, clk clock.Clock, log *slog.Logger) (*openedBroker, error) {
 	b := cfg.OutboxBroker()

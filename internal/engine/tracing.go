@@ -22,10 +22,12 @@ import (
 //     its follow-up commands (each a dispatch span of its own, a child). Its
 //     span context is the creation context of the events it commits: they
 //     carry it in their metadata (traceparent).
+//   - process {category}: a delivery's run (handleRun), the root of a
+//     trace of its own, linked to the creation context of each message
+//     it handles; the creation context of the events the run commits.
 //   - handle {module}: one guest call, a batch of messages for one
-//     handler. Under no span (a delivery), it is the root of its trace
-//     and links to the creation context of each message it handles.
-//   - commit: the unit of work of a command.
+//     handler, under its dispatch or its run's process span.
+//   - commit: the unit of work of a command, or a run's group commit.
 
 // startDispatch starts the span of the command typ (md its metadata, id
 // its message id).
@@ -87,19 +89,8 @@ func (e *Engine) startProcess(ctx context.Context, b delivery.Batch, envs []abi.
 
 // startHandle starts the span of a guest call of route with envs.
 func (e *Engine) startHandle(ctx context.Context, route host.Route, envs []abi.Envelope) (context.Context, trace.Span) {
-	var opts []trace.SpanStartOption
-	if telemetry.Enabled() && !trace.SpanContextFromContext(ctx).IsValid() {
-		// A delivery: linked to what created each message.
-		links := make([]trace.Link, 0, len(envs))
-		for _, env := range envs {
-			if sc := telemetry.SpanContext(env.Metadata); sc.IsValid() {
-				links = append(links, trace.Link{SpanContext: sc})
-			}
-		}
-		opts = append(opts, trace.WithLinks(links...), trace.WithSpanKind(trace.SpanKindConsumer))
-	}
 	m := route.Module
-	ctx, span := e.tracer.Start(ctx, "handle "+m.Name(), opts...)
+	ctx, span := e.tracer.Start(ctx, "handle "+m.Name())
 	if span.IsRecording() {
 		attrs := []attribute.KeyValue{
 			attribute.String("protean.handler", route.Handler.Name),

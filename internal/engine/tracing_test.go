@@ -75,24 +75,6 @@ func TestACommandsTraceReachesItsEvents(t *testing.T) {
 	require.Equal(t, tid, sc.TraceID())
 	require.Equal(t, dispatch.SpanContext.SpanID(), sc.SpanID(), "the event's creation context is its command's dispatch")
 
-	// A delivered message's call is the root of its trace, a consumer
-	// span linked to the message's creation context.
-	l := e.loaded.Load()
-	route := l.set.Subscribers("Op")[0]
-	env := abi.Envelope{ID: "1", Type: "Op", Data: json.RawMessage(`{"op":"ok","id":"x"}`), Metadata: &md}
-	_, err = e.call(context.Background(), l, route, []abi.Envelope{env})
-	require.NoError(t, err)
-	var delivered []tracetest.SpanStub
-	for _, s := range exp.GetSpans() {
-		if s.Name == "handle "+module && len(s.Links) > 0 {
-			delivered = append(delivered, s)
-		}
-	}
-	require.Len(t, delivered, 1)
-	require.False(t, delivered[0].Parent.IsValid(), "no parent")
-	require.Equal(t, trace.SpanKindConsumer, delivered[0].SpanKind)
-	require.Equal(t, dispatch.SpanContext.SpanID(), delivered[0].Links[0].SpanContext.SpanID())
-
 	// A command whose metadata carries a trace (a follow-up of a delivered
 	// message) and no caller's span stays in that trace.
 	_, err = e.Dispatch(context.Background(), "Increment", json.RawMessage(`{"id":"follow"}`), md)

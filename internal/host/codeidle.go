@@ -173,7 +173,11 @@ func (f *moduleFile) read() ([]byte, error) {
 	}
 	changed := sha256.Sum256(b) != f.sum
 	section, ok, without, err := abi.SplitManifest(b)
-	if !changed && (err != nil || f.section != nil && (!ok || !bytes.Equal(section, f.section))) {
+	switch {
+	case changed:
+	case err != nil:
+		return nil, err // the bytes it was loaded with
+	case f.section != nil && (!ok || !bytes.Equal(section, f.section)):
 		changed = true // its section was read apart from its hash, while it changed
 	}
 	if changed {

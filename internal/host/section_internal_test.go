@@ -261,4 +261,10 @@ func TestAFileSourceChecksItsSection(t *testing.T) {
 	require.NoError(t, os.Remove(path))
 	_, err = src.bytes()
 	require.ErrorIs(t, err, fs.ErrNotExist)
+	// The same bytes as hashed, that do not parse: that error, not a change.
+	junk := []byte("not a module")
+	require.NoError(t, os.WriteFile(path, junk, 0o644))
+	_, err = newFileSource(path, sha256.Sum256(junk), len(junk), nil).bytes()
+	require.ErrorIs(t, err, ErrNotWASM)
+	require.NotErrorIs(t, err, ErrModuleChanged)
 }

@@ -184,14 +184,11 @@ func Links(metadata ...json.RawMessage) []trace.Link {
 		if len(raw) == 0 {
 			continue
 		}
-		var md struct {
-			TraceParent string `json:"traceparent"`
-			TraceState  string `json:"tracestate"`
-		}
+		var md abi.Metadata
 		if json.Unmarshal(raw, &md) != nil {
 			continue
 		}
-		if sc := SpanContext(&abi.Metadata{TraceParent: md.TraceParent, TraceState: md.TraceState}); sc.IsValid() {
+		if sc := SpanContext(&md); sc.IsValid() {
 			links = append(links, trace.Link{SpanContext: sc})
 		}
 	}
