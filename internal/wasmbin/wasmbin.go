@@ -109,7 +109,7 @@ func CustomNameAt(r io.ReaderAt, s SectionAt) (name string, content int64, err e
 		return "", 0, fmt.Errorf("%w: custom section name overruns its section", ErrMalformed)
 	}
 	p := make([]byte, l)
-	if _, err := r.ReadAt(p, s.Payload+int64(k)); err != nil {
+	if _, err := readAt(r, p, s.Payload+int64(k), s.End); err != nil { // (an empty name at the end reads nothing)
 		return "", 0, err
 	}
 	if !utf8.Valid(p) {

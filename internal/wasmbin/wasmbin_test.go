@@ -77,7 +77,7 @@ func TestSectionsAtReadsHeadersOnly(t *testing.T) {
 	m := append([]byte{0, 'a', 's', 'm', 1, 0, 0, 0}, 1, 4, 1, 0x60, 0, 0)
 	m = AppendCustom(m, "name", []byte("xy"))
 	for _, b := range [][]byte{m, m[:len(m)-1], m[:9], m[:4], nil, {0, 'a', 's', 'm', 2, 0, 0, 0},
-		append(slices.Clip(m), 0, 2, 5, 'a'), append(slices.Clip(m), 0, 2, 1, 0xFF)} {
+		append(slices.Clip(m), 0, 2, 5, 'a'), append(slices.Clip(m), 0, 2, 1, 0xFF), append(slices.Clip(m), 0, 1, 0)} {
 		sameWalk(t, b)
 	}
 	// The payloads are not read: at most each header's six bytes are.
