@@ -140,6 +140,28 @@ func (h *Host) Start(ctx context.Context) error {
 	return fmt.Errorf("%w: host %d did not start within %s:\n%s", ErrTimeout, h.Index, serverBound, last)
 }
 
+// Compiled waits until the host's /healthz reads "ok": every module it
+// loaded without compiling (a warm start from its memos, a start from
+// manifest sections) has its code compiled. Until then it reads
+// "starting", and a measurement would count the compiles as the path's
+// cost.
+func (h *Host) Compiled(ctx context.Context) error {
+	return until(ctx, serverBound, fmt.Sprintf("host %d compiled its modules", h.Index), func() (bool, string) {
+		code, b, err := h.get(ctx, "/healthz")
+		if err != nil || code != 200 {
+			return false, fmt.Sprintf("%d %v", code, err)
+		}
+		var health struct {
+			Status    string `json:"status"`
+			Compiling int    `json:"compiling"`
+		}
+		if err := json.Unmarshal(b, &health); err != nil {
+			return false, err.Error()
+		}
+		return health.Status == "ok", fmt.Sprintf("%s, %d compiling", health.Status, health.Compiling)
+	})
+}
+
 func (h *Host) spawn() (chan struct{}, error) {
 	logf, err := os.OpenFile(h.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {

@@ -35,8 +35,9 @@ type Postgres struct {
 }
 
 // StartPostgres initialises a cluster in a new directory under parent and
-// starts it on a free loopback port.
-func StartPostgres(ctx context.Context, parent string) (*Postgres, error) {
+// starts it on a free loopback port; settings (name=value) are more of
+// the server's settings, each given as -c.
+func StartPostgres(ctx context.Context, parent string, settings ...string) (*Postgres, error) {
 	binDir, err := serverbin.PostgresBinDir()
 	if err != nil {
 		return nil, err
@@ -63,9 +64,13 @@ func StartPostgres(ctx context.Context, parent string) (*Postgres, error) {
 		"--no-locale", "--no-sync", "--no-instructions"); err != nil {
 		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
 	}
-	opts := strings.Join([]string{"-p", strconv.Itoa(port), "-k", dir,
+	args := []string{"-p", strconv.Itoa(port), "-k", dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "full_page_writes=off",
-		"-c", "max_connections=200", "-c", "shared_buffers=64MB"}, " ")
+		"-c", "max_connections=200", "-c", "shared_buffers=64MB"}
+	for _, s := range settings {
+		args = append(args, "-c", s)
+	}
+	opts := strings.Join(args, " ")
 	// pg_ctl remembers the options in postmaster.opts; restart reuses
 	// them, a start after a stop is given them again (Down).
 	p.opts = opts

@@ -96,7 +96,15 @@ func Run(ctx context.Context, o Options) (_ []Row, err error) {
 	if err := os.Chmod(dir, 0o755); err != nil { // PostgreSQL runs as postgres under root
 		return nil, err
 	}
-	pg, err := chaos.StartPostgres(ctx, dir)
+	var settings []string
+	statementStats := false
+	if o.Profile != "" {
+		var s string
+		if s, statementStats = statementsSetting(); statementStats {
+			settings = append(settings, s)
+		}
+	}
+	pg, err := chaos.StartPostgres(ctx, dir, settings...)
 	if err != nil {
 		return nil, err
 	}
@@ -112,6 +120,12 @@ func Run(ctx context.Context, o Options) (_ []Row, err error) {
 		if prof, err = newProfiler(o.Profile, dir); err != nil {
 			return nil, err
 		}
+		if !statementStats {
+			note("pg_stat_statements is not installed beside PostgreSQL: the summary has no statements")
+		} else if prof.pg, err = openStatements(ctx, chaos.URL(pg.Addr())); err != nil {
+			note("the summary has no statements: %v", err)
+		}
+		defer prof.pg.close()
 		defer func() {
 			if werr := os.WriteFile(filepath.Join(o.Profile, "summary.txt"), []byte(prof.summary(ctx)), 0o644); werr != nil && err == nil {
 				err = werr
@@ -182,7 +196,10 @@ func measureHosts(ctx context.Context, o Options, dir string, cfg chaos.HostConf
 			}
 			hosts = append(hosts, h)
 		}
-		row := measureOver(ctx, o, hosts[:n], prof)
+		row, err := measureOver(ctx, o, hosts[:n], prof, note)
+		if err != nil {
+			return rows, err
+		}
 		rows = append(rows, row)
 		note("%s", row)
 	}
@@ -213,16 +230,49 @@ func startHost(ctx context.Context, o Options, i int, dir, base string, cfg chao
 }
 
 // measureOver measures the configuration of hosts, each order sent to
-// one of them in turn by its sequence number.
-func measureOver(ctx context.Context, o Options, hosts []*chaos.Host, prof *profiler) Row {
+// one of them in turn by its sequence number, after a warm-up.
+func measureOver(ctx context.Context, o Options, hosts []*chaos.Host, prof *profiler, note func(string, ...any)) (Row, error) {
 	addrs := make([]string, len(hosts))
 	for i, h := range hosts {
 		addrs[i] = h.Addr
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients}, Timeout: 30 * time.Second}
-	return measure(ctx, o, fmt.Sprintf("%d host(s)", len(hosts)), func(ctx context.Context, client, key string, seq int) (time.Duration, time.Duration, error) {
+	order := func(ctx context.Context, client, key string, seq int) (time.Duration, time.Duration, error) {
 		return httpOrder(ctx, hc, addrs[seq%len(addrs)], client, key, seq)
-	}, prof, hosts)
+	}
+	name := fmt.Sprintf("%d host(s)", len(hosts))
+	began := time.Now()
+	if err := warmUp(ctx, o, name, hosts, order); err != nil {
+		return Row{Name: name}, fmt.Errorf("%s: warm-up: %w", name, err)
+	}
+	note("%s: warmed up in %s (modules compiled, one order per client)", name, time.Since(began).Round(time.Millisecond))
+	return measure(ctx, o, name, order, prof, hosts), nil
+}
+
+// warmUp waits until every host has compiled the modules it loaded
+// without compiling (a start compiles them in the background), then
+// places one order per client on each host, unmeasured: a module
+// compiled on its first call compiles here, and the clients' connections
+// open here. Without it the maximum phase measured the compiles: 46 % of
+// a host's CPU in that phase, after a start stopped compiling before it
+// served.
+func warmUp(ctx context.Context, o Options, name string, hosts []*chaos.Host, order orderFunc) error {
+	for _, h := range hosts {
+		if err := h.Compiled(ctx); err != nil {
+			return err
+		}
+	}
+	label := strings.NewReplacer(" ", "", "(", "", ")", "").Replace(name)
+	errs := make([]error, o.Clients*len(hosts))
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() {
+			client := fmt.Sprintf("%s-warmup-c%d", label, i)
+			_, _, errs[i] = order(ctx, client, client+"-k0", i)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // orderFunc places one order of key as client (its seq-th) and waits
@@ -234,12 +284,12 @@ type orderFunc func(ctx context.Context, client, key string, seq int) (projected
 // configuration; prof (nil: none) profiles hosts over the maximum phase.
 func measure(ctx context.Context, o Options, name string, order orderFunc, prof *profiler, hosts []*chaos.Host) Row {
 	row := Row{Name: name}
-	done := func() {}
+	done := func(int) {}
 	if prof != nil {
 		done = prof.watch(ctx, name, hosts, o.Duration)
 	}
 	n, _, cmds, _ := phase(ctx, o, name+"/max", order, 0)
-	done()
+	done(n)
 	row.MaxRate = float64(n) / o.Duration.Seconds()
 	if len(cmds) > 0 {
 		slices.Sort(cmds)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/internal/chaos"
@@ -199,7 +200,7 @@ func TestProfilerSavesAHostsProfiles(t *testing.T) {
 	for n := 0; time.Now().Before(busy); n++ {
 		_ = fmt.Sprint(n)
 	}
-	done()
+	done(0)
 
 	require.Len(t, p.records, 1)
 	r := p.records[0]
@@ -224,4 +225,47 @@ func TestProfilerSavesAHostsProfiles(t *testing.T) {
 		require.Contains(t, sum, "host0 cpu (1hosts-host0-cpu.pb.gz):\n  Duration: ")
 		require.Contains(t, sum, "flat%")
 	}
+}
+
+// On a real PostgreSQL started with pg_stat_statements, a phase's
+// statements are counted from its reset: a statement run 10 times over
+// 5 orders reads 10 calls, 2 per order, and the reader's own statements
+// are left out.
+func TestStatementsCountAPhase(t *testing.T) {
+	setting, ok := statementsSetting()
+	if !ok {
+		t.Skip("pg_stat_statements is not installed beside PostgreSQL")
+	}
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "loadgen-statements-") // not t.TempDir: its parent is closed to postgres
+	require.NoError(t, err)
+	defer os.RemoveAll(dir)
+	require.NoError(t, os.Chmod(dir, 0o755)) // PostgreSQL runs as postgres under root
+	pg, err := chaos.StartPostgres(ctx, dir, setting)
+	require.NoError(t, err)
+	defer pg.Stop(false)
+	st, err := openStatements(ctx, chaos.URL(pg.Addr()))
+	require.NoError(t, err)
+	defer st.close()
+
+	conn, err := pgx.Connect(ctx, chaos.URL(pg.Addr()))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE TABLE before_the_phase (n int)")
+	require.NoError(t, err)
+	require.NoError(t, st.reset(ctx))
+	for i := range 10 {
+		_, err := conn.Exec(ctx, "INSERT INTO before_the_phase VALUES ($1)", i)
+		require.NoError(t, err)
+	}
+	total, top, err := st.read(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 10, total.calls, "only the inserts: the reset and the reads are the reader's")
+	require.Len(t, top, 1)
+	require.EqualValues(t, 10, top[0].calls)
+	require.EqualValues(t, 10, top[0].rows)
+	require.Contains(t, top[0].query, "INSERT INTO before_the_phase")
+	lines := statementLines(total, top, 5)
+	require.Contains(t, lines[0], "10 calls (2.00 per order)")
+	require.Regexp(t, `^\s+10\s+2\.00\s+100\.0%`, lines[2])
 }

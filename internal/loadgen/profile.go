@@ -25,10 +25,13 @@ const fetchSlack = 15 * time.Second
 // CPU, block and mutex profiles and a goroutine dump under dir, and
 // accounts the CPU of each process of the run over the phase.
 type profiler struct {
-	dir     string
-	runDir  string // the run's directory, where PostgreSQL's data is
-	proc    string // /proc
-	hc      *http.Client
+	dir    string
+	runDir string // the run's directory, where PostgreSQL's data is
+	proc   string // /proc
+	hc     *http.Client
+	// pg reads PostgreSQL's statement statistics over each phase; nil
+	// when the server runs without pg_stat_statements.
+	pg      *statements
 	mu      sync.Mutex
 	records []phaseRecord
 }
@@ -44,6 +47,11 @@ type phaseRecord struct {
 	machine time.Duration
 	files   []savedProfile
 	errs    []string
+	// orders is how many orders the phase completed; statements and
+	// topStatements are PostgreSQL's figures over it (pg set).
+	orders        int
+	statements    statementStat
+	topStatements []statementStat
 }
 
 // procCPU is one process's CPU over a phase; a process not running at
@@ -97,10 +105,16 @@ func (p *profiler) accounts(procs map[int]procStat, hosts []*chaos.Host) []accou
 }
 
 // watch starts the phase's profiles and CPU reading; the function it
-// returns, called when the phase ends, reads the CPU again, waits for the
-// fetches (each bounded by its timeout) and records the phase.
-func (p *profiler) watch(ctx context.Context, config string, hosts []*chaos.Host, d time.Duration) func() {
+// returns, called with the orders completed when the phase ends, reads
+// the CPU and PostgreSQL's statements again, waits for the fetches (each
+// bounded by its timeout) and records the phase.
+func (p *profiler) watch(ctx context.Context, config string, hosts []*chaos.Host, d time.Duration) func(orders int) {
 	rec := phaseRecord{config: config, machine: -1}
+	if p.pg != nil {
+		if err := p.pg.reset(ctx); err != nil {
+			rec.errs = append(rec.errs, fmt.Sprintf("pg_stat_statements reset: %v", err))
+		}
+	}
 	before := readProcs(p.proc)
 	accts := p.accounts(before, hosts)
 	machine0, machineOK := machineTicks(filepath.Join(p.proc, "stat"))
@@ -145,8 +159,15 @@ func (p *profiler) watch(ctx context.Context, config string, hosts []*chaos.Host
 			}
 		}()
 	}
-	return func() {
+	return func(orders int) {
 		after := readProcs(p.proc)
+		rec.orders = orders
+		if p.pg != nil {
+			var err error
+			if rec.statements, rec.topStatements, err = p.pg.read(ctx); err != nil {
+				rec.errs = append(rec.errs, fmt.Sprintf("pg_stat_statements: %v", err))
+			}
+		}
 		rec.wall = time.Since(start)
 		if m1, ok := machineTicks(filepath.Join(p.proc, "stat")); ok && machineOK {
 			rec.machine = ticksDuration(m1 - machine0)

@@ -41,6 +41,12 @@ func (p *profiler) summary(ctx context.Context) string {
 		for _, e := range r.errs {
 			fmt.Fprintf(&b, "  missing: %s\n", e)
 		}
+		if r.statements.calls > 0 {
+			fmt.Fprintf(&b, "\nPostgreSQL statements over the phase (pg_stat_statements, top %d by execution time; %d orders):\n", statementsTop, r.orders)
+			for _, l := range statementLines(r.statements, r.topStatements, r.orders) {
+				b.WriteString("  " + l + "\n")
+			}
+		}
 		files := slices.Clone(r.files)
 		slices.SortStableFunc(files, func(x, y savedProfile) int {
 			if x.host != y.host {
