@@ -19,11 +19,24 @@ import (
 // highest position of the stream and its lanes is the unit's.
 type Progress struct {
 	Positions position.Reader
+	// Local, if set, is this process's partition workers: a unit it runs
+	// answers how far it has committed without a read
+	// (readyourwrites.LocalCheck). Set it before the first wait.
+	Local LocalUnits
+}
+
+// LocalUnits is this process's partition workers, as read-your-writes
+// asks them.
+type LocalUnits interface {
+	// Committed is, when this process runs group's unit now, the highest
+	// position the unit has committed on any of its streams, as far as its
+	// worker knows (never past the positions row); ok is false otherwise.
+	Committed(group, unit string) (at int64, ok bool)
 }
 
 // Check implements readyourwrites.Source: it reads each unit's row once.
 func (p *Progress) Check(string, int64) readyourwrites.Check {
-	return &progressCheck{rows: position.Rows{Reader: p.Positions}}
+	return &progressCheck{rows: position.Rows{Reader: p.Positions}, local: p.Local}
 }
 
 // Remote implements readyourwrites.Source: other host instances' runs
@@ -31,7 +44,18 @@ func (p *Progress) Check(string, int64) readyourwrites.Check {
 func (p *Progress) Remote() bool { return true }
 
 type progressCheck struct {
-	rows position.Rows
+	rows  position.Rows
+	local LocalUnits
+}
+
+// LocalKeyPosition implements readyourwrites.LocalCheck for the units of
+// one partition key (not a correlated process manager's, whose row spans
+// the streams of several categories).
+func (c *progressCheck) LocalKeyPosition(r readyourwrites.Route, key string) (int64, bool) {
+	if c.local == nil || r.Correlated {
+		return 0, false
+	}
+	return c.local.Committed(r.Group, UnitOf(r.Group, r.Category, key, false))
 }
 
 // Handled implements readyourwrites.Check.

@@ -29,6 +29,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/internal/telemetry"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
+	"github.com/proteanhq/protean-host/partition"
 )
 
 // The composition root: start builds the host's components here, each
@@ -119,9 +120,10 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 		// (The inline broker: a wait meets a dead letter at once.)
 		brokerProgress.DeadLetters = dl
 	}
+	progress := st.progress(c.partitioned(), c.fromStore)
 	h.eng = engine.New(c.set, engine.Options{Events: st.events, Records: st.records, UnitOfWork: uow, Logger: c.log,
 		Metrics: engine.NewMetrics(c.reg), Partitioned: c.partitioned(), EventStore: c.fromStore,
-		Progress: st.progress(c.partitioned(), c.fromStore), BrokerProgress: brokerProgress,
+		Progress: progress, BrokerProgress: brokerProgress,
 		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps, Clock: c.clk})
 	c.reg.MustRegister(newInstanceCollector(h.eng.Set))
 	h.sched = loader.Scheduler()
@@ -131,6 +133,9 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 	}
 	if h.subs != nil {
 		committed.add(h.subs.Notify)
+	}
+	if p, ok := progress.(*partition.Progress); ok && h.partitions != nil {
+		p.Local = h.partitions // a wait on a unit this host runs reads nothing
 	}
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_plugin_reloads_total",
 		Help: "Plugin directory reloads, by outcome (applied, partial, unchanged, rejected, canceled)."}, []string{"outcome"})

@@ -149,6 +149,9 @@ func (p *Postgres) pid() int {
 // Tail is the end of the server's log.
 func (p *Postgres) Tail() string { return tail(p.log, 3000) }
 
+// Log is the path of the server's log.
+func (p *Postgres) Log() string { return p.log }
+
 func (p *Postgres) pgctl(ctx context.Context, args ...string) ([]byte, error) {
 	return p.run(ctx, "pg_ctl", append([]string{"-D", p.data, "-w", "-t", "120"}, args...)...)
 }

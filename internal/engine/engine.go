@@ -339,6 +339,7 @@ func (e *Engine) dispatch(ctx context.Context, typ string, data json.RawMessage,
 	if err != nil {
 		return nil, err
 	}
+	e.rw.Appended(committed.Events) // a read of one's own write finds its key here
 	out := &CommandResult{ID: env.ID, Events: Appended(committed.Events)}
 	out.Dispatched = e.followUp(ctx, committed.Commands, env)
 	return out, nil

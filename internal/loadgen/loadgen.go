@@ -99,16 +99,20 @@ func Run(ctx context.Context, o Options) (_ []Row, err error) {
 	var settings []string
 	statementStats := false
 	if o.Profile != "" {
-		var s string
-		if s, statementStats = statementsSetting(); statementStats {
-			settings = append(settings, s)
-		}
+		settings, statementStats = statementsSettings()
 	}
 	pg, err := chaos.StartPostgres(ctx, dir, settings...)
 	if err != nil {
 		return nil, err
 	}
 	defer pg.Stop(false)
+	if statementStats {
+		defer func() { // its slow statements' plans (auto_explain)
+			if b, rerr := os.ReadFile(pg.Log()); rerr == nil {
+				_ = os.WriteFile(filepath.Join(o.Profile, "postgres.log"), b, 0o644)
+			}
+		}()
+	}
 	rs, err := chaos.StartRedis(ctx, dir)
 	if err != nil {
 		return nil, err
@@ -121,7 +125,7 @@ func Run(ctx context.Context, o Options) (_ []Row, err error) {
 			return nil, err
 		}
 		if !statementStats {
-			note("pg_stat_statements is not installed beside PostgreSQL: the summary has no statements")
+			note("pg_stat_statements or auto_explain is not installed beside PostgreSQL: the summary has no statements")
 		} else if prof.pg, err = openStatements(ctx, chaos.URL(pg.Addr())); err != nil {
 			note("the summary has no statements: %v", err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/internal/chaos"
+	"github.com/proteanhq/protean-host/internal/testwait"
 )
 
 // The table gives each row's maximum as a ratio of the floor's, the first
@@ -232,16 +233,16 @@ func TestProfilerSavesAHostsProfiles(t *testing.T) {
 // 5 orders reads 10 calls, 2 per order, and the reader's own statements
 // are left out.
 func TestStatementsCountAPhase(t *testing.T) {
-	setting, ok := statementsSetting()
+	settings, ok := statementsSettings()
 	if !ok {
-		t.Skip("pg_stat_statements is not installed beside PostgreSQL")
+		t.Skip("pg_stat_statements and auto_explain are not installed beside PostgreSQL")
 	}
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "loadgen-statements-") // not t.TempDir: its parent is closed to postgres
 	require.NoError(t, err)
 	defer os.RemoveAll(dir)
 	require.NoError(t, os.Chmod(dir, 0o755)) // PostgreSQL runs as postgres under root
-	pg, err := chaos.StartPostgres(ctx, dir, setting)
+	pg, err := chaos.StartPostgres(ctx, dir, settings...)
 	require.NoError(t, err)
 	defer pg.Stop(false)
 	st, err := openStatements(ctx, chaos.URL(pg.Addr()))
@@ -268,4 +269,12 @@ func TestStatementsCountAPhase(t *testing.T) {
 	lines := statementLines(total, top, 5)
 	require.Contains(t, lines[0], "10 calls (2.00 per order)")
 	require.Regexp(t, `^\s+10\s+2\.00\s+100\.0%`, lines[2])
+
+	// A statement slower than slowPlanMS leaves its plan in the log.
+	_, err = conn.Exec(ctx, fmt.Sprintf("SELECT pg_sleep(%g) AS slow_enough", 1.5*slowPlanMS/1000))
+	require.NoError(t, err)
+	testwait.True(t, "the slow statement's plan is in the server's log", func() bool {
+		b, _ := os.ReadFile(pg.Log())
+		return strings.Contains(string(b), "Query Text: SELECT pg_sleep") && strings.Contains(string(b), "Result")
+	})
 }

@@ -16,18 +16,27 @@ import (
 // statementsTop is how many statements the summary lists per phase.
 const statementsTop = 12
 
-// statementsSetting is the server setting that loads pg_stat_statements,
-// when the library is installed beside the server's binaries (Debian's
-// postgresql package ships it); ok is false when it is not.
-func statementsSetting() (setting string, ok bool) {
+// slowPlanMS is how long a statement runs before auto_explain logs its
+// plan, in a profiled run.
+const slowPlanMS = 20
+
+// statementsSettings are the server settings that load pg_stat_statements
+// and auto_explain (the plan of every statement slower than slowPlanMS
+// goes to the server's log), when the libraries are installed beside the
+// server's binaries (Debian's postgresql package ships them); ok is false
+// when they are not.
+func statementsSettings() (settings []string, ok bool) {
 	bin, err := serverbin.PostgresBinDir()
 	if err != nil {
-		return "", false
+		return nil, false
 	}
-	if _, err := os.Stat(filepath.Join(bin, "..", "lib", "pg_stat_statements.so")); err != nil {
-		return "", false
+	for _, lib := range []string{"pg_stat_statements", "auto_explain"} {
+		if _, err := os.Stat(filepath.Join(bin, "..", "lib", lib+".so")); err != nil {
+			return nil, false
+		}
 	}
-	return "shared_preload_libraries=pg_stat_statements", true
+	return []string{"shared_preload_libraries=pg_stat_statements,auto_explain",
+		fmt.Sprintf("auto_explain.log_min_duration=%d", slowPlanMS), "auto_explain.log_format=text"}, true
 }
 
 // statements reads PostgreSQL's per-statement statistics

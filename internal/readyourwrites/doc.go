@@ -44,4 +44,19 @@
 // each event with its key, and a key handled here up to N or past it
 // needs no read at all, the usual case of a read of one's own write on
 // the host that ran its projection.
+//
+// A read of one's own write that comes before its projection has run (the
+// usual GET right after its command) reads nothing either when this
+// process runs the key's unit: the source answers the unit's position
+// from its worker (LocalCheck: partition.Progress asks this process's
+// partition workers), and the key's last event at or below N is the
+// reader's own at N, which this process appended a moment before and
+// remembers (Waiter.Appended keeps the last 1,024 events its commands
+// committed). The wait then sleeps until the unit marks the event. A
+// worker's position may lag the positions row only when its unit was
+// lost to another process meanwhile, so such a wait polls every 50 ms as
+// a safety net, and that poll reads the source. Before, each such read
+// cost about three reads of the positions row and one backward read of
+// the store (make load, 1 host: 2.92 and 1 per order, 10 % of the host's
+// CPU and 17 % of PostgreSQL's execution time).
 package readyourwrites

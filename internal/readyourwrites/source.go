@@ -50,6 +50,19 @@ type Check interface {
 	KeyPosition(ctx context.Context, r Route, key string) (at int64, ok bool, _ error)
 }
 
+// LocalCheck is a Check that can also answer KeyPosition from this
+// process's own unit of the key, without a read.
+type LocalCheck interface {
+	// LocalKeyPosition is, when this process runs the unit of key now
+	// (owned), how far that unit has committed r.Group's effects: a lower
+	// bound of KeyPosition's answer, never past it. A unit of this process
+	// marks what it handles (Waiter.Mark), so a wait answered this way
+	// sleeps on the marks and polls the source only as a safety net (the
+	// unit may have been lost to another process meanwhile), and that poll
+	// asks KeyPosition.
+	LocalKeyPosition(r Route, key string) (at int64, owned bool)
+}
+
 // ErrFailed: an event at or below the position waited for failed in the
 // projection's handler and is recorded for an operator.
 var ErrFailed = errors.New("projection's handler failed an event")

@@ -31,8 +31,9 @@ type Options struct {
 // Waiter keeps what this process's consumers have handled and waits on it
 // and on the sources (see the package doc).
 type Waiter struct {
-	opts  Options
-	marks *marks
+	opts   Options
+	marks  *marks
+	recent recent
 }
 
 // New returns a Waiter.
@@ -64,6 +65,12 @@ func (w *Waiter) Mark(r Route, gp int64, key string) (fold bool) {
 	return w.marks.mark(r.Group, r.Category, gp, key)
 }
 
+// Appended records events this process has just committed to the store
+// (a command's): a keyed wait for the key of one of them, at that event's
+// own position (the reader's own write), then finds the key's last event
+// without a read. The Waiter keeps the last recentSlots of them.
+func (w *Waiter) Appended(events []eventstore.Event) { w.recent.add(events) }
+
 // Fold walks the store up to gp (the mark that called for it) to fold
 // r.Group's marks in r.Category into its watermark. local, if set, is asked about the events the walk finds
 // unmarked: pass a source that reads nothing (the broker groups'); a
@@ -94,6 +101,11 @@ type pass struct {
 	// at or below position (0: it has none there), once a search found
 	// it; it lives as long as the wait, across its checks (keyCaughtUp).
 	lastOfKey map[string]int64
+	// local is set when the target checked last was answered by this
+	// process's own unit of the key (LocalCheck), with no read; polled
+	// when this check runs because a poll was due, not on a mark: a poll
+	// reads the source, as a local answer may lag a unit lost meanwhile.
+	local, polled bool
 }
 
 // check is the pass's check of src, begun at its first question.
@@ -151,7 +163,14 @@ func (w *Waiter) caughtUp(ctx context.Context, t Target, n int64, p *pass) (done
 			// projection has run here, reads nothing.
 			return true, nil
 		}
-		at, byUnit, err := p.check(t.Source).KeyPosition(ctx, t.Route, p.key)
+		c := p.check(t.Source)
+		if lc, ok := c.(LocalCheck); ok && !p.polled {
+			if at, owned := lc.LocalKeyPosition(t.Route, p.key); owned {
+				p.local = true
+				return w.keyCaughtUp(ctx, t, n, p, at, keyedAt)
+			}
+		}
+		at, byUnit, err := c.KeyPosition(ctx, t.Route, p.key)
 		if err != nil {
 			return false, err
 		}
@@ -248,6 +267,11 @@ func (w *Waiter) keyCaughtUp(ctx context.Context, t Target, n int64, p *pass, at
 // store is searched forward in windows (lastOfKeyForward), with the same
 // answer.
 func (w *Waiter) lastOfKey(ctx context.Context, category string, floor, n int64, p *pass) (int64, error) {
+	if data, ok := w.recent.at(category, n); ok && n > floor {
+		if k, ok := w.opts.KeyOf(data, p.field); ok && k == p.key {
+			return n, nil // the key's own event is at n: none can be later
+		}
+	}
 	br, ok := w.opts.Events.(eventstore.BackwardReader)
 	if !ok {
 		return w.lastOfKeyForward(ctx, category, floor, n, p)
@@ -313,17 +337,22 @@ func (w *Waiter) lastOfKeyForward(ctx context.Context, category string, floor, n
 func (w *Waiter) Wait(ctx context.Context, projection string, n int64, field, key string, targets func() ([]Target, error)) error {
 	lastOfKey := map[string]int64{} // what keyed checks found, for the whole wait
 	pollEvery := firstRemotePoll
+	polled := false
 	for {
 		ts, err := targets()
 		if err != nil {
 			return err
 		}
 		changed := w.marks.wait()
-		done, remote := true, false
-		p := &pass{projection: projection, position: n, field: field, key: key, lastOfKey: lastOfKey}
+		done, remote, local := true, false, false
+		p := &pass{projection: projection, position: n, field: field, key: key, lastOfKey: lastOfKey, polled: polled}
 		for _, t := range ts {
-			remote = remote || t.Source != nil && t.Source.Remote()
+			p.local = false
 			ok, err := w.caughtUp(ctx, t, n, p)
+			// A unit of this process's marks what it handles, which wakes
+			// the wait: its target is polled only as a safety net.
+			local = local || p.local
+			remote = remote || t.Source != nil && t.Source.Remote() && !p.local
 			if err != nil && ctx.Err() == nil {
 				return err
 			}
@@ -336,16 +365,21 @@ func (w *Waiter) Wait(ctx context.Context, projection string, n int64, field, ke
 			return nil
 		}
 		var poll <-chan time.Time
-		if remote {
+		switch {
+		case remote:
 			poll = w.opts.After(pollEvery)
 			pollEvery = min(2*pollEvery, remotePoll)
+		case local:
+			poll = w.opts.After(remotePoll)
 		}
+		polled = false
 	sleep:
 		for {
 			select {
 			case <-ctx.Done():
 				return &CaughtUpError{Projection: projection, Position: n, Err: ctx.Err()}
 			case <-poll:
+				polled = true
 				break sleep
 			case <-changed:
 				// Every mark wakes every waiter: check again only once

@@ -152,3 +152,124 @@ func TestRemoteWaitPollsSoonThenBacksOff(t *testing.T) {
 	ms := time.Millisecond
 	require.Equal(t, []time.Duration{5 * ms, 10 * ms, 20 * ms, 40 * ms, 50 * ms, 50 * ms}, waits)
 }
+
+// localSource is a unitSource whose key's unit also runs in this process
+// (LocalCheck): it answers local, with no read, while owned.
+type localSource struct {
+	unitSource
+	local int64
+	owned bool
+	asked int
+}
+
+func (s *localSource) Check(string, int64) Check { return s }
+
+func (s *localSource) LocalKeyPosition(Route, string) (int64, bool) {
+	s.asked++
+	return s.local, s.owned
+}
+
+// A read of one's own write whose key's unit runs in this process reads
+// nothing: the unit's position is the worker's own (LocalCheck), the
+// key's last event at or below n is the reader's own, just appended here
+// (Appended), and the wait wakes on the unit's mark. It asks for no quick
+// remote poll, only the safety net's.
+func TestKeyedWaitOnALocalUnitReadsNothing(t *testing.T) {
+	ctx := context.Background()
+	mem := eventstore.NewMemory(nil)
+	stored, err := mem.Append(ctx, []eventstore.NewEvent{
+		{Stream: "c-1", Type: "E", Data: json.RawMessage(`{"id":"k0"}`), ExpectedVersion: eventstore.AnyVersion},
+		{Stream: "c-2", Type: "E", Data: json.RawMessage(`{"id":"k1"}`), ExpectedVersion: eventstore.AnyVersion},
+	})
+	require.NoError(t, err)
+	n := stored[1].GlobalPosition
+	counted := &forwardOnly{Events: mem}
+	store := &backward{forwardOnly: counted, br: mem}
+	polls := make(chan time.Duration, 8)
+	w := New(Options{Events: store, KeyOf: keyOf, After: func(d time.Duration) <-chan time.Time {
+		polls <- d // the wait is about to sleep
+		return nil // never due: only the mark wakes the wait
+	}})
+	w.Appended(stored)
+	src := &localSource{unitSource: unitSource{remote: true}, local: stored[0].GlobalPosition, owned: true}
+	r := Route{Group: "g", Category: "c", Field: "id"}
+	waited := make(chan error, 1)
+	go func() {
+		waited <- w.Wait(ctx, "g", n, "id", "k1", func() ([]Target, error) { return []Target{{Route: r, Source: src}}, nil })
+	}()
+	require.Equal(t, remotePoll, <-polls, "the safety net's poll, not the quick remote one")
+	w.Mark(r, n, "k1")
+	require.NoError(t, <-waited)
+	require.Empty(t, polls, "the mark ended the wait")
+	require.Zero(t, src.positions, "no read of the unit's position")
+	require.Zero(t, counted.reads+store.reads, "no read of the store")
+	require.Positive(t, src.asked)
+}
+
+// A local answer is a lower bound: when the unit was lost to another
+// process, its worker's position lags, and the wait's safety-net poll
+// asks the source, whose answer ends it. A unit this process does not run
+// is asked of the source at once.
+func TestALocalAnswerIsCheckedAtThePoll(t *testing.T) {
+	ctx := context.Background()
+	mem := eventstore.NewMemory(nil)
+	stored, err := mem.Append(ctx, []eventstore.NewEvent{{Stream: "c-1", Type: "E", Data: json.RawMessage(`{"id":"k"}`), ExpectedVersion: eventstore.AnyVersion}})
+	require.NoError(t, err)
+	n := stored[0].GlobalPosition
+	var polls []time.Duration
+	w := New(Options{Events: mem, KeyOf: keyOf, After: func(d time.Duration) <-chan time.Time {
+		polls = append(polls, d)
+		ch := make(chan time.Time, 1)
+		ch <- time.Time{}
+		return ch
+	}})
+	r := Route{Group: "g", Category: "c", Field: "id"}
+	src := &localSource{unitSource: unitSource{at: n, remote: true}, local: 0, owned: true}
+	require.NoError(t, w.Wait(ctx, "g", n, "id", "k", func() ([]Target, error) { return []Target{{Route: r, Source: src}}, nil }))
+	require.Equal(t, 1, src.asked, "the first check asked the local unit")
+	require.Equal(t, 1, src.positions, "the poll read the source")
+	require.Equal(t, []time.Duration{remotePoll}, polls)
+
+	notHere := &localSource{unitSource: unitSource{at: n, remote: true}}
+	require.NoError(t, New(Options{Events: mem, KeyOf: keyOf}).Wait(ctx, "g", n, "id", "k", func() ([]Target, error) {
+		return []Target{{Route: r, Source: notHere}}, nil
+	}))
+	require.Equal(t, 1, notHere.positions, "a unit not run here is read at the first check")
+}
+
+// Appended remembers the events by position and category only: the
+// search for the key's last event reads the store when the event at n
+// is another key's, another category's, or no longer held.
+func TestRecentAppendsAnswerOnlyTheirOwnKeyAtN(t *testing.T) {
+	ctx := context.Background()
+	mem := eventstore.NewMemory(nil)
+	var evs []eventstore.NewEvent
+	for i := range 3 {
+		evs = append(evs, keyedEvent(false, i%2, i))
+	}
+	stored, err := mem.Append(ctx, evs)
+	require.NoError(t, err)
+	counted := &forwardOnly{Events: mem}
+	store := &backward{forwardOnly: counted, br: mem}
+	w := New(Options{Events: store, KeyOf: keyOf})
+	w.Appended(stored)
+	last := func(category, key string, n int64) int64 {
+		t.Helper()
+		got, err := w.lastOfKey(ctx, category, 0, n, &pass{field: "id", key: key})
+		require.NoError(t, err)
+		return got
+	}
+	n := stored[2].GlobalPosition // k0's
+	require.Equal(t, n, last("c", "k0", n))
+	require.Zero(t, store.reads, "the key's own event at n: no read")
+	require.Equal(t, stored[1].GlobalPosition, last("c", "k1", n), "another key's event at n: the search reads")
+	require.Equal(t, 1, store.reads)
+	require.Zero(t, last("o", "k0", n), "another category: the search reads, and finds none")
+	require.Equal(t, 2, store.reads)
+
+	for i := int64(1); i <= recentSlots; i++ { // n's slot is taken by a later event
+		w.Appended([]eventstore.Event{{Stream: "o-1", GlobalPosition: n + i, Data: json.RawMessage(`{"id":"k0"}`)}})
+	}
+	require.Equal(t, n, last("c", "k0", n))
+	require.Equal(t, 3, store.reads, "no longer held: the search reads")
+}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/proteanhq/protean-host/clock"
@@ -150,6 +151,18 @@ type worker struct {
 	// handover is set (under the consumer's mu) when the worker was
 	// stopped to hand its unit to another host (fair share).
 	handover bool
+	// committed is the highest position the unit has committed on any of
+	// its streams, as far as this worker knows: -1 until it has claimed
+	// the positions row, then that row's, then moved by each run it
+	// commits (Committed). Written by the worker's goroutine only.
+	committed atomic.Int64
+}
+
+// commit records that the unit has committed up to at.
+func (w *worker) commit(at int64) {
+	if at > w.committed.Load() {
+		w.committed.Store(at)
+	}
 }
 
 // signal wakes the worker if it is idle; a busy one reads again anyway.
@@ -252,6 +265,21 @@ func (c *Consumer) workers() []*worker {
 		ws = append(ws, w)
 	}
 	return ws
+}
+
+// Committed implements partition.LocalUnits: how far group's unit has
+// committed, when a worker of this instance runs it and has claimed its
+// positions row. It is what the worker knows: never past the row, behind
+// it only if the unit was lost to another instance meanwhile.
+func (c *Consumer) Committed(group, unit string) (int64, bool) {
+	c.mu.Lock()
+	w := c.owned[unitID{group, unit}]
+	c.mu.Unlock()
+	if w == nil {
+		return 0, false
+	}
+	at := w.committed.Load()
+	return at, at >= 0
 }
 
 // Owned lists the units this instance holds, for status and tests.
@@ -967,6 +995,7 @@ func (c *Consumer) spawn(lease Lease, s partition.Subscription, u unit) bool {
 	ctx, stop := context.WithCancel(c.soft)
 	w := &worker{lease: lease, sub: s, key: u.key, sources: u.sources, cat: u.cat, stop: stop, ctx: ctx, done: make(chan struct{}),
 		wake: make(chan struct{}, 1)}
+	w.committed.Store(-1)
 	c.mu.Lock()
 	if c.owned[unitID{lease.Group, lease.Unit}] != nil {
 		c.mu.Unlock()
@@ -1190,6 +1219,7 @@ func (c *Consumer) start(w *worker) (*state, error) {
 	if st.positions == nil {
 		st.positions = map[string]int64{}
 	}
+	w.commit(maxPosition(st.positions))
 	for _, s := range c.streams(w.snapshot()) {
 		// One round trip: reclaim, drop the stale consumers, first read.
 		t, err := c.opts.Leases.Take(c.work, w.lease, s, c.opts.BatchSize)
@@ -1207,6 +1237,15 @@ func (c *Consumer) start(w *worker) (*state, error) {
 		}
 	}
 	return st, nil
+}
+
+// maxPosition is the highest of positions (0 for none).
+func maxPosition(positions map[string]int64) int64 {
+	var at int64
+	for _, p := range positions {
+		at = max(at, p)
+	}
+	return at
 }
 
 // streams lists each source followed by its backfill lane when lanes are on.
@@ -1396,6 +1435,7 @@ func (r *run) Handle(ctx context.Context, from, to int) (int, error) {
 func (r *run) Handled(ctx context.Context, from, to int) error {
 	if gp := delivery.LastGlobalPosition(r.msgs[from:to]); gp > r.st.positions[r.stream] {
 		r.st.positions[r.stream] = gp
+		r.w.commit(gp)
 	}
 	if _, err := r.c.opts.Leases.Ack(ctx, r.w.lease, r.stream, r.ids[from:to]...); err != nil {
 		return err
@@ -1419,6 +1459,7 @@ func (r *run) Resync(ctx context.Context, i int) (int, error) {
 	if r.st.positions == nil {
 		r.st.positions = map[string]int64{}
 	}
+	r.w.commit(maxPosition(r.st.positions))
 	k := 0
 	for i+k < len(r.msgs) && r.msgs[i+k].GlobalPosition > 0 && r.msgs[i+k].GlobalPosition <= r.st.positions[r.stream] {
 		k++

@@ -267,13 +267,33 @@ func TestConsumerStopReleasesForAnImmediateTakeover(t *testing.T) {
 	a := r.consumer("host-a", h, time.Hour)
 	require.NoError(t, a.Start(context.Background()))
 	r.waitApplied(h)
+	unit := partition.PartitionUnit("order", "c-1")
+	requireCommitted(t, a, unit, 3)
+	_, ok := a.Committed("proj", partition.PartitionUnit("order", "c-2"))
+	require.False(t, ok, "a unit no worker here runs")
 	require.NoError(t, a.Stop(context.Background()))
+	_, ok = a.Committed("proj", unit)
+	require.False(t, ok, "a stopped instance runs no unit")
 	b := r.consumer("host-b", h, time.Hour)
 	start(t, b)
+	requireCommitted(t, b, unit, 3) // the positions row it claimed
 	r.pub.publish("order", "c-1", 3)
 	r.waitApplied(h)
 	r.requireExactlyOnceInOrder(h)
 	require.Equal(t, int64(2), b.Owned()[0].Generation)
+	requireCommitted(t, b, unit, 6)
+}
+
+// requireCommitted waits until c's worker of unit (group proj) says it
+// has committed up to at (Consumer.Committed, which read-your-writes
+// asks), and never past it.
+func requireCommitted(t *testing.T, c *redispartition.Consumer, unit string, at int64) {
+	t.Helper()
+	testwait.For(t, fmt.Sprintf("%s committed up to %d", unit, at), func() (bool, string) {
+		got, ok := c.Committed("proj", unit)
+		require.LessOrEqual(t, got, at, "never past what committed")
+		return ok && got == at, fmt.Sprintf("%d (owned: %v)", got, ok)
+	})
 }
 
 // An owner stalled past its TTL is replaced; when it resumes, its commit
