@@ -480,11 +480,7 @@ func (p *Postgres) claim(ctx context.Context, broker, owner string, limit int, l
 	if lanes != nil {
 		args = append(args, lanes.Enabled, lanes.Threshold)
 	}
-	rows, err := p.db.Pool.Query(ctx, claimQuery(limit, lanes != nil), args...)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: claim: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) {
+	out, err := queryUnder(ctx, p.db.Pool, claimSetting, claimQuery(limit, lanes != nil), args, func(r pgx.CollectableRow) (Row, error) {
 		if lanes == nil {
 			return scanRow(r)
 		}
