@@ -25,24 +25,28 @@
 // steps commit in order; it returns the prefix that committed and the
 // first step's error.
 //
-// Commit groups commands (group commit) on a backend that pipelines
-// (PostgreSQL): a command that finds no commit of its group in flight
-// commits at once, alone; commands that arrive meanwhile queue, and when
-// it ends the queue's head leads the next transaction, carrying up to
-// Options.GroupCommit queued commands (64 by default; 1 turns grouping
-// off). There is no timer: a lone command never waits, and a batch grows
-// with the time a commit takes. A group is the sorted set of categories a
-// command appends to, so a grouped transaction takes the category locks
-// each of its commands would take alone. Each command gets its own
-// Committed and error: a group refused or failed with proof that nothing
-// committed is rolled back and each member commits alone, in its own
-// caller and concurrently, so one command's conflict or duplicate fails
-// that command only; ErrCommitUnknown for the group is every member's
-// (never committed twice). A member whose context ends while queued leaves
-// the queue with the context's error; once sent it shares the group's
-// outcome, which runs under a context that ends only when every member's
-// has. Options.Committed is called once per transaction. The memory
-// backend commits each command alone.
+// Commit groups commands, and CommitRun groups the runs of different
+// callers (group commit), on a backend that pipelines (PostgreSQL): a
+// caller that finds no commit of its group in flight commits at once,
+// alone; callers that arrive meanwhile queue, and when it ends the queue's
+// head leads the next transaction, carrying queued callers up to
+// Options.GroupCommit steps (a command is one, a run one per message; 64
+// by default; 1 turns grouping off). There is no timer: a lone caller
+// never waits, and a batch grows with the time a commit takes. A group is
+// the sorted set of categories a caller appends to, so a grouped
+// transaction takes the category locks each of its callers would take
+// alone. The partition workers' runs of a projector, one unit each and
+// appending nothing, share one group: under load, the runs of many units
+// commit in one transaction, each with its own fence. Each caller gets its
+// own outcome: a group refused or failed with proof that nothing committed
+// is rolled back and each member commits alone, in its own caller and
+// concurrently, so one command's conflict or duplicate, or one run's
+// fence, fails that caller only; ErrCommitUnknown for the group is every
+// member's (never committed twice). A member whose context ends while
+// queued leaves the queue with the context's error; once sent it shares
+// the group's outcome, which runs under a context that ends only when
+// every member's has. Options.Committed is called once per transaction.
+// The memory backend commits each caller alone.
 //
 // Every unit of work writes its records in key order (a record's chained
 // writes keep theirs) and takes its category locks after them, in

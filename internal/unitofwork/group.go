@@ -12,23 +12,25 @@ import (
 	"github.com/proteanhq/protean-host/record"
 )
 
-// DefaultGroupCommit is the most commands one grouped transaction carries
-// when Options.GroupCommit is 0.
+// DefaultGroupCommit is the most steps (a command's commit, a message of a
+// run) one grouped transaction carries when Options.GroupCommit is 0.
 const DefaultGroupCommit = 64
 
-// grouper is group commit for commands (Commit, not fenced): a command
-// that finds no commit of its group in flight commits at once, alone;
-// commands that arrive while one is in flight queue, and when it ends the
-// first of them (the leader) commits up to max of the queue in one
-// transaction, then hands the rest to the next leader. There is no timer:
-// a lone command never waits, and a busy group's batch grows with the
-// time a commit takes.
+// grouper is group commit across callers: commands (Commit) and
+// consumers' runs (CommitRun; a partition unit's, say, while other units
+// commit theirs). A caller that finds no commit of its group in flight
+// commits at once, alone; callers that arrive while one is in flight
+// queue, and when it ends the first of them (the leader) commits the
+// queue's members, up to max steps, in one transaction, then hands the
+// rest to the next leader. There is no timer: a lone caller never waits,
+// and a busy group's batch grows with the time a commit takes.
 //
-// A group is the sorted set of categories a command appends to, so a
-// grouped transaction takes the category locks each of its commands takes
+// A group is the sorted set of categories a member appends to, so a
+// grouped transaction takes the category locks each of its members takes
 // alone, no more. Its record writes are sorted by key like every unit of
-// work's (sortWrites), so holding several commands' rows adds no lock
-// order that could deadlock.
+// work's (sortWrites), so holding several members' rows adds no lock
+// order that could deadlock; a run's fences are its own unit's, which no
+// other caller's run commits at the same time (one worker per unit).
 type grouper struct {
 	max int
 
@@ -40,72 +42,79 @@ type group struct {
 	queue []*member // waiting; the head is promoted to lead the next batch
 }
 
-// member is a queued command. The fields below ctx and s are the grouper's
-// (promoted, sent) under its mu, or written once before done is closed.
+// member is a queued caller: a command's stage, or a run's stages. The
+// fields below alone are the grouper's (promoted, sent) under its mu, or
+// written once before done is closed.
 type member struct {
-	ctx  context.Context
-	s    *stage
-	lead chan struct{} // closed when promoted: commit the next batch
-	done chan struct{} // closed when the outcome is set
+	ctx    context.Context
+	stages []*stage
+	// alone commits the member's stages without the group, as it would
+	// have with no group: a command's commitOne, a run's commitRunAlone.
+	alone func(context.Context) ([]Committed, error)
+	lead  chan struct{} // closed when promoted: commit the next batch
+	done  chan struct{} // closed when the outcome is set
 
 	promoted, sent bool
 
-	out   Committed
-	err   error
-	alone bool // the batch failed and committed nothing: commit alone
+	out  []Committed
+	err  error
+	solo bool // the batch failed and committed nothing: commit alone
 }
 
 func newGrouper(max int) *grouper {
 	return &grouper{max: max, groups: make(map[string]*group)}
 }
 
-// groupKey is the sorted set of categories s appends to.
-func groupKey(s *stage) string {
+// groupKey is the sorted set of categories stages append to.
+func groupKey(stages []*stage) string {
 	categories := make([]string, 0, 1)
-	for _, ev := range s.events {
-		categories = append(categories, eventstore.Category(ev.Stream))
+	for _, s := range stages {
+		for _, ev := range s.events {
+			categories = append(categories, eventstore.Category(ev.Stream))
+		}
 	}
 	slices.Sort(categories)
 	return strings.Join(slices.Compact(categories), "\x00")
 }
 
-// commit commits s, grouped with the commands of its group that queue
-// behind a commit in flight.
-func (g *grouper) commit(ctx context.Context, u *UnitOfWork, s *stage) (Committed, error) {
-	key := groupKey(s)
+// commit commits stages, grouped with the members of their group that
+// queue behind a commit in flight; alone commits them without the group
+// (see member).
+func (g *grouper) commit(ctx context.Context, u *UnitOfWork, stages []*stage, alone func(context.Context) ([]Committed, error)) ([]Committed, error) {
+	key := groupKey(stages)
 	g.mu.Lock()
 	grp, busy := g.groups[key]
 	if !busy {
 		g.groups[key] = &group{}
 		g.mu.Unlock()
-		out, err := u.commitOne(ctx, s)
+		out, err := alone(ctx)
 		g.handOff(key)
 		return out, err
 	}
-	m := &member{ctx: ctx, s: s, lead: make(chan struct{}), done: make(chan struct{})}
+	m := &member{ctx: ctx, stages: stages, alone: alone, lead: make(chan struct{}), done: make(chan struct{})}
 	grp.queue = append(grp.queue, m)
 	g.mu.Unlock()
 	select {
 	case <-m.done:
-		return m.result(u)
+		return m.result()
 	case <-m.lead:
 		return g.leadBatch(u, key, m)
 	case <-ctx.Done():
 		if g.leave(key, m) {
-			return Committed{}, ctx.Err()
+			return nil, ctx.Err()
 		}
 		<-m.done // sent: it shares its batch's outcome
-		return m.result(u)
+		return m.result()
 	}
 }
 
 // result is a member's outcome once done is closed: its batch's, or its
 // own commit when the batch failed without committing.
-func (m *member) result(u *UnitOfWork) (Committed, error) {
-	if m.alone {
+func (m *member) result() ([]Committed, error) {
+	if m.solo {
 		// Each member commits alone in its own caller, concurrently: one
-		// command's conflict or refusal fails that command only.
-		return u.commitOne(m.ctx, m.s)
+		// command's conflict or refusal (or one run's) fails it only.
+		return m.alone(m.ctx)
 	}
 	return m.out, m.err
 }
@@ -146,19 +155,23 @@ func (g *grouper) promoteLocked(key string, grp *group) {
 }
 
 // leadBatch commits, in one transaction, m (the queue's head) and the
-// members behind it, up to max, and hands the group on. If the
-// transaction fails with anything but ErrCommitUnknown nothing was
-// committed, and each member commits alone.
-func (g *grouper) leadBatch(u *UnitOfWork, key string, m *member) (Committed, error) {
+// members behind it, up to max steps (m's at least), and hands the group
+// on. If the transaction fails with anything but ErrCommitUnknown nothing
+// was committed, and each member commits alone.
+func (g *grouper) leadBatch(u *UnitOfWork, key string, m *member) ([]Committed, error) {
 	g.mu.Lock()
 	grp := g.groups[key]
 	if err := m.ctx.Err(); err != nil {
 		grp.queue = grp.queue[1:]
 		g.promoteLocked(key, grp)
 		g.mu.Unlock()
-		return Committed{}, err
+		return nil, err
 	}
-	n := min(len(grp.queue), g.max)
+	n, steps := 1, len(m.stages)
+	for n < len(grp.queue) && steps+len(grp.queue[n].stages) <= g.max {
+		steps += len(grp.queue[n].stages)
+		n++
+	}
 	batch := slices.Clone(grp.queue[:n])
 	grp.queue = slices.Clone(grp.queue[n:])
 	for _, b := range batch {
@@ -166,13 +179,13 @@ func (g *grouper) leadBatch(u *UnitOfWork, key string, m *member) (Committed, er
 	}
 	g.mu.Unlock()
 	if n == 1 {
-		out, err := u.commitOne(m.ctx, m.s)
+		out, err := m.alone(m.ctx)
 		g.handOff(key)
 		return out, err
 	}
-	stages := make([]*stage, n)
-	for i, b := range batch {
-		stages[i] = b.s
+	stages := make([]*stage, 0, steps)
+	for _, b := range batch {
+		stages = append(stages, b.stages...)
 	}
 	ctx, stop := together(batch)
 	out, err := u.commitStages(ctx, stages)
@@ -180,18 +193,18 @@ func (g *grouper) leadBatch(u *UnitOfWork, key string, m *member) (Committed, er
 	for i, b := range batch {
 		switch {
 		case err == nil:
-			b.out = out[i]
+			b.out, out = out[:len(b.stages):len(b.stages)], out[len(b.stages):]
 		case errors.Is(err, ErrCommitUnknown):
 			b.err = err // it may have committed: never twice
 		default:
-			b.alone = true
+			b.solo = true
 		}
 		if i > 0 {
 			close(b.done)
 		}
 	}
 	g.handOff(key)
-	return m.result(u)
+	return m.result()
 }
 
 // together is the context a batch's transaction runs under: it ends when

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/proteanhq/protean-host/abi"
 	"github.com/proteanhq/protean-host/eventstore"
@@ -36,10 +37,11 @@ type Options struct {
 	// outbox relay uses it to wake up): once per transaction, so once for
 	// a grouped commit of many commands.
 	Committed func()
-	// GroupCommit is the most commands (Commit) one transaction carries
-	// when they queue behind a commit of the same categories in flight
-	// (group commit, on a backend that pipelines: PostgreSQL). 0 means
-	// DefaultGroupCommit; 1 turns group commit off (each command commits
+	// GroupCommit is the most steps (a command's Commit is one, a
+	// CommitRun one per message) one transaction carries when callers
+	// queue behind a commit of the same categories in flight (group
+	// commit, on a backend that pipelines: PostgreSQL). 0 means
+	// DefaultGroupCommit; 1 turns group commit off (each caller commits
 	// alone).
 	GroupCommit int
 }
@@ -142,8 +144,10 @@ type Step struct {
 // are not tried. This is group commit: on PostgreSQL the whole run is one
 // transaction in one round trip; when a step fails, that transaction is
 // rolled back and the steps are committed one at a time up to the failing
-// one, whose typed error (a conflict, a fence, a key) is returned. On
-// memory each step is its own transaction.
+// one, whose typed error (a conflict, a fence, a key) is returned. Runs of
+// other callers (other units') that queue behind a commit in flight share
+// its next transaction (group commit, see the package doc). On memory
+// each step is its own transaction.
 func (u *UnitOfWork) CommitRun(ctx context.Context, steps []Step) ([]Committed, error) {
 	staged := make([]*stage, 0, len(steps))
 	var err error
@@ -155,24 +159,42 @@ func (u *UnitOfWork) CommitRun(ctx context.Context, steps []Step) ([]Committed, 
 		}
 		staged = append(staged, s)
 	}
+	alone := func(ctx context.Context) ([]Committed, error) { return u.commitRunAlone(ctx, staged) }
+	commit := alone
+	if u.group != nil && slices.ContainsFunc(staged, func(s *stage) bool { return !s.empty() }) {
+		// Other callers' runs (other units') share the transaction.
+		commit = func(ctx context.Context) ([]Committed, error) { return u.group.commit(ctx, u, staged, alone) }
+	}
+	out, cerr := commit(ctx)
+	if cerr != nil {
+		return out, cerr
+	}
+	return out, err
+}
+
+// commitRunAlone commits a run's stages in one transaction (the pipeline,
+// when the backend has one), or, when that fails and proves nothing
+// committed, one at a time up to the first that fails: the prefix that
+// committed, and that stage's error.
+func (u *UnitOfWork) commitRunAlone(ctx context.Context, staged []*stage) ([]Committed, error) {
 	if len(staged) > 1 {
-		out, perr := u.commitStages(ctx, staged)
+		out, err := u.commitStages(ctx, staged)
 		switch {
-		case perr == nil:
-			return out, err
-		case errors.Is(perr, ErrCommitUnknown):
-			return nil, perr // it may have committed: never twice
+		case err == nil:
+			return out, nil
+		case errors.Is(err, ErrCommitUnknown):
+			return nil, err // it may have committed: never twice
 		}
 	}
 	out := make([]Committed, 0, len(staged))
 	for _, s := range staged {
-		c, cerr := u.commitOne(ctx, s)
-		if cerr != nil {
-			return out, cerr
+		c, err := u.commitOne(ctx, s)
+		if err != nil {
+			return out, err
 		}
 		out = append(out, c)
 	}
-	return out, err
+	return out, nil
 }
 
 // stage is one step, checked and turned into the stores' terms.
@@ -257,7 +279,14 @@ func (u *UnitOfWork) commit(ctx context.Context, fence *position.Fence, changes 
 	if fence == nil {
 		s.key = keyFrom(ctx)
 		if u.group != nil && !s.empty() {
-			return u.group.commit(ctx, u, s)
+			out, err := u.group.commit(ctx, u, []*stage{s}, func(ctx context.Context) ([]Committed, error) {
+				c, err := u.commitOne(ctx, s)
+				return []Committed{c}, err
+			})
+			if err != nil {
+				return Committed{}, err
+			}
+			return out[0], nil
 		}
 	}
 	return u.commitOne(ctx, s)
