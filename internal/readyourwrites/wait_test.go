@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/eventstore"
+	"github.com/proteanhq/protean-host/internal/testwait"
 )
 
 // A consumer's marks fold into the watermark as they pile up; a gap (an
@@ -197,9 +198,9 @@ func TestKeyedWaitOnALocalUnitReadsNothing(t *testing.T) {
 	go func() {
 		waited <- w.Wait(ctx, "g", n, "id", "k1", func() ([]Target, error) { return []Target{{Route: r, Source: src}}, nil })
 	}()
-	require.Equal(t, remotePoll, <-polls, "the safety net's poll, not the quick remote one")
+	require.Equal(t, remotePoll, testwait.Recv(t, "the wait going to sleep", polls), "the safety net's poll, not the quick remote one")
 	w.Mark(r, n, "k1")
-	require.NoError(t, <-waited)
+	require.NoError(t, testwait.Recv(t, "the wait's end", waited))
 	require.Empty(t, polls, "the mark ended the wait")
 	require.Zero(t, src.positions, "no read of the unit's position")
 	require.Zero(t, counted.reads+store.reads, "no read of the store")
