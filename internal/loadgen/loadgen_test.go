@@ -278,3 +278,19 @@ func TestStatementsCountAPhase(t *testing.T) {
 		return strings.Contains(string(b), "Query Text: SELECT pg_sleep") && strings.Contains(string(b), "Result")
 	})
 }
+
+// The summary gives each process's CPU per order of the phase, the
+// machine's too; a phase without orders gives none.
+func TestSummaryCPUPerOrder(t *testing.T) {
+	t.Parallel()
+	p := &profiler{records: []phaseRecord{
+		{config: "1 host(s)", wall: 10 * time.Second, machine: 4 * time.Second, orders: 1000,
+			cpu: []procCPU{{"host0", 2 * time.Second}, {"postgres", 500 * time.Millisecond}}},
+		{config: "floor", wall: 10 * time.Second, machine: -1, cpu: []procCPU{{"postgres", time.Second}}},
+	}}
+	sum := p.summary(context.Background())
+	require.Contains(t, sum, "  host0       2.00s  0.20 cores  2.000 ms per order\n")
+	require.Contains(t, sum, "  postgres    0.50s  0.05 cores  0.500 ms per order\n")
+	require.Contains(t, sum, "  machine     4.00s  0.40 cores  4.000 ms per order (every process")
+	require.Contains(t, sum, "  postgres    1.00s  0.10 cores\n", "no orders: no figure per order")
+}

@@ -27,16 +27,22 @@ func (p *profiler) summary(ctx context.Context) string {
 	var b strings.Builder
 	for _, r := range records {
 		fmt.Fprintf(&b, "## %s, maximum phase (%s)\n\n", r.config, r.wall.Round(10*time.Millisecond))
-		b.WriteString("CPU over the phase (cores = CPU time / wall time):\n")
+		b.WriteString("CPU over the phase (cores = CPU time / wall time; per order = CPU time / the phase's orders):\n")
+		perOrder := func(d time.Duration) string {
+			if r.orders <= 0 {
+				return ""
+			}
+			return fmt.Sprintf("  %.3f ms per order", d.Seconds()*1000/float64(r.orders))
+		}
 		for _, c := range r.cpu {
 			if c.used < 0 {
 				fmt.Fprintf(&b, "  %-9s not found\n", c.name)
 				continue
 			}
-			fmt.Fprintf(&b, "  %-9s %6.2fs  %.2f cores\n", c.name, c.used.Seconds(), c.used.Seconds()/r.wall.Seconds())
+			fmt.Fprintf(&b, "  %-9s %6.2fs  %.2f cores%s\n", c.name, c.used.Seconds(), c.used.Seconds()/r.wall.Seconds(), perOrder(c.used))
 		}
 		if r.machine >= 0 {
-			fmt.Fprintf(&b, "  %-9s %6.2fs  %.2f cores (every process, this run's and others')\n", "machine", r.machine.Seconds(), r.machine.Seconds()/r.wall.Seconds())
+			fmt.Fprintf(&b, "  %-9s %6.2fs  %.2f cores%s (every process, this run's and others')\n", "machine", r.machine.Seconds(), r.machine.Seconds()/r.wall.Seconds(), perOrder(r.machine))
 		}
 		for _, e := range r.errs {
 			fmt.Fprintf(&b, "  missing: %s\n", e)
