@@ -82,6 +82,15 @@ type Row struct {
 	// trip; the floor: BEGIN to XADD) in the maximum phase: where an
 	// order's time goes when the path is saturated.
 	CmdP50, CmdP99 time.Duration
+	// Relayed is how many outbox rows the half-load phase committed and
+	// the relay published; RelayP50 and RelayP99 are their time from the
+	// command's commit to their publish (outbox created_at to
+	// published_at): the relay's share of accepted → projection. Hosts
+	// only (the floor has no outbox).
+	Relayed            int
+	RelayP50, RelayP99 time.Duration
+	// halfFrom and halfTo bound the half-load phase.
+	halfFrom, halfTo time.Time
 }
 
 // Run starts the servers, measures the floor and each host count, and
@@ -204,10 +213,24 @@ func measureHosts(ctx context.Context, o Options, dir string, cfg chaos.HostConf
 		if err != nil {
 			return rows, err
 		}
+		if err := relayed(ctx, cfg.DatabaseURL, &row); err != nil {
+			note("%s: the relay's latency is not known: %v", row.Name, err)
+		}
 		rows = append(rows, row)
 		note("%s", row)
 	}
 	return rows, nil
+}
+
+// relayed fills in row's relay figures from the outbox at url.
+func relayed(ctx context.Context, url string, row *Row) error {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	row.Relayed, row.RelayP50, row.RelayP99, err = relayLatency(ctx, pool, row.halfFrom, row.halfTo)
+	return err
 }
 
 // startHost starts host i with cfg on a free port; the first host migrates
@@ -300,7 +323,9 @@ func measure(ctx context.Context, o Options, name string, order orderFunc, prof 
 		row.CmdP50, row.CmdP99 = cmds[(len(cmds)-1)*50/100], cmds[(len(cmds)-1)*99/100]
 	}
 	pace := time.Duration(float64(time.Second) * float64(o.Clients) / (row.MaxRate / 2))
+	row.halfFrom = time.Now()
 	m, lat, _, misses := phase(ctx, o, name+"/half", order, pace)
+	row.halfTo = time.Now()
 	row.HalfRate = float64(m) / o.Duration.Seconds()
 	row.Misses = misses
 	if len(lat) > 0 {
@@ -394,9 +419,27 @@ func httpOrder(ctx context.Context, hc *http.Client, host, client, key string, s
 }
 
 func (r Row) String() string {
-	return fmt.Sprintf("%-10s max %7.1f orders/s (command p50 %s p99 %s) | half load %7.1f orders/s, accepted → projection p50 %s p99 %s, %d missed",
+	s := fmt.Sprintf("%-10s max %7.1f orders/s (command p50 %s p99 %s) | half load %7.1f orders/s, accepted → projection p50 %s p99 %s, %d missed",
 		r.Name, r.MaxRate, r.CmdP50.Round(10*time.Microsecond), r.CmdP99.Round(10*time.Microsecond), r.HalfRate,
 		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.Misses)
+	if r.Relayed > 0 {
+		s += fmt.Sprintf("; of which the relay, committed → published, p50 %s p99 %s (%d rows)",
+			r.RelayP50.Round(10*time.Microsecond), r.RelayP99.Round(10*time.Microsecond), r.Relayed)
+	}
+	return s
+}
+
+// relayLatency reads, from the outbox on pool, the rows committed between
+// from and to that the relay published: how many, and the p50 and p99 of
+// their time from commit to publish.
+func relayLatency(ctx context.Context, pool *pgxpool.Pool, from, to time.Time) (n int, p50, p99 time.Duration, _ error) {
+	var s50, s99 float64
+	err := pool.QueryRow(ctx, `SELECT count(*),
+			coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM published_at - created_at)), 0),
+			coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM published_at - created_at)), 0)
+		FROM outbox WHERE status = 'published' AND created_at >= $1 AND created_at < $2`, from, to).Scan(&n, &s50, &s99)
+	seconds := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	return n, seconds(s50), seconds(s99), err
 }
 
 // Table renders rows as a Markdown table with each row's throughput as a

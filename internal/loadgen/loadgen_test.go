@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/internal/chaos"
@@ -293,4 +294,45 @@ func TestSummaryCPUPerOrder(t *testing.T) {
 	require.Contains(t, sum, "  postgres    0.50s  0.05 cores  0.500 ms per order\n")
 	require.Contains(t, sum, "  machine     4.00s  0.40 cores  4.000 ms per order (every process")
 	require.Contains(t, sum, "  postgres    1.00s  0.10 cores\n", "no orders: no figure per order")
+}
+
+// The relay's latency is read from the outbox rows committed in the
+// half-load phase and published: their count, and the p50 and p99 of
+// published_at - created_at. Rows outside the phase, or not published,
+// do not count.
+func TestRelayLatency(t *testing.T) {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "loadgen-relay-") // not t.TempDir: its parent is closed to postgres
+	require.NoError(t, err)
+	defer os.RemoveAll(dir)
+	require.NoError(t, os.Chmod(dir, 0o755)) // PostgreSQL runs as postgres under root
+	pg, err := chaos.StartPostgres(ctx, dir)
+	require.NoError(t, err)
+	defer pg.Stop(false)
+	pool, err := pgxpool.New(ctx, chaos.URL(pg.Addr()))
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = pool.Exec(ctx, `CREATE TABLE outbox (status text, created_at timestamptz, published_at timestamptz)`)
+	require.NoError(t, err)
+	from := time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)
+	to := from.Add(20 * time.Second)
+	add := func(status string, at time.Time, took time.Duration) {
+		_, err := pool.Exec(ctx, `INSERT INTO outbox VALUES ($1, $2, $3)`, status, at, at.Add(took))
+		require.NoError(t, err)
+	}
+	for i := range 100 { // 1 ms .. 100 ms
+		add("published", from.Add(time.Duration(i)*100*time.Millisecond), time.Duration(i+1)*time.Millisecond)
+	}
+	add("published", from.Add(-time.Second), time.Hour) // before the phase
+	add("published", to, time.Hour)                     // after it
+	add("pending", from.Add(time.Second), time.Hour)    // not published
+	n, p50, p99, err := relayLatency(ctx, pool, from, to)
+	require.NoError(t, err)
+	require.Equal(t, 100, n)
+	require.InDelta(t, 50.5, float64(p50)/float64(time.Millisecond), 0.01)
+	require.InDelta(t, 99.01, float64(p99)/float64(time.Millisecond), 0.01)
+
+	row := Row{Name: "1 host(s)", Relayed: n, RelayP50: p50, RelayP99: p99}
+	require.Contains(t, row.String(), "of which the relay, committed → published, p50 50.5ms p99 99.01ms (100 rows)")
+	require.NotContains(t, Row{Name: "floor"}.String(), "relay", "the floor has no outbox")
 }
