@@ -472,8 +472,8 @@ func claimQuery(limit int, chained bool, epoch int) string {
 }
 
 // claimEpoch is the claim's plan epoch once the outbox has held rows up
-// to id highest: one more each time it grows four times over (ids 4, 16,
-// 64, ... 4^k), about fifteen in a deployment's life.
+// to id highest: one more each time it grows four times over (from ids
+// 2, 8, 32, ... 2^(2k-1)), about fifteen in a deployment's life.
 //
 // A connection plans a statement once and keeps the plan (the generic
 // plan, see claimQuery) until the table's statistics change. A relay's

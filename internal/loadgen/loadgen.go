@@ -289,7 +289,7 @@ func warmUp(ctx context.Context, o Options, name string, hosts []*chaos.Host, or
 			return err
 		}
 	}
-	label := strings.NewReplacer(" ", "", "(", "", ")", "").Replace(name)
+	label := configSlug(name)
 	errs := make([]error, o.Clients*len(hosts))
 	var wg sync.WaitGroup
 	for i := range errs {

@@ -47,7 +47,7 @@ type statements struct {
 }
 
 // openStatements connects to url and creates the extension; the server
-// must have been started with statementsSetting.
+// must have been started with statementsSettings.
 func openStatements(ctx context.Context, url string) (*statements, error) {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -109,7 +109,7 @@ func (s *statements) read(ctx context.Context) (total statementStat, top []state
 
 // statementLines renders a phase's statements: per statement its calls
 // (and per order), its execution time (share, and per call) and its
-// text on one line, cut at width.
+// text on one line, cut at 110 characters.
 func statementLines(total statementStat, top []statementStat, orders int) []string {
 	perOrder := func(n int64) string {
 		if orders <= 0 {

@@ -160,12 +160,13 @@ func (u *UnitOfWork) CommitRun(ctx context.Context, steps []Step) ([]Committed, 
 		staged = append(staged, s)
 	}
 	alone := func(ctx context.Context) ([]Committed, error) { return u.commitRunAlone(ctx, staged) }
-	commit := alone
+	var out []Committed
+	var cerr error
 	if u.group != nil && slices.ContainsFunc(staged, func(s *stage) bool { return !s.empty() }) {
-		// Other callers' runs (other units') share the transaction.
-		commit = func(ctx context.Context) ([]Committed, error) { return u.group.commit(ctx, u, staged, alone) }
+		out, cerr = u.group.commit(ctx, u, staged, alone) // other units' runs share the transaction
+	} else {
+		out, cerr = alone(ctx)
 	}
-	out, cerr := commit(ctx)
 	if cerr != nil {
 		return out, cerr
 	}
