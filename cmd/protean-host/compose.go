@@ -124,7 +124,8 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 	h.eng = engine.New(c.set, engine.Options{Events: st.events, Records: st.records, UnitOfWork: uow, Logger: c.log,
 		Metrics: engine.NewMetrics(c.reg), Partitioned: c.partitioned(), EventStore: c.fromStore,
 		Progress: progress, BrokerProgress: brokerProgress,
-		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps, Clock: c.clk})
+		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps, Clock: c.clk,
+		DocumentCacheBytes: documentCacheBytes(cfg.Plugins.DocumentCacheMB)})
 	c.reg.MustRegister(newInstanceCollector(h.eng.Set))
 	h.sched = loader.Scheduler()
 	c.reg.MustRegister(newShareCollector(h.sched))
@@ -373,4 +374,13 @@ func (w *wakeups) wake() {
 	for _, f := range *w {
 		f()
 	}
+}
+
+// documentCacheBytes is engine.Options.DocumentCacheBytes for [plugins]
+// document_cache_mb: 0 keeps no cache.
+func documentCacheBytes(mb int) int {
+	if mb <= 0 {
+		return -1
+	}
+	return mb << 20
 }

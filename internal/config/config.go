@@ -305,8 +305,13 @@ type Plugins struct {
 	// GuestConcurrency, through GuestSlots); 0 means twice GOMAXPROCS when
 	// the config names tenants and no sharing when it names none, -1 turns
 	// the sharing off (max_instances per module is then the only bound).
-	GuestConcurrency int    `toml:"guest_concurrency"`
-	Limits           Limits `toml:"limits"`
+	GuestConcurrency int `toml:"guest_concurrency"`
+	// DocumentCacheMB bounds the host's cache of the documents that
+	// projectors declaring documents_by_key committed, from which their
+	// partition units' next loads are answered (engine.Options.
+	// DocumentCacheBytes); 0 keeps no cache.
+	DocumentCacheMB int    `toml:"document_cache_mb"`
+	Limits          Limits `toml:"limits"`
 }
 
 // Limits is [plugins.limits]: the sandbox bounds of every module, unless its
@@ -706,6 +711,7 @@ func defaultPlugins() Plugins {
 		// 0: host.DefaultGuestConcurrency, twice GOMAXPROCS, decided where
 		// the host runs.
 		GuestConcurrency: loaderDefaults.GuestConcurrency,
+		DocumentCacheMB:  engine.DefaultDocumentCacheBytes >> 20,
 		Limits: Limits{
 			MemoryMB:          lim.MemoryMB,
 			TimeoutMS:         toMS(lim.Timeout),

@@ -66,7 +66,7 @@ func TestDefault(t *testing.T) {
 	require.Equal(t, time.Second, c.Server.StreamSubscription.RetryDelay())
 
 	require.Equal(t, config.Plugins{
-		Dir: "build/plugins", CacheDir: ".cache/wasm", CacheMaxMB: 256, FollowLinks: true,
+		Dir: "build/plugins", CacheDir: ".cache/wasm", CacheMaxMB: 256, FollowLinks: true, DocumentCacheMB: 16,
 		Limits: config.Limits{MemoryMB: 64, TimeoutMS: 5000, MaxOutputBytes: 16 << 20, ManifestTimeoutMS: 2000, Interruptible: true,
 			MaxTableElements: 100000, MaxModuleBytes: 32 << 20, CompileTimeoutMS: 10000, RecycleAboveMB: 32, InstanceIdleMS: 60000, LogLinesPerSecond: 10, LogBurst: 100, MaxCascadeDepth: 16, MaxFollowUps: 256,
 			ShapeLimits: config.ShapeLimits{MaxFunctions: 100_000, MaxFunctionBytes: 1 << 20, MaxFunctionLocals: 50_000, MaxModuleLocals: 1_000_000,
@@ -470,6 +470,8 @@ func TestValidate(t *testing.T) {
 			[]string{"plugins.dir must not be empty"}},
 		{"no cache dir", func(c *config.Config) { c.Plugins.CacheDir = "" }, nil},
 		{"cache unbounded", func(c *config.Config) { c.Plugins.CacheMaxMB = 0 }, nil},
+		{"document cache off", func(c *config.Config) { c.Plugins.DocumentCacheMB = 0 }, nil},
+		{"document cache negative", func(c *config.Config) { c.Plugins.DocumentCacheMB = -1 }, []string{"plugins.document_cache_mb must be >= 0 (got -1; 0 keeps no cache)"}},
 		{"cache bound negative", func(c *config.Config) { c.Plugins.CacheMaxMB = -1 },
 			[]string{"plugins.cache_max_mb must be >= 0 (got -1; 0 is unbounded)"}},
 		{"memory zero", func(c *config.Config) { c.Plugins.Limits.MemoryMB = 0 },

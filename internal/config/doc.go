@@ -97,6 +97,7 @@
 //	plugins.cache_dir = ".cache/wasm"
 //	plugins.cache_max_mb = 256
 //	plugins.dir = "build/plugins"
+//	plugins.document_cache_mb = 16
 //	plugins.follow_links = true
 //	plugins.guest_concurrency = 0
 //	plugins.limits.code_idle_ms = 0

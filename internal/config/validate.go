@@ -164,6 +164,9 @@ func (v *validator) plugins(p Plugins) {
 	if p.CacheMaxMB < 0 {
 		v.add("plugins.cache_max_mb", "must be >= 0 (got %d; 0 is unbounded)", p.CacheMaxMB)
 	}
+	if p.DocumentCacheMB < 0 {
+		v.add("plugins.document_cache_mb", "must be >= 0 (got %d; 0 keeps no cache)", p.DocumentCacheMB)
+	}
 	if p.GuestConcurrency < -1 {
 		v.add("plugins.guest_concurrency", "must be >= -1 (got %d; 0 means twice GOMAXPROCS, -1 shares nothing)", p.GuestConcurrency)
 	}

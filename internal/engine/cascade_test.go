@@ -44,19 +44,19 @@ func TestCascadeBudgetFailsTheMessage(t *testing.T) {
 		return abi.Envelope{ID: "1", Type: "Op", Data: json.RawMessage(`{"op":"` + name + `","id":"x","arg":"ops-x"}`),
 			Metadata: &abi.Metadata{CorrelationID: "origin", CascadeDepth: d}}
 	}
-	res, err := e.call(context.Background(), l, route, []abi.Envelope{op("read", MaxFollowUpDepth-1)})
+	res, err := e.call(context.Background(), l, route, []abi.Envelope{op("read", MaxFollowUpDepth-1)}, documentView{})
 	require.NoError(t, err)
 	require.NoError(t, res[0].err)
 	require.Len(t, res[0].Effects.Events, 1)
 
-	res, err = e.call(context.Background(), l, route, []abi.Envelope{op("read", MaxFollowUpDepth)})
+	res, err = e.call(context.Background(), l, route, []abi.Envelope{op("read", MaxFollowUpDepth)}, documentView{})
 	require.NoError(t, err)
 	require.ErrorIs(t, res[0].err, ErrFollowUpDepth)
 	require.Contains(t, res[0].err.Error(), "causation chain begun by origin")
 	require.Contains(t, res[0].err.Error(), "max_cascade_depth 16")
 	require.Equal(t, abi.ErrorPermanent, res[0].Error.Kind)
 
-	res, err = e.call(context.Background(), l, route, []abi.Envelope{op("ok", MaxFollowUpDepth+5)})
+	res, err = e.call(context.Background(), l, route, []abi.Envelope{op("ok", MaxFollowUpDepth+5)}, documentView{})
 	require.NoError(t, err)
 	require.NoError(t, res[0].err, "no follow-ups, no budget")
 }

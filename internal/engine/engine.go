@@ -65,6 +65,11 @@ type Options struct {
 	// (groups.Progress; nil: nothing counts as handled but what this
 	// engine marks).
 	BrokerProgress readyourwrites.Source
+	// DocumentCacheBytes bounds the cache of the documents projectors
+	// declaring documents_by_key committed, which serves their units'
+	// next loads (see documents): 0 is DefaultDocumentCacheBytes, less
+	// than 0 keeps no cache.
+	DocumentCacheBytes int
 }
 
 // Engine runs handler modules: it dispatches commands to command handlers
@@ -110,6 +115,9 @@ type loaded struct {
 	set    *host.Set
 	scopes map[*host.Module]*scope
 	users  *gate
+	// docs caches the documents of the set's projectors that declare
+	// documents_by_key (nil: no cache); a set swapped in starts empty.
+	docs *documents
 }
 
 // acquire returns the running set, admitted for a call; release it with
@@ -154,6 +162,9 @@ func New(set *host.Set, opts Options) *Engine {
 	if opts.BrokerProgress == nil {
 		opts.BrokerProgress = &unmarked{}
 	}
+	if opts.DocumentCacheBytes == 0 {
+		opts.DocumentCacheBytes = DefaultDocumentCacheBytes
+	}
 	e := &Engine{opts: opts, tracer: telemetry.Tracer(), log: opts.Logger, now: opts.Clock.Now, commands: newGate(),
 		stopped: make(chan struct{}), done: make(chan struct{})}
 	e.rw = readyourwrites.New(readyourwrites.Options{Events: opts.Events, KeyOf: partition.FieldKey, After: opts.Clock.After, Logger: opts.Logger})
@@ -170,7 +181,7 @@ func New(set *host.Set, opts Options) *Engine {
 // subscriptions read their subscriptions each pass). Once Stop has begun,
 // Swap closes set at once and changes nothing.
 func (e *Engine) Swap(set *host.Set) {
-	l := &loaded{set: set, scopes: map[*host.Module]*scope{}, users: newGate()}
+	l := &loaded{set: set, scopes: map[*host.Module]*scope{}, users: newGate(), docs: newDocuments(e.opts.DocumentCacheBytes)}
 	for _, m := range set.Modules() {
 		l.scopes[m] = newScope(set, m, e.scopeRefused)
 	}
@@ -402,7 +413,7 @@ func (e *Engine) scopeRefused(err *ScopeError) {
 // handleOne runs one message through a route and returns its result, or
 // the handler's error.
 func (e *Engine) handleOne(ctx context.Context, l *loaded, route host.Route, env abi.Envelope) (abi.Result, error) {
-	results, err := e.call(ctx, l, route, []abi.Envelope{env})
+	results, err := e.call(ctx, l, route, []abi.Envelope{env}, documentView{})
 	if err != nil {
 		return abi.Result{}, err
 	}
@@ -412,10 +423,10 @@ func (e *Engine) handleOne(ctx context.Context, l *loaded, route host.Route, env
 // call runs a batch through a route, checks every result's effects against
 // the module's scope, and records metrics. Each result carries the error
 // the engine reads from it (see [result]).
-func (e *Engine) call(ctx context.Context, l *loaded, route host.Route, envs []abi.Envelope) ([]result, error) {
+func (e *Engine) call(ctx context.Context, l *loaded, route host.Route, envs []abi.Envelope, docs documentView) ([]result, error) {
 	sc := l.scopes[route.Module]
 	start := e.now()
-	sess := &session{e: e, scope: sc, stall: route.Module.Limits.Timeout / stallShare}
+	sess := &session{e: e, scope: sc, stall: route.Module.Limits.Timeout / stallShare, docs: docs}
 	ctx, span := e.startHandle(ctx, route, envs)
 	defer span.End()
 	end := e.opts.Metrics.begin(route)

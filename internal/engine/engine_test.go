@@ -181,13 +181,13 @@ func TestScopeIsolatesModules(t *testing.T) {
 		return abi.Envelope{ID: "1", Type: "Op", Data: json.RawMessage(`{"op":"` + name + `","id":"x","arg":"order-x"}`)}
 	}
 	// Writing another module's projection fails the message permanently.
-	res, err := e.call(context.Background(), l, route, []abi.Envelope{op("foreign")})
+	res, err := e.call(context.Background(), l, route, []abi.Envelope{op("foreign")}, documentView{})
 	require.NoError(t, err)
 	require.Equal(t, abi.ErrorPermanent, res[0].Error.Kind)
 	require.Contains(t, res[0].Error.Message, "projection client_orders is not a projector or process manager of the module")
 	// Loading an aggregate of a category the module does not declare is
 	// refused by the host function.
-	res, err = e.call(context.Background(), l, route, []abi.Envelope{op("foreign_load")})
+	res, err = e.call(context.Background(), l, route, []abi.Envelope{op("foreign_load")}, documentView{})
 	require.NoError(t, err)
 	require.Contains(t, res[0].Error.Message, "may not read aggregates of category order: the module declares no messages on it")
 	// The module got a scope error, which the kit does not retry.
@@ -195,7 +195,7 @@ func TestScopeIsolatesModules(t *testing.T) {
 	var se *ScopeError
 	require.ErrorAs(t, res[0].err, &se)
 	// So is reading a stream of such a category.
-	res, err = e.call(context.Background(), l, route, []abi.Envelope{op("read")})
+	res, err = e.call(context.Background(), l, route, []abi.Envelope{op("read")}, documentView{})
 	require.NoError(t, err)
 	require.Contains(t, res[0].Error.Message, "may not read stream order-x of category order")
 	require.Equal(t, abi.ErrorPermanent, res[0].Error.Kind)

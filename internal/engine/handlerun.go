@@ -44,10 +44,14 @@ func (e *Engine) handleRun(ctx context.Context, b delivery.Batch) (_ int, err er
 	ctx, span := e.startProcess(ctx, b, envs)
 	defer func() { telemetry.End(span, err) }()
 	fail, failErr := len(b.Messages), error(nil)
+	var docs documentView
+	if fenced && b.Generation > 0 && cachesDocuments(route) {
+		docs = documentView{docs: l.docs, owner: unitOwner{group: b.Group, unit: b.Unit, generation: b.Generation}, typ: route.Handler.Name}
+	}
 	var results []result
 	if len(envs) > 0 {
 		var err error
-		results, err = e.call(ctx, l, route, envs)
+		results, err = e.call(ctx, l, route, envs, docs)
 		if err != nil {
 			if len(envs) > 1 && Classify(err) != delivery.Infrastructure {
 				// The call failed as a whole (a trap, a timeout, out of
@@ -86,6 +90,7 @@ func (e *Engine) handleRun(ctx context.Context, b delivery.Batch) (_ int, err er
 	}
 	if len(changes) > 0 {
 		e.opts.Metrics.commit(route, err)
+		docs.committed(changes, causes, err != nil)
 	}
 	if err != nil {
 		n := len(committed)

@@ -41,11 +41,7 @@ func examplesEngine(t *testing.T, beforeStart ...func(*unitofwork.Memory)) (*Eng
 // opts gives for a fresh memory backend, its consumers on an inline broker.
 func startExamples(t *testing.T, opts func(*unitofwork.Memory) Options) (*Engine, *unitofwork.Memory, *broker.Inline) {
 	t.Helper()
-	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{}), CacheDir: wasmbuild.CacheDir(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close(context.Background()) })
-	set, errs := host.LoadSet(context.Background(), l, wasmbuild.Examples(t), host.Broker{Name: "default", Provider: "inline"})
-	require.Empty(t, errs)
+	set := exampleSet(t)
 	mem := unitofwork.NewMemory()
 	o := opts(mem)
 	progress := &groups.Progress{}
@@ -56,6 +52,17 @@ func startExamples(t *testing.T, opts func(*unitofwork.Memory) Options) (*Engine
 	t.Cleanup(func() { _ = src.Close() })
 	startGroups(t, e, src, groups.Options{Progress: progress})
 	return e, mem, src
+}
+
+// exampleSet loads the example modules.
+func exampleSet(t *testing.T) *host.Set {
+	t.Helper()
+	l, err := host.NewLoader(host.LoaderOptions{Limits: generous(host.Limits{}), CacheDir: wasmbuild.CacheDir(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	set, errs := host.LoadSet(context.Background(), l, wasmbuild.Examples(t), host.Broker{Name: "default", Provider: "inline"})
+	require.Empty(t, errs)
+	return set
 }
 
 // placeOrder places order for client and answers its event's position.

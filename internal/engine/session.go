@@ -46,6 +46,9 @@ type session struct {
 	// (otherwise it would be retried as an outage without end).
 	storeWait time.Duration
 	stall     time.Duration
+	// docs answers loads of the projector's own documents from the
+	// cache, when its unit's owner committed them (see documents).
+	docs documentView
 }
 
 // stallShare is the share of a call's deadline one store call must take
@@ -64,6 +67,9 @@ func (s *session) Load(ctx context.Context, req *abi.LoadRequest) abi.LoadRespon
 	if err := s.scope.load(req.Kind, req.Type); err != nil {
 		s.refused = err
 		return abi.LoadResponse{Error: err.Error(), ErrorKind: abi.HostScope}
+	}
+	if r, ok := s.docs.load(req); ok {
+		return r
 	}
 	start := time.Now()
 	r, err := s.e.opts.Records.Load(ctx, record.Key{Kind: string(req.Kind), Type: req.Type, ID: req.ID})

@@ -225,11 +225,7 @@ func (u *UnitOfWork) stage(fence *position.Fence, changes []Change) (*stage, err
 			continue
 		}
 		for _, w := range c.Effects.Writes {
-			var data json.RawMessage
-			if !isNull(w.Data) {
-				data = w.Data
-			}
-			s.writes = append(s.writes, record.Write{Key: record.Key{Kind: string(w.Kind), Type: w.Type, ID: w.ID}, ExpectedVersion: w.ExpectedVersion, Data: data})
+			s.writes = append(s.writes, record.Write{Key: record.Key{Kind: string(w.Kind), Type: w.Type, ID: w.ID}, ExpectedVersion: w.ExpectedVersion, Data: RecordData(w)})
 		}
 		if s.causation == "" {
 			s.causation = c.Metadata.CausationID
@@ -445,6 +441,15 @@ func outboxMetadata(ev eventstore.Event) (json.RawMessage, error) {
 		return nil, fmt.Errorf("unitofwork: event %s of stream %s: encode metadata: %w", ev.ID, ev.Stream, err)
 	}
 	return b, nil
+}
+
+// RecordData is the data w stores in its record: nil (the record's data
+// deleted) for null, else w.Data as written.
+func RecordData(w abi.Write) json.RawMessage {
+	if isNull(w.Data) {
+		return nil
+	}
+	return w.Data
 }
 
 func isNull(b json.RawMessage) bool {

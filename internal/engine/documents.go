@@ -1,0 +1,202 @@
+package engine
+
+import (
+	"encoding/json"
+	"hash/maphash"
+	"slices"
+	"sync"
+
+	"github.com/proteanhq/protean-host/abi"
+	"github.com/proteanhq/protean-host/internal/host"
+	"github.com/proteanhq/protean-host/internal/unitofwork"
+)
+
+// DefaultDocumentCacheBytes is the document cache's budget when
+// Options.DocumentCacheBytes is 0.
+const DefaultDocumentCacheBytes = 16 << 20
+
+// documentSlotBytes is the budget per slot: the cache has one slot per
+// documentSlotBytes of its budget (at least minDocumentSlots).
+const (
+	documentSlotBytes = 4 << 10
+	minDocumentSlots  = 64
+	// documentOverhead is what an entry costs beyond its strings and data.
+	documentOverhead = 96
+)
+
+// documents caches the projection documents that projectors declaring
+// documents_by_key committed, per partition unit and lease generation,
+// so that the unit's next event loads its document from memory instead
+// of the database.
+//
+// Such a document is written by one unit alone (the host refuses any
+// other write of it: documentsByKey), and a unit by one owner at a time,
+// fenced by its generation. So while this process owns the unit at the
+// generation an entry was committed under, the database holds exactly
+// the entry's version and bytes (records.data is json, stored as
+// written) — provided nothing else writes the projection: the cache
+// serves only a projector whose module has no other projector or process
+// manager (every one of those may write the module's projections), and a
+// reload starts an empty cache (it lives in the loaded set). Should an
+// entry be stale all the same (a document edited in the database by hand
+// while its unit runs), the worst it does is a version conflict: every
+// write names the version it replaces, and a run whose commit fails
+// drops what it wrote, so the retry reads the database.
+//
+// The cache is direct-mapped: each document has one slot (by a hash of
+// its projection and id), which a later document of the same slot takes
+// over, and it holds at most its budget in bytes; a document larger than
+// the budget allows is not kept.
+type documents struct {
+	mu     sync.Mutex
+	seed   maphash.Seed
+	slots  []cachedDocument
+	bytes  int
+	budget int
+}
+
+// cachedDocument is a document as a unit committed it.
+type cachedDocument struct {
+	owner    unitOwner
+	typ, id  string
+	version  int64
+	data     json.RawMessage // nil: deleted (its version kept)
+	position int64           // the global position of the event that wrote it
+	size     int
+	full     bool // the slot holds an entry
+}
+
+// unitOwner is a partition unit as one owner holds it.
+type unitOwner struct {
+	group, unit string
+	generation  int64
+}
+
+// newDocuments returns a cache holding at most budget bytes; nil (no
+// cache) for a budget of 0 or less.
+func newDocuments(budget int) *documents {
+	if budget <= 0 {
+		return nil
+	}
+	n := max(minDocumentSlots, budget/documentSlotBytes)
+	return &documents{seed: maphash.MakeSeed(), slots: make([]cachedDocument, n), budget: budget}
+}
+
+func (d *documents) slot(typ, id string) *cachedDocument {
+	var h maphash.Hash
+	h.SetSeed(d.seed)
+	h.WriteString(typ)
+	h.WriteByte(0)
+	h.WriteString(id)
+	return &d.slots[h.Sum64()%uint64(len(d.slots))]
+}
+
+// get returns the document typ/id as owner committed it, if the cache
+// holds it.
+func (d *documents) get(owner unitOwner, typ, id string) (cachedDocument, bool) {
+	if d == nil {
+		return cachedDocument{}, false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.slot(typ, id)
+	if !s.full || s.owner != owner || s.typ != typ || s.id != id {
+		return cachedDocument{}, false
+	}
+	return *s, true
+}
+
+// put records that owner committed version of typ/id with data (nil:
+// deleted) at position. data must not change afterwards.
+func (d *documents) put(owner unitOwner, typ, id string, version int64, data json.RawMessage, position int64) {
+	if d == nil {
+		return
+	}
+	size := documentOverhead + len(owner.group) + len(owner.unit) + len(typ) + len(id) + len(data)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.slot(typ, id)
+	d.bytes -= s.size
+	*s = cachedDocument{}
+	if d.bytes+size > d.budget {
+		return
+	}
+	*s = cachedDocument{owner: owner, typ: typ, id: id, version: version, data: data, position: position, size: size, full: true}
+	d.bytes += size
+}
+
+// drop forgets typ/id, whoever committed it.
+func (d *documents) drop(typ, id string) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.slot(typ, id)
+	if s.full && s.typ == typ && s.id == id {
+		d.bytes -= s.size
+		*s = cachedDocument{}
+	}
+}
+
+// cachesDocuments reports whether the documents of route's projector may
+// be cached: it declares documents_by_key, and its module has no other
+// projector or process manager that could write them.
+func cachesDocuments(route host.Route) bool {
+	if !route.Handler.DocumentsByKey || route.Module == nil || route.Module.Manifest == nil {
+		return false
+	}
+	for _, h := range route.Module.Manifest.Handlers {
+		if h.Name != route.Handler.Name && (h.Kind == abi.KindProjector || h.Kind == abi.KindProcessManager) {
+			return false
+		}
+	}
+	return true
+}
+
+// documentView is what one guest call may read from and write to the
+// cache: the documents of its projector (typ) as its unit's owner
+// committed them. The zero view reads and keeps nothing.
+type documentView struct {
+	docs  *documents
+	owner unitOwner
+	typ   string
+}
+
+// load answers a load of a projection document from the cache.
+func (v documentView) load(req *abi.LoadRequest) (abi.LoadResponse, bool) {
+	if v.docs == nil || req.Kind != abi.RecordProjection || req.Type != v.typ {
+		return abi.LoadResponse{}, false
+	}
+	c, ok := v.docs.get(v.owner, req.Type, req.ID)
+	if !ok {
+		return abi.LoadResponse{}, false
+	}
+	return abi.LoadResponse{Found: c.data != nil, Version: c.version, Data: c.data}, true
+}
+
+// committed keeps the projector's documents a run's changes wrote (change
+// j caused by causes[j]), the last write of each; failed drops every one
+// of them instead: a commit that failed may or may not have landed
+// (ErrCommitUnknown), and a conflict means another version is in the
+// database.
+func (v documentView) committed(changes []unitofwork.Change, causes []abi.Envelope, failed bool) {
+	if v.docs == nil {
+		return
+	}
+	for j, c := range changes {
+		if c.Effects == nil {
+			continue
+		}
+		for _, w := range c.Effects.Writes {
+			if w.Kind != abi.RecordProjection || w.Type != v.typ {
+				continue
+			}
+			if failed {
+				v.docs.drop(w.Type, w.ID)
+				continue
+			}
+			v.docs.put(v.owner, w.Type, w.ID, w.ExpectedVersion+1, slices.Clone(unitofwork.RecordData(w)), causes[j].GlobalPosition)
+		}
+	}
+}
