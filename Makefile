@@ -156,14 +156,16 @@ chaos: build plugins ## Fault injection: 3 hosts on a private PostgreSQL and Red
 # floor, then each host count of HOSTS, each phase LOAD_DURATION long.
 # PROFILE=dir saves each host's CPU, block and mutex profiles and goroutine
 # dump over each maximum phase into dir, with summary.txt (every process's
-# CPU, the profiles' top entries), printed after the table.
+# CPU, the profiles' top entries), printed after the table. COMPARE="a.b=v
+# c.d=w" measures 1 host once more with each setting, in the same run.
 HOSTS ?= 1,3
 LOAD_DURATION ?= 20s
 PROFILE ?=
+COMPARE ?=
 
 .PHONY: load
 load: build plugins ## End to end over HTTP: orders/s and accepted -> projection p50/p99 at half load, 1 and 3 hosts, beside the floor; PROFILE=dir saves profiles and a summary
-	$(GO) run ./cmd/loadgen -bin $(HOST_BIN) -plugins $(PLUGINS_DIR) -hosts $(HOSTS) -duration $(LOAD_DURATION) $(if $(PROFILE),-profile $(PROFILE))
+	$(GO) run ./cmd/loadgen -bin $(HOST_BIN) -plugins $(PLUGINS_DIR) -hosts $(HOSTS) -duration $(LOAD_DURATION) $(if $(PROFILE),-profile $(PROFILE)) $(foreach c,$(COMPARE),-compare $(c))
 
 .PHONY: clean
 clean: ## Remove build outputs

@@ -32,6 +32,10 @@ func main() {
 	flag.IntVar(&o.PostgresPool, "postgres-pool", 0, "the hosts' PostgreSQL pool size (0: each host derives its own)")
 	flag.IntVar(&o.RedisPool, "redis-pool", 0, "the hosts' Redis pool size (0: each host derives its own)")
 	flag.DurationVar(&o.Duration, "duration", 20*time.Second, "length of each phase (maximum, half load) of each configuration")
+	flag.Func("compare", "a setting table.key=value (TOML value) to measure after the host counts, on 1 host, beside the same run's figures; repeat for more", func(s string) error {
+		o.Compare = append(o.Compare, s)
+		return nil
+	})
 	flag.Parse()
 	for _, h := range strings.Split(*hosts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(h))

@@ -146,6 +146,7 @@ func TestWriteConfigOverProduction(t *testing.T) {
 	require.NoError(t, WriteConfig(filepath.Join(wasmbuild.Root(), "configs", "production.toml"), path, HostConfig{
 		DatabaseURL: "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable", RedisURL: "redis://127.0.0.1:2/0",
 		Listen: "127.0.0.1:3", PluginsDir: "/p", CacheDir: "/c", LeaseTTL: 3 * time.Second,
+		Settings: map[string]any{"plugins.document_cache_mb": int64(0), "outbox.messages_per_tick": int64(7)},
 	}))
 	t.Setenv(config.EnvDatabaseURL, "")
 	t.Setenv(config.EnvRedisURL, "")
@@ -157,6 +158,23 @@ func TestWriteConfigOverProduction(t *testing.T) {
 	require.Equal(t, "127.0.0.1:3", c.HTTP.Listen)
 	require.Equal(t, "/p", c.Plugins.Dir)
 	require.False(t, c.Plugins.Watch)
+	require.Zero(t, c.Plugins.DocumentCacheMB)
+	require.Equal(t, 7, c.Outbox.MessagesPerTick)
 	// The rest is production's.
 	require.Equal(t, 3, c.Outbox.MaxRetries)
+}
+
+func TestParseSetting(t *testing.T) {
+	k, v, err := ParseSetting("plugins.document_cache_mb=0")
+	require.NoError(t, err)
+	require.Equal(t, "plugins.document_cache_mb", k)
+	require.Equal(t, int64(0), v)
+	k, v, err = ParseSetting(`http.listen = "127.0.0.1:1"`)
+	require.NoError(t, err)
+	require.Equal(t, "http.listen", k)
+	require.Equal(t, "127.0.0.1:1", v)
+	for _, bad := range []string{"plugins.document_cache_mb", "=1", "plugins.=1", "a.b=not toml"} {
+		_, _, err := ParseSetting(bad)
+		require.Error(t, err, bad)
+	}
 }

@@ -33,6 +33,24 @@ type HostConfig struct {
 	// block and mutex sampling) for a load run's profiles; false leaves
 	// the base file's setting.
 	Pprof bool
+	// Settings are more settings, each a dotted key ("plugins.
+	// document_cache_mb") and its value, set last: loadgen's -compare.
+	Settings map[string]any
+}
+
+// ParseSetting reads "table.key=value", value in TOML ("0", "true",
+// "\"text\""), into a dotted key and its value.
+func ParseSetting(s string) (string, any, error) {
+	key, value, ok := strings.Cut(s, "=")
+	key = strings.TrimSpace(key)
+	if !ok || key == "" || strings.HasPrefix(key, ".") || strings.HasSuffix(key, ".") {
+		return "", nil, fmt.Errorf("setting %q: want table.key=value", s)
+	}
+	var v struct{ V any }
+	if _, err := toml.Decode("V = "+value, &v); err != nil {
+		return "", nil, fmt.Errorf("setting %q: the value is not TOML: %w", s, err)
+	}
+	return key, v.V, nil
 }
 
 // WriteConfig writes base (a TOML file, e.g. configs/production.toml)
@@ -70,6 +88,17 @@ func WriteConfig(base, path string, c HostConfig) error {
 	set("http", "listen", c.Listen)
 	if c.Pprof {
 		set("http", "pprof", true)
+	}
+	for k, v := range c.Settings {
+		table, key := "", k
+		if i := strings.LastIndex(k, "."); i >= 0 {
+			table, key = k[:i], k[i+1:]
+		}
+		if table == "" {
+			m[key] = v
+			continue
+		}
+		set(table, key, v)
 	}
 	f, err := os.Create(path)
 	if err != nil {

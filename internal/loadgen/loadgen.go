@@ -63,6 +63,11 @@ type Options struct {
 	// maximum phase, and summary.txt: every process's CPU over the
 	// phase and the profiles' top entries (hosts run with [http] pprof).
 	Profile string
+	// Compare are settings ("plugins.document_cache_mb=0", see
+	// chaos.ParseSetting), each measured after the host counts as one
+	// more configuration: 1 host with that setting, on the same servers,
+	// so that a change is measured on and off in one run.
+	Compare []string
 	Out     io.Writer
 }
 
@@ -165,10 +170,32 @@ func Run(ctx context.Context, o Options) (_ []Row, err error) {
 	if o.RedisPool > 0 {
 		redisURL += fmt.Sprintf("?pool_size=%d", o.RedisPool)
 	}
-	return measureHosts(ctx, o, dir, chaos.HostConfig{
+	cfg := chaos.HostConfig{
 		DatabaseURL: dbURL, RedisURL: redisURL,
 		CacheDir: filepath.Join(dir, "wasm-cache"), LeaseTTL: 15 * time.Second, Pprof: prof != nil,
-	}, rows, prof, note)
+	}
+	rows, err = measureHosts(ctx, o, dir, "", cfg, rows, prof, note)
+	if err != nil {
+		return rows, err
+	}
+	for i, setting := range o.Compare {
+		key, value, err := chaos.ParseSetting(setting)
+		if err != nil {
+			return rows, err
+		}
+		sub := filepath.Join(dir, fmt.Sprintf("compare-%d", i))
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			return rows, err
+		}
+		c := cfg
+		c.Settings = map[string]any{key: value}
+		one := o
+		one.Hosts = []int{1}
+		if rows, err = measureHosts(ctx, one, sub, " ["+setting+"]", c, rows, prof, note); err != nil {
+			return rows, err
+		}
+	}
+	return rows, nil
 }
 
 // setDefaults fills in the options left zero.
@@ -191,9 +218,10 @@ func (o *Options) setDefaults() {
 }
 
 // measureHosts measures each host count of o.Hosts in turn, starting
-// hosts (configured by cfg) as a count needs them and stopping them all at
-// the end, and returns rows with a row for each count added.
-func measureHosts(ctx context.Context, o Options, dir string, cfg chaos.HostConfig, rows []Row, prof *profiler, note func(string, ...any)) ([]Row, error) {
+// hosts (configured by cfg, in dir) as a count needs them and stopping
+// them all at the end, and returns rows with a row for each count added,
+// named "N host(s)" and label.
+func measureHosts(ctx context.Context, o Options, dir, label string, cfg chaos.HostConfig, rows []Row, prof *profiler, note func(string, ...any)) ([]Row, error) {
 	var hosts []*chaos.Host
 	defer func() {
 		for _, h := range hosts {
@@ -209,7 +237,7 @@ func measureHosts(ctx context.Context, o Options, dir string, cfg chaos.HostConf
 			}
 			hosts = append(hosts, h)
 		}
-		row, err := measureOver(ctx, o, hosts[:n], prof, note)
+		row, err := measureOver(ctx, o, fmt.Sprintf("%d host(s)", n)+label, hosts[:n], prof, note)
 		if err != nil {
 			return rows, err
 		}
@@ -256,9 +284,9 @@ func startHost(ctx context.Context, o Options, i int, dir, base string, cfg chao
 	return h, nil
 }
 
-// measureOver measures the configuration of hosts, each order sent to
-// one of them in turn by its sequence number, after a warm-up.
-func measureOver(ctx context.Context, o Options, hosts []*chaos.Host, prof *profiler, note func(string, ...any)) (Row, error) {
+// measureOver measures the configuration of hosts, named name, each order
+// sent to one of them in turn by its sequence number, after a warm-up.
+func measureOver(ctx context.Context, o Options, name string, hosts []*chaos.Host, prof *profiler, note func(string, ...any)) (Row, error) {
 	addrs := make([]string, len(hosts))
 	for i, h := range hosts {
 		addrs[i] = h.Addr
@@ -267,7 +295,6 @@ func measureOver(ctx context.Context, o Options, hosts []*chaos.Host, prof *prof
 	order := func(ctx context.Context, client, key string, seq int) (time.Duration, time.Duration, error) {
 		return httpOrder(ctx, hc, addrs[seq%len(addrs)], client, key, seq)
 	}
-	name := fmt.Sprintf("%d host(s)", len(hosts))
 	began := time.Now()
 	if err := warmUp(ctx, o, name, hosts, order); err != nil {
 		return Row{Name: name}, fmt.Errorf("%s: warm-up: %w", name, err)

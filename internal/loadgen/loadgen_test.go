@@ -177,7 +177,8 @@ Showing top 8 nodes out of 400
 
 func TestConfigSlug(t *testing.T) {
 	t.Parallel()
-	for in, want := range map[string]string{"1 host(s)": "1hosts", "3 host(s)": "3hosts", "floor": "floor", "floor+lock": "floor-lock"} {
+	for in, want := range map[string]string{"1 host(s)": "1hosts", "3 host(s)": "3hosts", "floor": "floor", "floor+lock": "floor-lock",
+		"1 host(s) [plugins.document_cache_mb=0]": "1hosts-plugins.document_cache_mb-0"} {
 		require.Equal(t, want, configSlug(in))
 	}
 }

@@ -222,5 +222,5 @@ func (p *profiler) fetch(ctx context.Context, url, path string, timeout time.Dur
 // configSlug names a configuration in file names: "1 host(s)" → "1hosts",
 // "floor+lock" → "floor-lock".
 func configSlug(config string) string {
-	return strings.NewReplacer(" host(s)", "hosts", " ", "-", "+", "-", "(", "", ")", "", "/", "-").Replace(config)
+	return strings.NewReplacer(" host(s)", "hosts", " ", "-", "+", "-", "(", "", ")", "", "/", "-", "[", "", "]", "", "=", "-", `"`, "").Replace(config)
 }
