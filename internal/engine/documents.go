@@ -29,15 +29,16 @@ const (
 // so that the unit's next event loads its document from memory instead
 // of the database.
 //
-// Such a document is written by one unit alone (the host refuses any
-// other write of it: documentsByKey), and a unit by one owner at a time,
+// Such a document is written by the events of its key alone (the host
+// refuses any other write of it: documentsByKey), so by one unit when the
+// projector's events are of one category, and a unit by one owner at a time,
 // fenced by its generation. So while this process owns the unit at the
 // generation an entry was committed under, the database holds exactly
 // the entry's version and bytes (records.data is json, stored as
 // written) — provided nothing else writes the projection: the cache
-// serves only a projector whose module has no other projector or process
-// manager (every one of those may write the module's projections), and a
-// reload starts an empty cache (it lives in the loaded set). Should an
+// serves only a projector of one category whose module has no other
+// projector or process manager (every one of those may write the module's
+// projections: cachesDocuments), and a reload starts an empty cache (it lives in the loaded set). Should an
 // entry be stale all the same (a document edited in the database by hand
 // while its unit runs), the worst it does is a version conflict: every
 // write names the version it replaces, and a run whose commit fails
@@ -140,9 +141,12 @@ func (d *documents) drop(typ, id string) {
 }
 
 // cachesDocuments reports whether the documents of route's projector may
-// be cached: it declares documents_by_key, and its module has no other
-// projector or process manager that could write them.
-func cachesDocuments(route host.Route) bool {
+// be cached: it declares documents_by_key, its module has no other
+// projector or process manager that could write them, and it handles the
+// events of one category (category names a type's), so that one
+// partition unit writes each document (a unit is a category's key: the
+// same key in two categories is two units, which would both write it).
+func cachesDocuments(route host.Route, category func(typ string) string) bool {
 	if !route.Handler.DocumentsByKey || route.Module == nil || route.Module.Manifest == nil {
 		return false
 	}
@@ -151,7 +155,36 @@ func cachesDocuments(route host.Route) bool {
 			return false
 		}
 	}
-	return true
+	cat := ""
+	for _, t := range route.Handler.Handles {
+		c := category(t)
+		if c == "" || (cat != "" && c != cat) {
+			return false
+		}
+		cat = c
+	}
+	return cat != ""
+}
+
+// cachedProjectors are the projectors of set whose documents may be
+// cached (cachesDocuments), by name.
+func cachedProjectors(set *host.Set) map[string]bool {
+	category := func(typ string) string {
+		m, _ := set.Message(typ)
+		return m.Category
+	}
+	out := map[string]bool{}
+	for _, m := range set.Modules() {
+		if m.Manifest == nil {
+			continue
+		}
+		for _, h := range m.Manifest.Handlers {
+			if cachesDocuments(host.Route{Module: m, Handler: h}, category) {
+				out[h.Name] = true
+			}
+		}
+	}
+	return out
 }
 
 // documentView is what one guest call may read from and write to the

@@ -127,20 +127,27 @@ func TestDocumentsOffReadTheStore(t *testing.T) {
 }
 
 // Only a projector declaring documents_by_key whose module has no other
-// projector or process manager (each may write the module's projections)
-// has its documents cached.
+// projector or process manager (each may write the module's projections),
+// and whose events are of one category (one unit per key), has its
+// documents cached.
 func TestCachesDocumentsOnlyForTheirOnlyWriter(t *testing.T) {
-	proj := abi.Handler{Name: "p", Kind: abi.KindProjector, DocumentsByKey: true}
+	category := func(typ string) string { return map[string]string{"A1": "a", "A2": "a", "B": "b"}[typ] }
+	proj := abi.Handler{Name: "p", Kind: abi.KindProjector, DocumentsByKey: true, Handles: []string{"A1", "A2"}}
 	route := func(hs ...abi.Handler) host.Route {
 		return host.Route{Module: &host.Module{Manifest: &abi.Manifest{Handlers: hs}}, Handler: hs[0]}
 	}
-	require.True(t, cachesDocuments(route(proj)))
-	require.True(t, cachesDocuments(route(proj, abi.Handler{Name: "c", Kind: abi.KindCommandHandler})))
-	require.False(t, cachesDocuments(route(proj, abi.Handler{Name: "q", Kind: abi.KindProjector})))
-	require.False(t, cachesDocuments(route(proj, abi.Handler{Name: "pm", Kind: abi.KindProcessManager})))
+	require.True(t, cachesDocuments(route(proj), category))
+	require.True(t, cachesDocuments(route(proj, abi.Handler{Name: "c", Kind: abi.KindCommandHandler}), category))
+	require.False(t, cachesDocuments(route(proj, abi.Handler{Name: "q", Kind: abi.KindProjector}), category))
+	require.False(t, cachesDocuments(route(proj, abi.Handler{Name: "pm", Kind: abi.KindProcessManager}), category))
+	two := proj
+	two.Handles = []string{"A1", "B"}
+	require.False(t, cachesDocuments(route(two), category), "two categories: two units per key")
 	plain := proj
 	plain.DocumentsByKey = false
-	require.False(t, cachesDocuments(route(plain)))
+	require.False(t, cachesDocuments(route(plain), category))
+
+	require.Equal(t, map[string]bool{"client_orders": true}, cachedProjectors(exampleSet(t)))
 }
 
 // The cache answers only the owner and generation that committed a

@@ -115,9 +115,10 @@ type loaded struct {
 	set    *host.Set
 	scopes map[*host.Module]*scope
 	users  *gate
-	// docs caches the documents of the set's projectors that declare
-	// documents_by_key (nil: no cache); a set swapped in starts empty.
-	docs *documents
+	// docs caches the documents of the set's projectors named in cached
+	// (nil: no cache); a set swapped in starts empty.
+	docs   *documents
+	cached map[string]bool
 }
 
 // acquire returns the running set, admitted for a call; release it with
@@ -181,7 +182,8 @@ func New(set *host.Set, opts Options) *Engine {
 // subscriptions read their subscriptions each pass). Once Stop has begun,
 // Swap closes set at once and changes nothing.
 func (e *Engine) Swap(set *host.Set) {
-	l := &loaded{set: set, scopes: map[*host.Module]*scope{}, users: newGate(), docs: newDocuments(e.opts.DocumentCacheBytes)}
+	l := &loaded{set: set, scopes: map[*host.Module]*scope{}, users: newGate(),
+		docs: newDocuments(e.opts.DocumentCacheBytes), cached: cachedProjectors(set)}
 	for _, m := range set.Modules() {
 		l.scopes[m] = newScope(set, m, e.scopeRefused)
 	}

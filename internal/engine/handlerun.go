@@ -45,7 +45,7 @@ func (e *Engine) handleRun(ctx context.Context, b delivery.Batch) (_ int, err er
 	defer func() { telemetry.End(span, err) }()
 	fail, failErr := len(b.Messages), error(nil)
 	var docs documentView
-	if fenced && b.Generation > 0 && cachesDocuments(route) {
+	if fenced && b.Generation > 0 && l.cached[route.Handler.Name] {
 		docs = documentView{docs: l.docs, owner: unitOwner{group: b.Group, unit: b.Unit, generation: b.Generation}, typ: route.Handler.Name}
 	}
 	var results []result
