@@ -384,3 +384,9 @@ func documentCacheBytes(mb int) int {
 	}
 	return mb << 20
 }
+
+// The engine answers ?min_position reads from its document cache.
+var (
+	_ httpapi.HandledWaiter = (*engine.Engine)(nil)
+	_ httpapi.DocumentCache = (*engine.Engine)(nil)
+)

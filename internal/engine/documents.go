@@ -126,6 +126,21 @@ func (d *documents) put(owner unitOwner, typ, id string, version int64, data jso
 	d.bytes += size
 }
 
+// asOf returns the document typ/id if the cache holds it as written at
+// global position n or later, whoever committed it.
+func (d *documents) asOf(typ, id string, n int64) (cachedDocument, bool) {
+	if d == nil {
+		return cachedDocument{}, false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.slot(typ, id)
+	if !s.full || s.typ != typ || s.id != id || s.position < n {
+		return cachedDocument{}, false
+	}
+	return *s, true
+}
+
 // drop forgets typ/id, whoever committed it.
 func (d *documents) drop(typ, id string) {
 	if d == nil {
@@ -232,4 +247,20 @@ func (v documentView) committed(changes []unitofwork.Change, causes []abi.Envelo
 			v.docs.put(v.owner, w.Type, w.ID, w.ExpectedVersion+1, slices.Clone(unitofwork.RecordData(w)), causes[j].GlobalPosition)
 		}
 	}
+}
+
+// CachedDocument answers a read of document id of the projector name as of
+// global position n (GET ?min_position=n) from the cache, when it holds
+// the document as its unit committed it at n or later: such a read needs
+// neither the wait nor the database. The document may be older than the
+// database's latest (another host has taken its unit over since and
+// written it again): a read as of n promises n's effects, which it has,
+// not the latest. A deleted document is not answered here (the read then
+// finds it missing in the database).
+func (e *Engine) CachedDocument(name, id string, n int64) (json.RawMessage, int64, bool) {
+	c, ok := e.loaded.Load().docs.asOf(name, id, n)
+	if !ok || c.data == nil {
+		return nil, 0, false
+	}
+	return c.data, c.version, true
 }

@@ -111,6 +111,21 @@ func TestDocumentsServeTheUnitsNextLoad(t *testing.T) {
 	require.Equal(t, int64(3), recs.loads.Load())
 	_, orders = clientDoc(t, mem)
 	require.Equal(t, 103, orders)
+
+	// A read as of position 5 or before finds the document in the cache;
+	// as of 6, not (the unit has not written it there yet).
+	for _, n := range []int64{0, 5} {
+		data, version, ok := e.CachedDocument("client_orders", "c1", n)
+		require.True(t, ok, "as of %d", n)
+		require.Equal(t, int64(6), version)
+		stored, err := mem.Records.Load(ctx, record.Key{Kind: "projection", Type: "client_orders", ID: "c1"})
+		require.NoError(t, err)
+		require.Equal(t, string(stored.Data), string(data), "the bytes the database holds")
+	}
+	_, _, ok := e.CachedDocument("client_orders", "c1", 6)
+	require.False(t, ok)
+	_, _, ok = e.CachedDocument("client_orders", "c2", 0)
+	require.False(t, ok)
 }
 
 // With document_cache_mb = 0 every load reads the store.
@@ -124,6 +139,8 @@ func TestDocumentsOffReadTheStore(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Equal(t, int64(3), recs.loads.Load())
+	_, _, ok := e.CachedDocument("client_orders", "c1", 0)
+	require.False(t, ok)
 }
 
 // Only a projector declaring documents_by_key whose module has no other

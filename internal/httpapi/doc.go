@@ -7,7 +7,9 @@
 //	                                  projection's handler has handled global position N (504 past
 //	                                  it; the engine's HandledWaiter ability; 500 at once, naming
 //	                                  it, when an event at or below N failed and is recorded for
-//	                                  an operator: readyourwrites.ErrFailed)
+//	                                  an operator: readyourwrites.ErrFailed); a document the engine
+//	                                  holds in memory as of N or later (its DocumentCache ability)
+//	                                  is answered without the wait or a read
 //	GET  /v1/plugins                  the modules (running, or rejected by the last reload) with state and
 //	                                  last error, their handlers' categories and partition keys, the last reload
 //	GET  /                            the status page: server-rendered HTML (status.html, embedded), no script,

@@ -47,6 +47,13 @@ type HandledWaiter interface {
 	WaitDocument(ctx context.Context, projection, id string, position int64) error
 }
 
+// DocumentCache is an engine that may hold a projection's document as of
+// a global position in memory (engine.Engine.CachedDocument): a
+// ?min_position read it answers needs neither the wait nor the database.
+type DocumentCache interface {
+	CachedDocument(projection, id string, position int64) (json.RawMessage, int64, bool)
+}
+
 // Options configure the API handler.
 type Options struct {
 	Logger *slog.Logger
@@ -391,7 +398,17 @@ func writeInputError(w http.ResponseWriter, ie *abi.InputError) {
 
 func (a *api) projection(w http.ResponseWriter, r *http.Request) {
 	if q := r.URL.Query().Get("min_position"); q != "" || r.URL.Query().Has("min_position") {
-		if !a.waitHandled(w, r, q) {
+		n, err := strconv.ParseInt(q, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("min_position must be a global position, an integer >= 0 (got %q)", abi.Clip(q, abi.ClipLength)))
+			return
+		}
+		// Held in memory as of n: no wait, no read. Else after the wait,
+		// which usually ends with the commit that put it there.
+		if a.cachedDocument(w, r, n) {
+			return
+		}
+		if !a.waitHandled(w, r, n) || a.cachedDocument(w, r, n) {
 			return
 		}
 	}
@@ -400,24 +417,37 @@ func (a *api) projection(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status(err), err.Error())
 		return
 	}
+	writeDocument(w, data, version)
+}
+
+// cachedDocument answers the document from the engine's memory if it
+// holds it as of n or later, and reports whether it did.
+func (a *api) cachedDocument(w http.ResponseWriter, r *http.Request, n int64) bool {
+	c, ok := a.e.(DocumentCache)
+	if !ok {
+		return false
+	}
+	data, version, ok := c.CachedDocument(r.PathValue("name"), r.PathValue("id"), n)
+	if ok {
+		writeDocument(w, data, version)
+	}
+	return ok
+}
+
+// writeDocument answers a projection's document.
+func writeDocument(w http.ResponseWriter, data json.RawMessage, version int64) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Record-Version", strconv.FormatInt(version, 10))
 	_, _ = w.Write(data)
 }
 
-// waitHandled serves ?min_position=N: it waits, at most readWait, until
-// the projection has handled global position N, and reports whether the
-// read may go on; if not, it has answered (400 for a bad N, 404 for an
-// unknown projection, 504 past the bound, 500 naming an event at or below
-// N that the handler failed and that waits for an operator:
-// readyourwrites.ErrFailed, so the client never gets a document that silently
-// lacks its write).
-func (a *api) waitHandled(w http.ResponseWriter, r *http.Request, q string) bool {
-	n, err := strconv.ParseInt(q, 10, 64)
-	if err != nil || n < 0 {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("min_position must be a global position, an integer >= 0 (got %q)", abi.Clip(q, abi.ClipLength)))
-		return false
-	}
+// waitHandled serves ?min_position=n: it waits, at most readWait, until
+// the projection has handled global position n, and reports whether the
+// read may go on; if not, it has answered (404 for an unknown projection,
+// 504 past the bound, 500 naming an event at or below n that the handler
+// failed and that waits for an operator: readyourwrites.ErrFailed, so the
+// client never gets a document that silently lacks its write).
+func (a *api) waitHandled(w http.ResponseWriter, r *http.Request, n int64) bool {
 	hw, ok := a.e.(HandledWaiter)
 	if !ok {
 		writeError(w, http.StatusNotImplemented, "min_position is not supported by this engine")

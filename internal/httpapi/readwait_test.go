@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,4 +73,60 @@ func TestMinPositionFailedEvent(t *testing.T) {
 	code, body := getJSON(t, srv.URL+"/v1/projections/docs/1?min_position=17")
 	require.Equal(t, 500, code, body)
 	require.Contains(t, body["error"], "projection docs cannot reach global position 17: its handler failed the OrderPlaced event at global position 5")
+}
+
+// cachedEngine holds document docs/1 as of position at in memory; a wait
+// for a position up to after ends at once, the document then held as of
+// after.
+type cachedEngine struct {
+	stalledEngine
+	at, after atomic.Int64
+}
+
+func (c *cachedEngine) CachedDocument(name, id string, n int64) (json.RawMessage, int64, bool) {
+	if name != "docs" || id != "1" || n > c.at.Load() {
+		return nil, 0, false
+	}
+	return json.RawMessage(`{"cached":true}`), 9, true
+}
+
+func (c *cachedEngine) WaitDocument(ctx context.Context, name, id string, n int64) error {
+	if n <= c.after.Load() {
+		c.waited <- n
+		c.at.Store(c.after.Load())
+		return nil
+	}
+	return c.stalledEngine.WaitDocument(ctx, name, id, n)
+}
+
+// A read as of a position the engine's cache holds the document at (or
+// later) is answered from it, without waiting; a later position waits.
+func TestMinPositionFromTheCache(t *testing.T) {
+	e := &cachedEngine{stalledEngine: stalledEngine{waited: make(chan int64, 1)}}
+	e.at.Store(20)
+	srv := httptest.NewServer(httpapi.New(e, httpapi.Options{ReadWait: 20 * time.Millisecond}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/v1/projections/docs/1?min_position=17")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var body map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, map[string]any{"cached": true}, body)
+	require.Equal(t, "9", resp.Header.Get("X-Record-Version"))
+	require.Len(t, e.waited, 0, "answered without a wait")
+
+	code, _ := getJSON(t, srv.URL+"/v1/projections/docs/1?min_position=21")
+	require.Equal(t, 504, code)
+	require.Equal(t, int64(21), <-e.waited)
+	code, _ = getJSON(t, srv.URL+"/v1/projections/docs/1?min_position=-1")
+	require.Equal(t, 400, code)
+
+	// The usual read comes before the projection: its wait ends with the
+	// commit that puts the document in memory, which then answers it.
+	e.after.Store(30)
+	code, body = getJSON(t, srv.URL+"/v1/projections/docs/1?min_position=25")
+	require.Equal(t, 200, code)
+	require.Equal(t, map[string]any{"cached": true}, body, "from memory, not the database (fakeEngine.Projection)")
+	require.Equal(t, int64(25), <-e.waited)
 }
