@@ -20,6 +20,7 @@ package loadgen
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,6 +35,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -87,13 +89,20 @@ type Row struct {
 	// trip; the floor: BEGIN to XADD) in the maximum phase: where an
 	// order's time goes when the path is saturated.
 	CmdP50, CmdP99 time.Duration
-	// Relayed is how many outbox rows the half-load phase committed and
-	// the relay published; RelayP50 and RelayP99 are their time from the
-	// command's commit to their publish (outbox created_at to
-	// published_at): the relay's share of accepted → projection. Hosts
-	// only (the floor has no outbox).
-	Relayed            int
-	RelayP50, RelayP99 time.Duration
+	// Split is how many of the half-load phase's orders had their event's
+	// publish found in the outbox (hosts only: the floor has none), which
+	// splits each one's accepted → projection in two: accepted → published
+	// (PubP50, PubP99: the relay's share after the command's answer, below
+	// zero when it published before the client read the answer) and
+	// published → read (ReadP50, ReadP99: the partition worker, the
+	// projector, its commit and the read's answer). TailPub and TailRead
+	// are the medians of the two parts over the slowest 1 % of the orders:
+	// where the p99 goes.
+	Split             int
+	PubP50, PubP99    time.Duration
+	ReadP50, ReadP99  time.Duration
+	TailPub, TailRead time.Duration
+	halfOrders        []placedOrder
 	// halfFrom and halfTo bound the half-load phase.
 	halfFrom, halfTo time.Time
 }
@@ -157,10 +166,10 @@ func Run(ctx context.Context, o Options) (_ []Row, err error) {
 		return nil, err
 	}
 	defer fl.close()
-	rows := []Row{measure(ctx, o, "floor", fl.order, prof, nil)}
+	rows := []Row{measure(ctx, o, "floor", fl.order, prof, nil, nil)}
 	note("%s", rows[0])
 	fl.lock = true
-	rows = append(rows, measure(ctx, o, "floor+lock", fl.order, prof, nil))
+	rows = append(rows, measure(ctx, o, "floor+lock", fl.order, prof, nil, nil))
 	note("%s", rows[1])
 
 	dbURL, redisURL := chaos.URL(pg.Addr()), "redis://"+rs.Addr()+"/0"
@@ -242,7 +251,7 @@ func measureHosts(ctx context.Context, o Options, dir, label string, cfg chaos.H
 			return rows, err
 		}
 		if err := relayed(ctx, cfg.DatabaseURL, &row); err != nil {
-			note("%s: the relay's latency is not known: %v", row.Name, err)
+			note("%s: the split at the publish is not known: %v", row.Name, err)
 		}
 		rows = append(rows, row)
 		note("%s", row)
@@ -250,15 +259,20 @@ func measureHosts(ctx context.Context, o Options, dir, label string, cfg chaos.H
 	return rows, nil
 }
 
-// relayed fills in row's relay figures from the outbox at url.
+// relayed fills in row's split at the publish (Row.Split) from the outbox
+// at url.
 func relayed(ctx context.Context, url string, row *Row) error {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	row.Relayed, row.RelayP50, row.RelayP99, err = relayLatency(ctx, pool, row.halfFrom, row.halfTo)
-	return err
+	published, err := publishedAt(ctx, pool, row.halfFrom, row.halfTo)
+	if err != nil {
+		return err
+	}
+	row.splitAtPublish(published)
+	return nil
 }
 
 // startHost starts host i with cfg on a free port; the first host migrates
@@ -292,15 +306,20 @@ func measureOver(ctx context.Context, o Options, name string, hosts []*chaos.Hos
 		addrs[i] = h.Addr
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients}, Timeout: 30 * time.Second}
+	half := &stageLog{}
 	order := func(ctx context.Context, client, key string, seq int) (time.Duration, time.Duration, error) {
-		return httpOrder(ctx, hc, addrs[seq%len(addrs)], client, key, seq)
+		p, command, err := httpOrder(ctx, hc, addrs[seq%len(addrs)], client, key, seq)
+		if err == nil {
+			half.add(p)
+		}
+		return p.read.Sub(p.accepted), command, err
 	}
 	began := time.Now()
 	if err := warmUp(ctx, o, name, hosts, order); err != nil {
 		return Row{Name: name}, fmt.Errorf("%s: warm-up: %w", name, err)
 	}
 	note("%s: warmed up in %s (modules compiled, one order per client)", name, time.Since(began).Round(time.Millisecond))
-	return measure(ctx, o, name, order, prof, hosts), nil
+	return measure(ctx, o, name, order, prof, hosts, half), nil
 }
 
 // warmUp waits until every host has compiled the modules it loaded
@@ -335,8 +354,9 @@ func warmUp(ctx context.Context, o Options, name string, hosts []*chaos.Host, or
 type orderFunc func(ctx context.Context, client, key string, seq int) (projected, command time.Duration, _ error)
 
 // measure runs the maximum phase, then the half-load phase, of one
-// configuration; prof (nil: none) profiles hosts over the maximum phase.
-func measure(ctx context.Context, o Options, name string, order orderFunc, prof *profiler, hosts []*chaos.Host) Row {
+// configuration; prof (nil: none) profiles hosts over the maximum phase,
+// and half (nil: none) logs the half-load phase's orders.
+func measure(ctx context.Context, o Options, name string, order orderFunc, prof *profiler, hosts []*chaos.Host, half *stageLog) Row {
 	row := Row{Name: name}
 	done := func(int) {}
 	if prof != nil {
@@ -346,18 +366,18 @@ func measure(ctx context.Context, o Options, name string, order orderFunc, prof 
 	done(n)
 	row.MaxRate = float64(n) / o.Duration.Seconds()
 	if len(cmds) > 0 {
-		slices.Sort(cmds)
-		row.CmdP50, row.CmdP99 = cmds[(len(cmds)-1)*50/100], cmds[(len(cmds)-1)*99/100]
+		row.CmdP50, row.CmdP99 = percentiles(cmds)
 	}
 	pace := time.Duration(float64(time.Second) * float64(o.Clients) / (row.MaxRate / 2))
 	row.halfFrom = time.Now()
+	half.set(true)
 	m, lat, _, misses := phase(ctx, o, name+"/half", order, pace)
+	row.halfOrders = half.set(false)
 	row.halfTo = time.Now()
 	row.HalfRate = float64(m) / o.Duration.Seconds()
 	row.Misses = misses
 	if len(lat) > 0 {
-		slices.Sort(lat)
-		row.P50, row.P99 = lat[(len(lat)-1)*50/100], lat[(len(lat)-1)*99/100]
+		row.P50, row.P99 = percentiles(lat)
 	}
 	return row
 }
@@ -404,17 +424,18 @@ func phase(ctx context.Context, o Options, label string, order orderFunc, pace t
 }
 
 // httpOrder is one order through a host's HTTP API.
-func httpOrder(ctx context.Context, hc *http.Client, host, client, key string, seq int) (time.Duration, time.Duration, error) {
+func httpOrder(ctx context.Context, hc *http.Client, host, client, key string, seq int) (placedOrder, time.Duration, error) {
+	var p placedOrder
 	body := fmt.Sprintf(`{"order_id":"%s-o%d","client_id":%q,"total":1}`, client, seq, key)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+host+"/v1/commands/PlaceOrder", bytes.NewBufferString(body))
 	if err != nil {
-		return 0, 0, err
+		return p, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	sent := time.Now()
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return p, 0, err
 	}
 	var answer struct {
 		Events []struct {
@@ -424,49 +445,134 @@ func httpOrder(ctx context.Context, hc *http.Client, host, client, key string, s
 	err = json.NewDecoder(resp.Body).Decode(&answer)
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != http.StatusOK || len(answer.Events) == 0 {
-		return 0, 0, fmt.Errorf("command answered %d (%v)", resp.StatusCode, err)
+		return p, 0, fmt.Errorf("command answered %d (%v)", resp.StatusCode, err)
 	}
-	accepted := time.Now()
-	command := accepted.Sub(sent)
-	url := fmt.Sprintf("http://%s/v1/projections/client_orders/%s?min_position=%d", host, key, answer.Events[0].GlobalPosition)
+	p.accepted, p.gp = time.Now(), answer.Events[0].GlobalPosition
+	command := p.accepted.Sub(sent)
+	url := fmt.Sprintf("http://%s/v1/projections/client_orders/%s?min_position=%d", host, key, p.gp)
 	req, err = http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, 0, err
+		return p, 0, err
 	}
 	resp, err = hc.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return p, 0, err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("projection read answered %d", resp.StatusCode)
+		return p, 0, fmt.Errorf("projection read answered %d", resp.StatusCode)
 	}
-	return time.Since(accepted), command, nil
+	p.read = time.Now()
+	return p, command, nil
 }
 
 func (r Row) String() string {
 	s := fmt.Sprintf("%-10s max %7.1f orders/s (command p50 %s p99 %s) | half load %7.1f orders/s, accepted → projection p50 %s p99 %s, %d missed",
 		r.Name, r.MaxRate, r.CmdP50.Round(10*time.Microsecond), r.CmdP99.Round(10*time.Microsecond), r.HalfRate,
 		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.Misses)
-	if r.Relayed > 0 {
-		s += fmt.Sprintf("; of which the relay, committed → published, p50 %s p99 %s (%d rows)",
-			r.RelayP50.Round(10*time.Microsecond), r.RelayP99.Round(10*time.Microsecond), r.Relayed)
+	if r.Split > 0 {
+		ms := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
+		s += fmt.Sprintf("; split at the publish (%d orders): accepted → published p50 %s p99 %s, published → read p50 %s p99 %s; the slowest 1%%: published %s after accepted, read %s after that (medians)",
+			r.Split, ms(r.PubP50), ms(r.PubP99), ms(r.ReadP50), ms(r.ReadP99), ms(r.TailPub), ms(r.TailRead))
 	}
 	return s
 }
 
-// relayLatency reads, from the outbox on pool, the rows committed between
-// from and to that the relay published: how many, and the p50 and p99 of
-// their time from commit to publish.
-func relayLatency(ctx context.Context, pool *pgxpool.Pool, from, to time.Time) (n int, p50, p99 time.Duration, _ error) {
-	var s50, s99 float64
-	err := pool.QueryRow(ctx, `SELECT count(*),
-			coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM published_at - created_at)), 0),
-			coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM published_at - created_at)), 0)
-		FROM outbox WHERE status = 'published' AND created_at >= $1 AND created_at < $2`, from, to).Scan(&n, &s50, &s99)
-	seconds := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-	return n, seconds(s50), seconds(s99), err
+// publishedAt reads, from the outbox, when each event committed between
+// from and to was published, by its global position.
+func publishedAt(ctx context.Context, pool *pgxpool.Pool, from, to time.Time) (map[int64]time.Time, error) {
+	rows, err := pool.Query(ctx, `SELECT (metadata->>'global_position')::bigint, published_at FROM outbox
+		WHERE status = 'published' AND created_at >= $1 AND created_at < $2 AND metadata->>'global_position' ~ '^[0-9]+$'`, from, to)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int64]time.Time{}
+	var gp int64
+	var at time.Time
+	_, err = pgx.ForEachRow(rows, []any{&gp, &at}, func() error {
+		out[gp] = at
+		return nil
+	})
+	return out, err
+}
+
+// splitAtPublish splits each half-load order's accepted → projection at
+// its event's publish (published: by global position), filling in
+// Split, PubP50..TailRead.
+func (r *Row) splitAtPublish(published map[int64]time.Time) {
+	type split struct{ total, pub, read time.Duration }
+	var all []split
+	for _, o := range r.halfOrders {
+		at, ok := published[o.gp]
+		if !ok {
+			continue
+		}
+		all = append(all, split{total: o.read.Sub(o.accepted), pub: at.Sub(o.accepted), read: o.read.Sub(at)})
+	}
+	r.Split = len(all)
+	if len(all) == 0 {
+		return
+	}
+	pubs, reads := make([]time.Duration, len(all)), make([]time.Duration, len(all))
+	for i, s := range all {
+		pubs[i], reads[i] = s.pub, s.read
+	}
+	r.PubP50, r.PubP99 = percentiles(pubs)
+	r.ReadP50, r.ReadP99 = percentiles(reads)
+	slices.SortFunc(all, func(a, b split) int { return cmp.Compare(b.total, a.total) })
+	tail := all[:max(1, len(all)/100)]
+	pubs, reads = pubs[:0], reads[:0]
+	for _, s := range tail {
+		pubs, reads = append(pubs, s.pub), append(reads, s.read)
+	}
+	r.TailPub, _ = percentiles(pubs)
+	r.TailRead, _ = percentiles(reads)
+}
+
+// percentiles sorts ds and returns its p50 and p99.
+func percentiles(ds []time.Duration) (p50, p99 time.Duration) {
+	slices.Sort(ds)
+	return ds[(len(ds)-1)*50/100], ds[(len(ds)-1)*99/100]
+}
+
+// placedOrder is one order through a host: its event's global position,
+// when the client had the command's answer, and when it had the
+// projection's.
+type placedOrder struct {
+	gp             int64
+	accepted, read time.Time
+}
+
+// stageLog keeps, while on, the orders placed through the hosts: the
+// half-load phase's, which Row.splitAtPublish splits. A nil log keeps
+// nothing.
+type stageLog struct {
+	mu     sync.Mutex
+	on     bool
+	orders []placedOrder
+}
+
+func (l *stageLog) add(p placedOrder) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.on {
+		l.orders = append(l.orders, p)
+	}
+}
+
+// set turns the log on or off and returns what it holds.
+func (l *stageLog) set(on bool) []placedOrder {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.on = on
+	return l.orders
 }
 
 // Table renders rows as a Markdown table with each row's throughput as a

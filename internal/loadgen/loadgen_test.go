@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -297,11 +298,10 @@ func TestSummaryCPUPerOrder(t *testing.T) {
 	require.Contains(t, sum, "  postgres    1.00s  0.10 cores\n", "no orders: no figure per order")
 }
 
-// The relay's latency is read from the outbox rows committed in the
-// half-load phase and published: their count, and the p50 and p99 of
-// published_at - created_at. Rows outside the phase, or not published,
-// do not count.
-func TestRelayLatency(t *testing.T) {
+// The publishes are read from the outbox rows committed in the half-load
+// phase and published, by their events' global positions. Rows outside
+// the phase, not published, or without a position do not count.
+func TestPublishedAt(t *testing.T) {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "loadgen-relay-") // not t.TempDir: its parent is closed to postgres
 	require.NoError(t, err)
@@ -313,27 +313,52 @@ func TestRelayLatency(t *testing.T) {
 	pool, err := pgxpool.New(ctx, chaos.URL(pg.Addr()))
 	require.NoError(t, err)
 	defer pool.Close()
-	_, err = pool.Exec(ctx, `CREATE TABLE outbox (status text, created_at timestamptz, published_at timestamptz)`)
+	_, err = pool.Exec(ctx, `CREATE TABLE outbox (status text, metadata jsonb, created_at timestamptz, published_at timestamptz)`)
 	require.NoError(t, err)
 	from := time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)
 	to := from.Add(20 * time.Second)
-	add := func(status string, at time.Time, took time.Duration) {
-		_, err := pool.Exec(ctx, `INSERT INTO outbox VALUES ($1, $2, $3)`, status, at, at.Add(took))
+	add := func(status string, gp any, at time.Time) {
+		md, _ := json.Marshal(map[string]any{"global_position": gp})
+		_, err := pool.Exec(ctx, `INSERT INTO outbox VALUES ($1, $2, $3, $4)`, status, string(md), at, at.Add(time.Millisecond))
 		require.NoError(t, err)
 	}
-	for i := range 100 { // 1 ms .. 100 ms
-		add("published", from.Add(time.Duration(i)*100*time.Millisecond), time.Duration(i+1)*time.Millisecond)
-	}
-	add("published", from.Add(-time.Second), time.Hour) // before the phase
-	add("published", to, time.Hour)                     // after it
-	add("pending", from.Add(time.Second), time.Hour)    // not published
-	n, p50, p99, err := relayLatency(ctx, pool, from, to)
+	add("published", 7, from.Add(time.Second))
+	add("published", 8, from.Add(-time.Second)) // before the phase
+	add("published", 9, to)                     // after it
+	add("pending", 10, from.Add(time.Second))   // not published
+	add("published", "x", from.Add(time.Second))
+	got, err := publishedAt(ctx, pool, from, to)
 	require.NoError(t, err)
-	require.Equal(t, 100, n)
-	require.InDelta(t, 50.5, float64(p50)/float64(time.Millisecond), 0.01)
-	require.InDelta(t, 99.01, float64(p99)/float64(time.Millisecond), 0.01)
+	require.Len(t, got, 1)
+	require.True(t, from.Add(time.Second+time.Millisecond).Equal(got[7]), "%v", got[7])
+}
 
-	row := Row{Name: "1 host(s)", Relayed: n, RelayP50: p50, RelayP99: p99}
-	require.Contains(t, row.String(), "of which the relay, committed → published, p50 50.5ms p99 99.01ms (100 rows)")
-	require.NotContains(t, Row{Name: "floor"}.String(), "relay", "the floor has no outbox")
+// Each order's accepted → projection splits at its event's publish; the
+// slowest 1 % say which part the tail is.
+func TestSplitAtPublish(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)
+	ms := time.Millisecond
+	row := Row{Name: "1 host(s)"}
+	published := map[int64]time.Time{}
+	for i := range 200 {
+		gp := int64(i + 1)
+		accepted := t0.Add(time.Duration(i) * 10 * ms)
+		pub, read := 2*ms, 3*ms // the usual order: 5 ms
+		if i%70 == 0 {
+			pub, read = 40*ms, 10*ms // three slow ones, slow at the relay
+		}
+		published[gp] = accepted.Add(pub)
+		row.halfOrders = append(row.halfOrders, placedOrder{gp: gp, accepted: accepted, read: accepted.Add(pub + read)})
+	}
+	row.halfOrders = append(row.halfOrders, placedOrder{gp: 999, accepted: t0, read: t0.Add(time.Second)}) // no publish found
+	row.splitAtPublish(published)
+	require.Equal(t, 200, row.Split)
+	require.Equal(t, 2*ms, row.PubP50)
+	require.Equal(t, 3*ms, row.ReadP50)
+	require.Equal(t, 40*ms, row.PubP99)
+	require.Equal(t, 10*ms, row.ReadP99)
+	require.Equal(t, 40*ms, row.TailPub)
+	require.Equal(t, 10*ms, row.TailRead)
+	require.Contains(t, row.String(), "split at the publish (200 orders): accepted → published p50 2ms p99 40ms, published → read p50 3ms p99 10ms; the slowest 1%: published 40ms after accepted, read 10ms after that (medians)")
+	require.NotContains(t, Row{Name: "floor"}.String(), "split", "the floor has no outbox")
 }
