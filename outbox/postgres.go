@@ -501,19 +501,33 @@ func (p *Postgres) ClaimChained(ctx context.Context, broker, owner string, limit
 }
 
 func (p *Postgres) claim(ctx context.Context, broker, owner string, limit int, lockFor time.Duration, lanes *Lanes) ([]Row, error) {
-	limit, lockFor, err := claimArgs(ctx, broker, owner, limit, lockFor)
+	sql, args, err := p.claimStatement(ctx, broker, owner, limit, lockFor, lanes)
 	if err != nil {
 		return nil, err
+	}
+	rows, err := p.db.Pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: claim: %w", err)
+	}
+	return p.claimed(rows, lanes)
+}
+
+// claimStatement is the claim's statement and its arguments.
+func (p *Postgres) claimStatement(ctx context.Context, broker, owner string, limit int, lockFor time.Duration, lanes *Lanes) (string, []any, error) {
+	limit, lockFor, err := claimArgs(ctx, broker, owner, limit, lockFor)
+	if err != nil {
+		return "", nil, err
 	}
 	now := p.db.Clock()
 	args := []any{broker, now, owner, now.Add(lockFor)}
 	if lanes != nil {
 		args = append(args, lanes.Enabled, lanes.Threshold)
 	}
-	rows, err := p.db.Pool.Query(ctx, claimQuery(limit, lanes != nil, claimEpoch(p.highest.Load())), args...)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: claim: %w", err)
-	}
+	return claimQuery(limit, lanes != nil, claimEpoch(p.highest.Load())), args, nil
+}
+
+// claimed reads the claim's rows, in claim order.
+func (p *Postgres) claimed(rows pgx.Rows, lanes *Lanes) ([]Row, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) {
 		if lanes == nil {
 			return scanRow(r)
@@ -550,11 +564,54 @@ func (p *Postgres) MarkPublished(ctx context.Context, id int64, owner string) er
 		WHERE id = $1 AND `+activeSQL+` AND locked_by = $2`, p.db.Now())
 }
 
+// markPublishedSQL marks the rows of ids ($1) that owner ($2) holds
+// published at $3, and returns their ids.
+const markPublishedSQL = `UPDATE outbox SET status = 'published', published_at = $3,
+		next_retry_at = NULL, locked_by = NULL, locked_until = NULL, last_processed_at = $3
+		WHERE id = ANY($1) AND ` + activeSQL + ` AND locked_by = $2 RETURNING id`
+
 // MarkPublishedBatch implements Store.
 func (p *Postgres) MarkPublishedBatch(ctx context.Context, owner string, ids []int64) error {
-	return p.batchOwned(ctx, "mark published", owner, ids, `UPDATE outbox SET status = 'published', published_at = $3,
-		next_retry_at = NULL, locked_by = NULL, locked_until = NULL, last_processed_at = $3
-		WHERE id = ANY($1) AND `+activeSQL+` AND locked_by = $2 RETURNING id`)
+	return p.batchOwned(ctx, "mark published", owner, ids, markPublishedSQL)
+}
+
+// MarkAndClaim implements MarkingClaimer: the mark and the claim in one
+// pipeline, one implicit transaction (a failure of either undoes both).
+func (p *Postgres) MarkAndClaim(ctx context.Context, owner string, ids []int64, broker string, limit int, lockFor time.Duration, lanes *Lanes) (_ []Row, markErr, _ error) {
+	if len(ids) == 0 {
+		rows, err := p.claim(ctx, broker, owner, limit, lockFor, lanes)
+		return rows, nil, err
+	}
+	sql, args, err := p.claimStatement(ctx, broker, owner, limit, lockFor, lanes)
+	if err != nil {
+		return nil, nil, err
+	}
+	var b pgx.Batch
+	b.Queue(markPublishedSQL, ids, owner, p.db.Now())
+	b.Queue(sql, args...)
+	br := p.db.Pool.SendBatch(ctx, &b)
+	defer br.Close()
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, fmt.Errorf("outbox: mark published: %w", err)
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, nil, fmt.Errorf("outbox: mark published: %w", err)
+	}
+	markErr = notOwned("mark published", ids, done)
+	rows, err = br.Query()
+	if err != nil {
+		return nil, nil, fmt.Errorf("outbox: claim: %w", err)
+	}
+	claimed, err := p.claimed(rows, lanes)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := br.Close(); err != nil {
+		return nil, nil, fmt.Errorf("outbox: mark published and claim: %w", err)
+	}
+	return claimed, markErr, nil
 }
 
 // Release implements Store.
@@ -581,6 +638,13 @@ func (p *Postgres) batchOwned(ctx context.Context, op, owner string, ids []int64
 	if err != nil {
 		return fmt.Errorf("outbox: %s: %w", op, err)
 	}
+	return notOwned(op, ids, done)
+}
+
+// notOwned is nil when an update of ids owned by the caller changed every
+// one of them (done), else an error wrapping ErrNotOwner that names the
+// others.
+func notOwned(op string, ids, done []int64) error {
 	if len(done) == len(ids) {
 		return nil
 	}

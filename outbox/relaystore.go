@@ -28,6 +28,19 @@ type Chainer interface {
 	ClaimChained(ctx context.Context, broker, owner string, limit int, lockFor time.Duration, lanes Lanes) ([]Row, error)
 }
 
+// MarkingClaimer is a RelayStore that can mark rows published and claim
+// the next ones in one round trip: a relay marks its last pass's rows
+// with its next claim.
+type MarkingClaimer interface {
+	// MarkAndClaim runs MarkPublishedBatch(owner, ids), then the claim
+	// (ClaimChained with lanes, or Claim when lanes is nil), which sees the
+	// marks: their keys' next rows may be claimed at once. markErr is the
+	// mark's error as MarkPublishedBatch returns it (ErrNotOwner naming
+	// rows another relay took over: the claim still ran); err is any
+	// other failure, of either step, and then nothing of either is done.
+	MarkAndClaim(ctx context.Context, owner string, ids []int64, broker string, limit int, lockFor time.Duration, lanes *Lanes) (rows []Row, markErr, err error)
+}
+
 // Republisher is a RelayStore that can publish again what a broker that
 // lost its data (broker.ErrEpochLost) may have lost.
 type Republisher interface {

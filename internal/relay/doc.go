@@ -6,6 +6,15 @@
 // retries. Package outbox says what a claim hands out and in what order;
 // this package is what the daemon runs on it.
 //
+// In the background loop, which starts the next pass at once after a
+// clean one that claimed rows, a store that can (outbox.MarkingClaimer:
+// PostgreSQL) marks a clean pass's published rows with the next pass's
+// claim, in one round trip: a pass is two round trips to the database
+// and one to the broker, not three and one. The claim sees the marks, so
+// a key's next rows go out in that pass. What a stop leaves unmarked is
+// marked on the way out. [Relay.RunOnce] marks its own rows before it
+// returns.
+//
 // A pass sends its whole claim to the broker in one call, in claim order
 // (the Redis publish script is all or nothing), and falls back to one row
 // at a time only when the broker refuses one of them as invalid, to charge
@@ -32,7 +41,7 @@
 //
 // [Relay.Start] runs passes in the background; [Relay.Stop] ends them in
 // two phases. Soft: no new pass starts and the pass in progress runs to
-// its end, marking its rows. Hard, at Stop's deadline: the pass is
+// its end, and its rows are marked. Hard, at Stop's deadline: the pass is
 // canceled (rows it published but did not mark stay claimed until their
 // lock expires and are published again: at least once) and Stop returns
 // the deadline's error within [StopGrace].

@@ -187,6 +187,13 @@ func (r *Relay) Stop(ctx context.Context) error { return r.run.Stop(ctx) }
 func (r *Relay) loop(soft, work context.Context) {
 	var cleaned time.Time
 	infra := 0 // consecutive passes failed on infrastructure
+	// A pass's published rows are marked with the next pass's claim
+	// (pass), which follows at once; what a stop leaves is marked here.
+	defer func() {
+		if err := r.settle(work, true); err != nil {
+			r.opts.Logger.Warn("outbox relay: marking the last pass's rows at stop failed (their locks lapse, and they go again)", "broker", r.opts.Broker, "error", err)
+		}
+	}()
 	for {
 		if soft.Err() != nil {
 			return
@@ -199,7 +206,7 @@ func (r *Relay) loop(soft, work context.Context) {
 				r.opts.Logger.Info("outbox cleanup", "deleted", n)
 			}
 		}
-		n, err := r.RunOnce(work)
+		n, err := r.pass(work, true)
 		if work.Err() != nil {
 			return
 		}
@@ -257,8 +264,18 @@ func (r *Relay) Cleanup(ctx context.Context) (int, error) {
 // (delivery.IsInfrastructure), so the loop backs off; the published rows
 // are marked in one step. A row is published only while the claim holds
 // it with time to spare (see lapsed). It returns how many rows it claimed.
-func (r *Relay) RunOnce(ctx context.Context) (int, error) {
-	if err := r.settle(ctx); err != nil {
+func (r *Relay) RunOnce(ctx context.Context) (int, error) { return r.pass(ctx, false) }
+
+// pass is RunOnce. With next (the background loop, which runs the next
+// pass at once after a clean one that claimed rows), a store that can
+// mark with its claim (outbox.MarkingClaimer) marks a clean pass's
+// published rows with the next pass's claim, one round trip instead of
+// two: they are held as unmarked until then, as rows whose mark failed
+// are.
+func (r *Relay) pass(ctx context.Context, next bool) (int, error) {
+	mc, marking := r.store.(outbox.MarkingClaimer)
+	marking = marking && next
+	if err := r.settle(ctx, !marking); err != nil {
 		return 0, delivery.MarkInfrastructure(err)
 	}
 	// The epoch is read before the claim: a publish under it is refused
@@ -268,14 +285,23 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	// while the broker is still down.
 	epoch, err := r.currentEpoch(ctx)
 	if err != nil {
-		return 0, delivery.MarkInfrastructure(fmt.Errorf("epoch: %w", err))
+		err = fmt.Errorf("epoch: %w", err)
+		if marking { // no claim to mark them with: mark them now
+			err = errors.Join(err, r.settle(ctx, true))
+		}
+		return 0, delivery.MarkInfrastructure(err)
 	}
 	partitioning := r.opts.Publisher.Capabilities().Has(broker.StreamPartitioning)
-	rows, err := r.claim(ctx, partitioning)
-	if err != nil {
-		return 0, delivery.MarkInfrastructure(fmt.Errorf("claim: %w", err))
+	var rows []outbox.Row
+	if marking {
+		rows, err = r.markAndClaim(ctx, mc, partitioning)
+	} else {
+		rows, err = r.claim(ctx, partitioning)
 	}
-	p := &pass{failedKeys: map[outbox.OrderingKey]bool{}}
+	if err != nil {
+		return 0, delivery.MarkInfrastructure(err)
+	}
+	p := &pass{failedKeys: map[outbox.OrderingKey]bool{}, deferMark: marking}
 	// Every row becomes a message first (a row with a key the rules
 	// reject is abandoned and holds its key back for this pass), then the
 	// claim goes to the broker in one call, in claim order: all or
@@ -350,6 +376,8 @@ type pass struct {
 	down error
 	// failedKeys are the keys a row failed on: their later rows wait.
 	failedKeys map[outbox.OrderingKey]bool
+	// deferMark leaves the marks of a clean pass to the next pass's claim.
+	deferMark bool
 }
 
 // messages turns the claimed rows into messages, in claim order; a row
@@ -408,16 +436,20 @@ func (r *Relay) publishEach(ctx context.Context, p *pass, batch []outbox.Row, ms
 // after a broker failure it forgets the epoch, and republishes when the
 // broker lost its data.
 func (r *Relay) end(ctx context.Context, p *pass) {
-	if err := r.store.MarkPublishedBatch(ctx, r.opts.Owner, p.published); err != nil {
+	if err := r.store.Release(ctx, r.opts.Owner, p.released); err != nil {
+		r.hold(&r.unreleased, p.released, err)
+		p.errs = append(p.errs, delivery.MarkInfrastructure(fmt.Errorf("release: %w", err)))
+	}
+	if p.deferMark && p.down == nil && len(p.errs) == 0 {
+		// A clean pass: the loop runs the next at once, whose claim
+		// marks these.
+		r.hold(&r.unmarked, p.published, nil)
+	} else if err := r.store.MarkPublishedBatch(ctx, r.opts.Owner, p.published); err != nil {
 		// Published but not marked: the next pass marks them (settle);
 		// should another relay take them first (the locks lapsed), they
 		// go again, and consumers see a duplicate, never a loss.
 		r.hold(&r.unmarked, p.published, err)
 		p.errs = append(p.errs, delivery.MarkInfrastructure(fmt.Errorf("mark published: %w", err)))
-	}
-	if err := r.store.Release(ctx, r.opts.Owner, p.released); err != nil {
-		r.hold(&r.unreleased, p.released, err)
-		p.errs = append(p.errs, delivery.MarkInfrastructure(fmt.Errorf("release: %w", err)))
 	}
 	if p.down == nil {
 		return
@@ -450,10 +482,40 @@ func rowIDs(rows []outbox.Row) []int64 {
 // claim claims the next rows; on a partitioning broker, with each row's
 // Prev when the store can tell (outbox.Chainer).
 func (r *Relay) claim(ctx context.Context, partitioning bool) ([]outbox.Row, error) {
+	var rows []outbox.Row
+	var err error
 	if c, ok := r.store.(outbox.Chainer); ok && partitioning {
-		return c.ClaimChained(ctx, r.opts.Broker, r.opts.Owner, r.opts.BatchSize, r.opts.LockFor, r.lanes())
+		rows, err = c.ClaimChained(ctx, r.opts.Broker, r.opts.Owner, r.opts.BatchSize, r.opts.LockFor, r.lanes())
+	} else {
+		rows, err = r.store.Claim(ctx, r.opts.Broker, r.opts.Owner, r.opts.BatchSize, r.opts.LockFor)
 	}
-	return r.store.Claim(ctx, r.opts.Broker, r.opts.Owner, r.opts.BatchSize, r.opts.LockFor)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	return rows, nil
+}
+
+// markAndClaim marks the rows published and not marked yet (the last
+// pass's, or an earlier one's whose mark failed) and claims the next
+// rows, in one round trip (claim's rows). Rows another relay took over
+// are dropped; if the round trip fails, they are held for the next pass.
+func (r *Relay) markAndClaim(ctx context.Context, mc outbox.MarkingClaimer, partitioning bool) ([]outbox.Row, error) {
+	r.mu.Lock()
+	unmarked := r.unmarked
+	r.unmarked = nil
+	r.mu.Unlock()
+	var lanes *outbox.Lanes
+	if _, ok := r.store.(outbox.Chainer); ok && partitioning {
+		l := r.lanes()
+		lanes = &l
+	}
+	rows, markErr, err := mc.MarkAndClaim(ctx, r.opts.Owner, unmarked, r.opts.Broker, r.opts.BatchSize, r.opts.LockFor, lanes)
+	if err != nil {
+		r.hold(&r.unmarked, unmarked, err)
+		return nil, fmt.Errorf("mark published and claim: %w", err)
+	}
+	_ = markErr // outbox.ErrNotOwner: those rows are another relay's now
+	return rows, nil
 }
 
 // chain sets each partitioned message's Prev, the global position of the
@@ -486,13 +548,18 @@ func (r *Relay) hold(list *[]int64, ids []int64, err error) {
 }
 
 // settle records what an earlier pass could not: rows published and not
-// marked are marked published, rows given back and not released are
+// marked are marked published (with marks; else the pass's claim marks
+// them: markAndClaim), rows given back and not released are
 // released. Rows another relay took over meanwhile (outbox.ErrNotOwner) are
 // dropped from the lists; any other failure keeps them and fails the pass.
-func (r *Relay) settle(ctx context.Context) error {
+func (r *Relay) settle(ctx context.Context, marks bool) error {
 	r.mu.Lock()
-	unmarked, unreleased := r.unmarked, r.unreleased
-	r.unmarked, r.unreleased = nil, nil
+	var unmarked []int64
+	if marks { // else the claim marks them (markAndClaim)
+		unmarked, r.unmarked = r.unmarked, nil
+	}
+	unreleased := r.unreleased
+	r.unreleased = nil
 	r.mu.Unlock()
 	if len(unmarked) > 0 {
 		if err := r.store.MarkPublishedBatch(ctx, r.opts.Owner, unmarked); err != nil {
