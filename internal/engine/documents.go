@@ -30,19 +30,20 @@ const (
 // of the database.
 //
 // Such a document is written by the events of its key alone (the host
-// refuses any other write of it: documentsByKey), so by one unit when the
-// projector's events are of one category, and a unit by one owner at a time,
-// fenced by its generation. So while this process owns the unit at the
-// generation an entry was committed under, the database holds exactly
-// the entry's version and bytes (records.data is json, stored as
-// written) — provided nothing else writes the projection: the cache
+// refuses any other write of it: documentsByKey), so by one unit when
+// the projector's events are of one category, and a unit by one owner at
+// a time, fenced by its generation. So while this process owns the unit
+// at the generation an entry was committed under, the database holds
+// exactly the entry's version and bytes (records.data is json, stored as
+// written), provided nothing else writes the projection: the cache
 // serves only a projector of one category whose module has no other
-// projector or process manager (every one of those may write the module's
-// projections: cachesDocuments), and a reload starts an empty cache (it lives in the loaded set). Should an
-// entry be stale all the same (a document edited in the database by hand
-// while its unit runs), the worst it does is a version conflict: every
-// write names the version it replaces, and a run whose commit fails
-// drops what it wrote, so the retry reads the database.
+// projector or process manager (every one of those may write the
+// module's projections: cachesDocuments), and a reload starts an empty
+// cache (it lives in the loaded set). Should an entry be stale all the
+// same (a document edited in the database by hand while its unit runs),
+// the worst it does is a version conflict: every write names the version
+// it replaces, and a run whose commit fails drops what it wrote, so the
+// retry reads the database.
 //
 // The cache is direct-mapped: each document has one slot (by a hash of
 // its projection and id), which a later document of the same slot takes
