@@ -154,7 +154,7 @@ chaos: build plugins ## Fault injection: 3 hosts on a private PostgreSQL and Red
 # make load: the end-to-end HTTP measurement (internal/loadgen/,
 # cmd/loadgen) on a private PostgreSQL and Redis: the raw commit-and-publish
 # floor, then each host count of HOSTS, each phase LOAD_DURATION long.
-# PROFILE=dir saves each host's CPU, block and mutex profiles and goroutine
+# PROFILE=dir saves each host's CPU, block, mutex and allocation profiles and goroutine
 # dump over each maximum phase into dir, with summary.txt (every process's
 # CPU, the profiles' top entries), printed after the table. COMPARE="a.b=v
 # c.d=w" measures 1 host once more with each setting, in the same run.

@@ -28,7 +28,7 @@ func main() {
 	flag.StringVar(&o.Root, "root", ".", "the repository root (configs/production.toml)")
 	flag.IntVar(&o.Clients, "clients", 64, "concurrent clients")
 	flag.IntVar(&o.KeysPerClient, "orders-per-key", 50, "orders a client places for one client_id before it moves to the next (bounds each document's size)")
-	flag.StringVar(&o.Profile, "profile", "", "a directory for each host's CPU, block and mutex profiles and goroutine dump over each maximum phase, and summary.txt (printed after the table): every process's CPU and the profiles' top entries")
+	flag.StringVar(&o.Profile, "profile", "", "a directory for each host's CPU, block, mutex and allocation profiles and goroutine dump over each maximum phase, and summary.txt (printed after the table): every process's CPU and the profiles' top entries")
 	flag.IntVar(&o.PostgresPool, "postgres-pool", 0, "the hosts' PostgreSQL pool size (0: each host derives its own)")
 	flag.IntVar(&o.RedisPool, "redis-pool", 0, "the hosts' Redis pool size (0: each host derives its own)")
 	flag.DurationVar(&o.Duration, "duration", 20*time.Second, "length of each phase (maximum, half load) of each configuration")

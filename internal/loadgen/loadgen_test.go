@@ -184,8 +184,8 @@ func TestConfigSlug(t *testing.T) {
 	}
 }
 
-// Over a phase the profiler fetches a host's CPU, block and mutex
-// profiles and a goroutine dump from its /debug/pprof/, accounts this
+// Over a phase the profiler fetches a host's CPU, block, mutex and
+// allocation profiles and a goroutine dump from its /debug/pprof/, accounts this
 // process's CPU, and summarises them with go tool pprof.
 func TestProfilerSavesAHostsProfiles(t *testing.T) {
 	t.Parallel()
@@ -209,8 +209,8 @@ func TestProfilerSavesAHostsProfiles(t *testing.T) {
 	require.Len(t, p.records, 1)
 	r := p.records[0]
 	require.Empty(t, r.errs)
-	require.Len(t, r.files, 4)
-	for _, kind := range []string{"cpu.pb.gz", "block.pb.gz", "mutex.pb.gz", "goroutines.txt"} {
+	require.Len(t, r.files, 5)
+	for _, kind := range []string{"cpu.pb.gz", "block.pb.gz", "mutex.pb.gz", "allocs.pb.gz", "goroutines.txt"} {
 		fi, err := os.Stat(filepath.Join(dir, "1hosts-host0-"+kind))
 		require.NoError(t, err, kind)
 		require.Positive(t, fi.Size(), kind)
@@ -228,6 +228,7 @@ func TestProfilerSavesAHostsProfiles(t *testing.T) {
 	if _, err := exec.LookPath("go"); err == nil {
 		require.Contains(t, sum, "host0 cpu (1hosts-host0-cpu.pb.gz):\n  Duration: ")
 		require.Contains(t, sum, "flat%")
+		require.Contains(t, sum, "host0 allocs (1hosts-host0-allocs.pb.gz):\n")
 	}
 }
 

@@ -14,15 +14,15 @@ import (
 	"github.com/proteanhq/protean-host/internal/chaos"
 )
 
-// profileMargin is how much shorter than the maximum phase the CPU, block
-// and mutex profiles are, so that they end inside it.
+// profileMargin is how much shorter than the maximum phase the CPU, block,
+// mutex and allocation profiles are, so that they end inside it.
 const profileMargin = time.Second
 
 // fetchSlack bounds a profile's fetch beyond the seconds it covers.
 const fetchSlack = 15 * time.Second
 
 // profiler saves, during each configuration's maximum phase, every host's
-// CPU, block and mutex profiles and a goroutine dump under dir, and
+// CPU, block, mutex and allocation profiles and a goroutine dump under dir, and
 // accounts the CPU of each process of the run over the phase.
 type profiler struct {
 	dir    string
@@ -64,7 +64,7 @@ type procCPU struct {
 // savedProfile is one file the profiler saved.
 type savedProfile struct {
 	host int
-	kind string // cpu, block, mutex, goroutines
+	kind string // cpu, block, mutex, allocs, goroutines
 	path string
 }
 
@@ -144,12 +144,15 @@ func (p *profiler) watch(ctx context.Context, config string, hosts []*chaos.Host
 	}
 	long := time.Duration(secs)*time.Second + fetchSlack
 	for _, h := range hosts {
-		wg.Add(4)
+		wg.Add(5)
 		go get(h, "cpu", fmt.Sprintf("profile?seconds=%d", secs), long)
 		// seconds=N on a named profile answers the delta over those
 		// seconds (net/http/pprof, Go 1.16 on).
 		go get(h, "block", fmt.Sprintf("block?seconds=%d", secs), long)
 		go get(h, "mutex", fmt.Sprintf("mutex?seconds=%d", secs), long)
+		// What the phase allocated, by where: what drives the garbage
+		// collector.
+		go get(h, "allocs", fmt.Sprintf("allocs?seconds=%d", secs), long)
 		go func() {
 			select {
 			case <-time.After(d / 2):

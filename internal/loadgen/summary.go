@@ -84,7 +84,7 @@ func (p *profiler) summary(ctx context.Context) string {
 }
 
 // profileKinds orders a host's profiles in the summary.
-var profileKinds = []string{"cpu", "block", "mutex", "goroutines"}
+var profileKinds = []string{"cpu", "block", "mutex", "allocs", "goroutines"}
 
 // pprofTop runs go tool pprof -top on file and keeps its table.
 func pprofTop(ctx context.Context, goBin, file string) ([]string, error) {
