@@ -125,7 +125,7 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 		Metrics: engine.NewMetrics(c.reg), Partitioned: c.partitioned(), EventStore: c.fromStore,
 		Progress: progress, BrokerProgress: brokerProgress,
 		MaxCascadeDepth: cfg.Plugins.Limits.MaxCascadeDepth, MaxFollowUps: cfg.Plugins.Limits.MaxFollowUps, Clock: c.clk,
-		DocumentCacheBytes: documentCacheBytes(cfg.Plugins.DocumentCacheMB)})
+		DocumentCacheBytes: cfg.Plugins.DocumentCacheMB << 20})
 	c.reg.MustRegister(newInstanceCollector(h.eng.Set))
 	h.sched = loader.Scheduler()
 	c.reg.MustRegister(newShareCollector(h.sched))
@@ -374,15 +374,6 @@ func (w *wakeups) wake() {
 	for _, f := range *w {
 		f()
 	}
-}
-
-// documentCacheBytes is engine.Options.DocumentCacheBytes for [plugins]
-// document_cache_mb: 0 keeps no cache.
-func documentCacheBytes(mb int) int {
-	if mb <= 0 {
-		return -1
-	}
-	return mb << 20
 }
 
 // The engine answers ?min_position reads from its document cache.

@@ -11,8 +11,8 @@ import (
 	"github.com/proteanhq/protean-host/internal/unitofwork"
 )
 
-// DefaultDocumentCacheBytes is the document cache's budget when
-// Options.DocumentCacheBytes is 0.
+// DefaultDocumentCacheBytes is the document cache's budget by default
+// ([plugins] document_cache_mb).
 const DefaultDocumentCacheBytes = 16 << 20
 
 // documentSlotBytes is the budget per slot: the cache has one slot per
@@ -93,19 +93,31 @@ func (d *documents) slot(typ, id string) *cachedDocument {
 	return &d.slots[h.Sum64()%uint64(len(d.slots))]
 }
 
-// get returns the document typ/id as owner committed it, if the cache
+// find returns the document typ/id, whoever committed it, if the cache
 // holds it.
-func (d *documents) get(owner unitOwner, typ, id string) (cachedDocument, bool) {
+func (d *documents) find(typ, id string) (cachedDocument, bool) {
 	if d == nil {
 		return cachedDocument{}, false
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s := d.slot(typ, id)
-	if !s.full || s.owner != owner || s.typ != typ || s.id != id {
+	if s := d.slot(typ, id); s.holds(typ, id) {
+		return *s, true
+	}
+	return cachedDocument{}, false
+}
+
+// holds reports whether the slot holds the document typ/id.
+func (c *cachedDocument) holds(typ, id string) bool { return c.full && c.typ == typ && c.id == id }
+
+// get returns the document typ/id as owner committed it, if the cache
+// holds it.
+func (d *documents) get(owner unitOwner, typ, id string) (cachedDocument, bool) {
+	c, ok := d.find(typ, id)
+	if !ok || c.owner != owner {
 		return cachedDocument{}, false
 	}
-	return *s, true
+	return c, true
 }
 
 // put records that owner committed version of typ/id with data (nil:
@@ -130,16 +142,11 @@ func (d *documents) put(owner unitOwner, typ, id string, version int64, data jso
 // asOf returns the document typ/id if the cache holds it as written at
 // global position n or later, whoever committed it.
 func (d *documents) asOf(typ, id string, n int64) (cachedDocument, bool) {
-	if d == nil {
+	c, ok := d.find(typ, id)
+	if !ok || c.position < n {
 		return cachedDocument{}, false
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	s := d.slot(typ, id)
-	if !s.full || s.typ != typ || s.id != id || s.position < n {
-		return cachedDocument{}, false
-	}
-	return *s, true
+	return c, true
 }
 
 // drop forgets typ/id, whoever committed it.
@@ -149,8 +156,7 @@ func (d *documents) drop(typ, id string) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s := d.slot(typ, id)
-	if s.full && s.typ == typ && s.id == id {
+	if s := d.slot(typ, id); s.holds(typ, id) {
 		d.bytes -= s.size
 		*s = cachedDocument{}
 	}

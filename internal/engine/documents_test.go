@@ -64,7 +64,7 @@ func clientDoc(t *testing.T, mem *unitofwork.Memory) (int64, int) {
 // document changed behind the cache costs one version conflict, after
 // which the retry reads the store; a new generation reads the store.
 func TestDocumentsServeTheUnitsNextLoad(t *testing.T) {
-	e, mem, recs := documentsEngine(t, 0)
+	e, mem, recs := documentsEngine(t, DefaultDocumentCacheBytes)
 	ctx := context.Background()
 	h := e.Handler()
 	row, err := mem.Positions.Claim(ctx, "client_orders", "order:c1")
@@ -130,7 +130,7 @@ func TestDocumentsServeTheUnitsNextLoad(t *testing.T) {
 
 // With document_cache_mb = 0 every load reads the store.
 func TestDocumentsOffReadTheStore(t *testing.T) {
-	e, mem, recs := documentsEngine(t, -1)
+	e, mem, recs := documentsEngine(t, 0)
 	ctx := context.Background()
 	row, err := mem.Positions.Claim(ctx, "client_orders", "order:c1")
 	require.NoError(t, err)

@@ -67,8 +67,8 @@ type Options struct {
 	BrokerProgress readyourwrites.Source
 	// DocumentCacheBytes bounds the cache of the documents projectors
 	// declaring documents_by_key committed, which serves their units'
-	// next loads (see documents): 0 is DefaultDocumentCacheBytes, less
-	// than 0 keeps no cache.
+	// next loads (see documents); 0 keeps no cache ([plugins]
+	// document_cache_mb defaults to DefaultDocumentCacheBytes).
 	DocumentCacheBytes int
 }
 
@@ -162,9 +162,6 @@ func New(set *host.Set, opts Options) *Engine {
 	}
 	if opts.BrokerProgress == nil {
 		opts.BrokerProgress = &unmarked{}
-	}
-	if opts.DocumentCacheBytes == 0 {
-		opts.DocumentCacheBytes = DefaultDocumentCacheBytes
 	}
 	e := &Engine{opts: opts, tracer: telemetry.Tracer(), log: opts.Logger, now: opts.Clock.Now, commands: newGate(),
 		stopped: make(chan struct{}), done: make(chan struct{})}
