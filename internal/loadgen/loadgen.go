@@ -250,7 +250,7 @@ func measureHosts(ctx context.Context, o Options, dir, label string, cfg chaos.H
 		if err != nil {
 			return rows, err
 		}
-		if err := relayed(ctx, cfg.DatabaseURL, &row); err != nil {
+		if err := splitFromOutbox(ctx, cfg.DatabaseURL, &row); err != nil {
 			note("%s: the split at the publish is not known: %v", row.Name, err)
 		}
 		rows = append(rows, row)
@@ -259,9 +259,9 @@ func measureHosts(ctx context.Context, o Options, dir, label string, cfg chaos.H
 	return rows, nil
 }
 
-// relayed fills in row's split at the publish (Row.Split) from the outbox
+// splitFromOutbox fills in row's split at the publish (Row.Split) from the outbox
 // at url.
-func relayed(ctx context.Context, url string, row *Row) error {
+func splitFromOutbox(ctx context.Context, url string, row *Row) error {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return err
@@ -545,8 +545,8 @@ type placedOrder struct {
 }
 
 // stageLog keeps, while on, the orders placed through the hosts: the
-// half-load phase's, which Row.splitAtPublish splits. A nil log keeps
-// nothing.
+// half-load phase's, which Row.splitAtPublish splits. set on a nil log
+// (the floor's) does nothing.
 type stageLog struct {
 	mu     sync.Mutex
 	on     bool
@@ -554,9 +554,6 @@ type stageLog struct {
 }
 
 func (l *stageLog) add(p placedOrder) {
-	if l == nil {
-		return
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.on {
