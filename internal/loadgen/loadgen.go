@@ -102,7 +102,15 @@ type Row struct {
 	PubP50, PubP99    time.Duration
 	ReadP50, ReadP99  time.Duration
 	TailPub, TailRead time.Duration
-	halfOrders        []placedOrder
+	// NewKeys is how many of the split orders were the first of their
+	// key (a client moves to a new key every KeysPerClient orders, and a
+	// new key's first event reaches a unit no host holds yet);
+	// NewKeyP99 and OldKeyP99 are the accepted → projection p99 of those
+	// and of the rest, and TailNewKeys how many of the slowest 1 % were
+	// new keys' first orders.
+	NewKeys, TailNewKeys int
+	NewKeyP99, OldKeyP99 time.Duration
+	halfOrders           []placedOrder
 	// halfFrom and halfTo bound the half-load phase.
 	halfFrom, halfTo time.Time
 }
@@ -310,6 +318,7 @@ func measureOver(ctx context.Context, o Options, name string, hosts []*chaos.Hos
 	order := func(ctx context.Context, client, key string, seq int) (time.Duration, time.Duration, error) {
 		p, command, err := httpOrder(ctx, hc, addrs[seq%len(addrs)], client, key, seq)
 		if err == nil {
+			p.newKey = seq%o.KeysPerClient == 0
 			half.add(p)
 		}
 		return p.read.Sub(p.accepted), command, err
@@ -475,6 +484,8 @@ func (r Row) String() string {
 		ms := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
 		s += fmt.Sprintf("; split at the publish (%d orders): accepted → published p50 %s p99 %s, published → read p50 %s p99 %s; the slowest 1%%: published %s after accepted, read %s after that (medians)",
 			r.Split, ms(r.PubP50), ms(r.PubP99), ms(r.ReadP50), ms(r.ReadP99), ms(r.TailPub), ms(r.TailRead))
+		s += fmt.Sprintf("; a new key's first order (%d): p99 %s, the others p99 %s; %d of the slowest 1%% were new keys' first",
+			r.NewKeys, ms(r.NewKeyP99), ms(r.OldKeyP99), r.TailNewKeys)
 	}
 	return s
 }
@@ -501,14 +512,24 @@ func publishedAt(ctx context.Context, pool *pgxpool.Pool, from, to time.Time) (m
 // its event's publish (published: by global position), filling in
 // Split, PubP50..TailRead.
 func (r *Row) splitAtPublish(published map[int64]time.Time) {
-	type split struct{ total, pub, read time.Duration }
+	type split struct {
+		total, pub, read time.Duration
+		newKey           bool
+	}
 	var all []split
+	var newKeys, oldKeys []time.Duration
 	for _, o := range r.halfOrders {
 		at, ok := published[o.gp]
 		if !ok {
 			continue
 		}
-		all = append(all, split{total: o.read.Sub(o.accepted), pub: at.Sub(o.accepted), read: o.read.Sub(at)})
+		total := o.read.Sub(o.accepted)
+		all = append(all, split{total: total, pub: at.Sub(o.accepted), read: o.read.Sub(at), newKey: o.newKey})
+		if o.newKey {
+			newKeys = append(newKeys, total)
+		} else {
+			oldKeys = append(oldKeys, total)
+		}
 	}
 	r.Split = len(all)
 	if len(all) == 0 {
@@ -521,10 +542,20 @@ func (r *Row) splitAtPublish(published map[int64]time.Time) {
 	r.PubP50, r.PubP99 = percentiles(pubs)
 	r.ReadP50, r.ReadP99 = percentiles(reads)
 	slices.SortFunc(all, func(a, b split) int { return cmp.Compare(b.total, a.total) })
+	r.NewKeys = len(newKeys)
+	if len(newKeys) > 0 {
+		_, r.NewKeyP99 = percentiles(newKeys)
+	}
+	if len(oldKeys) > 0 {
+		_, r.OldKeyP99 = percentiles(oldKeys)
+	}
 	tail := all[:max(1, len(all)/100)]
 	pubs, reads = pubs[:0], reads[:0]
 	for _, s := range tail {
 		pubs, reads = append(pubs, s.pub), append(reads, s.read)
+		if s.newKey {
+			r.TailNewKeys++
+		}
 	}
 	r.TailPub, _ = percentiles(pubs)
 	r.TailRead, _ = percentiles(reads)
@@ -538,10 +569,11 @@ func percentiles(ds []time.Duration) (p50, p99 time.Duration) {
 
 // placedOrder is one order through a host: its event's global position,
 // when the client had the command's answer, and when it had the
-// projection's.
+// projection's, and whether it was the first order of its key.
 type placedOrder struct {
 	gp             int64
 	accepted, read time.Time
+	newKey         bool // the first order of its key
 }
 
 // stageLog keeps, while on, the orders placed through the hosts: the

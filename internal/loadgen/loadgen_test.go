@@ -348,8 +348,12 @@ func TestSplitAtPublish(t *testing.T) {
 		if i%70 == 0 {
 			pub, read = 40*ms, 10*ms // three slow ones, slow at the relay
 		}
+		newKey := i%50 == 25 // four new keys' first orders, the last one the slowest order
+		if i == 175 {
+			pub, read = 40*ms, 60*ms
+		}
 		published[gp] = accepted.Add(pub)
-		row.halfOrders = append(row.halfOrders, placedOrder{gp: gp, accepted: accepted, read: accepted.Add(pub + read)})
+		row.halfOrders = append(row.halfOrders, placedOrder{gp: gp, accepted: accepted, read: accepted.Add(pub + read), newKey: newKey})
 	}
 	row.halfOrders = append(row.halfOrders, placedOrder{gp: 999, accepted: t0, read: t0.Add(time.Second)}) // no publish found
 	row.splitAtPublish(published)
@@ -360,6 +364,10 @@ func TestSplitAtPublish(t *testing.T) {
 	require.Equal(t, 10*ms, row.ReadP99)
 	require.Equal(t, 40*ms, row.TailPub)
 	require.Equal(t, 10*ms, row.TailRead)
-	require.Contains(t, row.String(), "split at the publish (200 orders): accepted → published p50 2ms p99 40ms, published → read p50 3ms p99 10ms; the slowest 1%: published 40ms after accepted, read 10ms after that (medians)")
+	require.Equal(t, 4, row.NewKeys)
+	require.Equal(t, 5*ms, row.NewKeyP99, "the p99 of four is the third: 5, 5, 5, 100 ms")
+	require.Equal(t, 50*ms, row.OldKeyP99, "orders 0, 70 and 140 took 50 ms")
+	require.Equal(t, 1, row.TailNewKeys, "the slowest 1 %: order 175 and one of 0, 70, 140")
+	require.Contains(t, row.String(), "split at the publish (200 orders): accepted → published p50 2ms p99 40ms, published → read p50 3ms p99 10ms; the slowest 1%: published 40ms after accepted, read 10ms after that (medians); a new key's first order (4): p99 5ms, the others p99 50ms; 1 of the slowest 1% were new keys' first")
 	require.NotContains(t, Row{Name: "floor"}.String(), "split", "the floor has no outbox")
 }
