@@ -201,7 +201,7 @@ func (h *hostProcess) composeSources(c *composition, uow *unitofwork.UnitOfWork,
 	h.partitions, err = redispartition.NewConsumer(redispartition.ConsumerOptions{
 		Leases: redispartition.NewLeases(c.br.redis, c.br.prefix), Positions: c.st.positions, Handler: h.eng.Handler(),
 		Decode: redisstream.Decode, Subscriptions: h.routes.Partitions, Owner: c.owner,
-		LeaseTTL: p.LeaseTTL(), Heartbeat: p.HeartbeatInterval(), Poll: p.PollInterval(), ReapIdle: p.ReapIdle(),
+		LeaseTTL: p.LeaseTTL(), Heartbeat: p.HeartbeatInterval(), Poll: p.PollInterval(), ReapIdle: p.ReapIdle(), AckDelay: p.AckDelay(),
 		Retry: retry, Classify: engine.Classify, Infra: infra,
 		Lanes: lanes.Enabled, BackfillSuffix: lanes.BackfillSuffix, WarnLivePartitions: p.WarnLivePartitions,
 		Metrics: redispartition.NewMetrics(c.reg), Logger: c.log, Clock: c.clk,

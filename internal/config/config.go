@@ -215,6 +215,9 @@ type Partitioning struct {
 	HeartbeatIntervalSeconds *float64 `toml:"heartbeat_interval_seconds"`
 	PollIntervalSeconds      float64  `toml:"poll_interval_seconds"` // an idle worker's re-read without a wake-up (a safety net)
 	ReapIdleMS               int      `toml:"reap_idle_ms"`          // idle time before a partition is retired
+	// AckDelayMS is how long a partition worker may hold the acks of what
+	// it applied, for its next read to carry them (0: ack at once).
+	AckDelayMS int `toml:"ack_delay_ms"`
 	// WarnLivePartitions logs a warning when a category has more live
 	// partitions than this (Protean's ADR asks for it; the design is meant
 	// for hundreds to low thousands). 0 turns the warning off.
@@ -238,6 +241,9 @@ func (p Partitioning) PollInterval() time.Duration { return seconds(p.PollInterv
 
 // ReapIdle is reap_idle_ms as a duration.
 func (p Partitioning) ReapIdle() time.Duration { return ms(p.ReapIdleMS) }
+
+// AckDelay is ack_delay_ms as a duration.
+func (p Partitioning) AckDelay() time.Duration { return ms(p.AckDelayMS) }
 
 // PriorityLanes is [server.priority_lanes]. A row whose priority is below
 // Threshold goes to the {category}:{key}:{backfill_suffix} lane when Enabled.
@@ -675,6 +681,7 @@ func defaultServer() Server {
 			HeartbeatIntervalSeconds: nil, // lease_ttl_ms/5000, as the consumer's default
 			PollIntervalSeconds:      part.Poll.Seconds(),
 			ReapIdleMS:               toMS(part.ReapIdle),
+			AckDelayMS:               toMS(part.AckDelay),
 			WarnLivePartitions:       part.WarnLivePartitions,
 		},
 		PriorityLanes: PriorityLanes{

@@ -435,6 +435,9 @@ func TestValidate(t *testing.T) {
 		{"reap negative", func(c *config.Config) { c.Server.Partitioning.ReapIdleMS = -1 },
 			[]string{"server.partitioning.reap_idle_ms must be >= 0 (got -1)"}},
 		{"reap zero", func(c *config.Config) { c.Server.Partitioning.ReapIdleMS = 0 }, nil},
+		{"ack delay negative", func(c *config.Config) { c.Server.Partitioning.AckDelayMS = -1 },
+			[]string{"server.partitioning.ack_delay_ms must be >= 0 (got -1)"}},
+		{"ack delay zero", func(c *config.Config) { c.Server.Partitioning.AckDelayMS = 0 }, nil},
 		{"warn negative", func(c *config.Config) { c.Server.Partitioning.WarnLivePartitions = -1 },
 			[]string{"server.partitioning.warn_live_partitions must be >= 0, 0 turns the warning off (got -1)"}},
 		// server.priority_lanes

@@ -16,7 +16,8 @@
 //	[event_store]             provider = "memory" | "message_db", database_uri
 //	[brokers.NAME]            provider = "inline" | "redis" | ..., uri, key_prefix
 //	[outbox]                  broker, batching, retry/backoff, lock, retention
-//	[server.partitioning]     lease_ttl_ms, heartbeat_interval_seconds, poll_interval_seconds, reap_idle_ms, warn_live_partitions
+//	[server.partitioning]     lease_ttl_ms, heartbeat_interval_seconds, poll_interval_seconds, reap_idle_ms, ack_delay_ms,
+//	                          warn_live_partitions
 //	[server.priority_lanes]   enabled, threshold, backfill_suffix
 //	[server.stream_subscription]  max_retries, retry_delay_seconds, max_retry_delay_seconds
 //	[server]                  default_subscription_type = "stream" | "event_store" (unset: event_store with
@@ -132,6 +133,7 @@
 //	server.event_store_subscription.gap_timeout_ms = 5000
 //	server.event_store_subscription.key_workers = 2
 //	server.event_store_subscription.poll_interval_ms = 100
+//	server.partitioning.ack_delay_ms = 500
 //	server.partitioning.heartbeat_interval_seconds = (unset)
 //	server.partitioning.lease_ttl_ms = 15000
 //	server.partitioning.poll_interval_seconds = 10

@@ -307,6 +307,7 @@ func (v *validator) partitioning(p Partitioning) {
 	} // unset: derived as lease_ttl_ms/5000 s, always > 0 and < the TTL
 	v.seconds(pre+"poll_interval_seconds", p.PollIntervalSeconds, false)
 	v.ms(pre+"reap_idle_ms", p.ReapIdleMS, true)
+	v.ms(pre+"ack_delay_ms", p.AckDelayMS, true)
 	if p.WarnLivePartitions < 0 {
 		v.add(pre+"warn_live_partitions", "must be >= 0, 0 turns the warning off (got %d)", p.WarnLivePartitions)
 	}

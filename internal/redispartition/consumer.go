@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -40,6 +41,16 @@ type ConsumerOptions struct {
 	Heartbeat time.Duration // renew and discovery cadence
 	Poll      time.Duration // a worker's pause after an empty pass
 	ReapIdle  time.Duration // idle time before a worker tries to reap its unit
+	// AckDelay is how long a worker may hold the acks of the entries it
+	// applied before it sends them: when its unit's next read comes
+	// sooner, they ride with it, in the same round trip (a busy key's
+	// messages then cost one round trip to Redis each, not two). 0: each
+	// run is acked as it commits. A worker sends what it holds before it
+	// reaps its unit, halts it or lets it go; a worker that loses its
+	// lease (or its process) loses them, and the unit's next owner acks
+	// those entries as applied by the positions row, as after a crash
+	// between commit and ack.
+	AckDelay time.Duration
 	// Retry is the retry policy of a message failing on its own: retried
 	// Retry.MaxRetries times after its first attempt, then its unit
 	// halts; a permanent failure halts at once.
@@ -156,6 +167,31 @@ type worker struct {
 	// the positions row, then that row's, then moved by each run it
 	// commits (Committed). Written by the worker's goroutine only.
 	committed atomic.Int64
+	// held counts, per stream, the applied entries whose acks the worker
+	// holds (ConsumerOptions.AckDelay): pending in Redis, handled here.
+	// The lag metrics leave them out. Under mu.
+	held map[string]int
+}
+
+// setHeld records how many acks the worker holds on stream.
+func (w *worker) setHeld(stream string, n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n == 0 {
+		delete(w.held, stream)
+		return
+	}
+	if w.held == nil {
+		w.held = map[string]int{}
+	}
+	w.held[stream] = n
+}
+
+// heldOn is how many acks the worker holds on stream.
+func (w *worker) heldOn(stream string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.held[stream]
 }
 
 // commit records that the unit has committed up to at.
@@ -184,6 +220,8 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 		return nil, fmt.Errorf("partition: heartbeat %s must be > 0 and below the lease TTL %s", opts.Heartbeat, opts.LeaseTTL)
 	case opts.Poll <= 0:
 		return nil, fmt.Errorf("partition: poll interval must be > 0, got %s", opts.Poll)
+	case opts.AckDelay < 0:
+		return nil, fmt.Errorf("partition: ack delay must be >= 0, got %s", opts.AckDelay)
 	}
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = DefaultBatchSize
@@ -1041,12 +1079,20 @@ func (c *Consumer) lose(w *worker, err error) {
 // lost, the unit halts or it is reaped.
 func (c *Consumer) run(w *worker) {
 	release := true
+	var st *state
 	defer func() {
 		w.mu.Lock()
 		lost := w.lost
 		w.mu.Unlock()
 		if release && !lost {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(c.work), min(c.opts.LeaseTTL, 2*time.Second))
+			if st != nil {
+				// What it applied goes acked to the next owner, which
+				// would otherwise read it again to ack it.
+				if err := c.flush(rctx, w, st); err != nil && !errors.Is(err, ErrLeaseLost) {
+					c.log.Warn("partition acks at release failed", "group", w.lease.Group, "partition", w.lease.Unit, "error", err)
+				}
+			}
 			if err := c.opts.Leases.Release(rctx, w.lease); err != nil && !errors.Is(err, ErrLeaseLost) {
 				c.log.Warn("partition lease release failed", "group", w.lease.Group, "partition", w.lease.Unit, "error", err)
 			}
@@ -1054,7 +1100,6 @@ func (c *Consumer) run(w *worker) {
 		}
 	}()
 	failures := 0
-	var st *state
 	for st == nil {
 		var err error
 		if st, err = c.start(w); err != nil {
@@ -1094,7 +1139,7 @@ func (c *Consumer) run(w *worker) {
 			continue
 		}
 		if c.opts.Clock.Now().Sub(idleSince) >= c.opts.ReapIdle {
-			reaped, err := c.reap(w)
+			reaped, err := c.reap(w, st)
 			if err != nil {
 				if failures++; !c.retry(w, err, failures) {
 					return
@@ -1110,10 +1155,32 @@ func (c *Consumer) run(w *worker) {
 		if st.pendingLeft() {
 			continue
 		}
+		if !c.wait(w, st, idleSince) {
+			return
+		}
+	}
+}
+
+// wait waits, idle, for a wake-up or the safety net's re-read, sending
+// the acks the worker holds when they have waited AckDelay for a read to
+// ride with. It reports false when the worker is to stop.
+func (c *Consumer) wait(w *worker, st *state, idleSince time.Time) bool {
+	for {
+		var flushAt <-chan time.Time
+		if len(st.held) > 0 {
+			flushAt = c.opts.Clock.After(max(0, c.opts.AckDelay-c.opts.Clock.Now().Sub(st.heldSince)))
+		}
 		select {
 		case <-w.ctx.Done():
-			return
+			return false
 		case <-w.wake:
+		case <-flushAt:
+			if err := c.flush(c.work, w, st); err != nil {
+				// The next read carries them again.
+				c.log.Debug("partition acks failed; they go with the next read", "group", w.lease.Group, "partition", w.lease.Unit, "error", err)
+				return true
+			}
+			continue
 		case <-c.opts.Clock.After(c.idleWait(idleSince)):
 			// Quiet since the last wait: trim what was acked since the
 			// last trim. Not at the end of every burst: a stream that gets
@@ -1123,6 +1190,7 @@ func (c *Consumer) run(w *worker) {
 				c.acked(w, st, stream, 0, true)
 			}
 		}
+		return true
 	}
 }
 
@@ -1189,6 +1257,64 @@ type state struct {
 	// after is the last entry delivered on each stream: the next read of
 	// new entries begins past it (Leases.ReadAfter's guess).
 	after map[string]string
+	// held are the acks the worker holds, per stream, since heldSince
+	// (ConsumerOptions.AckDelay).
+	held      map[string][]string
+	heldSince time.Time
+}
+
+// ack acks ids of stream, applied: at once when AckDelay is 0, else
+// they are held for the next read (or the flush AckDelay after the
+// first held one).
+func (c *Consumer) ack(ctx context.Context, w *worker, st *state, stream string, ids []string) error {
+	if c.opts.AckDelay <= 0 {
+		if _, err := c.opts.Leases.Ack(ctx, w.lease, stream, ids...); err != nil {
+			return err
+		}
+		c.acked(w, st, stream, len(ids), false)
+		return nil
+	}
+	if len(st.held) == 0 {
+		st.held = map[string][]string{}
+		st.heldSince = c.opts.Clock.Now()
+	}
+	st.held[stream] = append(st.held[stream], ids...)
+	w.setHeld(stream, len(st.held[stream]))
+	return nil
+}
+
+// heldAcks lists the acks st holds, by stream in name order.
+func (st *state) heldAcks() []Acks {
+	if len(st.held) == 0 {
+		return nil
+	}
+	out := make([]Acks, 0, len(st.held))
+	for _, stream := range slices.Sorted(maps.Keys(st.held)) {
+		out = append(out, Acks{Stream: stream, IDs: st.held[stream]})
+	}
+	return out
+}
+
+// sent records that the acks st held reached Redis.
+func (c *Consumer) sent(w *worker, st *state, acks []Acks) {
+	for _, a := range acks {
+		delete(st.held, a.Stream)
+		w.setHeld(a.Stream, 0)
+		c.acked(w, st, a.Stream, len(a.IDs), false)
+	}
+}
+
+// flush sends the acks st holds, in one round trip.
+func (c *Consumer) flush(ctx context.Context, w *worker, st *state) error {
+	acks := st.heldAcks()
+	if len(acks) == 0 {
+		return nil
+	}
+	if err := c.opts.Leases.AckAll(ctx, w.lease, acks); err != nil {
+		return err
+	}
+	c.sent(w, st, acks)
+	return nil
 }
 
 // pendingLeft reports a source whose own pending entries are not yet
@@ -1314,9 +1440,11 @@ func (c *Consumer) drain(w *worker, st *state, stream string) (_ int, more bool,
 		delete(st.first, stream)
 	} else {
 		var err error
-		if entries, err = c.opts.Leases.ReadAfter(c.work, w.lease, stream, false, count, st.after[stream]); err != nil {
+		acks := st.heldAcks()
+		if entries, err = c.opts.Leases.ReadAfter(c.work, w.lease, stream, false, count, st.after[stream], acks...); err != nil {
 			return 0, false, err
 		}
+		c.sent(w, st, acks)
 	}
 	if n := len(entries); n > 0 && (st.after[stream] == "" || entryLess(st.after[stream], entries[n-1].ID)) {
 		st.after[stream] = entries[n-1].ID
@@ -1381,10 +1509,9 @@ func (c *Consumer) drain(w *worker, st *state, stream string) (_ int, more bool,
 		}
 	}
 	if len(skip) > 0 {
-		if _, err := c.opts.Leases.Ack(c.work, w.lease, stream, skip...); err != nil {
+		if err := c.ack(c.work, w, st, stream, skip); err != nil {
 			return 0, false, err
 		}
-		c.acked(w, st, stream, len(skip), false)
 	}
 	done := 0
 	if len(msgs) > 0 {
@@ -1404,7 +1531,7 @@ func (c *Consumer) drain(w *worker, st *state, stream string) (_ int, more bool,
 		}
 	}
 	if poison != nil {
-		return done + len(skip), false, c.halt(w, stream, ids[len(msgs)], poisonID, poison, 1, gap)
+		return done + len(skip), false, c.halt(w, st, stream, ids[len(msgs)], poisonID, poison, 1, gap)
 	}
 	return done + len(skip), more, nil
 }
@@ -1437,10 +1564,9 @@ func (r *run) Handled(ctx context.Context, from, to int) error {
 		r.st.positions[r.stream] = gp
 		r.w.commit(gp)
 	}
-	if _, err := r.c.opts.Leases.Ack(ctx, r.w.lease, r.stream, r.ids[from:to]...); err != nil {
+	if err := r.c.ack(ctx, r.w, r.st, r.stream, r.ids[from:to]); err != nil {
 		return err
 	}
-	r.c.acked(r.w, r.st, r.stream, to-from, false)
 	r.c.opts.Metrics.handled(r.w.lease.Group, "ok", to-from)
 	return nil
 }
@@ -1476,14 +1602,19 @@ func (r *run) Charge(ctx context.Context, i int) (int, error) {
 
 // GiveUp halts the unit at the message: its later messages wait behind it.
 func (r *run) GiveUp(_ context.Context, i, failures int, cause error) (bool, error) {
-	return false, r.c.halt(r.w, r.stream, r.ids[i], r.msgs[i].ID, cause, failures, 0)
+	return false, r.c.halt(r.w, r.st, r.stream, r.ids[i], r.msgs[i].ID, cause, failures, 0)
 }
 
 func (r *run) Attrs(i int) []any {
 	return []any{"group", r.w.lease.Group, "partition", r.w.lease.Unit, "stream", r.stream, "entry", r.ids[i], "message_id", r.msgs[i].ID}
 }
 
-func (c *Consumer) halt(w *worker, stream, entry, messageID string, cause error, attempts int, gap int64) error {
+func (c *Consumer) halt(w *worker, st *state, stream, entry, messageID string, cause error, attempts int, gap int64) error {
+	// The entries before the poison were applied: acked before the
+	// halt releases the lease.
+	if err := c.flush(c.work, w, st); err != nil {
+		return err
+	}
 	h := Halt{Group: w.lease.Group, Unit: w.lease.Unit, Stream: stream, Entry: entry, MessageID: messageID,
 		Reason: cause.Error(), Attempts: attempts, HaltedAt: c.opts.Clock.Now(), Gap: gap}
 	if err := c.opts.Leases.Halt(c.work, w.lease, h); err != nil {
@@ -1497,7 +1628,11 @@ func (c *Consumer) halt(w *worker, stream, entry, messageID string, cause error,
 // reap tries to retire an idle unit: each of its partition keys leaves its
 // category's index and its streams are deleted when every group is caught
 // up. A correlated unit is retired only when all its categories reap.
-func (c *Consumer) reap(w *worker) (bool, error) {
+func (c *Consumer) reap(w *worker, st *state) (bool, error) {
+	// A held ack is a pending entry: the unit would not look idle.
+	if err := c.flush(c.work, w, st); err != nil {
+		return false, err
+	}
 	all := true
 	for _, src := range w.snapshot() {
 		w.mu.Lock()

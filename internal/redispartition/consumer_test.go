@@ -173,7 +173,18 @@ func newRig(t *testing.T) *rig {
 }
 
 func (r *rig) consumer(owner string, h delivery.Handler, ttl time.Duration, tweak ...func(*redispartition.ConsumerOptions)) *redispartition.Consumer {
-	opts := redispartition.ConsumerOptions{
+	opts := r.options(owner, h, ttl)
+	for _, f := range tweak {
+		f(&opts)
+	}
+	c, err := redispartition.NewConsumer(opts)
+	require.NoError(r.t, err)
+	return c
+}
+
+// options are the rig's consumer options.
+func (r *rig) options(owner string, h delivery.Handler, ttl time.Duration) redispartition.ConsumerOptions {
+	return redispartition.ConsumerOptions{
 		Leases: r.leases, Positions: r.store, Handler: h, Decode: redisstream.Decode, Owner: owner,
 		Subscriptions: func() []partition.Subscription {
 			return []partition.Subscription{{Group: "proj", Categories: []string{"order"}}}
@@ -181,12 +192,6 @@ func (r *rig) consumer(owner string, h delivery.Handler, ttl time.Duration, twea
 		LeaseTTL: ttl, Heartbeat: ttl / 5, Poll: 5 * time.Millisecond, ReapIdle: time.Hour,
 		Retry: delivery.Policy{MaxRetries: 2, Delay: time.Millisecond}, BatchSize: 8,
 	}
-	for _, f := range tweak {
-		f(&opts)
-	}
-	c, err := redispartition.NewConsumer(opts)
-	require.NoError(r.t, err)
-	return c
 }
 
 func start(t *testing.T, c *redispartition.Consumer) {

@@ -22,6 +22,9 @@ func DefaultConsumerOptions() ConsumerOptions {
 		Heartbeat: ttl / 5,          // a 5x margin before the lease lapses
 		Poll:      10 * time.Second, // the safety net under wake-ups (idleWait)
 		ReapIdle:  time.Hour,
+		// A busy key's next read, within this, carries the acks: one
+		// round trip to Redis a message, not two.
+		AckDelay: 500 * time.Millisecond,
 		Retry: delivery.Policy{MaxRetries: b.MaxRetries, Delay: b.Delay, MaxDelay: b.MaxDelay,
 			Jitter: delivery.DefaultJitter},
 		BatchSize:          DefaultBatchSize,

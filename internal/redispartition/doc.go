@@ -69,7 +69,11 @@
 // (entries are immutable; Lua turning 64 bodies into Lua values and back
 // cost about four times the XREADGROUP). A read of new entries that comes
 // back short ends the burst: the worker waits for a wake-up instead of
-// reading the stream empty; a failure at message k commits the messages before k and
+// reading the stream empty. It holds the acks of what committed for up
+// to [ConsumerOptions].AckDelay, and its next read carries them ahead of
+// it in the same round trip (a busy key: one round trip a message); with
+// no read to ride with they go on their own, and before the worker reaps,
+// halts or lets go of its unit. A failure at message k commits the messages before k and
 // retries k alone. After max_retries failed attempts (counted in Redis, so
 // failover does not reset them), or at once for a non-retryable error, the
 // unit halts: a durable halt record is written and the lease released in

@@ -59,7 +59,8 @@ type groupLag struct {
 
 // lagStream is one owned stream the scrape reads, and what it read.
 type lagStream struct {
-	worker int // index in the scrape's workers
+	worker int    // index in the scrape's workers
+	stream string // the stream's name, key without the prefix
 	key    string
 	b      backlog
 	at     time.Time
@@ -74,7 +75,7 @@ func (l lagCollector) Collect(ch chan<- prometheus.Metric) {
 	var ss []lagStream
 	for i, w := range ws {
 		for _, s := range c.streams(w.snapshot()) {
-			ss = append(ss, lagStream{worker: i, key: c.opts.Leases.key(s)})
+			ss = append(ss, lagStream{worker: i, stream: s, key: c.opts.Leases.key(s)})
 		}
 	}
 	group := func(s *lagStream) string { return ws[s.worker].lease.Group }
@@ -82,6 +83,12 @@ func (l lagCollector) Collect(ch chan<- prometheus.Metric) {
 	for i := 0; i < len(ss) && ctx.Err() == nil; i += lagBatch {
 		batch := ss[i:min(i+lagBatch, len(ss))]
 		readBacklogs(ctx, rdb, batch, group)
+		for j := range batch {
+			// Entries applied whose acks the worker holds (AckDelay)
+			// are handled: pending in Redis only.
+			s := &batch[j]
+			s.b.pending = max(0, s.b.pending-int64(ws[s.worker].heldOn(s.stream)))
+		}
 		readOldest(ctx, rdb, batch, group)
 	}
 	groups := map[string]*groupLag{}

@@ -485,24 +485,72 @@ func (s *Leases) Read(ctx context.Context, l Lease, stream string, pending bool,
 // after, the last entry the caller was delivered on stream ("" for the
 // stream's start). The bodies are read by an XRANGE from there, sent with
 // the fenced read in one round trip; a wrong guess costs one more round
-// trip, never a wrong entry (fetch).
-func (s *Leases) ReadAfter(ctx context.Context, l Lease, stream string, pending bool, count int, after string) ([]Entry, error) {
+// trip, never a wrong entry (fetch). Acks, if any, go first in the same
+// round trip, each a fenced Ack (so the read, which answers the caller's
+// pending entries first, does not answer them again): a worker's acks
+// ride with its next read (ConsumerOptions.AckDelay).
+func (s *Leases) ReadAfter(ctx context.Context, l Lease, stream string, pending bool, count int, after string, acks ...Acks) ([]Entry, error) {
 	id := ">"
 	if pending {
 		id = "0"
 	}
 	var read *redis.Cmd
 	var bodies *redis.XMessageSliceCmd
-	cmds := s.pipelineScripts(ctx, []*redis.Script{readScript}, func(p redis.Pipeliner) []*redis.Cmd {
+	scripts := []*redis.Script{readScript}
+	if len(acks) > 0 {
+		scripts = append(scripts, ackScript)
+	}
+	cmds := s.pipelineScripts(ctx, scripts, func(p redis.Pipeliner) []*redis.Cmd {
+		out := s.queueAcks(ctx, p, l, acks)
 		read = readScript.EvalSha(ctx, p, []string{s.key(LeaseKey(l.Group, l.Unit)), s.key(stream)}, l.Token(), l.Group, count, id)
 		bodies = p.XRangeN(ctx, s.key(stream), rangeAfter(after), "+", int64(count))
-		return []*redis.Cmd{read}
+		return append(out, read)
 	})
-	ids, err := cmds[0].StringSlice()
+	if err := s.ackErr(l, acks, cmds); err != nil {
+		return nil, err
+	}
+	ids, err := cmds[len(acks)].StringSlice()
 	if err != nil {
 		return nil, s.fenced(l, "read "+stream, 1, err)
 	}
 	return s.fetch(ctx, stream, ids, bodies)
+}
+
+// Acks are entries of one stream to ack: entries the caller applied.
+type Acks struct {
+	Stream string
+	IDs    []string
+}
+
+// AckAll acks each of acks (a fenced Ack per stream) in one round trip.
+func (s *Leases) AckAll(ctx context.Context, l Lease, acks []Acks) error {
+	if len(acks) == 0 {
+		return nil
+	}
+	cmds := s.pipelineScripts(ctx, []*redis.Script{ackScript}, func(p redis.Pipeliner) []*redis.Cmd {
+		return s.queueAcks(ctx, p, l, acks)
+	})
+	return s.ackErr(l, acks, cmds)
+}
+
+// queueAcks queues a fenced ack script per element of acks on p.
+func (s *Leases) queueAcks(ctx context.Context, p redis.Pipeliner, l Lease, acks []Acks) []*redis.Cmd {
+	out := make([]*redis.Cmd, 0, len(acks)+1)
+	for _, a := range acks {
+		keys, args := s.ackArgs(l, a.Stream, a.IDs)
+		out = append(out, ackScript.EvalSha(ctx, p, keys, args...))
+	}
+	return out
+}
+
+// ackErr is the first failure among the ack commands that lead cmds.
+func (s *Leases) ackErr(l Lease, acks []Acks, cmds []*redis.Cmd) error {
+	for i, a := range acks {
+		if err := cmds[i].Err(); err != nil {
+			return s.fenced(l, "ack "+a.Stream, 1, err)
+		}
+	}
+	return nil
 }
 
 // rangeAfter is XRANGE's exclusive start after id ("-": the stream's start).
@@ -681,16 +729,22 @@ func (s *Leases) Ack(ctx context.Context, l Lease, stream string, ids ...string)
 	if len(ids) == 0 {
 		return 0, nil
 	}
+	keys, args := s.ackArgs(l, stream, ids)
+	n, err := ackScript.Run(ctx, s.rdb, keys, args...).Int64()
+	if err != nil {
+		return 0, s.fenced(l, "ack "+stream, 1, err)
+	}
+	return int(n), nil
+}
+
+// ackArgs are ackScript's keys and arguments for ids of stream.
+func (s *Leases) ackArgs(l Lease, stream string, ids []string) ([]string, []any) {
 	args := make([]any, 0, 3+len(ids))
 	args = append(args, l.Token(), l.Group, stream+"/")
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	n, err := ackScript.Run(ctx, s.rdb, []string{s.key(LeaseKey(l.Group, l.Unit)), s.key(stream), s.key(AttemptsKey(l.Group, l.Unit))}, args...).Int64()
-	if err != nil {
-		return 0, s.fenced(l, "ack "+stream, 1, err)
-	}
-	return int(n), nil
+	return []string{s.key(LeaseKey(l.Group, l.Unit)), s.key(stream), s.key(AttemptsKey(l.Group, l.Unit))}, args
 }
 
 // attemptScript: KEYS lease, attempts; ARGV token, field.
@@ -880,7 +934,7 @@ func (s *Leases) pipelineScripts(ctx context.Context, scripts []*redis.Script, s
 }
 
 // pipelined are the scripts sent in pipelines.
-var pipelined = []*redis.Script{reclaimScript, dropStaleScript, readScript}
+var pipelined = []*redis.Script{reclaimScript, dropStaleScript, readScript, ackScript}
 
 // Taken is what Take found on a stream.
 type Taken struct {

@@ -560,3 +560,52 @@ func TestReadAfterAWrongGuess(t *testing.T) {
 	require.Nil(t, pend[0].Values, "deleted while pending")
 	require.Equal(t, "1", pend[1].Values["seq"])
 }
+
+// Acks sent with a read go first, each fenced: the read, which answers
+// the caller's pending entries first, then reads past them; a stale
+// token acks nothing and reads nothing.
+func TestAcksRideFencedAheadOfTheRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ls, rdb, prefix := newLeases(t)
+	stream, lane := "order:c-1", "order:c-1:backfill"
+	ids := xadd(t, rdb, prefix+stream, 4)
+	laneIDs := xadd(t, rdb, prefix+lane, 1)
+	pending := func(s string) []string {
+		p, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: prefix + s, Group: "g", Start: "-", End: "+", Count: 10}).Result()
+		require.NoError(t, err)
+		out := make([]string, len(p))
+		for i, e := range p {
+			out[i] = e.ID
+		}
+		return out
+	}
+
+	a, err := ls.Acquire(ctx, "g", stream, "host-a")
+	require.NoError(t, err)
+	first, err := ls.Read(ctx, a, stream, false, 2)
+	require.NoError(t, err)
+	require.Equal(t, ids[:2], entryIDs(first))
+	got, err := ls.Read(ctx, a, lane, false, 1)
+	require.NoError(t, err)
+	require.Equal(t, laneIDs, entryIDs(got))
+
+	// Without the acks the read would answer ids[0:2] again (pending first).
+	rest, err := ls.ReadAfter(ctx, a, stream, false, 10, ids[1],
+		redispartition.Acks{Stream: lane, IDs: laneIDs}, redispartition.Acks{Stream: stream, IDs: ids[:2]})
+	require.NoError(t, err)
+	require.Equal(t, ids[2:], entryIDs(rest), "acked ahead of the read")
+	require.Empty(t, pending(lane))
+	require.Equal(t, ids[2:], pending(stream))
+
+	// a stalls and b takes the unit: a's acks and read are refused.
+	require.NoError(t, rdb.Del(ctx, prefix+redispartition.LeaseKey("g", stream)).Err())
+	b, err := ls.Acquire(ctx, "g", stream, "host-b")
+	require.NoError(t, err)
+	_, err = ls.ReadAfter(ctx, a, stream, false, 10, ids[3], redispartition.Acks{Stream: stream, IDs: ids[2:]})
+	require.ErrorIs(t, err, redispartition.ErrLeaseLost)
+	require.ErrorIs(t, ls.AckAll(ctx, a, []redispartition.Acks{{Stream: stream, IDs: ids[2:]}}), redispartition.ErrLeaseLost)
+	require.Equal(t, ids[2:], pending(stream), "the stale owner acked nothing")
+	require.NoError(t, ls.AckAll(ctx, b, []redispartition.Acks{{Stream: stream, IDs: ids[2:]}}))
+	require.Empty(t, pending(stream))
+}
