@@ -315,6 +315,9 @@ func (h *Host) Crashes() int {
 // Tail is the end of the host's log.
 func (h *Host) Tail() string { return tail(h.log, 4000) }
 
+// LogFile is the path of the host's log (its stdout and stderr).
+func (h *Host) LogFile() string { return h.log }
+
 func (h *Host) get(ctx context.Context, path string) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+h.Addr+path, nil)
 	if err != nil {

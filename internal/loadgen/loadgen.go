@@ -63,7 +63,9 @@ type Options struct {
 	// Profile, when set, is a directory for each host's CPU, block and
 	// mutex profiles and goroutine dump over each configuration's
 	// maximum phase, and summary.txt: every process's CPU over the
-	// phase and the profiles' top entries (hosts run with [http] pprof).
+	// phase and the profiles' top entries (hosts run with [http] pprof);
+	// also each host configuration's half-load orders in time
+	// ({config}-orders.csv, profiler.keepOrders) and the hosts' logs.
 	Profile string
 	// Compare are settings ("plugins.document_cache_mb=0", see
 	// chaos.ParseSetting), each measured after the host counts as one
@@ -111,6 +113,7 @@ type Row struct {
 	NewKeys, TailNewKeys int
 	NewKeyP99, OldKeyP99 time.Duration
 	halfOrders           []placedOrder
+	published            map[int64]time.Time // by global position (splitAtPublish)
 	// halfFrom and halfTo bound the half-load phase.
 	halfFrom, halfTo time.Time
 }
@@ -241,8 +244,11 @@ func (o *Options) setDefaults() {
 func measureHosts(ctx context.Context, o Options, dir, label string, cfg chaos.HostConfig, rows []Row, prof *profiler, note func(string, ...any)) ([]Row, error) {
 	var hosts []*chaos.Host
 	defer func() {
-		for _, h := range hosts {
+		for i, h := range hosts {
 			_ = h.Stop()
+			if prof != nil {
+				prof.keepLog(fmt.Sprintf("hosts%s-host%d.log", configSlug(label), i), h.LogFile(), note)
+			}
 		}
 	}()
 	base := filepath.Join(o.Root, "configs", "production.toml")
@@ -260,6 +266,8 @@ func measureHosts(ctx context.Context, o Options, dir, label string, cfg chaos.H
 		}
 		if err := splitFromOutbox(ctx, cfg.DatabaseURL, &row); err != nil {
 			note("%s: the split at the publish is not known: %v", row.Name, err)
+		} else if prof != nil {
+			prof.keepOrders(row, note)
 		}
 		rows = append(rows, row)
 		note("%s", row)
@@ -512,6 +520,7 @@ func publishedAt(ctx context.Context, pool *pgxpool.Pool, from, to time.Time) (m
 // its event's publish (published: by global position), filling in
 // Split, PubP50..TailRead.
 func (r *Row) splitAtPublish(published map[int64]time.Time) {
+	r.published = published
 	type split struct {
 		total, pub, read time.Duration
 		newKey           bool

@@ -371,3 +371,34 @@ func TestSplitAtPublish(t *testing.T) {
 	require.Contains(t, row.String(), "split at the publish (200 orders): accepted → published p50 2ms p99 40ms, published → read p50 3ms p99 10ms; the slowest 1%: published 40ms after accepted, read 10ms after that (medians); a new key's first order (4): p99 5ms, the others p99 50ms; 1 of the slowest 1% were new keys' first")
 	require.NotContains(t, Row{Name: "floor"}.String(), "split", "the floor has no outbox")
 }
+
+// The profile keeps the half-load orders in time, for the tail, and a
+// host's log.
+func TestProfilerKeepsTheOrdersAndALog(t *testing.T) {
+	dir := t.TempDir()
+	p := &profiler{dir: dir}
+	t0 := time.Unix(1_800_000_000, 0)
+	row := Row{Name: "1 host(s)", halfOrders: []placedOrder{
+		{gp: 7, accepted: t0, read: t0.Add(5 * time.Millisecond), newKey: true},
+		{gp: 9, accepted: t0.Add(time.Millisecond), read: t0.Add(40 * time.Millisecond)},
+	}}
+	row.splitAtPublish(map[int64]time.Time{7: t0.Add(2 * time.Millisecond)})
+	var notes []string
+	note := func(f string, a ...any) { notes = append(notes, fmt.Sprintf(f, a...)) }
+	p.keepOrders(row, note)
+	b, err := os.ReadFile(filepath.Join(dir, "1hosts-orders.csv"))
+	require.NoError(t, err)
+	require.Equal(t, "accepted_ns,published_ns,read_ns,global_position,new_key\n"+
+		"1800000000000000000,1800000000002000000,1800000000005000000,7,true\n"+
+		"1800000000001000000,0,1800000000040000000,9,false\n", string(b))
+
+	log := filepath.Join(t.TempDir(), "host.log")
+	require.NoError(t, os.WriteFile(log, []byte("gc 1 @0.5s\n"), 0o644))
+	p.keepLog("hosts-host0.log", log, note)
+	b, err = os.ReadFile(filepath.Join(dir, "hosts-host0.log"))
+	require.NoError(t, err)
+	require.Equal(t, "gc 1 @0.5s\n", string(b))
+	p.keepLog("hosts-host1.log", filepath.Join(dir, "missing"), note)
+	require.Len(t, notes, 1)
+	require.Contains(t, notes[0], "host log hosts-host1.log not saved")
+}

@@ -227,3 +227,36 @@ func (p *profiler) fetch(ctx context.Context, url, path string, timeout time.Dur
 func configSlug(config string) string {
 	return strings.NewReplacer(" host(s)", "hosts", " ", "-", "+", "-", "(", "", ")", "", "/", "-", "[", "", "]", "", "=", "-", `"`, "").Replace(config)
 }
+
+// keepOrders writes the half-load orders of row to {config}-orders.csv:
+// when each was accepted, published and read (Unix ns; published 0 when
+// the outbox did not say), its event's global position and whether it
+// was its key's first: the tail's orders in time, to set beside a host's
+// log (GODEBUG=gctrace=1 puts its collections there).
+func (p *profiler) keepOrders(row Row, note func(string, ...any)) {
+	var b strings.Builder
+	b.WriteString("accepted_ns,published_ns,read_ns,global_position,new_key\n")
+	for _, o := range row.halfOrders {
+		var pub int64
+		if at, ok := row.published[o.gp]; ok {
+			pub = at.UnixNano()
+		}
+		fmt.Fprintf(&b, "%d,%d,%d,%d,%t\n", o.accepted.UnixNano(), pub, o.read.UnixNano(), o.gp, o.newKey)
+	}
+	path := filepath.Join(p.dir, configSlug(row.Name)+"-orders.csv")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		note("%s: orders not saved: %v", row.Name, err)
+	}
+}
+
+// keepLog copies a host's log (from, in the run's directory, which goes
+// at the end) to name in the profile directory.
+func (p *profiler) keepLog(name, from string, note func(string, ...any)) {
+	b, err := os.ReadFile(from)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(p.dir, name), b, 0o644)
+	}
+	if err != nil {
+		note("host log %s not saved: %v", name, err)
+	}
+}
