@@ -158,7 +158,8 @@ chaos: build plugins ## Fault injection: 3 hosts on a private PostgreSQL and Red
 # dump over each maximum phase into dir, with summary.txt (every process's
 # CPU, the profiles' top entries), printed after the table, each host
 # configuration's half-load orders in time ({config}-orders.csv) and the
-# hosts' logs (GODEBUG=gctrace=1 puts their collections there). COMPARE="a.b=v
+# hosts' logs (GODEBUG=gctrace=1 puts their collections there), and
+# Redis's latency events (redis-latency.txt). COMPARE="a.b=v
 # c.d=w" measures 1 host once more with each setting, in the same run.
 HOSTS ?= 1,3
 LOAD_DURATION ?= 20s

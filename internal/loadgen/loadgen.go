@@ -65,7 +65,8 @@ type Options struct {
 	// maximum phase, and summary.txt: every process's CPU over the
 	// phase and the profiles' top entries (hosts run with [http] pprof);
 	// also each host configuration's half-load orders in time
-	// ({config}-orders.csv, profiler.keepOrders) and the hosts' logs.
+	// ({config}-orders.csv, profiler.keepOrders), the hosts' logs, and
+	// Redis's latency events (redis-latency.txt, watchRedisLatency).
 	Profile string
 	// Compare are settings ("plugins.document_cache_mb=0", see
 	// chaos.ParseSetting), each measured after the host counts as one
@@ -164,6 +165,11 @@ func Run(ctx context.Context, o Options) (_ []Row, err error) {
 			note("the summary has no statements: %v", err)
 		}
 		defer prof.pg.close()
+		if dump, err := watchRedisLatency(ctx, rs.Addr(), o.Profile); err != nil {
+			note("Redis's latency is not watched: %v", err)
+		} else {
+			defer dump()
+		}
 		defer func() {
 			if werr := os.WriteFile(filepath.Join(o.Profile, "summary.txt"), []byte(prof.summary(ctx)), 0o644); werr != nil && err == nil {
 				err = werr

@@ -16,9 +16,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/internal/chaos"
+	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
 )
 
@@ -401,4 +403,24 @@ func TestProfilerKeepsTheOrdersAndALog(t *testing.T) {
 	p.keepLog("hosts-host1.log", filepath.Join(dir, "missing"), note)
 	require.Len(t, notes, 1)
 	require.Contains(t, notes[0], "host log hosts-host1.log not saved")
+}
+
+// A run's Redis latency events are kept with their second: a slow
+// command (a script that spins 20 ms) is one.
+func TestRedisLatencyIsKept(t *testing.T) {
+	url, _ := testserver.Redis(t)
+	opt, err := redis.ParseURL(url)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	dump, err := watchRedisLatency(context.Background(), opt.Addr, dir)
+	require.NoError(t, err)
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	require.NoError(t, rdb.Eval(context.Background(), `local t = redis.call('TIME')
+repeat local n = redis.call('TIME') until (n[1] - t[1]) * 1000000 + (n[2] - t[2]) > 20000
+return 1`, nil).Err())
+	dump()
+	b, err := os.ReadFile(filepath.Join(dir, "redis-latency.txt"))
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ command \d+$`, string(b))
 }
