@@ -1275,7 +1275,6 @@ func (c *Consumer) ack(ctx context.Context, w *worker, st *state, stream string,
 		return nil
 	}
 	if len(st.held) == 0 {
-		st.held = map[string][]string{}
 		st.heldSince = c.opts.Clock.Now()
 	}
 	st.held[stream] = append(st.held[stream], ids...)
@@ -1341,7 +1340,7 @@ func (c *Consumer) start(w *worker) (*state, error) {
 		return nil, fmt.Errorf("claim positions: %w", err)
 	}
 	st := &state{generation: row.Generation, positions: row.Positions, drained: map[string]bool{}, untrimmed: map[string]int{},
-		first: map[string][]Entry{}, after: map[string]string{}}
+		first: map[string][]Entry{}, after: map[string]string{}, held: map[string][]string{}}
 	if st.positions == nil {
 		st.positions = map[string]int64{}
 	}
