@@ -50,7 +50,10 @@
 // (JSONDecoder) and an AppendJSON(b []byte) ([]byte, error) method on the
 // value (JSONAppender). Fields, Elements, String, Float, Int, AppendString
 // and AppendFloat make those a few lines; see
-// plugins/examples/client_orders/codec.go. pdk.On stays as it is.
+// plugins/examples/client_orders/codec.go and orders/codec.go, and check
+// one against encoding/json with pdktest.Codec. pdk.On stays as it is.
+// For the example command handler (orders' PlaceOrder) the codecs halve
+// the guest's time a call (BenchmarkCommandHandler in internal/host).
 //
 // Only export_wasm.go needs wasip1; the rest builds natively, so handler
 // logic can be unit-tested with go test: package pdktest runs a module's

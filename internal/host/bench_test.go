@@ -95,41 +95,49 @@ func BenchmarkProjector(b *testing.B) {
 	s := &docSession{doc: startDoc}
 	for _, n := range []int{1, 50} {
 		batch := events(n)
-		var native, nativeCPU float64
+		var native perUnit
 		b.Run(fmt.Sprintf("batch=%d/native", n), func(b *testing.B) {
-			b.ReportAllocs()
-			cpu0 := cpuTime()
-			for b.Loop() {
-				nativeProjector(b, batch)
-			}
-			native = float64(b.Elapsed().Nanoseconds()) / float64(b.N*n)
-			nativeCPU = float64(cpuTime()-cpu0) / float64(b.N*n)
-			b.ReportMetric(native, "ns/event")
-			b.ReportMetric(nativeCPU, "cpu-ns/event")
+			native = measure(b, n, "event", perUnit{}, func() { nativeProjector(b, batch) })
 		})
 		for _, g := range guests {
 			b.Run(fmt.Sprintf("batch=%d/%s", n, g.name), func(b *testing.B) {
-				b.ReportAllocs()
-				cpu0 := cpuTime()
-				for b.Loop() {
+				measure(b, n, "event", native, func() {
 					res, err := g.m.Handle(context.Background(), "client_orders", batch, s)
 					if err != nil || len(res) != n || res[0].Error != nil {
 						b.Fatalf("%v %+v", err, res)
 					}
-				}
-				perEvent := float64(b.Elapsed().Nanoseconds()) / float64(b.N*n)
-				cpu := float64(cpuTime()-cpu0) / float64(b.N*n)
-				b.ReportMetric(perEvent, "ns/event")
-				b.ReportMetric(cpu, "cpu-ns/event")
-				if native > 0 {
-					b.ReportMetric(perEvent/native, "x_native")
-				}
-				if nativeCPU > 0 {
-					b.ReportMetric(cpu/nativeCPU, "x_native_cpu")
-				}
+				})
 			})
 		}
 	}
+}
+
+// perUnit is a benchmark's wall-clock and CPU (user and system) time per
+// unit of work, in ns.
+type perUnit struct{ wall, cpu float64 }
+
+// measure runs body b.N times, each one n units, and reports ns/unit and
+// cpu-ns/unit, and x_native and x_native_cpu, each over the baseline's
+// (when it is set: the baseline runs first in the same run).
+func measure(b *testing.B, n int, unit string, baseline perUnit, body func()) perUnit {
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	for b.Loop() {
+		body()
+	}
+	m := perUnit{
+		wall: float64(b.Elapsed().Nanoseconds()) / float64(b.N*n),
+		cpu:  float64(cpuTime()-cpu0) / float64(b.N*n),
+	}
+	b.ReportMetric(m.wall, "ns/"+unit)
+	b.ReportMetric(m.cpu, "cpu-ns/"+unit)
+	if baseline.wall > 0 {
+		b.ReportMetric(m.wall/baseline.wall, "x_native")
+	}
+	if baseline.cpu > 0 {
+		b.ReportMetric(m.cpu/baseline.cpu, "x_native_cpu")
+	}
+	return m
 }
 
 // nativeProjector is client_orders in plain Go: decode each event, update

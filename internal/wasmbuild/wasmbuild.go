@@ -33,9 +33,22 @@ func Root() string {
 // the life of the test binary.
 func Build(tb testing.TB, pkg string, vars ...string) string {
 	tb.Helper()
+	return build(tb, pkg, "", vars)
+}
+
+// BuildTagged is Build with build tags (go build -tags), a comma-separated
+// list: a variant of a module built from other files, such as
+// plugins/examples/orders without its codecs (tag reflectjson).
+func BuildTagged(tb testing.TB, pkg, tags string, vars ...string) string {
+	tb.Helper()
+	return build(tb, pkg, tags, vars)
+}
+
+func build(tb testing.TB, pkg, tags string, vars []string) string {
+	tb.Helper()
 	mu.Lock()
 	defer mu.Unlock()
-	key := pkg + "|" + strings.Join(vars, ",")
+	key := pkg + "|" + tags + "|" + strings.Join(vars, ",")
 	if p, ok := built[key]; ok {
 		return p
 	}
@@ -50,8 +63,14 @@ func Build(tb testing.TB, pkg string, vars ...string) string {
 	for _, v := range vars {
 		name += "_" + strings.NewReplacer("=", "-", "/", "_").Replace(v)
 	}
+	if tags != "" {
+		name += "_tags-" + strings.ReplaceAll(tags, ",", "_")
+	}
 	out := filepath.Join(dir, fmt.Sprintf("%d_%s.wasm", len(built), name))
 	args := []string{"build", "-buildmode=c-shared", "-o", out}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
 	if len(vars) > 0 {
 		var ld []string
 		for _, v := range vars {

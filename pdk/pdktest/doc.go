@@ -37,6 +37,9 @@
 // run: call Command with them to follow the chain. Events a handler emits
 // are stored, not delivered: call Event to hand one to a subscriber.
 //
+// Codec checks a type's own JSON codec (pdk.JSONDecoder, pdk.JSONAppender)
+// against encoding/json, which the kit uses for every type without one.
+//
 // What pdktest does not do is the host's scope check (which records,
 // streams and event types a module may touch) and its partition-key rules:
 // `protean-host plugin test` runs the built module on the real engine for

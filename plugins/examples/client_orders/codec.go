@@ -8,7 +8,9 @@ import (
 
 // Hand-written JSON codecs: with them the kit decodes and encodes these
 // types without encoding/json's reflection (pdk.JSONDecoder and
-// pdk.JSONAppender). Unknown fields are ignored, as encoding/json does.
+// pdk.JSONAppender). They read and write what encoding/json would
+// (unknown fields ignored, null leaves a field as it was but makes a slice
+// nil); TestCodec checks that with pdktest.Codec.
 
 // DecodeJSON implements pdk.JSONDecoder.
 func (e *OrderPlaced) DecodeJSON(b []byte) error {
@@ -32,6 +34,9 @@ func (e *OrderPlaced) DecodeJSON(b []byte) error {
 func (d *ClientOrders) DecodeJSON(b []byte) error {
 	return pdk.Fields(b, func(key, value []byte) (err error) {
 		if pdk.IsNull(value) {
+			if string(key) == "order_ids" {
+				d.OrderIDs = nil // as encoding/json: null makes a slice nil
+			}
 			return nil
 		}
 		switch string(key) {
@@ -45,6 +50,9 @@ func (d *ClientOrders) DecodeJSON(b []byte) error {
 			d.Total, err = pdk.Float(value)
 		case "order_ids":
 			d.OrderIDs = d.OrderIDs[:0]
+			if d.OrderIDs == nil {
+				d.OrderIDs = []string{} // [] is an empty slice, not nil
+			}
 			err = pdk.Elements(value, func(v []byte) error {
 				s, err := pdk.String(v)
 				d.OrderIDs = append(d.OrderIDs, s)
