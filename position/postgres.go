@@ -1,11 +1,14 @@
 package position
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -153,6 +156,26 @@ const advanceSQL = `UPDATE consumer_positions c
 // one statement stands for a run of fences (fold).
 var queuedAdvanceSQL = pipeline.Count(advanceSQL, "1", "fence")
 
+// advanceAllSQL is advanceSQL for arrays of folds ($1, $2, $3, $4 and $6
+// hold each one's group, unit, generation, positions and check), in array
+// order: the rows of a grouped transaction's runs, one statement for all
+// of them. queuedAdvanceAllSQL raises unless it changed a row per fold:
+// refused exactly when one of the statements one by one would be (a fence
+// that does not hold; two folds of one unit, which fold leaves apart only
+// when the second would not move a source forward, change one row). The
+// LIMIT, which drops no row, keeps its plan a nested loop into the primary
+// key at any table size, as record's updateAllSQL explains.
+const advanceAllSQL = `UPDATE consumer_positions c
+	SET positions = c.positions || f.set::jsonb, updated_at = $5
+	FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $6::text[]) AS u(grp, unit, gen, set, chk)
+		LIMIT cardinality($1::text[])) f
+	WHERE c.consumer_group = f.grp AND c.unit = f.unit AND c.generation = f.gen
+	  AND NOT EXISTS (
+	    SELECT 1 FROM jsonb_each_text(f.chk::jsonb) AS n(source, pos)
+	    WHERE (c.positions ->> n.source)::bigint >= n.pos::bigint)`
+
+var queuedAdvanceAllSQL = pipeline.Count(advanceAllSQL, "cardinality($1::text[])", "fences")
+
 // folded is a run of fences of one unit and generation as one: the
 // positions the first of them moves each source from (check) and the
 // positions the last moves it to (Advance).
@@ -296,12 +319,15 @@ func (t *PostgresTx) mapError(f Fence, err error) error {
 }
 
 // QueueAdvance queues the fences' checks and advances on b, a pipeline
-// inside a transaction, as one statement per fold of a unit's fences
-// (fold), and returns the reader of their results, which fails when a
-// fence does not hold (without saying why: run Advance to learn the
-// *FenceError or *AppliedError). Each is Advance's statement wrapped to
-// raise when it matches no row, so that nothing queued after it runs, a
-// COMMIT least of all.
+// inside a transaction, as one statement for all the folds of each unit's
+// fences (fold; advanceAllSQL, or advanceSQL for one fold), and returns
+// the reader of their results, which fails when a fence does not hold
+// (without saying why: run Advance to learn the *FenceError or
+// *AppliedError). The statement is Advance's wrapped to raise when it
+// does not change a row per fold, so that nothing queued after it runs, a
+// COMMIT least of all. It takes the units' rows in one order, by group
+// and unit, so that two grouped transactions with units in common (a run
+// of a unit's stale owner in one) cannot wait for each other.
 func (p *Postgres) QueueAdvance(b *pgx.Batch, fences ...Fence) (pipeline.Reader, error) {
 	for _, f := range fences {
 		if err := validFence(f); err != nil {
@@ -309,7 +335,13 @@ func (p *Postgres) QueueAdvance(b *pgx.Batch, fences ...Fence) (pipeline.Reader,
 		}
 	}
 	folds := fold(fences)
-	for _, f := range folds {
+	slices.SortStableFunc(folds, func(a, b folded) int {
+		return cmp.Or(strings.Compare(a.Group, b.Group), strings.Compare(a.Unit, b.Unit))
+	})
+	n := len(folds)
+	groups, units, gens := make([]string, n), make([]string, n), make([]int64, n)
+	sets, checks := make([]string, n), make([]string, n)
+	for i, f := range folds {
 		set, err := json.Marshal(f.Advance)
 		if err != nil {
 			return nil, err
@@ -318,7 +350,22 @@ func (p *Postgres) QueueAdvance(b *pgx.Batch, fences ...Fence) (pipeline.Reader,
 		if err != nil {
 			return nil, err
 		}
-		b.Queue(queuedAdvanceSQL, f.Group, f.Unit, f.Generation, string(set), p.db.Now(), string(check))
+		groups[i], units[i], gens[i], sets[i], checks[i] = f.Group, f.Unit, f.Generation, string(set), string(check)
+	}
+	if n > 1 {
+		b.Queue(queuedAdvanceAllSQL, groups, units, gens, sets, p.db.Now(), checks)
+		return func(br pgx.BatchResults) error {
+			if _, err := br.Exec(); err != nil {
+				if pipeline.Refused(err) {
+					return fmt.Errorf("position: advance %d units from %s/%s: %w", n, groups[0], units[0], pipeline.ErrRefused)
+				}
+				return fmt.Errorf("position: advance %d units from %s/%s: %w", n, groups[0], units[0], err)
+			}
+			return nil
+		}, nil
+	}
+	for i := range folds {
+		b.Queue(queuedAdvanceSQL, groups[i], units[i], gens[i], sets[i], p.db.Now(), checks[i])
 	}
 	return func(br pgx.BatchResults) error {
 		for _, f := range folds {

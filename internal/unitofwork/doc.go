@@ -61,7 +61,12 @@
 // BEGIN, the fences, the record writes, the category locks (taken once,
 // held to commit), the appends, each carrying its outbox row (built in the
 // database from the appended row, in the same statement), and COMMIT, in
-// one pipeline. Every refusal there (an expected version, a fence, a
+// one pipeline. A grouped transaction's fences are one statement for all
+// its units (position.QueueAdvance), and its record writes one for all
+// its first writes or one for all its updates (record.QueueWrite), not
+// one a member: a group of projector runs that each update their
+// document is four statements (BEGIN, fences, writes, COMMIT).
+// Every refusal there (an expected version, a fence, a
 // duplicate) raises, so PostgreSQL skips the rest of the pipeline, COMMIT
 // included; the transaction is rolled back, and the work runs again
 // through the Tx steps, one round trip each, whose errors carry their
