@@ -52,4 +52,17 @@
 // schema: Claim is one upsert, Advance one UPDATE in the happy path, whose
 // row lock orders it against Claim). Both pass the conformance suite in
 // package positiontest.
+//
+// # Announcements
+//
+// A [Postgres] store made [Postgres.Notifying] also sends, in each effect
+// transaction, a notification on [Channel] of the advances it commits
+// ([Advanced]: group, unit, the positions its fences moved it to); a
+// notification is delivered when, and only if, its transaction commits.
+// [Listen] receives them on a connection of its own. The host turns them
+// on for the partition workers, so that a read of one's own write waiting
+// on a host that does not run the key's unit ends when the unit commits
+// (package readyourwrites, Waiter.HandledElsewhere), without reading the
+// unit's row. They are a hint: a listener misses what commits while it
+// is not connected, and the waits poll the row as a safety net.
 package position

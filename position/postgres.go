@@ -30,7 +30,10 @@ import (
 // generation.
 //
 // Time is the injected clock's, never the database's now().
-type Postgres struct{ db pgstore.Store }
+type Postgres struct {
+	db     pgstore.Store
+	notify bool // Notifying
+}
 
 var _ Store = (*Postgres)(nil)
 
@@ -41,7 +44,7 @@ func NewPostgres(pool *pgxpool.Pool, now func() time.Time) *Postgres {
 }
 
 // Tx returns a view of the table inside tx, the caller's transaction.
-func (p *Postgres) Tx(tx pgx.Tx) *PostgresTx { return &PostgresTx{db: p.db.In(tx)} }
+func (p *Postgres) Tx(tx pgx.Tx) *PostgresTx { return &PostgresTx{db: p.db.In(tx), notify: p.notify} }
 
 const rowColumns = `consumer_group, unit, generation, positions, updated_at`
 
@@ -137,7 +140,10 @@ func (p *Postgres) List(ctx context.Context, group string) ([]Row, error) {
 
 // PostgresTx is the table inside a caller's pgx transaction. Like the
 // pgx.Tx under it, it is for one goroutine at a time.
-type PostgresTx struct{ db pgstore.Tx }
+type PostgresTx struct {
+	db     pgstore.Tx
+	notify bool
+}
 
 // advanceSQL moves the positions to $4 only while the generation is the
 // fence's and every source of $6 is behind where $6 takes it (for one
@@ -155,6 +161,36 @@ const advanceSQL = `UPDATE consumer_positions c
 // queuedAdvanceSQL is advanceSQL raising when the fence does not hold;
 // one statement stands for a run of fences (fold).
 var queuedAdvanceSQL = pipeline.Count(advanceSQL, "1", "fence")
+
+// queueNotify queues, when the store is Notifying, the notifications of
+// the folds' advances on b (they go out if the transaction commits), and
+// returns the reader of their results.
+func (p *Postgres) queueNotify(b *pgx.Batch, folds []folded) (pipeline.Reader, error) {
+	if !p.notify {
+		return func(pgx.BatchResults) error { return nil }, nil
+	}
+	advances := make([]Advanced, 0, len(folds))
+	for _, f := range folds {
+		if len(f.Advance) > 0 { // a generation check alone moves nothing
+			advances = append(advances, Advanced{Group: f.Group, Unit: f.Unit, Positions: f.Advance})
+		}
+	}
+	ps, err := payloads(advances)
+	if err != nil {
+		return nil, err
+	}
+	for _, payload := range ps {
+		b.Queue(notifySQL, Channel, payload)
+	}
+	return func(br pgx.BatchResults) error {
+		for range ps {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("position: notify %s: %w", Channel, err)
+			}
+		}
+		return nil
+	}, nil
+}
 
 // advanceAllSQL is advanceSQL for arrays of folds ($1, $2, $3, $4 and $6
 // hold each one's group, unit, generation, positions and check), in array
@@ -264,7 +300,7 @@ func (t *PostgresTx) Advance(ctx context.Context, f Fence) error {
 			return t.mapError(f, err)
 		}
 		if tag.RowsAffected() == 1 {
-			return nil
+			return t.notifyAdvanced(ctx, f)
 		}
 		var (
 			gen       int64
@@ -311,6 +347,24 @@ func (t *PostgresTx) Forget(ctx context.Context, group, unit string, generation 
 	return tag.RowsAffected() == 1, nil
 }
 
+// notifyAdvanced notifies Channel of f's advance, in the transaction,
+// when the store is Notifying.
+func (t *PostgresTx) notifyAdvanced(ctx context.Context, f Fence) error {
+	if !t.notify || len(f.Advance) == 0 {
+		return nil
+	}
+	ps, err := payloads([]Advanced{{Group: f.Group, Unit: f.Unit, Positions: f.Advance}})
+	if err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if _, err := t.db.Tx.Exec(ctx, notifySQL, Channel, p); err != nil {
+			return t.mapError(f, err)
+		}
+	}
+	return nil
+}
+
 func (t *PostgresTx) mapError(f Fence, err error) error {
 	if txdone.Closed(err) {
 		return ErrTxDone
@@ -352,9 +406,16 @@ func (p *Postgres) QueueAdvance(b *pgx.Batch, fences ...Fence) (pipeline.Reader,
 		}
 		groups[i], units[i], gens[i], sets[i], checks[i] = f.Group, f.Unit, f.Generation, string(set), string(check)
 	}
+	notified, err := p.queueNotify(b, folds)
+	if err != nil {
+		return nil, err
+	}
 	if n > 1 {
 		b.Queue(queuedAdvanceAllSQL, groups, units, gens, sets, p.db.Now(), checks)
 		return func(br pgx.BatchResults) error {
+			if err := notified(br); err != nil {
+				return err
+			}
 			if _, err := br.Exec(); err != nil {
 				if pipeline.Refused(err) {
 					return fmt.Errorf("position: advance %d units from %s/%s: %w", n, groups[0], units[0], pipeline.ErrRefused)
@@ -368,6 +429,9 @@ func (p *Postgres) QueueAdvance(b *pgx.Batch, fences ...Fence) (pipeline.Reader,
 		b.Queue(queuedAdvanceSQL, groups[i], units[i], gens[i], sets[i], p.db.Now(), checks[i])
 	}
 	return func(br pgx.BatchResults) error {
+		if err := notified(br); err != nil {
+			return err
+		}
 		for _, f := range folds {
 			if _, err := br.Exec(); err != nil {
 				if pipeline.Refused(err) {

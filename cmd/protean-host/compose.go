@@ -109,6 +109,11 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 	for _, p := range ps.stats() {
 		c.log.Info("connection pool", "pool", p.Name, "max", p.Max)
 	}
+	if pg, ok := st.backend.(*unitofwork.Postgres); ok && c.partitioned() {
+		// Every host's waits learn of a partition advance as it commits
+		// (progressListener), not at their next poll of the unit's row.
+		pg.Positions = pg.Positions.Notifying()
+	}
 	var committed wakeups
 	committed.add(h.relay.Notify)
 	uow := unitofwork.New(st.backend, unitofwork.Options{Keys: h.routes,
@@ -137,6 +142,9 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 	}
 	if p, ok := progress.(*partition.Progress); ok && h.partitions != nil {
 		p.Local = h.partitions // a wait on a unit this host runs reads nothing
+		if st.pool != nil {
+			h.progress = newProgressListener(st.pool.Config().ConnConfig, h.eng, cfg.Server.PriorityLanes.BackfillSuffix, c.log, c.reg)
+		}
 	}
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_plugin_reloads_total",
 		Help: "Plugin directory reloads, by outcome (applied, partial, unchanged, rejected, canceled)."}, []string{"outcome"})

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/internal/htmltest"
-	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
 // On Redis partitions shared by two instances, a read with min_position
@@ -17,14 +16,7 @@ import (
 // table tells); each status page lists the partitions it sees owned and
 // the partition consumers.
 func TestRedisReadYourWritesAndStatusPage(t *testing.T) {
-	d := newRedisDeployment(t)
-	dir := wasmbuild.Examples(t)
-	var hosts []*testHost
-	for range 2 {
-		h, err := startHostWith(t, "production.toml", dir, d.fastLeases)
-		require.NoError(t, err)
-		hosts = append(hosts, h)
-	}
+	hosts := newRedisDeployment(t).startHosts(t, 2)
 	for i := range 20 {
 		client := fmt.Sprintf("c-%d", i%3)
 		r := post(t, hosts[i%2], "PlaceOrder", fmt.Sprintf(`{"order_id":"o-%d","client_id":%q,"total":1}`, i, client))

@@ -42,6 +42,20 @@ func newRedisDeployment(t *testing.T) redisDeployment {
 	return d
 }
 
+// startHosts starts n host instances of the deployment on the example
+// modules, as production.toml runs them, with fastLeases.
+func (d redisDeployment) startHosts(t *testing.T, n int) []*testHost {
+	t.Helper()
+	dir := wasmbuild.Examples(t)
+	var hosts []*testHost
+	for range n {
+		h, err := startHostWith(t, "production.toml", dir, d.fastLeases)
+		require.NoError(t, err)
+		hosts = append(hosts, h)
+	}
+	return hosts
+}
+
 // fastLeases shortens the lease protocol's timing for tests.
 func (d redisDeployment) fastLeases(c *config.Config) {
 	withKeyPrefix(c, d.prefix)
@@ -56,14 +70,7 @@ func (d redisDeployment) fastLeases(c *config.Config) {
 // and consuming; a process manager correlates across two partitioned
 // categories on them.
 func TestRedisPartitionsAcrossThreeInstances(t *testing.T) {
-	d := newRedisDeployment(t)
-	dir := wasmbuild.Examples(t)
-	var hosts []*testHost
-	for i := 0; i < 3; i++ {
-		h, err := startHostWith(t, "production.toml", dir, d.fastLeases)
-		require.NoError(t, err)
-		hosts = append(hosts, h)
-	}
+	hosts := newRedisDeployment(t).startHosts(t, 3)
 	const clients, perClient = 4, 6
 	accepted := make([][]string, clients)
 	errs := make(chan error, clients)

@@ -199,6 +199,9 @@ type hostProcess struct {
 	relay *relay.Relay
 	// partitions is the partitioned consumer; nil without a Redis broker.
 	partitions *redispartition.Consumer
+	// progress hands other hosts' partition advances to the engine's
+	// read-your-writes waits; nil unless partitions run on PostgreSQL.
+	progress *progressListener
 	// subs runs the event-store subscriptions; nil unless the delivery is
 	// event_store (config.Config.SubscriptionType).
 	subs *subscription.Consumer
@@ -323,6 +326,8 @@ func (h *hostProcess) components() []component {
 	return []component{
 		{"plugin reloader", h.reloader != nil, h.startReloader, func(ctx context.Context) error { return h.reloader.Stop(ctx) }},
 		{"http", h.srv != nil, h.serve, h.stopServing},
+		{"progress listener", h.progress != nil, func(ctx context.Context) error { return h.progress.start(ctx) },
+			func(ctx context.Context) error { return h.progress.stop(ctx) }},
 		{"partition workers", h.partitions != nil, func(ctx context.Context) error { return h.partitions.Start(ctx) },
 			func(ctx context.Context) error { return h.partitions.Stop(ctx) }},
 		{"event-store subscriptions", h.subs != nil, func(ctx context.Context) error { return h.subs.Start(ctx) },
@@ -336,7 +341,8 @@ func (h *hostProcess) components() []component {
 }
 
 // shutdown stops what start started, in order (components): the plugin
-// reloader, the http server (no new requests), the partition workers, the
+// reloader, the http server (no new requests), the progress listener (no
+// waits left to wake), the partition workers, the
 // event-store subscriptions and the broker groups (no new messages; the
 // runs in hand commit), the engine (commands and the messages in hand drain), the
 // outbox relay (its pass in progress finishes); then it closes the broker,

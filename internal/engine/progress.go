@@ -124,3 +124,19 @@ func (e *Engine) progressTargets(name string) ([]readyourwrites.Target, error) {
 	}
 	return out, nil
 }
+
+// HandledElsewhere records that group's unit of key in another process
+// has committed every event of key in category at or below gp (an advance
+// that process announced): a read of one's own write waiting for them here
+// is done without reading the unit's position
+// (readyourwrites.Waiter.HandledElsewhere).
+func (e *Engine) HandledElsewhere(group, category, key string, gp int64) {
+	e.rw.HandledElsewhere(readyourwrites.Route{Group: group, Category: category}, gp, key)
+}
+
+// HearingElsewhere says whether HandledElsewhere is being told of other
+// processes' commits as they happen (the listener is connected): a
+// keyed wait on another process's unit then relies on them and reads the
+// unit's position at the safety poll only
+// (readyourwrites.Waiter.Hearing).
+func (e *Engine) HearingElsewhere(on bool) { e.rw.Hearing(on) }

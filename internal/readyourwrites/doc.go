@@ -55,7 +55,20 @@
 // committed). The wait then sleeps until the unit marks the event. A
 // worker's position may lag the positions row only when its unit was
 // lost to another process meanwhile, so such a wait polls every 50 ms as
-// a safety net, and that poll reads the source. Before, each such read
+// a safety net, and that poll reads the source.
+//
+// A read of one's own write on a process that does not run the key's unit
+// reads nothing either, while that process hears the other processes'
+// commits (Hearing; the host listens to the positions store's
+// announcements, package position): HandledElsewhere records that another
+// process's unit has committed every event of a key up to a position, and
+// wakes the waits on it. The wait's first check then takes nothing as
+// known of the unit (no read) and sleeps until such an announcement covers
+// its event, reading the unit's position at the 50 ms safety poll only.
+// While nothing is heard, a wait on another process's unit reads the
+// unit's position at once and again after 5, 10, 20 and 40 ms, then every
+// 50 ms (make load, 3 hosts: 3.3 reads of a positions row per order
+// polling, 0.7 hearing). Before, each such read
 // cost about three reads of the positions row and one backward read of
 // the store (make load, 1 host: 2.92 and 1 per order, 10 % of the host's
 // CPU and 17 % of PostgreSQL's execution time).

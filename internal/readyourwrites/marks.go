@@ -106,6 +106,27 @@ func (p *marks) mark(group, category string, gp int64, key string) (compact bool
 	return len(h.above) >= h.walkAt
 }
 
+// handledInOrderTo records that every event of key at or below gp is
+// handled (inOrder), and wakes the waits, as a keyed mark does, without
+// marking gp itself above the watermark.
+func (p *marks) handledInOrderTo(group, category, key string, gp int64) {
+	if gp <= 0 || key == "" {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := p.stateLocked(group, category)
+	if gp <= h.inOrder[key] {
+		return
+	}
+	if h.inOrder == nil || len(h.inOrder) >= maxKeyed {
+		h.inOrder = map[string]int64{}
+	}
+	h.inOrder[key] = gp
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
 // wait returns a channel closed at the next mark.
 func (p *marks) wait() <-chan struct{} {
 	p.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/proteanhq/protean-host/eventstore"
@@ -31,9 +32,10 @@ type Options struct {
 // Waiter keeps what this process's consumers have handled and waits on it
 // and on the sources (see the package doc).
 type Waiter struct {
-	opts   Options
-	marks  *marks
-	recent recent
+	opts    Options
+	marks   *marks
+	recent  recent
+	hearing atomic.Bool // Hearing
 }
 
 // New returns a Waiter.
@@ -64,6 +66,24 @@ type Target struct {
 func (w *Waiter) Mark(r Route, gp int64, key string) (fold bool) {
 	return w.marks.mark(r.Group, r.Category, gp, key)
 }
+
+// HandledElsewhere records that r.Group handled, in another process,
+// every event of key in r.Category at or below gp: the key's unit there
+// committed them, in key order (a committed advance another host announced,
+// position.Listen). A keyed wait for the key up to gp is then done without
+// a read, and a keyed wait stopped at such an event wakes; unkeyed waits
+// and the watermark take no notice (the events below gp are not marked one
+// by one).
+func (w *Waiter) HandledElsewhere(r Route, gp int64, key string) {
+	w.marks.handledInOrderTo(r.Group, r.Category, key, gp)
+}
+
+// Hearing says whether HandledElsewhere is told of other processes'
+// commits as they happen. While it is, a keyed wait on a unit another
+// process runs sleeps until such a commit wakes it, reading the unit's
+// position at the safety net's poll only, not at the quick remote polls
+// (5, 10, 20, 40 ms) that would find each commit without it.
+func (w *Waiter) Hearing(on bool) { w.hearing.Store(on) }
 
 // Appended records events this process has just committed to the store
 // (a command's): a keyed wait for the key of one of them, at that event's
@@ -168,6 +188,13 @@ func (w *Waiter) caughtUp(ctx context.Context, t Target, n int64, p *pass) (done
 			if at, owned := lc.LocalKeyPosition(t.Route, p.key); owned {
 				p.local = true
 				return w.keyCaughtUp(ctx, t, n, p, at, keyedAt)
+			}
+			if w.hearing.Load() {
+				// Another process runs the key's unit, and its commits
+				// are announced (HandledElsewhere): the wait sleeps until
+				// one covers it, and reads the unit's position at the
+				// safety net's poll only. 0 is what is known of it.
+				return w.keyCaughtUp(ctx, t, n, p, 0, keyedAt)
 			}
 		}
 		at, byUnit, err := c.KeyPosition(ctx, t.Route, p.key)
@@ -344,7 +371,9 @@ func (w *Waiter) Wait(ctx context.Context, projection string, n int64, field, ke
 			return err
 		}
 		changed := w.marks.wait()
-		done, remote, local := true, false, false
+		// quick: a remote target that no commit of another process wakes
+		// (not keyed by this wait's key, or HandledElsewhere not told).
+		done, remote, local, quick := true, false, false, false
 		p := &pass{projection: projection, position: n, field: field, key: key, lastOfKey: lastOfKey, polled: polled}
 		for _, t := range ts {
 			p.local = false
@@ -352,7 +381,10 @@ func (w *Waiter) Wait(ctx context.Context, projection string, n int64, field, ke
 			// A unit of this process's marks what it handles, which wakes
 			// the wait: its target is polled only as a safety net.
 			local = local || p.local
-			remote = remote || t.Source != nil && t.Source.Remote() && !p.local
+			if t.Source != nil && t.Source.Remote() && !p.local {
+				remote = true
+				quick = quick || field == "" || t.Field != field || !w.hearing.Load()
+			}
 			if err != nil && ctx.Err() == nil {
 				return err
 			}
@@ -366,10 +398,12 @@ func (w *Waiter) Wait(ctx context.Context, projection string, n int64, field, ke
 		}
 		var poll <-chan time.Time
 		switch {
-		case remote:
+		case quick:
 			poll = w.opts.After(pollEvery)
 			pollEvery = min(2*pollEvery, remotePoll)
-		case local:
+		case remote, local:
+			// Its unit's commits wake it (Mark, HandledElsewhere): the
+			// poll is a safety net.
 			poll = w.opts.After(remotePoll)
 		}
 		polled = false
@@ -390,7 +424,8 @@ func (w *Waiter) Wait(ctx context.Context, projection string, n int64, field, ke
 					break sleep
 				}
 				changed = w.marks.wait() // before the look, so no mark is missed
-				if w.marks.has(projection, p.stuckCategory, p.stuck) {
+				if w.marks.has(projection, p.stuckCategory, p.stuck) ||
+					key != "" && w.marks.handledInOrder(projection, p.stuckCategory, key) >= p.stuck {
 					break sleep
 				}
 			}

@@ -274,3 +274,86 @@ func TestRecentAppendsAnswerOnlyTheirOwnKeyAtN(t *testing.T) {
 	require.Equal(t, n, last("c", "k0", n))
 	require.Equal(t, 3, store.reads, "no longer held: the search reads")
 }
+
+// A keyed wait on a unit another process runs wakes when that process's
+// commit of the key's event is announced (HandledElsewhere), not at its
+// next poll, and is done with no further read of the unit's position. An
+// announcement of another key, or below the event waited for, does not
+// end it; one that comes before the wait spares its first read too.
+func TestKeyedWaitWakesOnAnAdvanceElsewhere(t *testing.T) {
+	ctx := context.Background()
+	mem := eventstore.NewMemory(nil)
+	stored, err := mem.Append(ctx, []eventstore.NewEvent{
+		{Stream: "c-1", Type: "E", Data: json.RawMessage(`{"id":"k"}`), ExpectedVersion: eventstore.AnyVersion},
+		{Stream: "c-2", Type: "E", Data: json.RawMessage(`{"id":"k"}`), ExpectedVersion: eventstore.AnyVersion},
+	})
+	require.NoError(t, err)
+	n := stored[1].GlobalPosition
+	polls := make(chan time.Duration, 8)
+	w := New(Options{Events: mem, KeyOf: keyOf, After: func(d time.Duration) <-chan time.Time {
+		polls <- d // the wait is about to sleep
+		return nil // never due: only an announcement wakes the wait
+	}})
+	w.Appended(stored)
+	src := &unitSource{remote: true} // the unit has committed nothing yet
+	r := Route{Group: "g", Category: "c", Field: "id"}
+	waited := make(chan error, 1)
+	go func() {
+		waited <- w.Wait(ctx, "g", n, "id", "k", func() ([]Target, error) { return []Target{{Route: r, Source: src}}, nil })
+	}()
+	require.Equal(t, firstRemotePoll, testwait.Recv(t, "the wait going to sleep", polls))
+	require.Equal(t, 1, src.positions, "the first check read the unit's position")
+	w.HandledElsewhere(r, n, "other")                             // another key's
+	w.HandledElsewhere(r, n-1, "k")                               // below the key's event at n
+	w.HandledElsewhere(Route{Group: "g2", Category: "c"}, n, "k") // another group's
+	select {
+	case err := <-waited:
+		t.Fatalf("the wait ended on an announcement that does not cover it: %v", err)
+	default:
+	}
+	w.HandledElsewhere(r, n, "k")
+	require.NoError(t, testwait.Recv(t, "the wait's end", waited))
+	require.Equal(t, 1, src.positions, "no read after the announcement")
+
+	// Announced before the wait: no read at all.
+	before := &unitSource{remote: true}
+	w.HandledElsewhere(Route{Group: "g", Category: "c"}, n+5, "k2")
+	require.NoError(t, w.Wait(ctx, "g", n, "id", "k2", func() ([]Target, error) { return []Target{{Route: r, Source: before}}, nil }))
+	require.Zero(t, before.positions)
+
+	// While the announcements are heard, a keyed wait relies on them and
+	// reads the unit's position at the safety net's poll only; a wait that
+	// is not keyed by the unit's field polls as quickly as before.
+	w.Hearing(true)
+	keyed := &unitSource{remote: true}
+	r3 := Route{Group: "g3", Category: "c", Field: "id"}
+	go func() {
+		waited <- w.Wait(ctx, "g3", n, "id", "k", func() ([]Target, error) { return []Target{{Route: r3, Source: keyed}}, nil })
+	}()
+	require.Equal(t, remotePoll, testwait.Recv(t, "the keyed wait going to sleep", polls), "the safety net's poll")
+	w.HandledElsewhere(r3, n, "k")
+	require.NoError(t, testwait.Recv(t, "the keyed wait's end", waited))
+	require.Equal(t, 1, keyed.positions)
+	// A unit source that can tell its units run here (LocalCheck) is not
+	// read at all for a unit another process runs: the announcement ends
+	// the wait.
+	elsewhere := &localSource{unitSource: unitSource{remote: true}}
+	r5 := Route{Group: "g5", Category: "c", Field: "id"}
+	go func() {
+		waited <- w.Wait(ctx, "g5", n, "id", "k", func() ([]Target, error) { return []Target{{Route: r5, Source: elsewhere}}, nil })
+	}()
+	require.Equal(t, remotePoll, testwait.Recv(t, "the wait on a unit elsewhere going to sleep", polls))
+	w.HandledElsewhere(r5, n, "k")
+	require.NoError(t, testwait.Recv(t, "the wait on a unit elsewhere's end", waited))
+	require.Zero(t, elsewhere.positions, "no read of the unit's position")
+	require.Positive(t, elsewhere.asked)
+	other := Route{Group: "g4", Category: "c", Field: "other"}
+	octx, cancel := context.WithCancel(ctx)
+	go func() {
+		waited <- w.Wait(octx, "g4", n, "id", "k", func() ([]Target, error) { return []Target{{Route: other, Source: &unitSource{remote: true}}}, nil })
+	}()
+	require.Equal(t, firstRemotePoll, testwait.Recv(t, "the wait on another field going to sleep", polls), "the quick poll")
+	cancel()
+	require.ErrorIs(t, testwait.Recv(t, "the canceled wait's end", waited), context.Canceled)
+	w.Hearing(false)
+}

@@ -1,0 +1,139 @@
+package position
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/proteanhq/protean-host/internal/backoff"
+)
+
+// Channel is the PostgreSQL notification channel on which a notifying
+// store (Postgres.Notifying) announces every advance it commits: each
+// notification's payload is a JSON array of Advanced. PostgreSQL delivers
+// a notification when, and only when, the transaction that sent it
+// commits, so a listener (Listen) learns of an advance once its effects
+// are visible to every other session: what another host's wait for a
+// read of one's own write needs instead of polling the row.
+const Channel = "protean_positions"
+
+// maxPayload bounds one notification's payload, below PostgreSQL's 8,000
+// bytes; a transaction's advances that need more go in several.
+const maxPayload = 7000
+
+// Advanced is one unit's advance as notified: the positions its fences
+// moved it to.
+type Advanced struct {
+	Group     string           `json:"g"`
+	Unit      string           `json:"u"`
+	Positions map[string]int64 `json:"p"`
+}
+
+// Notifying returns the store with notifications on: the fenced advances
+// of its transactions (PostgresTx.Advance, QueueAdvance) also notify
+// Channel, in the same transaction.
+func (p *Postgres) Notifying() *Postgres {
+	n := *p
+	n.notify = true
+	return &n
+}
+
+// payloads encodes advances as notification payloads of at most
+// maxPayload bytes each (an advance alone past it goes alone).
+func payloads(advances []Advanced) ([]string, error) {
+	var out []string
+	batch := make([]json.RawMessage, 0, len(advances))
+	size := 2
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		b, err := json.Marshal(batch)
+		if err != nil {
+			return err
+		}
+		out = append(out, string(b))
+		batch, size = batch[:0], 2
+		return nil
+	}
+	for _, a := range advances {
+		b, err := json.Marshal(a)
+		if err != nil {
+			return nil, err
+		}
+		if size+len(b)+1 > maxPayload {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+		batch = append(batch, b)
+		size += len(b) + 1
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+const notifySQL = `SELECT pg_notify($1, $2)`
+
+// Listen receives the advances other sessions commit on a notifying store
+// and calls fn with each notification's, in the order PostgreSQL delivers
+// them (commit order), until ctx ends. It holds one connection of its own
+// (config: the pool's), LISTENs on Channel, and on a lost connection logs
+// and connects again, after a backoff; what was committed while it was
+// away is not delivered (a listener is a hint: a wait that misses one
+// reads the row at its safety poll). listening, if set, is told when it
+// starts hearing (LISTEN done) and when it stops (the connection lost, or
+// ctx ended). It returns ctx's error.
+func Listen(ctx context.Context, config *pgx.ConnConfig, log *slog.Logger, fn func([]Advanced), listening func(bool)) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if listening == nil {
+		listening = func(bool) {}
+	}
+	for failures := 0; ; failures++ {
+		err := listenOnce(ctx, config, fn, listening)
+		listening(false)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		delay := backoff.Delay(failures, 100*time.Millisecond, 2, 5*time.Second, 0.2, rand.Float64)
+		log.Warn("positions: listening for advances failed; connecting again", "error", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+}
+
+func listenOnce(ctx context.Context, config *pgx.ConnConfig, fn func([]Advanced), listening func(bool)) error {
+	conn, err := pgx.ConnectConfig(ctx, config)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	if _, err := conn.Exec(ctx, `LISTEN `+Channel); err != nil {
+		return err
+	}
+	listening(true)
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		var advances []Advanced
+		if err := json.Unmarshal([]byte(n.Payload), &advances); err != nil {
+			return errors.Join(fmt.Errorf("positions: a notification on %s that is not advances: %q", Channel, n.Payload), err)
+		}
+		fn(advances)
+	}
+}
