@@ -189,11 +189,13 @@ func (w *Waiter) caughtUp(ctx context.Context, t Target, n int64, p *pass) (done
 				p.local = true
 				return w.keyCaughtUp(ctx, t, n, p, at, keyedAt)
 			}
-			if w.hearing.Load() {
+			if w.hearing.Load() && !t.Correlated {
 				// Another process runs the key's unit, and its commits
 				// are announced (HandledElsewhere): the wait sleeps until
 				// one covers it, and reads the unit's position at the
-				// safety net's poll only. 0 is what is known of it.
+				// safety net's poll only. 0 is what is known of it. (A
+				// process manager's unit is its correlation value's, not
+				// the key its streams are announced by: it is read.)
 				return w.keyCaughtUp(ctx, t, n, p, 0, keyedAt)
 			}
 		}
@@ -383,7 +385,7 @@ func (w *Waiter) Wait(ctx context.Context, projection string, n int64, field, ke
 			local = local || p.local
 			if t.Source != nil && t.Source.Remote() && !p.local {
 				remote = true
-				quick = quick || field == "" || t.Field != field || !w.hearing.Load()
+				quick = quick || field == "" || t.Field != field || t.Correlated || !w.hearing.Load()
 			}
 			if err != nil && ctx.Err() == nil {
 				return err

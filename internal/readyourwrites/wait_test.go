@@ -355,5 +355,17 @@ func TestKeyedWaitWakesOnAnAdvanceElsewhere(t *testing.T) {
 	require.Equal(t, firstRemotePoll, testwait.Recv(t, "the wait on another field going to sleep", polls), "the quick poll")
 	cancel()
 	require.ErrorIs(t, testwait.Recv(t, "the canceled wait's end", waited), context.Canceled)
+	// A process manager's unit (correlated) is not announced by its wait's
+	// key: it is read at once and polled quickly.
+	correlated := &localSource{unitSource: unitSource{remote: true}}
+	r6 := Route{Group: "g6", Category: "c", Field: "id", Correlated: true}
+	octx, cancel = context.WithCancel(ctx)
+	go func() {
+		waited <- w.Wait(octx, "g6", n, "id", "k", func() ([]Target, error) { return []Target{{Route: r6, Source: correlated}}, nil })
+	}()
+	require.Equal(t, firstRemotePoll, testwait.Recv(t, "the correlated wait going to sleep", polls), "the quick poll")
+	require.Equal(t, 1, correlated.positions, "the unit's position read at once")
+	cancel()
+	require.ErrorIs(t, testwait.Recv(t, "the canceled wait's end", waited), context.Canceled)
 	w.Hearing(false)
 }
