@@ -128,15 +128,15 @@ modules = ["behave", "intruder"]
 `, dir, wasmbuild.CacheDir(t), memoryMB, outputMB<<20), "5s", "GOMAXPROCS=2")
 	base := "http://" + p.addr
 
-	// The shop's traffic, all along: every command must answer 200.
+	// The shop's traffic, all along: every command must answer 200, once
+	// its module's code has compiled.
+	sendReady(t, base+"/v1/commands/PlaceOrder", `{"order_id":"o-warm","client_id":"c-1","total":1}`)
 	shop := startShopTraffic(base)
 	count := shop.count
 	before := count()
 
 	cmd := func(typ, body string) reply {
-		r, err := send("POST", base+"/v1/commands/"+typ, body)
-		require.NoError(t, err)
-		return r
+		return postReady(t, base+"/v1/commands/"+typ, body)
 	}
 	for _, tc := range []struct{ typ, body, want string }{
 		{"Slow", `{"id":"a","ms":600000}`, "behave.wasm: handler slow: call exceeded its deadline (limit 3s)"},
