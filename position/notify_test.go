@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/proteanhq/protean-host/internal/pipeline"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
@@ -44,11 +42,7 @@ func TestNotifyingStoreAnnouncesCommittedAdvances(t *testing.T) {
 	fence := func(unit string, pos int64) position.Fence {
 		return position.Fence{Group: "g", Unit: unit, Generation: 1, Advance: map[string]int64{"s:" + unit: pos}}
 	}
-	queue := func(fences ...position.Fence) error {
-		return testserver.Pipelined(t, pool, func(b *pgx.Batch) (func(pgx.BatchResults) error, error) {
-			return s.QueueAdvance(b, fences...)
-		})
-	}
+	queue := func(fences ...position.Fence) error { return queueAdvance(t, pool, s, fences...) }
 	// The listener is up once a notification of ours arrives: send one
 	// until it does (LISTEN runs on its own connection, in its own time).
 	n := int64(0)

@@ -410,34 +410,29 @@ func (p *Postgres) QueueAdvance(b *pgx.Batch, fences ...Fence) (pipeline.Reader,
 	if err != nil {
 		return nil, err
 	}
-	if n > 1 {
+	all := n > 1 // one statement for every fold (advanceAllSQL)
+	statements := n
+	if all {
 		b.Queue(queuedAdvanceAllSQL, groups, units, gens, sets, p.db.Now(), checks)
-		return func(br pgx.BatchResults) error {
-			if err := notified(br); err != nil {
-				return err
-			}
-			if _, err := br.Exec(); err != nil {
-				if pipeline.Refused(err) {
-					return fmt.Errorf("position: advance %d units from %s/%s: %w", n, groups[0], units[0], pipeline.ErrRefused)
-				}
-				return fmt.Errorf("position: advance %d units from %s/%s: %w", n, groups[0], units[0], err)
-			}
-			return nil
-		}, nil
-	}
-	for i := range folds {
-		b.Queue(queuedAdvanceSQL, groups[i], units[i], gens[i], sets[i], p.db.Now(), checks[i])
+		statements = 1
+	} else {
+		for i := range folds {
+			b.Queue(queuedAdvanceSQL, groups[i], units[i], gens[i], sets[i], p.db.Now(), checks[i])
+		}
 	}
 	return func(br pgx.BatchResults) error {
 		if err := notified(br); err != nil {
 			return err
 		}
-		for _, f := range folds {
+		for i := range statements {
 			if _, err := br.Exec(); err != nil {
 				if pipeline.Refused(err) {
-					return fmt.Errorf("position %s/%s: advance: %w", f.Group, f.Unit, pipeline.ErrRefused)
+					err = pipeline.ErrRefused
 				}
-				return fmt.Errorf("position %s/%s: advance: %w", f.Group, f.Unit, err)
+				if all {
+					return fmt.Errorf("position: advance %d units from %s/%s: %w", n, groups[0], units[0], err)
+				}
+				return fmt.Errorf("position %s/%s: advance: %w", groups[i], units[i], err)
 			}
 		}
 		return nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/proteanhq/protean-host/internal/pipeline"
 	"github.com/proteanhq/protean-host/internal/testserver"
@@ -33,9 +34,7 @@ func TestQueueAdvanceSeveralUnits(t *testing.T) {
 	}
 	queue := func(fences ...position.Fence) error {
 		t.Helper()
-		return testserver.Pipelined(t, pool, func(b *pgx.Batch) (func(pgx.BatchResults) error, error) {
-			return s.QueueAdvance(b, fences...)
-		})
+		return queueAdvance(t, pool, s, fences...)
 	}
 	fence := func(unit string, gen int64, advance map[string]int64) position.Fence {
 		return position.Fence{Group: "g", Unit: unit, Generation: gen, Advance: advance}
@@ -80,4 +79,14 @@ func TestQueueAdvanceSeveralUnits(t *testing.T) {
 	// A unit without a row among them refuses all.
 	refused(queue(fence("b", 1, map[string]int64{"s": 1}), fence("zz", 1, map[string]int64{"s": 1})))
 	want("b", map[string]int64{})
+}
+
+// queueAdvance commits fences through s.QueueAdvance in one pipelined
+// transaction, as the unit of work does, and returns the reader's error
+// (the transaction rolled back when it is not nil).
+func queueAdvance(t *testing.T, pool *pgxpool.Pool, s *position.Postgres, fences ...position.Fence) error {
+	t.Helper()
+	return testserver.Pipelined(t, pool, func(b *pgx.Batch) (func(pgx.BatchResults) error, error) {
+		return s.QueueAdvance(b, fences...)
+	})
 }

@@ -243,32 +243,30 @@ func QueueWrite(b *pgx.Batch, writes []Write) (pipeline.Reader, error) {
 		return nil, err
 	}
 	prepared := chain(checked)
-	if sql, args, ok := queueAll(prepared); ok {
+	sql, args, all := queueAll(prepared)
+	statements := len(prepared)
+	if all {
 		b.Queue(sql, args...)
-		return func(br pgx.BatchResults) error {
-			if _, err := br.Exec(); err != nil {
-				if pipeline.Refused(err) {
-					return fmt.Errorf("record: write %d records from %s: %w", len(prepared), prepared[0].Key, pipeline.ErrRefused)
-				}
-				return pgError(fmt.Sprintf("write %d records from %s", len(prepared), prepared[0].Key), err)
+		statements = 1
+	} else {
+		for _, w := range prepared {
+			sql := queuedUpdateSQL
+			if w.ExpectedVersion == 0 {
+				sql = queuedInsertSQL // a first write refused raises by itself: the row exists
 			}
-			return nil
-		}, nil
-	}
-	for _, w := range prepared {
-		sql := queuedUpdateSQL
-		if w.ExpectedVersion == 0 {
-			sql = queuedInsertSQL // a first write refused raises by itself: the row exists
+			b.Queue(sql, writeArgs(w.Write, w.Steps)...)
 		}
-		b.Queue(sql, writeArgs(w.Write, w.Steps)...)
 	}
 	return func(br pgx.BatchResults) error {
-		for _, w := range prepared {
+		for i := range statements {
 			if _, err := br.Exec(); err != nil {
 				if pipeline.Refused(err) {
-					return fmt.Errorf("record: write %s: %w", w.Key, pipeline.ErrRefused)
+					err = pipeline.ErrRefused
 				}
-				return pgError("write "+w.Key.String(), err)
+				if all {
+					return pgError(fmt.Sprintf("write %d records from %s", len(prepared), prepared[0].Key), err)
+				}
+				return pgError("write "+prepared[i].Key.String(), err)
 			}
 		}
 		return nil

@@ -96,14 +96,29 @@ func (p *marks) mark(group, category string, gp int64, key string) (compact bool
 		h.above[gp] = struct{}{}
 	}
 	if key != "" {
-		if h.inOrder == nil || len(h.inOrder) >= maxKeyed {
-			h.inOrder = map[string]int64{}
-		}
-		h.inOrder[key] = max(h.inOrder[key], gp)
+		h.inOrderTo(key, gp)
 	}
+	p.wakeLocked()
+	return len(h.above) >= h.walkAt
+}
+
+// inOrderTo raises key's in-order mark to gp (forgetting every key's
+// first when maxKeyed are kept), and reports whether it moved.
+func (h *handled) inOrderTo(key string, gp int64) bool {
+	if h.inOrder == nil || len(h.inOrder) >= maxKeyed {
+		h.inOrder = map[string]int64{}
+	}
+	if gp <= h.inOrder[key] {
+		return false
+	}
+	h.inOrder[key] = gp
+	return true
+}
+
+// wakeLocked wakes every wait on the marks (wait).
+func (p *marks) wakeLocked() {
 	close(p.changed)
 	p.changed = make(chan struct{})
-	return len(h.above) >= h.walkAt
 }
 
 // handledInOrderTo records that every event of key at or below gp is
@@ -115,16 +130,9 @@ func (p *marks) handledInOrderTo(group, category, key string, gp int64) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	h := p.stateLocked(group, category)
-	if gp <= h.inOrder[key] {
-		return
+	if p.stateLocked(group, category).inOrderTo(key, gp) {
+		p.wakeLocked()
 	}
-	if h.inOrder == nil || len(h.inOrder) >= maxKeyed {
-		h.inOrder = map[string]int64{}
-	}
-	h.inOrder[key] = gp
-	close(p.changed)
-	p.changed = make(chan struct{})
 }
 
 // wait returns a channel closed at the next mark.
