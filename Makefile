@@ -158,17 +158,22 @@ chaos: build plugins ## Fault injection: 3 hosts on a private PostgreSQL and Red
 # dump over each maximum phase into dir, with summary.txt (every process's
 # CPU, the profiles' top entries), printed after the table, each host
 # configuration's half-load orders in time ({config}-orders.csv) and the
-# hosts' logs (GODEBUG=gctrace=1 puts their collections there), and
-# Redis's latency events (redis-latency.txt). COMPARE="a.b=v
-# c.d=w" measures 1 host once more with each setting, in the same run.
+# hosts' logs (GODEBUG=gctrace=1 puts their collections there), each
+# host's metrics at the phase's start and end, Redis's latency events
+# (redis-latency.txt) and PostgreSQL's log (slow plans, autovacuum).
+# COMPARE="a.b=v c.d=w" measures 1 host once more with each setting, in
+# the same run. REDIS_FSYNC=always makes the servers' Redis fsync every
+# write (default everysec: like PostgreSQL's fsync=off here, it survives a
+# kill of the server, not a crash of the machine).
 HOSTS ?= 1,3
 LOAD_DURATION ?= 20s
 PROFILE ?=
 COMPARE ?=
+REDIS_FSYNC ?= everysec
 
 .PHONY: load
 load: build plugins ## End to end over HTTP: orders/s and accepted -> projection p50/p99 at half load, 1 and 3 hosts, beside the floor; PROFILE=dir saves profiles and a summary
-	$(GO) run ./cmd/loadgen -bin $(HOST_BIN) -plugins $(PLUGINS_DIR) -hosts $(HOSTS) -duration $(LOAD_DURATION) $(if $(PROFILE),-profile $(PROFILE)) $(foreach c,$(COMPARE),-compare $(c))
+	$(GO) run ./cmd/loadgen -bin $(HOST_BIN) -plugins $(PLUGINS_DIR) -hosts $(HOSTS) -duration $(LOAD_DURATION) -redis-fsync $(REDIS_FSYNC) $(if $(PROFILE),-profile $(PROFILE)) $(foreach c,$(COMPARE),-compare $(c))
 
 .PHONY: clean
 clean: ## Remove build outputs

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/proteanhq/protean-host/internal/chaos"
 	"github.com/proteanhq/protean-host/internal/loadgen"
 )
 
@@ -31,6 +32,10 @@ func main() {
 	flag.StringVar(&o.Profile, "profile", "", "a directory for each host's CPU, block, mutex and allocation profiles and goroutine dump over each maximum phase, and summary.txt (printed after the table): every process's CPU and the profiles' top entries")
 	flag.IntVar(&o.PostgresPool, "postgres-pool", 0, "the hosts' PostgreSQL pool size (0: each host derives its own)")
 	flag.IntVar(&o.RedisPool, "redis-pool", 0, "the hosts' Redis pool size (0: each host derives its own)")
+	flag.Func("redis-fsync", "Redis's appendfsync for the floor and the hosts: everysec (default; like PostgreSQL's fsync=off here, it survives a kill of the server, not a crash of the machine) or always", func(s string) (err error) {
+		o.RedisFsync, err = chaos.ParseFsync(s)
+		return err
+	})
 	flag.DurationVar(&o.Duration, "duration", 20*time.Second, "length of each phase (maximum, half load) of each configuration")
 	flag.Func("compare", "a setting table.key=value (TOML value) to measure after the host counts, on 1 host, beside the same run's figures; repeat for more", func(s string) error {
 		o.Compare = append(o.Compare, s)

@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,6 +138,19 @@ func TestParseKinds(t *testing.T) {
 	require.Equal(t, []Kind{HostKill, CutPG}, ks)
 	_, err = ParseKinds("host-kil")
 	require.ErrorContains(t, err, `unknown fault kind "host-kil"`)
+}
+
+func TestParseFsync(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []Fsync{FsyncAlways, FsyncEverySec} {
+		f, err := ParseFsync(string(ok))
+		require.NoError(t, err)
+		require.Equal(t, ok, f)
+	}
+	for _, bad := range []string{"", "no", "Always"} {
+		_, err := ParseFsync(bad)
+		require.ErrorContains(t, err, fmt.Sprintf("appendfsync %q: want \"always\" or \"everysec\"", bad))
+	}
 }
 
 // The hosts' config is production.toml with the harness's settings: it

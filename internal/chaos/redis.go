@@ -16,25 +16,56 @@ import (
 	"github.com/proteanhq/protean-host/internal/serverbin"
 )
 
-// Redis is a private redis-server with the append-only file on and
-// fsynced on every write (appendfsync always), so that a kill -9 or a
-// SHUTDOWN NOSAVE loses nothing acknowledged; only [Redis.Wipe] does.
-// It keeps its port across restarts.
+// Redis is a private redis-server with the append-only file on, fsynced
+// on every write (appendfsync always) unless started with another
+// [Fsync], so that a kill -9 or a SHUTDOWN NOSAVE loses nothing
+// acknowledged; only [Redis.Wipe] does. It keeps its port across
+// restarts.
 type Redis struct {
-	bin  string
-	dir  string
-	data string
-	log  string
-	port int
+	bin   string
+	dir   string
+	data  string
+	log   string
+	port  int
+	fsync Fsync
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
 }
 
+// Fsync is a Redis append-only file's fsync policy (appendfsync).
+type Fsync string
+
+const (
+	// FsyncAlways fsyncs every write before its answer: nothing
+	// acknowledged is lost, even to a crash of the machine, and every
+	// write waits for the disk.
+	FsyncAlways Fsync = "always"
+	// FsyncEverySec writes every write to the file before its answer and
+	// fsyncs once a second in the background: a kill -9 of the server
+	// loses nothing acknowledged (the kernel has it), a crash of the
+	// machine loses up to about two seconds.
+	FsyncEverySec Fsync = "everysec"
+)
+
+// ParseFsync reads an appendfsync policy: always or everysec.
+func ParseFsync(s string) (Fsync, error) {
+	switch f := Fsync(s); f {
+	case FsyncAlways, FsyncEverySec:
+		return f, nil
+	}
+	return "", fmt.Errorf("appendfsync %q: want %q or %q", s, FsyncAlways, FsyncEverySec)
+}
+
 // StartRedis starts redis-server in a new directory under parent on a
-// free loopback port.
+// free loopback port, fsyncing every write (FsyncAlways).
 func StartRedis(ctx context.Context, parent string) (*Redis, error) {
+	return StartRedisFsync(ctx, parent, FsyncAlways)
+}
+
+// StartRedisFsync is StartRedis with the append-only file's fsync policy.
+func StartRedisFsync(ctx context.Context, parent string, fsync Fsync) (*Redis, error) {
 	bin, err := serverbin.RedisServer()
 	if err != nil {
 		return nil, err
@@ -47,7 +78,7 @@ func StartRedis(ctx context.Context, parent string) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Redis{bin: bin, dir: dir, data: filepath.Join(dir, "data"), log: filepath.Join(dir, "redis.log"), port: port}
+	r := &Redis{bin: bin, dir: dir, data: filepath.Join(dir, "data"), log: filepath.Join(dir, "redis.log"), port: port, fsync: fsync}
 	return r, r.Start(ctx)
 }
 
@@ -65,7 +96,7 @@ func (r *Redis) Start(ctx context.Context) error {
 		return err
 	}
 	cmd := exec.Command(r.bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
-		"--dir", r.data, "--appendonly", "yes", "--appendfsync", "always", "--save", "",
+		"--dir", r.data, "--appendonly", "yes", "--appendfsync", string(r.fsync), "--save", "",
 		"--daemonize", "no")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own process group, so a ^C to the harness reaches the harness

@@ -57,6 +57,13 @@ type Options struct {
 	// (pool_max_conns and pool_size in their URIs) instead of the sizes
 	// each host derives.
 	PostgresPool, RedisPool int
+	// RedisFsync is Redis's appendfsync policy for the floor and the
+	// hosts alike. The default, chaos.FsyncEverySec, puts Redis in the
+	// class PostgreSQL runs in here (fsync off): both keep what they
+	// acknowledged across a kill of their process, not across a crash of
+	// the machine. chaos.FsyncAlways makes every Redis write wait for the
+	// disk, whose stalls then set the tail (docs/benchmarks.md).
+	RedisFsync chaos.Fsync
 	// KeysPerClient: a client moves to a new client_id every this many
 	// orders, so no projection document grows without bound (default 50).
 	KeysPerClient int
@@ -148,7 +155,10 @@ func Run(ctx context.Context, o Options) (_ []Row, err error) {
 			}
 		}()
 	}
-	rs, err := chaos.StartRedis(ctx, dir)
+	if o.RedisFsync == "" {
+		o.RedisFsync = chaos.FsyncEverySec
+	}
+	rs, err := chaos.StartRedisFsync(ctx, dir, o.RedisFsync)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +186,7 @@ func Run(ctx context.Context, o Options) (_ []Row, err error) {
 			}
 		}()
 	}
-	note("PostgreSQL on %s, Redis on %s; %d clients, %s per phase", pg.Addr(), rs.Addr(), o.Clients, o.Duration)
+	note("PostgreSQL on %s (fsync off), Redis on %s (appendfsync %s); %d clients, %s per phase", pg.Addr(), rs.Addr(), o.RedisFsync, o.Clients, o.Duration)
 
 	fl, err := newFloor(ctx, chaos.URL(pg.Addr()), "redis://"+rs.Addr()+"/0")
 	if err != nil {

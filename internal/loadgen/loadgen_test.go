@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -194,6 +195,10 @@ func TestProfilerSavesAHostsProfiles(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	var scrapes atomic.Int64 // the phase's calls: 0 at its start, 3 at its end
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "# TYPE protean_handler_calls_total counter\nprotean_handler_calls_total %d\n", scrapes.Add(1)*3-3)
+	})
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
@@ -211,8 +216,8 @@ func TestProfilerSavesAHostsProfiles(t *testing.T) {
 	require.Len(t, p.records, 1)
 	r := p.records[0]
 	require.Empty(t, r.errs)
-	require.Len(t, r.files, 5)
-	for _, kind := range []string{"cpu.pb.gz", "block.pb.gz", "mutex.pb.gz", "allocs.pb.gz", "goroutines.txt"} {
+	require.Len(t, r.files, 7)
+	for _, kind := range []string{"cpu.pb.gz", "block.pb.gz", "mutex.pb.gz", "allocs.pb.gz", "goroutines.txt", "metrics-start.txt", "metrics-end.txt"} {
 		fi, err := os.Stat(filepath.Join(dir, "1hosts-host0-"+kind))
 		require.NoError(t, err, kind)
 		require.Positive(t, fi.Size(), kind)
@@ -227,6 +232,8 @@ func TestProfilerSavesAHostsProfiles(t *testing.T) {
 	sum := p.summary(ctx)
 	require.Contains(t, sum, "## 1 host(s), maximum phase")
 	require.Contains(t, sum, "host0 goroutines (1hosts-host0-goroutines.txt):")
+	require.Contains(t, sum, "host0 metrics-end (1hosts-host0-metrics-end.txt):\n  counters that moved over the phase (growth, sample):\n               3  protean_handler_calls_total\n")
+	require.NotContains(t, sum, "host0 metrics-start")
 	if _, err := exec.LookPath("go"); err == nil {
 		require.Contains(t, sum, "host0 cpu (1hosts-host0-cpu.pb.gz):\n  Duration: ")
 		require.Contains(t, sum, "flat%")
@@ -423,4 +430,47 @@ return 1`, nil).Err())
 	b, err := os.ReadFile(filepath.Join(dir, "redis-latency.txt"))
 	require.NoError(t, err)
 	require.Regexp(t, `(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ command \d+$`, string(b))
+}
+
+// The metrics summary lists the protean_ counters that grew over the
+// phase, with their labels; gauges, other counters and unchanged ones are
+// left out, and a sample that appeared during the phase counts from 0.
+func TestCounterDeltasListWhatMoved(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	start, end := filepath.Join(dir, "start.txt"), filepath.Join(dir, "end.txt")
+	require.NoError(t, os.WriteFile(start, []byte(`# TYPE protean_module_instances_created_total counter
+protean_module_instances_created_total{module="orders"} 4
+protean_module_instances_created_total{module="shipping"} 2
+# TYPE protean_pool_waits_total counter
+protean_pool_waits_total{pool="postgres"} 10
+# TYPE protean_instances gauge
+protean_instances 3
+# TYPE go_gc_cycles_total counter
+go_gc_cycles_total 1
+`), 0o644))
+	require.NoError(t, os.WriteFile(end, []byte(`# TYPE protean_module_instances_created_total counter
+protean_module_instances_created_total{module="orders"} 20
+protean_module_instances_created_total{module="shipping"} 2
+# TYPE protean_pool_waits_total counter
+protean_pool_waits_total{pool="postgres"} 10
+protean_pool_waits_total{pool="redis"} 7.5
+# TYPE protean_instances gauge
+protean_instances 9
+# TYPE go_gc_cycles_total counter
+go_gc_cycles_total 30
+`), 0o644))
+	lines, err := counterDeltas(start, end)
+	require.NoError(t, err)
+	require.Equal(t, []string{
+		"counters that moved over the phase (growth, sample):",
+		`            16  protean_module_instances_created_total{module="orders"}`,
+		`           7.5  protean_pool_waits_total{pool="redis"}`,
+	}, lines)
+
+	_, err = counterDeltas("", end)
+	require.ErrorContains(t, err, "no metrics from the phase's start")
+	require.NoError(t, os.WriteFile(start, []byte("not { an exposition\n"), 0o644))
+	_, err = counterDeltas(start, end)
+	require.ErrorContains(t, err, "start.txt")
 }

@@ -22,7 +22,8 @@ const profileMargin = time.Second
 const fetchSlack = 15 * time.Second
 
 // profiler saves, during each configuration's maximum phase, every host's
-// CPU, block, mutex and allocation profiles and a goroutine dump under dir, and
+// CPU, block, mutex and allocation profiles, a goroutine dump and its
+// metrics at the phase's start and end under dir, and
 // accounts the CPU of each process of the run over the phase.
 type profiler struct {
 	dir    string
@@ -64,7 +65,7 @@ type procCPU struct {
 // savedProfile is one file the profiler saved.
 type savedProfile struct {
 	host int
-	kind string // cpu, block, mutex, allocs, goroutines
+	kind string // cpu, block, mutex, allocs, goroutines, metrics-start, metrics-end
 	path string
 }
 
@@ -127,13 +128,17 @@ func (p *profiler) watch(ctx context.Context, config string, hosts []*chaos.Host
 	get := func(h *chaos.Host, kind, query string, timeout time.Duration) {
 		defer wg.Done()
 		name := fmt.Sprintf("%s-host%d-%s", slug, h.Index, kind)
-		if kind == "goroutines" {
+		url := "http://" + h.Addr + "/debug/pprof/" + query
+		switch {
+		case strings.HasPrefix(kind, "metrics"):
+			name, url = name+".txt", "http://"+h.Addr+"/metrics"
+		case kind == "goroutines":
 			name += ".txt"
-		} else {
+		default:
 			name += ".pb.gz"
 		}
 		path := filepath.Join(p.dir, name)
-		err := p.fetch(ctx, "http://"+h.Addr+"/debug/pprof/"+query, path, timeout)
+		err := p.fetch(ctx, url, path, timeout)
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -144,6 +149,11 @@ func (p *profiler) watch(ctx context.Context, config string, hosts []*chaos.Host
 	}
 	long := time.Duration(secs)*time.Second + fetchSlack
 	for _, h := range hosts {
+		// The metrics at the phase's start, here, and at its end, in the
+		// function returned: their difference is what the phase did
+		// (instances made and discarded, pool waits, advances heard).
+		wg.Add(1)
+		get(h, "metrics-start", "", fetchSlack)
 		wg.Add(5)
 		go get(h, "cpu", fmt.Sprintf("profile?seconds=%d", secs), long)
 		// seconds=N on a named profile answers the delta over those
@@ -164,6 +174,10 @@ func (p *profiler) watch(ctx context.Context, config string, hosts []*chaos.Host
 	}
 	return func(orders int) {
 		after := readProcs(p.proc)
+		for _, h := range hosts {
+			wg.Add(1)
+			go get(h, "metrics-end", "", fetchSlack)
+		}
 		rec.orders = orders
 		if p.pg != nil {
 			var err error

@@ -22,7 +22,9 @@ const slowPlanMS = 20
 
 // statementsSettings are the server settings that load pg_stat_statements
 // and auto_explain (the plan of every statement slower than slowPlanMS
-// goes to the server's log), when the libraries are installed beside the
+// goes to the server's log), and log every autovacuum and autoanalyze
+// (an analyze replans every connection's statements on its table: set
+// beside the tail's orders in time), when the libraries are installed beside the
 // server's binaries (Debian's postgresql package ships them); ok is false
 // when they are not.
 func statementsSettings() (settings []string, ok bool) {
@@ -36,7 +38,8 @@ func statementsSettings() (settings []string, ok bool) {
 		}
 	}
 	return []string{"shared_preload_libraries=pg_stat_statements,auto_explain",
-		fmt.Sprintf("auto_explain.log_min_duration=%d", slowPlanMS), "auto_explain.log_format=text"}, true
+		fmt.Sprintf("auto_explain.log_min_duration=%d", slowPlanMS), "auto_explain.log_format=text",
+		"log_autovacuum_min_duration=0"}, true
 }
 
 // statements reads PostgreSQL's per-statement statistics

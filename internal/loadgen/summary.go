@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // topN is how many entries of each profile the summary keeps.
@@ -61,10 +66,15 @@ func (p *profiler) summary(ctx context.Context) string {
 			return slices.Index(profileKinds, x.kind) - slices.Index(profileKinds, y.kind)
 		})
 		for _, f := range files {
+			if f.kind == "metrics-start" {
+				continue // read with its metrics-end
+			}
 			fmt.Fprintf(&b, "\nhost%d %s (%s):\n", f.host, f.kind, filepath.Base(f.path))
 			var lines []string
 			var err error
-			if f.kind == "goroutines" {
+			if f.kind == "metrics-end" {
+				lines, err = counterDeltas(startOf(files, f.host), f.path)
+			} else if f.kind == "goroutines" {
 				lines, err = goroutineSummary(f.path)
 			} else if goErr != nil {
 				err = fmt.Errorf("go tool pprof: %w", goErr)
@@ -84,7 +94,81 @@ func (p *profiler) summary(ctx context.Context) string {
 }
 
 // profileKinds orders a host's profiles in the summary.
-var profileKinds = []string{"cpu", "block", "mutex", "allocs", "goroutines"}
+var profileKinds = []string{"cpu", "block", "mutex", "allocs", "goroutines", "metrics-start", "metrics-end"}
+
+// startOf is the path of host's metrics at the phase's start, "" if
+// they were not saved.
+func startOf(files []savedProfile, host int) string {
+	for _, f := range files {
+		if f.host == host && f.kind == "metrics-start" {
+			return f.path
+		}
+	}
+	return ""
+}
+
+// countersTop bounds the counters the summary lists per host.
+const countersTop = 40
+
+// counterDeltas lists the host's protean_ counters that moved over the
+// phase, by name: each sample's growth from the metrics in start to those
+// in end (a sample absent at the start counts from 0).
+func counterDeltas(start, end string) ([]string, error) {
+	if start == "" {
+		return nil, fmt.Errorf("no metrics from the phase's start")
+	}
+	before, err := counters(start)
+	if err != nil {
+		return nil, err
+	}
+	after, err := counters(end)
+	if err != nil {
+		return nil, err
+	}
+	var lines []string
+	for _, name := range slices.Sorted(maps.Keys(after)) {
+		if d := after[name] - before[name]; d != 0 && strings.HasPrefix(name, "protean_") {
+			lines = append(lines, fmt.Sprintf("%14s  %s", strconv.FormatFloat(d, 'f', -1, 64), name))
+		}
+	}
+	if len(lines) > countersTop {
+		lines = append(lines[:countersTop], fmt.Sprintf("(%d more)", len(lines)-countersTop))
+	}
+	return append([]string{"counters that moved over the phase (growth, sample):"}, lines...), nil
+}
+
+// counters reads the counter samples of a Prometheus text exposition in
+// file, by sample name with its labels.
+func counters(file string) (map[string]float64, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	out := map[string]float64{}
+	for name, fam := range families {
+		if fam.GetType() != dto.MetricType_COUNTER {
+			continue
+		}
+		for _, m := range fam.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			key := name
+			if len(labels) > 0 {
+				key += "{" + strings.Join(labels, ",") + "}"
+			}
+			out[key] = m.GetCounter().GetValue()
+		}
+	}
+	return out, nil
+}
 
 // pprofTop runs go tool pprof -top on file and keeps its table.
 func pprofTop(ctx context.Context, goBin, file string) ([]string, error) {
