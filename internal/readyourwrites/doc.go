@@ -55,7 +55,11 @@
 // committed). The wait then sleeps until the unit marks the event. A
 // worker's position may lag the positions row only when its unit was
 // lost to another process meanwhile, so such a wait polls every 50 ms as
-// a safety net, and that poll reads the source.
+// a safety net, and that poll reads the source; every 250 ms while the
+// process hears the others' commits (below), since a new owner's commits
+// are heard then. (At 50 ms, a stall of a few tens of milliseconds made
+// every wait it held read its unit's row at once, and the reads queued for
+// the database pool with the commands' loads.)
 //
 // A read of one's own write on a process that does not run the key's unit
 // reads nothing either, while that process hears the other processes'

@@ -58,6 +58,17 @@ const (
 	// 53 ms).
 	firstRemotePoll = 5 * time.Millisecond
 	remotePoll      = 50 * time.Millisecond
+	// heardLocalPoll is the safety net's poll of a wait on a unit this
+	// process runs, while it hears the others' commits: the unit's own
+	// marks wake the wait, and if the unit was lost meanwhile, its new
+	// owner's commits are heard (HandledElsewhere); the poll, which reads
+	// the unit's position, only covers an announcement that came and was
+	// forgotten (maxKeyed) before the wait began. At remotePoll, every
+	// wait that a stall of a few tens of milliseconds held past 50 ms
+	// read its row at once, and those reads queued for the database pool
+	// with the commands' own loads (make load, 1 host: the half-load
+	// tail's bursts).
+	heardLocalPoll = 250 * time.Millisecond
 	// maxKeyed bounds the keys whose keyed progress a group keeps per
 	// category; past it they are forgotten (a keyed check then starts at
 	// the watermark again).

@@ -121,10 +121,10 @@ type pass struct {
 	// at or below position (0: it has none there), once a search found
 	// it; it lives as long as the wait, across its checks (keyCaughtUp).
 	lastOfKey map[string]int64
-	// local is set when the target checked last was answered by this
-	// process's own unit of the key (LocalCheck), with no read; polled
-	// when this check runs because a poll was due, not on a mark: a poll
-	// reads the source, as a local answer may lag a unit lost meanwhile.
+	// local is set when this process runs the key's unit of the target
+	// checked last (LocalCheck), whose answer needs no read; polled when
+	// this check runs because a poll was due, not on a mark: a poll reads
+	// the source, as a local answer may lag a unit lost meanwhile.
 	local, polled bool
 }
 
@@ -184,12 +184,13 @@ func (w *Waiter) caughtUp(ctx context.Context, t Target, n int64, p *pass) (done
 			return true, nil
 		}
 		c := p.check(t.Source)
-		if lc, ok := c.(LocalCheck); ok && !p.polled {
-			if at, owned := lc.LocalKeyPosition(t.Route, p.key); owned {
-				p.local = true
+		if lc, ok := c.(LocalCheck); ok {
+			at, owned := lc.LocalKeyPosition(t.Route, p.key)
+			p.local = owned // a poll reads the source below, and still paces as local
+			if owned && !p.polled {
 				return w.keyCaughtUp(ctx, t, n, p, at, keyedAt)
 			}
-			if w.hearing.Load() && !t.Correlated {
+			if !owned && !p.polled && w.hearing.Load() && !t.Correlated {
 				// Another process runs the key's unit, and its commits
 				// are announced (HandledElsewhere): the wait sleeps until
 				// one covers it, and reads the unit's position at the
@@ -403,9 +404,14 @@ func (w *Waiter) Wait(ctx context.Context, projection string, n int64, field, ke
 		case quick:
 			poll = w.opts.After(pollEvery)
 			pollEvery = min(2*pollEvery, remotePoll)
-		case remote, local:
+		case remote:
 			// Its unit's commits wake it (Mark, HandledElsewhere): the
 			// poll is a safety net.
+			poll = w.opts.After(remotePoll)
+		case local && w.hearing.Load():
+			// Its unit here marks it, and a new owner's commits are heard.
+			poll = w.opts.After(heardLocalPoll)
+		case local:
 			poll = w.opts.After(remotePoll)
 		}
 		polled = false

@@ -227,9 +227,19 @@ func TestALocalAnswerIsCheckedAtThePoll(t *testing.T) {
 	r := Route{Group: "g", Category: "c", Field: "id"}
 	src := &localSource{unitSource: unitSource{at: n, remote: true}, local: 0, owned: true}
 	require.NoError(t, w.Wait(ctx, "g", n, "id", "k", func() ([]Target, error) { return []Target{{Route: r, Source: src}}, nil }))
-	require.Equal(t, 1, src.asked, "the first check asked the local unit")
+	require.Equal(t, 2, src.asked, "each check asked the local unit")
 	require.Equal(t, 1, src.positions, "the poll read the source")
 	require.Equal(t, []time.Duration{remotePoll}, polls)
+
+	// While the process hears the others' commits, a lost unit's new
+	// owner's are heard: the safety net polls less often, and still reads.
+	w.Hearing(true)
+	polls = nil
+	heard := &localSource{unitSource: unitSource{after: 1, at: n, remote: true}, local: 0, owned: true}
+	rh := Route{Group: "gh", Category: "c", Field: "id"}
+	require.NoError(t, w.Wait(ctx, "gh", n, "id", "k", func() ([]Target, error) { return []Target{{Route: rh, Source: heard}}, nil }))
+	require.Equal(t, 2, heard.positions, "each poll read the source")
+	require.Equal(t, []time.Duration{heardLocalPoll, heardLocalPoll}, polls, "a poll that did not end the wait paces as local too")
 
 	notHere := &localSource{unitSource: unitSource{at: n, remote: true}}
 	require.NoError(t, New(Options{Events: mem, KeyOf: keyOf}).Wait(ctx, "g", n, "id", "k", func() ([]Target, error) {
