@@ -413,7 +413,8 @@ func TestProfilerKeepsTheOrdersAndALog(t *testing.T) {
 }
 
 // A run's Redis latency events are kept with their second: a slow
-// command (a script that spins 20 ms) is one.
+// command (a script that spins 20 ms) is one, and the slow log names it,
+// its arguments clipped.
 func TestRedisLatencyIsKept(t *testing.T) {
 	url, _ := testserver.Redis(t)
 	opt, err := redis.ParseURL(url)
@@ -430,6 +431,7 @@ return 1`, nil).Err())
 	b, err := os.ReadFile(filepath.Join(dir, "redis-latency.txt"))
 	require.NoError(t, err)
 	require.Regexp(t, `(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ command \d+$`, string(b))
+	require.Regexp(t, `(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \d+\.\d eval local t = redis.call\('TIME'\) repeat local n = re… 0$`, string(b))
 }
 
 // The metrics summary lists the protean_ counters that grew over the
