@@ -143,7 +143,7 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 	if p, ok := progress.(*partition.Progress); ok && h.partitions != nil {
 		p.Local = h.partitions // a wait on a unit this host runs reads nothing
 		if st.pool != nil {
-			h.progress = newProgressListener(st.pool.Config().ConnConfig, h.eng, cfg.Server.PriorityLanes.BackfillSuffix, c.log, c.reg)
+			h.progress = newProgressListener(st.pool.Config().ConnConfig, h.eng, cfg.Server.PriorityLanes.BackfillSuffix, cfg.Server.PriorityLanes.Enabled, c.log, c.reg)
 		}
 	}
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_plugin_reloads_total",

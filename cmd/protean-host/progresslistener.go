@@ -23,7 +23,10 @@ type progressListener struct {
 	config   *pgx.ConnConfig
 	eng      *engine.Engine
 	backfill string
-	log      *slog.Logger
+	// lanes is set when priority lanes are on: a lane's advances are not
+	// told as its key's, so the waits keep their quick safety poll.
+	lanes bool
+	log   *slog.Logger
 	// heard counts the partition streams' advances handed to the waits.
 	heard prometheus.Counter
 
@@ -33,8 +36,8 @@ type progressListener struct {
 
 // newProgressListener is a listener on config's database, registered on
 // reg.
-func newProgressListener(config *pgx.ConnConfig, eng *engine.Engine, backfill string, log *slog.Logger, reg prometheus.Registerer) *progressListener {
-	l := &progressListener{config: config, eng: eng, backfill: backfill, log: log,
+func newProgressListener(config *pgx.ConnConfig, eng *engine.Engine, backfill string, lanes bool, log *slog.Logger, reg prometheus.Registerer) *progressListener {
+	l := &progressListener{config: config, eng: eng, backfill: backfill, lanes: lanes, log: log,
 		heard: prometheus.NewCounter(prometheus.CounterOpts{Name: "protean_partition_advances_heard_total",
 			Help: "Partition advances committed by any host (this one included) that this host heard of over PostgreSQL's notifications and handed to its read-your-writes waits: a wait for an event they cover ends without reading the unit's positions row."})}
 	reg.MustRegister(l.heard)
@@ -45,6 +48,7 @@ func newProgressListener(config *pgx.ConnConfig, eng *engine.Engine, backfill st
 func (l *progressListener) start(context.Context) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel, l.done = cancel, make(chan struct{})
+	l.eng.HearsEveryAdvance(!l.lanes)
 	go func() {
 		defer close(l.done)
 		err := position.Listen(ctx, l.config, l.log, l.advanced, l.eng.HearingElsewhere)

@@ -140,3 +140,9 @@ func (e *Engine) HandledElsewhere(group, category, key string, gp int64) {
 // unit's position at the safety poll only
 // (readyourwrites.Waiter.Hearing).
 func (e *Engine) HearingElsewhere(on bool) { e.rw.Hearing(on) }
+
+// HearsEveryAdvance says that HandledElsewhere is told of every commit of
+// a key's unit, none of them a priority lane's: such a wait's safety poll
+// then comes every 250 ms, not every 50
+// (readyourwrites.Waiter.HearsEveryAdvance).
+func (e *Engine) HearsEveryAdvance(on bool) { e.rw.HearsEveryAdvance(on) }

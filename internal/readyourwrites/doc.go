@@ -68,8 +68,11 @@
 // process's unit has committed every event of a key up to a position, and
 // wakes the waits on it. The wait's first check then takes nothing as
 // known of the unit (no read) and sleeps until such an announcement covers
-// its event, reading the unit's position at the 50 ms safety poll only.
-// While nothing is heard, a wait on another process's unit reads the
+// its event, reading the unit's position at the safety poll only: every
+// 250 ms when every advance is told as its key's (HearsEveryAdvance: no
+// priority lanes), every 50 ms otherwise, for the events that travel a
+// lane, whose advances are not. Losing the hearing wakes every wait, so
+// that it checks again at once. While nothing is heard, a wait on another process's unit reads the
 // unit's position at once and again after 5, 10, 20 and 40 ms, then every
 // 50 ms (make load, 3 hosts: 3.3 reads of a positions row per order
 // polling, 0.7 hearing). Before, each such read

@@ -58,17 +58,19 @@ const (
 	// 53 ms).
 	firstRemotePoll = 5 * time.Millisecond
 	remotePoll      = 50 * time.Millisecond
-	// heardLocalPoll is the safety net's poll of a wait on a unit this
-	// process runs, while it hears the others' commits: the unit's own
-	// marks wake the wait, and if the unit was lost meanwhile, its new
-	// owner's commits are heard (HandledElsewhere); the poll, which reads
-	// the unit's position, only covers an announcement that came and was
-	// forgotten (maxKeyed) before the wait began. At remotePoll, every
-	// wait that a stall of a few tens of milliseconds held past 50 ms
-	// read its row at once, and those reads queued for the database pool
-	// with the commands' own loads (make load, 1 host: the half-load
-	// tail's bursts).
-	heardLocalPoll = 250 * time.Millisecond
+	// heardPoll is the safety net's poll of a keyed wait whose unit's
+	// commits all wake it while this process hears the others' commits:
+	// a unit this process runs (its own marks; if it was lost meanwhile,
+	// its new owner's commits are heard), or another process's unit when
+	// every advance is announced as its key's (HearsEveryAdvance: no
+	// priority lanes). The poll, which reads the unit's position, then
+	// only covers an announcement that came and was forgotten (maxKeyed)
+	// before the wait began; a loss of hearing wakes the waits at once
+	// (Hearing). At remotePoll, every wait that a stall of a few tens of
+	// milliseconds held past 50 ms read its row at once, and those reads
+	// queued for the database pool with the commands' own loads (make
+	// load, 1 host: the half-load tail's bursts).
+	heardPoll = 250 * time.Millisecond
 	// maxKeyed bounds the keys whose keyed progress a group keeps per
 	// category; past it they are forgotten (a keyed check then starts at
 	// the watermark again).
@@ -144,6 +146,13 @@ func (p *marks) handledInOrderTo(group, category, key string, gp int64) {
 	if p.stateLocked(group, category).inOrderTo(key, gp) {
 		p.wakeLocked()
 	}
+}
+
+// wake wakes every wait on the marks, as a mark does.
+func (p *marks) wake() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.wakeLocked()
 }
 
 // wait returns a channel closed at the next mark.

@@ -36,6 +36,8 @@ type Waiter struct {
 	marks   *marks
 	recent  recent
 	hearing atomic.Bool // Hearing
+	// everyAdvance: HearsEveryAdvance.
+	everyAdvance atomic.Bool
 }
 
 // New returns a Waiter.
@@ -83,7 +85,22 @@ func (w *Waiter) HandledElsewhere(r Route, gp int64, key string) {
 // process runs sleeps until such a commit wakes it, reading the unit's
 // position at the safety net's poll only, not at the quick remote polls
 // (5, 10, 20, 40 ms) that would find each commit without it.
-func (w *Waiter) Hearing(on bool) { w.hearing.Store(on) }
+//
+// A change wakes every wait, so that one that relied on hearing and lost
+// it checks again at once, at the pace of a wait that does not hear.
+func (w *Waiter) Hearing(on bool) {
+	if w.hearing.Swap(on) != on {
+		w.marks.wake()
+	}
+}
+
+// HearsEveryAdvance says that, while hearing, every commit of a key's
+// unit is told as the key's (HandledElsewhere): no event travels a
+// priority lane, whose unit's advances are not. A keyed wait on another
+// process's unit then polls at the slow safety pace (250 ms) too, as one
+// on this process's unit does; otherwise at 50 ms, for the lane events.
+// Off by default.
+func (w *Waiter) HearsEveryAdvance(on bool) { w.everyAdvance.Store(on) }
 
 // Appended records events this process has just committed to the store
 // (a command's): a keyed wait for the key of one of them, at that event's
@@ -374,6 +391,7 @@ func (w *Waiter) Wait(ctx context.Context, projection string, n int64, field, ke
 			return err
 		}
 		changed := w.marks.wait()
+		heard := w.hearing.Load() // before the checks: a change after it wakes the wait
 		// quick: a remote target that no commit of another process wakes
 		// (not keyed by this wait's key, or HandledElsewhere not told).
 		done, remote, local, quick := true, false, false, false
@@ -386,7 +404,7 @@ func (w *Waiter) Wait(ctx context.Context, projection string, n int64, field, ke
 			local = local || p.local
 			if t.Source != nil && t.Source.Remote() && !p.local {
 				remote = true
-				quick = quick || field == "" || t.Field != field || t.Correlated || !w.hearing.Load()
+				quick = quick || field == "" || t.Field != field || t.Correlated || !heard
 			}
 			if err != nil && ctx.Err() == nil {
 				return err
@@ -404,15 +422,15 @@ func (w *Waiter) Wait(ctx context.Context, projection string, n int64, field, ke
 		case quick:
 			poll = w.opts.After(pollEvery)
 			pollEvery = min(2*pollEvery, remotePoll)
-		case remote:
-			// Its unit's commits wake it (Mark, HandledElsewhere): the
-			// poll is a safety net.
+		case remote && !w.everyAdvance.Load(), local && !heard:
+			// Its units' commits wake it (Mark, HandledElsewhere), except
+			// a lane's, or a lost unit's new owner's: the poll is a
+			// safety net for those.
 			poll = w.opts.After(remotePoll)
-		case local && w.hearing.Load():
-			// Its unit here marks it, and a new owner's commits are heard.
-			poll = w.opts.After(heardLocalPoll)
-		case local:
-			poll = w.opts.After(remotePoll)
+		case remote, local:
+			// Every commit of its units wakes it: the poll only covers
+			// an announcement forgotten before the wait began.
+			poll = w.opts.After(heardPoll)
 		}
 		polled = false
 	sleep:
@@ -424,6 +442,9 @@ func (w *Waiter) Wait(ctx context.Context, projection string, n int64, field, ke
 				polled = true
 				break sleep
 			case <-changed:
+				if w.hearing.Load() != heard {
+					break sleep // paced for hearing that changed
+				}
 				// Every mark wakes every waiter: check again only once
 				// the event this check stopped at is marked (another
 				// host's handling shows at the poll), not on every

@@ -239,7 +239,7 @@ func TestALocalAnswerIsCheckedAtThePoll(t *testing.T) {
 	rh := Route{Group: "gh", Category: "c", Field: "id"}
 	require.NoError(t, w.Wait(ctx, "gh", n, "id", "k", func() ([]Target, error) { return []Target{{Route: rh, Source: heard}}, nil }))
 	require.Equal(t, 2, heard.positions, "each poll read the source")
-	require.Equal(t, []time.Duration{heardLocalPoll, heardLocalPoll}, polls, "a poll that did not end the wait paces as local too")
+	require.Equal(t, []time.Duration{heardPoll, heardPoll}, polls, "a poll that did not end the wait paces as local too")
 
 	notHere := &localSource{unitSource: unitSource{at: n, remote: true}}
 	require.NoError(t, New(Options{Events: mem, KeyOf: keyOf}).Wait(ctx, "g", n, "id", "k", func() ([]Target, error) {
@@ -377,5 +377,22 @@ func TestKeyedWaitWakesOnAnAdvanceElsewhere(t *testing.T) {
 	require.Equal(t, 1, correlated.positions, "the unit's position read at once")
 	cancel()
 	require.ErrorIs(t, testwait.Recv(t, "the canceled wait's end", waited), context.Canceled)
+
+	// When every advance is told as its key's (no priority lanes), a keyed
+	// wait on another process's unit polls at the slow safety pace.
+	w.HearsEveryAdvance(true)
+	every := &localSource{unitSource: unitSource{remote: true}}
+	r7 := Route{Group: "g7", Category: "c", Field: "id"}
+	go func() {
+		waited <- w.Wait(ctx, "g7", n, "id", "k", func() ([]Target, error) { return []Target{{Route: r7, Source: every}}, nil })
+	}()
+	require.Equal(t, heardPoll, testwait.Recv(t, "the wait on a unit elsewhere going to sleep", polls), "the slow safety poll")
+	// Losing the hearing wakes it: it reads the unit's position at once
+	// and polls quickly, as a wait that does not hear.
 	w.Hearing(false)
+	require.Equal(t, firstRemotePoll, testwait.Recv(t, "the wait going to sleep again, not hearing", polls), "the quick poll")
+	require.Equal(t, 1, every.positions, "read once hearing was lost")
+	w.HandledElsewhere(r7, n, "k")
+	require.NoError(t, testwait.Recv(t, "the wait's end", waited))
+	w.HearsEveryAdvance(false)
 }
