@@ -143,6 +143,9 @@ type pass struct {
 	// this check runs because a poll was due, not on a mark: a poll reads
 	// the source, as a local answer may lag a unit lost meanwhile.
 	local, polled bool
+	// heard is whether this process heard the others' commits when the
+	// check began (Hearing): the check and its pace read it once.
+	heard bool
 }
 
 // check is the pass's check of src, begun at its first question.
@@ -207,7 +210,7 @@ func (w *Waiter) caughtUp(ctx context.Context, t Target, n int64, p *pass) (done
 			if owned && !p.polled {
 				return w.keyCaughtUp(ctx, t, n, p, at, keyedAt)
 			}
-			if !owned && !p.polled && w.hearing.Load() && !t.Correlated {
+			if !owned && !p.polled && p.heard && !t.Correlated {
 				// Another process runs the key's unit, and its commits
 				// are announced (HandledElsewhere): the wait sleeps until
 				// one covers it, and reads the unit's position at the
@@ -395,7 +398,7 @@ func (w *Waiter) Wait(ctx context.Context, projection string, n int64, field, ke
 		// quick: a remote target that no commit of another process wakes
 		// (not keyed by this wait's key, or HandledElsewhere not told).
 		done, remote, local, quick := true, false, false, false
-		p := &pass{projection: projection, position: n, field: field, key: key, lastOfKey: lastOfKey, polled: polled}
+		p := &pass{projection: projection, position: n, field: field, key: key, lastOfKey: lastOfKey, polled: polled, heard: heard}
 		for _, t := range ts {
 			p.local = false
 			ok, err := w.caughtUp(ctx, t, n, p)
