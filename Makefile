@@ -169,11 +169,11 @@ HOSTS ?= 1,3
 LOAD_DURATION ?= 20s
 PROFILE ?=
 COMPARE ?=
-REDIS_FSYNC ?= everysec
+REDIS_FSYNC ?=
 
 .PHONY: load
 load: build plugins ## End to end over HTTP: orders/s and accepted -> projection p50/p99 at half load, 1 and 3 hosts, beside the floor; PROFILE=dir saves profiles and a summary
-	$(GO) run ./cmd/loadgen -bin $(HOST_BIN) -plugins $(PLUGINS_DIR) -hosts $(HOSTS) -duration $(LOAD_DURATION) -redis-fsync $(REDIS_FSYNC) $(if $(PROFILE),-profile $(PROFILE)) $(foreach c,$(COMPARE),-compare $(c))
+	$(GO) run ./cmd/loadgen -bin $(HOST_BIN) -plugins $(PLUGINS_DIR) -hosts $(HOSTS) -duration $(LOAD_DURATION) $(if $(REDIS_FSYNC),-redis-fsync $(REDIS_FSYNC)) $(if $(PROFILE),-profile $(PROFILE)) $(foreach c,$(COMPARE),-compare $(c))
 
 .PHONY: clean
 clean: ## Remove build outputs
