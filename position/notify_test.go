@@ -22,11 +22,7 @@ func TestNotifyingStoreAnnouncesCommittedAdvances(t *testing.T) {
 	ctx := context.Background()
 	pool := testserver.PostgresPool(t)
 	s := position.NewPostgres(pool, time.Now).Notifying()
-	for _, u := range []string{"a", "b"} {
-		if _, err := s.Claim(ctx, "g", u); err != nil {
-			t.Fatal(err)
-		}
-	}
+	claim(t, s, "a", "b")
 	got := make(chan []position.Advanced, 16)
 	lctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -75,26 +71,25 @@ func TestNotifyingStoreAnnouncesCommittedAdvances(t *testing.T) {
 	}
 	// Step by step (the unit of work's path after a refusal); a rolled
 	// back transaction announces nothing.
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
+	step := func(f position.Fence, commit bool) {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Tx(tx).Advance(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		end := tx.Rollback
+		if commit {
+			end = tx.Commit
+		}
+		if err := end(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := s.Tx(tx).Advance(ctx, fence("b", 6)); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	tx, err = pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Tx(tx).Advance(ctx, fence("b", 7)); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	step(fence("b", 6), false)
+	step(fence("b", 7), true)
 	want = []position.Advanced{{Group: "g", Unit: "b", Positions: map[string]int64{"s:b": 7}}}
 	if a := testwait.Recv(t, "the step-by-step advance", got); !equal(a, want) {
 		t.Fatalf("notified %+v, want %+v (and nothing of the rolled back one)", a, want)

@@ -24,14 +24,8 @@ func TestQueueAdvanceSeveralUnits(t *testing.T) {
 	ctx := context.Background()
 	pool := testserver.PostgresPool(t)
 	s := position.NewPostgres(pool, time.Now)
-	for _, u := range []string{"a", "b", "c"} {
-		if _, err := s.Claim(ctx, "g", u); err != nil { // generation 1
-			t.Fatal(err)
-		}
-	}
-	if _, err := s.Claim(ctx, "g", "c"); err != nil { // c at generation 2
-		t.Fatal(err)
-	}
+	claim(t, s, "a", "b", "c") // generation 1
+	claim(t, s, "c")           // c at generation 2
 	queue := func(fences ...position.Fence) error {
 		t.Helper()
 		return queueAdvance(t, pool, s, fences...)
@@ -89,4 +83,14 @@ func queueAdvance(t *testing.T, pool *pgxpool.Pool, s *position.Postgres, fences
 	return testserver.Pipelined(t, pool, func(b *pgx.Batch) (func(pgx.BatchResults) error, error) {
 		return s.QueueAdvance(b, fences...)
 	})
+}
+
+// claim claims each of units of group g on s, at its next generation.
+func claim(t *testing.T, s *position.Postgres, units ...string) {
+	t.Helper()
+	for _, u := range units {
+		if _, err := s.Claim(context.Background(), "g", u); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -84,3 +84,11 @@ func GenericPlans(tb testing.TB, pool *pgxpool.Pool, prepare, execute, table, fi
 	exec(`RESET plan_cache_mode`)
 	return plans
 }
+
+// ProbesKey reports whether plan (as Plan prints it) reaches table row by
+// row through scan (an index scan, as EXPLAIN names it: "Index Scan using
+// records_pkey on records r") in a nested loop, and never scans the whole
+// table: the plan a multi-row statement's generic plan must keep.
+func ProbesKey(plan, scan, table string) bool {
+	return strings.Contains(plan, "Nested Loop") && strings.Contains(plan, scan) && !strings.Contains(plan, "Seq Scan on "+table)
+}
