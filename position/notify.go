@@ -6,12 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/proteanhq/protean-host/internal/backoff"
+	"github.com/proteanhq/protean-host/internal/pglisten"
 )
 
 // Channel is the PostgreSQL notification channel on which a notifying
@@ -87,53 +85,18 @@ const notifySQL = `SELECT pg_notify($1, $2)`
 // and calls fn with each notification's, in the order PostgreSQL delivers
 // them (commit order), until ctx ends. It holds one connection of its own
 // (config: the pool's), LISTENs on Channel, and on a lost connection logs
-// and connects again, after a backoff; what was committed while it was
-// away is not delivered (a listener is a hint: a wait that misses one
-// reads the row at its safety poll). listening, if set, is told when it
-// starts hearing (LISTEN done) and when it stops (the connection lost, or
-// ctx ended). It returns ctx's error.
+// and connects again, after a backoff (pglisten.Listen); what was committed
+// while it was away is not delivered (a listener is a hint: a wait that
+// misses one reads the row at its safety poll). listening, if set, is told
+// when it starts hearing (LISTEN done) and when it stops (the connection
+// lost, or ctx ended). It returns ctx's error.
 func Listen(ctx context.Context, config *pgx.ConnConfig, log *slog.Logger, fn func([]Advanced), listening func(bool)) error {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	if listening == nil {
-		listening = func(bool) {}
-	}
-	for failures := 0; ; failures++ {
-		err := listenOnce(ctx, config, fn, listening)
-		listening(false)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		delay := backoff.Delay(failures, 100*time.Millisecond, 2, 5*time.Second, 0.2, rand.Float64)
-		log.Warn("positions: listening for advances failed; connecting again", "error", err, "retry_in", delay)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
-		}
-	}
-}
-
-func listenOnce(ctx context.Context, config *pgx.ConnConfig, fn func([]Advanced), listening func(bool)) error {
-	conn, err := pgx.ConnectConfig(ctx, config)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	if _, err := conn.Exec(ctx, `LISTEN `+Channel); err != nil {
-		return err
-	}
-	listening(true)
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
+	return pglisten.Listen(ctx, config, Channel, log, func(payload string) error {
 		var advances []Advanced
-		if err := json.Unmarshal([]byte(n.Payload), &advances); err != nil {
-			return errors.Join(fmt.Errorf("positions: a notification on %s that is not advances: %q", Channel, n.Payload), err)
+		if err := json.Unmarshal([]byte(payload), &advances); err != nil {
+			return errors.Join(fmt.Errorf("positions: a notification on %s that is not advances: %q", Channel, payload), err)
 		}
 		fn(advances)
-	}
+		return nil
+	}, listening)
 }

@@ -1,0 +1,8 @@
+// Package pglisten holds a connection of its own LISTENing on a
+// PostgreSQL notification channel, and connects again when it is lost.
+// PostgreSQL delivers a notification when, and only when, the transaction
+// that sent it commits, in commit order; what is sent while the listener
+// is away is not delivered, so a listener is a hint that its users back
+// with a poll of their own (package position's advances, the outbox
+// relay's wake-ups).
+package pglisten
