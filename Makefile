@@ -161,19 +161,20 @@ chaos: build plugins ## Fault injection: 3 hosts on a private PostgreSQL and Red
 # hosts' logs (GODEBUG=gctrace=1 puts their collections there), each
 # host's metrics at the phase's start and end, Redis's latency events
 # (redis-latency.txt) and PostgreSQL's log (slow plans, autovacuum).
-# COMPARE="a.b=v c.d=w" measures 1 host once more with each setting, in
-# the same run. REDIS_FSYNC=always makes the servers' Redis fsync every
+# COMPARE="a.b=v c.d=w" measures 1 host (COMPARE_HOSTS=3: 3 hosts) once
+# more with each setting, in the same run. REDIS_FSYNC=always makes the servers' Redis fsync every
 # write (default everysec: like PostgreSQL's fsync=off here, it survives a
 # kill of the server, not a crash of the machine).
 HOSTS ?= 1,3
 LOAD_DURATION ?= 20s
 PROFILE ?=
 COMPARE ?=
+COMPARE_HOSTS ?=
 REDIS_FSYNC ?=
 
 .PHONY: load
 load: build plugins ## End to end over HTTP: orders/s and accepted -> projection p50/p99 at half load, 1 and 3 hosts, beside the floor; PROFILE=dir saves profiles and a summary
-	$(GO) run ./cmd/loadgen -bin $(HOST_BIN) -plugins $(PLUGINS_DIR) -hosts $(HOSTS) -duration $(LOAD_DURATION) $(if $(REDIS_FSYNC),-redis-fsync $(REDIS_FSYNC)) $(if $(PROFILE),-profile $(PROFILE)) $(foreach c,$(COMPARE),-compare $(c))
+	$(GO) run ./cmd/loadgen -bin $(HOST_BIN) -plugins $(PLUGINS_DIR) -hosts $(HOSTS) -duration $(LOAD_DURATION) $(if $(REDIS_FSYNC),-redis-fsync $(REDIS_FSYNC)) $(if $(PROFILE),-profile $(PROFILE)) $(if $(COMPARE_HOSTS),-compare-hosts $(COMPARE_HOSTS)) $(foreach c,$(COMPARE),-compare $(c))
 
 .PHONY: clean
 clean: ## Remove build outputs

@@ -37,7 +37,8 @@ func main() {
 		return err
 	})
 	flag.DurationVar(&o.Duration, "duration", 20*time.Second, "length of each phase (maximum, half load) of each configuration")
-	flag.Func("compare", "a setting table.key=value (TOML value) to measure after the host counts, on 1 host, beside the same run's figures; repeat for more", func(s string) error {
+	flag.IntVar(&o.CompareHosts, "compare-hosts", 1, "how many hosts each -compare setting runs on")
+	flag.Func("compare", "a setting table.key=value (TOML value) to measure after the host counts, on -compare-hosts hosts, beside the same run's figures; repeat for more", func(s string) error {
 		o.Compare = append(o.Compare, s)
 		return nil
 	})

@@ -77,10 +77,12 @@ type Options struct {
 	Profile string
 	// Compare are settings ("plugins.document_cache_mb=0", see
 	// chaos.ParseSetting), each measured after the host counts as one
-	// more configuration: 1 host with that setting, on the same servers,
-	// so that a change is measured on and off in one run.
+	// more configuration: CompareHosts hosts with that setting, on the
+	// same servers, so that a change is measured on and off in one run.
 	Compare []string
-	Out     io.Writer
+	// CompareHosts is how many hosts each Compare setting runs on (0: 1).
+	CompareHosts int
+	Out          io.Writer
 }
 
 // Row is one configuration's figures.
@@ -226,7 +228,7 @@ func Run(ctx context.Context, o Options) (_ []Row, err error) {
 		c := cfg
 		c.Settings = map[string]any{key: value}
 		one := o
-		one.Hosts = []int{1}
+		one.Hosts = []int{max(o.CompareHosts, 1)}
 		if rows, err = measureHosts(ctx, one, sub, " ["+setting+"]", c, rows, prof, note); err != nil {
 			return rows, err
 		}
