@@ -42,6 +42,10 @@
 // which the store reports as processing, so that the claim is a HOT update
 // that adds no index entries (the table is filled to half for the room).
 //
+// A store that is a [RelayLeaser] (both are) keeps, per broker, a lease
+// saying which relay claims its rows, so that several hosts' relays do
+// not split them; claims do not depend on it for their safety.
+//
 // A broker that lost its data, or restarted and may have lost its last
 // writes, takes no publish until the relay has made the rows it may have
 // lost pending again ([Republisher]), except the partitioned rows that

@@ -30,6 +30,10 @@ type Memory struct {
 
 	republishMu sync.Mutex        // Republish's lock, held across stillLost
 	epochs      map[string]string // broker -> epoch, under mu
+	leases      map[string]lease  // broker -> its relay lease, under mu
+	// wakes are the relays' wake listeners by broker (ListenRelayWakes),
+	// under mu.
+	wakes map[string][]chan struct{}
 	// positions is where Republish reads what the consumers applied
 	// (nil: it keeps nothing).
 	positions position.Store

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"log/slog"
 	"time"
 )
 
@@ -58,4 +59,36 @@ type Republisher interface {
 	// LastPublished is when the broker's latest published row still kept
 	// was marked published, zero if none.
 	LastPublished(ctx context.Context, broker string) (time.Time, error)
+}
+
+// RelayLeaser is a RelayStore that holds, per broker, a lease saying which
+// relay publishes its rows, so that the relays of several hosts do not all
+// claim them (each claim then takes a share of the rows, and the claims
+// and marks multiply with the hosts). The lease is an economy, not a
+// guard: claims stay safe between relays that both believe they hold it,
+// so a holder's clock or a lapse it has not noticed yet costs a race, not
+// an order or a row.
+type RelayLeaser interface {
+	// HoldRelay takes broker's lease for owner, or renews it, until now
+	// (the store's clock) plus leaseFor, and reports whether owner holds
+	// it: it does unless another owner holds a lease that has not
+	// expired. A lease is free at exactly its expiry instant, as a claim's
+	// lock is.
+	HoldRelay(ctx context.Context, broker, owner string, leaseFor time.Duration) (bool, error)
+	// ReleaseRelay gives broker's lease up if owner holds it, so that the
+	// next HoldRelay of another owner takes it at once.
+	ReleaseRelay(ctx context.Context, broker, owner string) error
+}
+
+// RelayWaker is a RelayLeaser whose relays wake the lease's holder: a
+// relay without the lease, whose host committed rows, asks the holder
+// for a pass now, not at the holder's next tick.
+type RelayWaker interface {
+	// WakeRelay asks broker's relays for a pass.
+	WakeRelay(ctx context.Context, broker string) error
+	// ListenRelayWakes calls fn for each WakeRelay of broker, by any
+	// relay on the store, until ctx ends, and returns ctx's error. A wake
+	// sent while it is not listening (while it connects again) is lost,
+	// and the holder's tick covers it.
+	ListenRelayWakes(ctx context.Context, broker string, log *slog.Logger, fn func()) error
 }

@@ -103,7 +103,16 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 	h.routes = routes.New(c.set, c.partitioned())
 	c.log.Info("delivery", "subscription_type", cfg.SubscriptionType(), "broker", cfg.OutboxBroker().Provider)
 	h.relay = newRelay(c, infra, h.routes)
-	c.reg.MustRegister(newOutboxCollector(st.outbox, c.log))
+	c.reg.MustRegister(newOutboxCollector(st.outbox, c.log), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "protean_outbox_relay_leading",
+		Help:        "1 while this host's outbox relay claims its broker's rows (it holds the broker's relay lease, or relay_lease_ms = 0), else 0.",
+		ConstLabels: prometheus.Labels{"broker": c.cfg.Outbox.Broker},
+	}, func() float64 {
+		if h.relay.Leading() {
+			return 1
+		}
+		return 0
+	}))
 	ps := pools{pg: st.pool, rdb: c.br.redis}
 	c.reg.MustRegister(newPoolCollector(ps))
 	for _, p := range ps.stats() {
@@ -173,6 +182,7 @@ func newRelay(c *composition, infra *delivery.Metrics, rt *routes.Routes) *relay
 	o := relay.Options{
 		Broker: cfg.Outbox.Broker, Owner: c.owner, Publisher: pub, Clock: c.clk,
 		BatchSize: cfg.Outbox.MessagesPerTick, Tick: cfg.Outbox.TickInterval(), LockFor: cfg.Outbox.LockTimeout(),
+		LeaseFor:  cfg.Outbox.RelayLease(),
 		BaseDelay: cfg.Outbox.BaseRetryDelay(), MaxDelay: cfg.Outbox.MaxRetryDelay(), Jitter: cfg.Outbox.BackoffJitter,
 		BackfillSuffix: cfg.Server.PriorityLanes.BackfillSuffix, LanesEnabled: cfg.Server.PriorityLanes.Enabled,
 		LaneThreshold: cfg.Server.PriorityLanes.Threshold, Logger: c.log,

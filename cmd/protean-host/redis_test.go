@@ -144,6 +144,19 @@ func TestRedisPartitionsAcrossThreeInstances(t *testing.T) {
 			return true, ""
 		})
 	}
+	// One instance's relay held the broker's relay lease and published
+	// every instance's rows; the others claimed nothing.
+	var leading []int
+	for i, h := range hosts {
+		m := get(t, h, "/metrics").raw
+		switch {
+		case strings.Contains(m, `protean_outbox_relay_leading{broker="default"} 1`):
+			leading = append(leading, i)
+		case !strings.Contains(m, `protean_outbox_relay_leading{broker="default"} 0`):
+			t.Fatalf("instance %d has no relay lease gauge:\n%s", i, metricLines(m, "protean_outbox"))
+		}
+	}
+	require.Len(t, leading, 1, "instances whose relay holds the lease")
 }
 
 func stringsOf(v any) []string {

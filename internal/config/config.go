@@ -117,6 +117,7 @@ type Outbox struct {
 	MaxRetryDelayMS         int     `toml:"max_retry_delay_ms"`        // cap on that delay
 	BackoffJitter           float64 `toml:"backoff_jitter"`            // fraction 0..1 of the delay, randomised
 	LockTimeoutMS           int     `toml:"lock_timeout_ms"`           // a claim expires after this; a crashed relay's rows heal
+	RelayLeaseMS            int     `toml:"relay_lease_ms"`            // only the lease holder's relay claims; it lapses after this unless renewed; 0: every relay claims
 	PublishedRetentionHours int     `toml:"published_retention_hours"` // 0 keeps published rows forever
 	AbandonedRetentionHours int     `toml:"abandoned_retention_hours"` // 0 keeps abandoned rows forever
 	// RestartRepublishSeconds is how far before the broker's last publish
@@ -137,6 +138,9 @@ func (o Outbox) MaxRetryDelay() time.Duration { return ms(o.MaxRetryDelayMS) }
 
 // LockTimeout is lock_timeout_ms as a duration.
 func (o Outbox) LockTimeout() time.Duration { return ms(o.LockTimeoutMS) }
+
+// RelayLease is relay_lease_ms as a duration; 0 means no lease.
+func (o Outbox) RelayLease() time.Duration { return ms(o.RelayLeaseMS) }
 
 // PublishedRetention is published_retention_hours as a duration; 0 means keep.
 func (o Outbox) PublishedRetention() time.Duration { return hours(o.PublishedRetentionHours) }
@@ -664,6 +668,7 @@ func defaultOutbox() Outbox {
 		MaxRetryDelayMS:         toMS(d.MaxDelay),
 		BackoffJitter:           d.Jitter,
 		LockTimeoutMS:           toMS(d.LockFor),
+		RelayLeaseMS:            toMS(d.LeaseFor),
 		PublishedRetentionHours: toHours(d.PublishedRetention),
 		AbandonedRetentionHours: toHours(d.AbandonedRetention),
 		RestartRepublishSeconds: int(d.RestartWindow / time.Second),

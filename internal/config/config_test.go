@@ -49,7 +49,7 @@ func TestDefault(t *testing.T) {
 	require.Equal(t, config.Broker{Provider: "inline"}, c.OutboxBroker())
 	require.Equal(t, config.Outbox{
 		Broker: "default", MessagesPerTick: 50, TickIntervalMS: 10, MaxRetries: 3,
-		BaseRetryDelayMS: 1000, MaxRetryDelayMS: 60000, BackoffJitter: 0.1, LockTimeoutMS: 15000,
+		BaseRetryDelayMS: 1000, MaxRetryDelayMS: 60000, BackoffJitter: 0.1, LockTimeoutMS: 15000, RelayLeaseMS: 5000,
 		PublishedRetentionHours: 168, AbandonedRetentionHours: 720, RestartRepublishSeconds: 60,
 	}, c.Outbox)
 
@@ -389,6 +389,11 @@ func TestValidate(t *testing.T) {
 		{"jitter bounds", func(c *config.Config) { c.Outbox.BackoffJitter = 1 }, nil},
 		{"lock_timeout_ms", func(c *config.Config) { c.Outbox.LockTimeoutMS = 0 },
 			[]string{"outbox.lock_timeout_ms must be > 0 (got 0)"}},
+		{"relay_lease_ms zero holds no lease", func(c *config.Config) { c.Outbox.RelayLeaseMS = 0 }, nil},
+		{"relay_lease_ms too short", func(c *config.Config) { c.Outbox.RelayLeaseMS = 99 },
+			[]string{"outbox.relay_lease_ms must be 0 (no lease: every relay claims) or at least 100 (got 99)"}},
+		{"relay_lease_ms negative", func(c *config.Config) { c.Outbox.RelayLeaseMS = -1 },
+			[]string{"outbox.relay_lease_ms must be >= 0 (got -1)"}},
 		{"retention zero keeps", func(c *config.Config) {
 			c.Outbox.PublishedRetentionHours = 0
 			c.Outbox.AbandonedRetentionHours = 0

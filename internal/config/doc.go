@@ -92,6 +92,7 @@
 //	outbox.max_retry_delay_ms = 60000
 //	outbox.messages_per_tick = 50
 //	outbox.published_retention_hours = 168
+//	outbox.relay_lease_ms = 5000
 //	outbox.restart_republish_seconds = 60
 //	outbox.tick_interval_ms = 10
 //	plugins.allow_repartition = false

@@ -283,6 +283,9 @@ func (v *validator) outbox(c Config) {
 		v.add("outbox.backoff_jitter", "must be between 0 and 1 (got %v)", o.BackoffJitter)
 	}
 	v.ms("outbox.lock_timeout_ms", o.LockTimeoutMS, false)
+	if v.ms("outbox.relay_lease_ms", o.RelayLeaseMS, true) && o.RelayLeaseMS > 0 && o.RelayLeaseMS < minRelayLeaseMS {
+		v.add("outbox.relay_lease_ms", "must be 0 (no lease: every relay claims) or at least %d (got %d)", minRelayLeaseMS, o.RelayLeaseMS)
+	}
 	v.hours("outbox.published_retention_hours", o.PublishedRetentionHours)
 	v.hours("outbox.abandoned_retention_hours", o.AbandonedRetentionHours)
 	switch rs := o.RestartRepublishSeconds; {
@@ -465,6 +468,10 @@ func (v *validator) positive(key string, n int) bool {
 
 // ms checks a millisecond count: > 0 (or >= 0 with zeroOK) and small enough
 // for a time.Duration.
+// minRelayLeaseMS is the shortest relay lease: its holder renews it every
+// third of it, over a round trip to the database.
+const minRelayLeaseMS = 100
+
 func (v *validator) ms(key string, n int, zeroOK bool) bool {
 	switch {
 	case zeroOK && n < 0:

@@ -27,6 +27,20 @@
 // that every partition consumer group has applied by the table of
 // consumer positions (outbox.Keep, from [Options.Partitions]).
 //
+// With [Options.LeaseFor], only the relay that holds its broker's relay
+// lease (outbox.RelayLeaser) claims: the relays of several hosts do not
+// split one broker's rows between them, which made each claim take a
+// share of the rows and multiplied the claims and marks by the hosts.
+// A relay without the lease wakes the holder when its host commits
+// (Notify; outbox.RelayWaker: a PostgreSQL notification, which only the
+// holder listens for), so the rows of every host go out at once, not at
+// the holder's next tick. The holder
+// renews the lease every LeaseFor/3 and the others try for it every
+// LeaseFor/5, so a holder that dies stalls the rows at most about
+// 1.2 LeaseFor; one that stops gives it up on the way out. The lease is
+// an economy, not a guard: relays that both believe they hold it (a
+// holder paused past its lease) claim as racing relays do, safely.
+//
 // Delivery is at least once: a relay that crashes after publishing but
 // before marking leaves the row processing until its lock expires, and the
 // row is then claimed and published again. A relay that is alive but whose

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -24,8 +25,8 @@ import (
 )
 
 // Options configure a Relay. Zero fields take the values of
-// [DefaultOptions], except Jitter and the retentions, whose zero means
-// none (no jitter, keep forever).
+// [DefaultOptions], except Jitter, the retentions and LeaseFor, whose
+// zero means none (no jitter, keep forever, no lease).
 type Options struct {
 	// Broker is the name of the broker the relay serves: it claims only
 	// rows whose target_broker is Broker.
@@ -39,6 +40,15 @@ type Options struct {
 	Tick time.Duration
 	// LockFor is how long a claim holds a row.
 	LockFor time.Duration
+	// LeaseFor is how long the broker's relay lease lasts unless renewed,
+	// on a store that keeps one (outbox.RelayLeaser: the memory and
+	// PostgreSQL stores): only its holder claims, so that the relays of
+	// several hosts do not split one broker's rows between them. The
+	// holder renews it every LeaseFor/3; the others try to take it every
+	// LeaseFor/5, so a holder that dies or hangs stalls the broker's rows
+	// for at most about 1.2 LeaseFor, and one that stops gives it up at
+	// once. 0 (the zero Options) holds no lease: every relay claims.
+	LeaseFor time.Duration
 	// BaseDelay, MaxDelay and Jitter shape the retry backoff.
 	BaseDelay, MaxDelay time.Duration
 	Jitter              float64
@@ -80,6 +90,7 @@ func DefaultOptions() Options {
 		BatchSize:          outbox.DefaultClaimLimit,
 		Tick:               10 * time.Millisecond,
 		LockFor:            outbox.DefaultLockFor,
+		LeaseFor:           outbox.DefaultLeaseFor,
 		BaseDelay:          time.Second,
 		MaxDelay:           time.Minute,
 		Jitter:             0.1,
@@ -101,6 +112,9 @@ type Relay struct {
 	store outbox.RelayStore
 	opts  Options
 	wake  chan struct{}
+	// heard receives the wake-ups other hosts' relays send the lease's
+	// holder (outbox.RelayWaker).
+	heard chan struct{}
 	// outage reports passes that fail on infrastructure once per outage.
 	outage *delivery.Outage
 
@@ -117,6 +131,15 @@ type Relay struct {
 	// go on as soon as the database is back rather than once the locks
 	// lapse.
 	unmarked, unreleased []int64
+
+	// lease is the broker's relay lease as this relay last learned it
+	// (leading), read by Leading from other goroutines.
+	lease struct {
+		held atomic.Bool
+		// until is when a held lease lapses unless renewed; next is
+		// when to renew it, or to try to take it.
+		until, next time.Time
+	}
 }
 
 // New returns a Relay over store.
@@ -150,13 +173,14 @@ func New(store outbox.RelayStore, opts Options) *Relay {
 	if opts.Rand == nil {
 		opts.Rand = rand.Float64
 	}
-	return &Relay{store: store, opts: opts, wake: make(chan struct{}, 1),
+	return &Relay{store: store, opts: opts, wake: make(chan struct{}, 1), heard: make(chan struct{}, 1),
 		outage: opts.Infra.Outage("outbox relay", opts.Logger, opts.Clock.Now),
 		run:    lifecycle.Runner{Name: "outbox relay " + opts.Broker, Log: opts.Logger}}
 }
 
 // Notify wakes the relay for a pass now (the unit of work calls it after a
-// commit), instead of at its next tick.
+// commit), instead of at its next tick; a relay without its broker's lease
+// wakes the lease's holder instead (outbox.RelayWaker).
 func (r *Relay) Notify() {
 	select {
 	case r.wake <- struct{}{}:
@@ -194,9 +218,44 @@ func (r *Relay) loop(soft, work context.Context) {
 			r.opts.Logger.Warn("outbox relay: marking the last pass's rows at stop failed (their locks lapse, and they go again)", "broker", r.opts.Broker, "error", err)
 		}
 	}()
+	defer r.release(work)
+	waker, wakes := r.store.(outbox.RelayWaker)
+	wakes = wakes && r.leases()
+	var ears listener // the holder's, for the others' wakes
+	defer ears.stop()
 	for {
 		if soft.Err() != nil {
 			return
+		}
+		leading := r.leading(work)
+		if wakes && leading {
+			ears.start(work, func(ctx context.Context) {
+				_ = waker.ListenRelayWakes(ctx, r.opts.Broker, r.opts.Logger, r.hear)
+			})
+		} else {
+			ears.stop()
+		}
+		if !leading {
+			// Another relay holds the broker's lease: claim nothing, and
+			// try for it again when due. Rows an earlier pass left
+			// unmarked are marked first. This host's commits wake the
+			// holder.
+			if err := r.settle(work, true); err != nil {
+				r.opts.Logger.Warn("outbox relay: marking an earlier pass's rows failed", "broker", r.opts.Broker, "error", err)
+			}
+			select {
+			case <-soft.Done():
+				return
+			case <-r.wake:
+				if wakes {
+					if err := waker.WakeRelay(work, r.opts.Broker); err != nil && work.Err() == nil {
+						r.opts.Logger.Debug("outbox relay: waking the lease's holder failed (it passes at its tick)", "broker", r.opts.Broker, "error", err)
+					}
+				}
+			case <-r.heard:
+			case <-r.opts.Clock.After(r.lease.next.Sub(r.opts.Clock.Now())):
+			}
+			continue
 		}
 		if now := r.opts.Clock.Now(); now.Sub(cleaned) >= r.opts.CleanupEvery {
 			cleaned = now
@@ -227,12 +286,128 @@ func (r *Relay) loop(soft, work context.Context) {
 		if n > 0 && err == nil {
 			continue // more may be waiting: go again at once
 		}
+		if r.leases() && r.lease.held.Load() {
+			wait = min(wait, max(r.lease.next.Sub(r.opts.Clock.Now()), 0)) // renew it in time
+		}
 		select {
 		case <-soft.Done():
 			return
 		case <-r.wake:
+		case <-r.heard:
 		case <-r.opts.Clock.After(wait):
 		}
+	}
+}
+
+// listener is a goroutine that runs while the relay holds its lease.
+type listener struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// start runs listen in a goroutine of its own unless it runs already.
+func (l *listener) start(ctx context.Context, listen func(context.Context)) {
+	if l.cancel != nil {
+		return
+	}
+	ctx, l.cancel = context.WithCancel(ctx)
+	l.done = make(chan struct{})
+	go func() {
+		defer close(l.done)
+		listen(ctx)
+	}()
+}
+
+// stop ends the goroutine, if it runs, and waits for it.
+func (l *listener) stop() {
+	if l.cancel == nil {
+		return
+	}
+	l.cancel()
+	<-l.done
+	l.cancel, l.done = nil, nil
+}
+
+// hear takes another relay's wake-up (outbox.RelayWaker): the holder of
+// the lease passes at once.
+func (r *Relay) hear() {
+	select {
+	case r.heard <- struct{}{}:
+	default:
+	}
+}
+
+// Leading reports whether the relay claims its broker's rows: it holds
+// the broker's relay lease (Options.LeaseFor), as it last learned, or it
+// holds none and claims whenever it runs. A relay that has not started
+// leads nothing.
+func (r *Relay) Leading() bool {
+	if !r.leases() {
+		return r.run.Running()
+	}
+	return r.lease.held.Load()
+}
+
+// leases reports whether the relay claims under a lease.
+func (r *Relay) leases() bool {
+	_, ok := r.store.(outbox.RelayLeaser)
+	return ok && r.opts.LeaseFor > 0
+}
+
+// leading reports whether the loop claims now, taking or renewing the
+// broker's lease when due: the holder renews it every LeaseFor/3, the
+// others try for it every LeaseFor/5. When the database does not answer,
+// a holder goes on claiming until its lease would lapse (its claims fail
+// too, and the loop backs off on them), and the others wait for the next
+// try.
+func (r *Relay) leading(ctx context.Context) bool {
+	if !r.leases() {
+		return true
+	}
+	now := r.opts.Clock.Now()
+	if now.Before(r.lease.next) {
+		if r.lease.held.Load() && !now.Before(r.lease.until) {
+			r.lease.held.Store(false) // lapsed while the database did not answer
+		}
+		return r.lease.held.Load()
+	}
+	was := r.lease.held.Load()
+	held, err := r.store.(outbox.RelayLeaser).HoldRelay(ctx, r.opts.Broker, r.opts.Owner, r.opts.LeaseFor)
+	switch {
+	case err != nil:
+		r.lease.next = now.Add(r.opts.LeaseFor / 5)
+		held = was && now.Before(r.lease.until)
+		if ctx.Err() == nil {
+			r.outage.Fail(delivery.MarkInfrastructure(fmt.Errorf("relay lease: %w", err)), "broker", r.opts.Broker)
+		}
+	case held:
+		r.lease.until, r.lease.next = now.Add(r.opts.LeaseFor), now.Add(r.opts.LeaseFor/3)
+	default:
+		r.lease.next = now.Add(r.opts.LeaseFor / 5)
+	}
+	if err == nil && !held {
+		r.outage.OK() // a holder's passes report its outages
+	}
+	if held != was {
+		if held {
+			r.opts.Logger.Info("outbox relay: holds the broker's relay lease, claims its rows", "broker", r.opts.Broker, "owner", r.opts.Owner)
+		} else {
+			r.opts.Logger.Info("outbox relay: another relay holds the broker's relay lease; claims nothing until it lapses", "broker", r.opts.Broker, "owner", r.opts.Owner)
+		}
+		r.lease.held.Store(held)
+	}
+	return held
+}
+
+// release gives the broker's lease up as the loop ends, so that another
+// host's relay takes it at its next try rather than after it lapses.
+func (r *Relay) release(ctx context.Context) {
+	if !r.leases() || !r.lease.held.Load() {
+		return
+	}
+	r.lease.held.Store(false)
+	if err := r.store.(outbox.RelayLeaser).ReleaseRelay(ctx, r.opts.Broker, r.opts.Owner); err != nil {
+		r.opts.Logger.Warn("outbox relay: giving up the broker's relay lease failed (it lapses)", "broker", r.opts.Broker, "error", err)
 	}
 }
 

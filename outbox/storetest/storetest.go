@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/internal/suite"
+	"github.com/proteanhq/protean-host/internal/testwait"
 	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
@@ -80,6 +81,9 @@ func Run(t *testing.T, newHarness func(t *testing.T, now func() time.Time) Harne
 		"KeyOrderHoldsAcrossPriorities":           testKeyOrderAcrossPriorities,
 		"ClaimChainedGivesEachRowItsPrev":         testClaimChained,
 		"ClaimFindsTheFreeKeyBehindHeldOnes":      testClaimBehindHeldKeys,
+		"RelayLeaseHasOneHolderPerBroker":         testRelayLease,
+		"RelayLeasesRacingTakeOneHolder":          testRelayLeaseRace,
+		"RelayWakesReachTheirBrokersListeners":    testRelayWakes,
 	}, func(t *testing.T, fn func(*testing.T, Harness, *clock)) {
 		c := suite.NewClock()
 		fn(t, newHarness(t, c.Now), c)
@@ -1355,6 +1359,117 @@ func testClaimBehindHeldKeys(t *testing.T, h Harness, _ *clock) {
 			require.Equal(t, []string{last + "-0", last + "-1"}, messages(claimFor(t, h, broker, "relay-b", 50, time.Minute)),
 				"relay b gets the free key's rows, and nothing behind a's")
 			require.Empty(t, claimFor(t, h, broker, "relay-c", 50, time.Minute))
+		})
+	}
+}
+
+// leaser is the store's RelayLeaser; both stores are one.
+func leaser(t *testing.T, h Harness) outbox.RelayLeaser {
+	l, ok := h.Store.(outbox.RelayLeaser)
+	require.True(t, ok, "%T is not an outbox.RelayLeaser", h.Store)
+	return l
+}
+
+func hold(t *testing.T, l outbox.RelayLeaser, broker, owner string, leaseFor time.Duration) bool {
+	t.Helper()
+	held, err := l.HoldRelay(t.Context(), broker, owner, leaseFor)
+	require.NoError(t, err)
+	return held
+}
+
+func testRelayLease(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	l := leaser(t, h)
+	require.True(t, hold(t, l, "default", "relay-a", time.Minute), "a broker nobody held")
+	require.False(t, hold(t, l, "default", "relay-b", time.Minute), "another owner's live lease")
+	require.True(t, hold(t, l, "other", "relay-b", time.Hour), "each broker has its own lease")
+
+	c.Advance(30 * time.Second)
+	require.True(t, hold(t, l, "default", "relay-a", time.Minute), "its holder renews it")
+	c.Advance(time.Minute - time.Microsecond)
+	require.False(t, hold(t, l, "default", "relay-b", time.Minute), "a renewed lease lasts its length from the renewal")
+	c.Advance(time.Microsecond)
+	require.True(t, hold(t, l, "default", "relay-b", time.Minute), "a lease is free at exactly its expiry instant")
+	require.False(t, hold(t, l, "default", "relay-a", time.Minute), "its old holder lost it")
+
+	// A release by another owner changes nothing; its holder's frees it
+	// at once.
+	require.NoError(t, l.ReleaseRelay(ctx, "default", "relay-a"))
+	require.False(t, hold(t, l, "default", "relay-a", time.Minute))
+	require.NoError(t, l.ReleaseRelay(ctx, "default", "relay-b"))
+	require.True(t, hold(t, l, "default", "relay-a", time.Minute), "a released lease is free")
+	require.False(t, hold(t, l, "other", "relay-a", time.Minute), "the other broker's lease is still relay-b's")
+	require.NoError(t, l.ReleaseRelay(ctx, "never-held", "relay-a"), "releasing a lease nobody holds")
+
+	for _, bad := range [][2]string{{"", "relay-a"}, {"default", ""}} {
+		_, err := l.HoldRelay(ctx, bad[0], bad[1], time.Minute)
+		require.ErrorIs(t, err, outbox.ErrInvalid, "hold %q", bad)
+		require.ErrorIs(t, l.ReleaseRelay(ctx, bad[0], bad[1]), outbox.ErrInvalid, "release %q", bad)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err := l.HoldRelay(cancelled, "default", "relay-a", time.Minute)
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+// testRelayLeaseRace: owners that try for a free lease at once (and again
+// and again while it is held) leave exactly one holder.
+func testRelayLeaseRace(t *testing.T, h Harness, _ *clock) {
+	l := leaser(t, h)
+	const owners, tries = 8, 20
+	var wg sync.WaitGroup
+	won := make([]int, owners)
+	errs := make(chan error, owners)
+	for i := range owners {
+		wg.Go(func() {
+			for range tries {
+				held, err := l.HoldRelay(context.Background(), "default", fmt.Sprintf("relay-%d", i), time.Minute)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if held {
+					won[i]++
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	holders := 0
+	for i, n := range won {
+		if n > 0 {
+			holders++
+			require.Equal(t, tries, n, "relay-%d held the lease only some of the time", i)
+		}
+	}
+	require.Equal(t, 1, holders, "holders of one lease: %v", won)
+}
+
+// testRelayWakes: a listener hears its broker's wakes, sent by any relay
+// on the store.
+func testRelayWakes(t *testing.T, h Harness, _ *clock) {
+	w, ok := h.Store.(outbox.RelayWaker)
+	require.True(t, ok, "%T is not an outbox.RelayWaker", h.Store)
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	heard := map[string]chan struct{}{"default": make(chan struct{}, 1000), "other": make(chan struct{}, 1000)}
+	for broker, ch := range heard {
+		wg.Go(func() {
+			err := w.ListenRelayWakes(ctx, broker, nil, func() { ch <- struct{}{} })
+			require.ErrorIs(t, err, context.Canceled)
+		})
+	}
+	// A listener may not listen yet when a wake is sent (PostgreSQL drops
+	// a notification nobody listens for): wake until heard.
+	for _, broker := range []string{"default", "other"} {
+		testwait.For(t, broker+"'s wake heard", func() (bool, string) {
+			require.NoError(t, w.WakeRelay(ctx, broker))
+			return len(heard[broker]) > 0, ""
 		})
 	}
 }
