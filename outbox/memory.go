@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -352,6 +353,10 @@ func (m *Memory) Stats(ctx context.Context) (Stats, error) {
 			}
 		}
 	}
+	for broker, l := range m.leases {
+		s.RelayLeases = append(s.RelayLeases, RelayLease{Broker: broker, Owner: l.owner, Expires: l.expires})
+	}
+	slices.SortFunc(s.RelayLeases, func(a, b RelayLease) int { return strings.Compare(a.Broker, b.Broker) })
 	return s, nil
 }
 

@@ -114,6 +114,17 @@ type Stats struct {
 	// Abandoned lists abandoned and halted rows, lowest ID first, at most
 	// maxStatsAbandoned of them.
 	Abandoned []Abandoned
+	// RelayLeases are the brokers' relay leases as recorded (RelayLeaser),
+	// by broker name, expired ones too: who claims each broker's rows.
+	RelayLeases []RelayLease
+}
+
+// RelayLease is a broker's relay lease as Stats reports it: Owner holds it
+// until Expires (a lease past it is free).
+type RelayLease struct {
+	Broker  string
+	Owner   string
+	Expires time.Time
 }
 
 // Abandoned is an abandoned or halted row as Stats reports it.

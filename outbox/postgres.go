@@ -780,6 +780,7 @@ func (p *Postgres) Stats(ctx context.Context) (Stats, error) {
 	b.Queue(`SELECT id, status, category, coalesce(partition_key, ''), message_id, target_broker, retry_count,
 		coalesce(last_error->>'message', ''), created_at
 		FROM outbox WHERE status IN ('abandoned', 'halted') ORDER BY id LIMIT $1`, maxStatsAbandoned)
+	b.Queue(`SELECT target_broker, owner, expires_at FROM outbox_relay_leases ORDER BY target_broker`)
 	br := p.db.Pool.SendBatch(ctx, &b)
 	s, err := readStats(br)
 	if cerr := br.Close(); err == nil {
@@ -825,6 +826,18 @@ func readStats(br pgx.BatchResults) (Stats, error) {
 		&a.LastError, &a.CreatedAt}, func() error {
 		a.CreatedAt = a.CreatedAt.UTC()
 		s.Abandoned = append(s.Abandoned, a)
+		return nil
+	}); err != nil {
+		return Stats{}, err
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return Stats{}, err
+	}
+	var l RelayLease
+	if _, err := pgx.ForEachRow(rows, []any{&l.Broker, &l.Owner, &l.Expires}, func() error {
+		l.Expires = l.Expires.UTC()
+		s.RelayLeases = append(s.RelayLeases, l)
 		return nil
 	}); err != nil {
 		return Stats{}, err

@@ -72,8 +72,8 @@ func cmdOutbox(ctx context.Context, e *env, args []string) error {
 }
 
 // printOutbox prints the outbox's counts by status (a host tells them to
-// an admin only), its oldest pending row's age, and its halted and
-// abandoned rows.
+// an admin only), its oldest pending row's age, who holds each broker's
+// relay lease, and its halted and abandoned rows.
 func printOutbox(out io.Writer, st ops.Outbox) {
 	if st.Counts != nil {
 		w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -87,6 +87,13 @@ func printOutbox(out io.Writer, st ops.Outbox) {
 			fmt.Fprintf(out, "oldest pending: %s ago\n", time.Since(*st.OldestPending).Round(time.Millisecond))
 		} else {
 			fmt.Fprintln(out, "oldest pending: none")
+		}
+		for _, l := range st.RelayLeases {
+			if left := time.Until(l.Expires); left > 0 {
+				fmt.Fprintf(out, "relay lease of broker %s: %s claims its rows (lease for %s more unless renewed)\n", l.Broker, l.Owner, left.Round(time.Millisecond))
+			} else {
+				fmt.Fprintf(out, "relay lease of broker %s: free (%s's lapsed %s ago); the next relay to try takes it\n", l.Broker, l.Owner, (-left).Round(time.Millisecond))
+			}
 		}
 	} else {
 		fmt.Fprintln(out, "rows by status: not kept per tenant (an admin's key sees them)")

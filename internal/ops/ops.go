@@ -212,6 +212,18 @@ type Outbox struct {
 	OldestPending *time.Time     `json:"oldest_pending,omitempty"`
 	// Rows are the scope's halted and abandoned rows.
 	Rows []OutboxRow `json:"rows"`
+	// RelayLeases say which host's relay claims each broker's rows: for
+	// the All scope only.
+	RelayLeases []RelayLease `json:"relay_leases,omitempty"`
+}
+
+// RelayLease is a broker's relay lease (outbox.RelayLeaser): Owner's relay
+// claims the broker's rows until Expires unless it renews the lease; past
+// it, the lease is free.
+type RelayLease struct {
+	Broker  string    `json:"broker"`
+	Owner   string    `json:"owner"`
+	Expires time.Time `json:"expires"`
 }
 
 // OutboxRow is a halted or abandoned outbox row.

@@ -655,6 +655,7 @@ func testStats(t *testing.T, h Harness, c *clock) {
 	}
 	require.Nil(t, s.OldestPending)
 	require.Empty(t, s.Abandoned)
+	require.Empty(t, s.RelayLeases)
 
 	h3 := row("m-h3", 1)
 	h3.MaxRetries = 1
@@ -1399,6 +1400,13 @@ func testRelayLease(t *testing.T, h Harness, c *clock) {
 	require.NoError(t, l.ReleaseRelay(ctx, "default", "relay-b"))
 	require.True(t, hold(t, l, "default", "relay-a", time.Minute), "a released lease is free")
 	require.False(t, hold(t, l, "other", "relay-a", time.Minute), "the other broker's lease is still relay-b's")
+	st, err := h.Store.Stats(ctx)
+	require.NoError(t, err)
+	now := c.Now()
+	require.Equal(t, []outbox.RelayLease{
+		{Broker: "default", Owner: "relay-a", Expires: now.Add(time.Minute)},
+		{Broker: "other", Owner: "relay-b", Expires: start.Add(time.Hour)},
+	}, st.RelayLeases, "Stats tells who holds each broker's lease, until when")
 	require.NoError(t, l.ReleaseRelay(ctx, "never-held", "relay-a"), "releasing a lease nobody holds")
 
 	for _, bad := range [][2]string{{"", "relay-a"}, {"default", ""}} {
@@ -1408,7 +1416,7 @@ func testRelayLease(t *testing.T, h Harness, c *clock) {
 	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err := l.HoldRelay(cancelled, "default", "relay-a", time.Minute)
+	_, err = l.HoldRelay(cancelled, "default", "relay-a", time.Minute)
 	require.ErrorIs(t, err, context.Canceled)
 }
 

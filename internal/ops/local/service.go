@@ -433,6 +433,9 @@ func (s *Service) Outbox(ctx context.Context, sc ops.Scope) (ops.Outbox, error) 
 			out.Counts[string(k)] = n
 		}
 		out.OldestPending = st.OldestPending
+		for _, l := range st.RelayLeases {
+			out.RelayLeases = append(out.RelayLeases, ops.RelayLease{Broker: l.Broker, Owner: l.Owner, Expires: l.Expires})
+		}
 	}
 	owner := s.o.Tenancy().Owner
 	for _, a := range st.Abandoned {
