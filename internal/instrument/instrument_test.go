@@ -14,7 +14,7 @@ import (
 	"github.com/proteanhq/protean-host/internal/wasmbuild"
 )
 
-func TestMain(m *testing.M) { testserver.Main(m) }
+func TestMain(m *testing.M) { testserver.Main(m, wasmbuild.Cleanup) }
 
 // Every module the repository builds rewrites into a module wazero
 // compiles, with the stop global exported and checks inserted.
