@@ -17,20 +17,6 @@ import (
 // renewed ([RelayLeaser]; relay.Options.LeaseFor).
 const DefaultLeaseFor = 5 * time.Second
 
-// leaseArgs checks a HoldRelay's or a ReleaseRelay's arguments.
-func leaseArgs(ctx context.Context, op, broker, owner string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if broker == "" {
-		return fmt.Errorf("%s: %w: empty broker", op, ErrInvalid)
-	}
-	if owner == "" {
-		return fmt.Errorf("%s: %w: empty owner", op, ErrInvalid)
-	}
-	return nil
-}
-
 // lease is a broker's relay lease in the memory store.
 type lease struct {
 	owner   string
@@ -44,7 +30,7 @@ var (
 
 // HoldRelay implements RelayLeaser.
 func (m *Memory) HoldRelay(ctx context.Context, broker, owner string, leaseFor time.Duration) (bool, error) {
-	if err := leaseArgs(ctx, "hold relay lease", broker, owner); err != nil {
+	if err := ownerArgs(ctx, "hold relay lease", broker, owner); err != nil {
 		return false, err
 	}
 	if leaseFor <= 0 {
@@ -65,7 +51,7 @@ func (m *Memory) HoldRelay(ctx context.Context, broker, owner string, leaseFor t
 
 // ReleaseRelay implements RelayLeaser.
 func (m *Memory) ReleaseRelay(ctx context.Context, broker, owner string) error {
-	if err := leaseArgs(ctx, "release relay lease", broker, owner); err != nil {
+	if err := ownerArgs(ctx, "release relay lease", broker, owner); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -86,7 +72,7 @@ const holdRelaySQL = `INSERT INTO outbox_relay_leases AS l (target_broker, owner
 
 // HoldRelay implements RelayLeaser.
 func (p *Postgres) HoldRelay(ctx context.Context, broker, owner string, leaseFor time.Duration) (bool, error) {
-	if err := leaseArgs(ctx, "hold relay lease", broker, owner); err != nil {
+	if err := ownerArgs(ctx, "hold relay lease", broker, owner); err != nil {
 		return false, err
 	}
 	if leaseFor <= 0 {
@@ -103,7 +89,7 @@ func (p *Postgres) HoldRelay(ctx context.Context, broker, owner string, leaseFor
 
 // ReleaseRelay implements RelayLeaser.
 func (p *Postgres) ReleaseRelay(ctx context.Context, broker, owner string) error {
-	if err := leaseArgs(ctx, "release relay lease", broker, owner); err != nil {
+	if err := ownerArgs(ctx, "release relay lease", broker, owner); err != nil {
 		return err
 	}
 	if _, err := p.db.Pool.Exec(ctx, `DELETE FROM outbox_relay_leases WHERE target_broker = $1 AND owner = $2`, broker, owner); err != nil {

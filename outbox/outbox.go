@@ -283,14 +283,8 @@ func checkTarget(r Row) string {
 
 // claimArgs checks a Claim's arguments and applies the defaults.
 func claimArgs(ctx context.Context, broker, owner string, limit int, lockFor time.Duration) (int, time.Duration, error) {
-	if err := ctx.Err(); err != nil {
+	if err := ownerArgs(ctx, "claim", broker, owner); err != nil {
 		return 0, 0, err
-	}
-	if broker == "" {
-		return 0, 0, fmt.Errorf("claim: %w: empty broker", ErrInvalid)
-	}
-	if owner == "" {
-		return 0, 0, fmt.Errorf("claim: %w: empty owner", ErrInvalid)
 	}
 	if limit <= 0 {
 		limit = DefaultClaimLimit
@@ -299,6 +293,21 @@ func claimArgs(ctx context.Context, broker, owner string, limit int, lockFor tim
 		lockFor = DefaultLockFor
 	}
 	return limit, lockFor, nil
+}
+
+// ownerArgs checks the context and the broker and owner of op (a claim,
+// a relay lease's hold or release).
+func ownerArgs(ctx context.Context, op, broker, owner string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if broker == "" {
+		return fmt.Errorf("%s: %w: empty broker", op, ErrInvalid)
+	}
+	if owner == "" {
+		return fmt.Errorf("%s: %w: empty owner", op, ErrInvalid)
+	}
+	return nil
 }
 
 // active reports whether r still holds back the later rows of its ordering

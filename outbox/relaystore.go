@@ -84,6 +84,7 @@ type RelayLeaser interface {
 // relay without the lease, whose host committed rows, asks the holder
 // for a pass now, not at the holder's next tick.
 type RelayWaker interface {
+	RelayLeaser
 	// WakeRelay asks broker's relays for a pass.
 	WakeRelay(ctx context.Context, broker string) error
 	// ListenRelayWakes calls fn for each WakeRelay of broker, by any

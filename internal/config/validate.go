@@ -466,12 +466,12 @@ func (v *validator) positive(key string, n int) bool {
 	return true
 }
 
-// ms checks a millisecond count: > 0 (or >= 0 with zeroOK) and small enough
-// for a time.Duration.
 // minRelayLeaseMS is the shortest relay lease: its holder renews it every
 // third of it, over a round trip to the database.
 const minRelayLeaseMS = 100
 
+// ms checks a millisecond count: > 0 (or >= 0 with zeroOK) and small enough
+// for a time.Duration.
 func (v *validator) ms(key string, n int, zeroOK bool) bool {
 	switch {
 	case zeroOK && n < 0:

@@ -132,6 +132,11 @@ type Relay struct {
 	// lapse.
 	unmarked, unreleased []int64
 
+	// leaser is the store's RelayLeaser when the relay claims under a
+	// lease (Options.LeaseFor), else nil; waker is its RelayWaker, if it
+	// is one.
+	leaser outbox.RelayLeaser
+	waker  outbox.RelayWaker
 	// lease is the broker's relay lease as this relay last learned it
 	// (leading), read by Leading from other goroutines.
 	lease struct {
@@ -173,9 +178,14 @@ func New(store outbox.RelayStore, opts Options) *Relay {
 	if opts.Rand == nil {
 		opts.Rand = rand.Float64
 	}
-	return &Relay{store: store, opts: opts, wake: make(chan struct{}, 1), heard: make(chan struct{}, 1),
+	r := &Relay{store: store, opts: opts, wake: make(chan struct{}, 1), heard: make(chan struct{}, 1),
 		outage: opts.Infra.Outage("outbox relay", opts.Logger, opts.Clock.Now),
 		run:    lifecycle.Runner{Name: "outbox relay " + opts.Broker, Log: opts.Logger}}
+	if l, ok := store.(outbox.RelayLeaser); ok && opts.LeaseFor > 0 {
+		r.leaser = l
+		r.waker, _ = store.(outbox.RelayWaker)
+	}
+	return r
 }
 
 // Notify wakes the relay for a pass now (the unit of work calls it after a
@@ -219,8 +229,6 @@ func (r *Relay) loop(soft, work context.Context) {
 		}
 	}()
 	defer r.release(work)
-	waker, wakes := r.store.(outbox.RelayWaker)
-	wakes = wakes && r.leases()
 	var ears listener // the holder's, for the others' wakes
 	defer ears.stop()
 	for {
@@ -228,9 +236,9 @@ func (r *Relay) loop(soft, work context.Context) {
 			return
 		}
 		leading := r.leading(work)
-		if wakes && leading {
+		if r.waker != nil && leading {
 			ears.start(work, func(ctx context.Context) {
-				_ = waker.ListenRelayWakes(ctx, r.opts.Broker, r.opts.Logger, r.hear)
+				_ = r.waker.ListenRelayWakes(ctx, r.opts.Broker, r.opts.Logger, r.hear)
 			})
 		} else {
 			ears.stop()
@@ -247,8 +255,8 @@ func (r *Relay) loop(soft, work context.Context) {
 			case <-soft.Done():
 				return
 			case <-r.wake:
-				if wakes {
-					if err := waker.WakeRelay(work, r.opts.Broker); err != nil && work.Err() == nil {
+				if r.waker != nil {
+					if err := r.waker.WakeRelay(work, r.opts.Broker); err != nil && work.Err() == nil {
 						r.opts.Logger.Debug("outbox relay: waking the lease's holder failed (it passes at its tick)", "broker", r.opts.Broker, "error", err)
 					}
 				}
@@ -286,7 +294,7 @@ func (r *Relay) loop(soft, work context.Context) {
 		if n > 0 && err == nil {
 			continue // more may be waiting: go again at once
 		}
-		if r.leases() && r.lease.held.Load() {
+		if r.leaser != nil && r.lease.held.Load() {
 			wait = min(wait, max(r.lease.next.Sub(r.opts.Clock.Now()), 0)) // renew it in time
 		}
 		select {
@@ -342,16 +350,10 @@ func (r *Relay) hear() {
 // holds none and claims whenever it runs. A relay that has not started
 // leads nothing.
 func (r *Relay) Leading() bool {
-	if !r.leases() {
+	if r.leaser == nil {
 		return r.run.Running()
 	}
 	return r.lease.held.Load()
-}
-
-// leases reports whether the relay claims under a lease.
-func (r *Relay) leases() bool {
-	_, ok := r.store.(outbox.RelayLeaser)
-	return ok && r.opts.LeaseFor > 0
 }
 
 // leading reports whether the loop claims now, taking or renewing the
@@ -361,7 +363,7 @@ func (r *Relay) leases() bool {
 // too, and the loop backs off on them), and the others wait for the next
 // try.
 func (r *Relay) leading(ctx context.Context) bool {
-	if !r.leases() {
+	if r.leaser == nil {
 		return true
 	}
 	now := r.opts.Clock.Now()
@@ -372,7 +374,7 @@ func (r *Relay) leading(ctx context.Context) bool {
 		return r.lease.held.Load()
 	}
 	was := r.lease.held.Load()
-	held, err := r.store.(outbox.RelayLeaser).HoldRelay(ctx, r.opts.Broker, r.opts.Owner, r.opts.LeaseFor)
+	held, err := r.leaser.HoldRelay(ctx, r.opts.Broker, r.opts.Owner, r.opts.LeaseFor)
 	switch {
 	case err != nil:
 		r.lease.next = now.Add(r.opts.LeaseFor / 5)
@@ -402,11 +404,11 @@ func (r *Relay) leading(ctx context.Context) bool {
 // release gives the broker's lease up as the loop ends, so that another
 // host's relay takes it at its next try rather than after it lapses.
 func (r *Relay) release(ctx context.Context) {
-	if !r.leases() || !r.lease.held.Load() {
+	if r.leaser == nil || !r.lease.held.Load() {
 		return
 	}
 	r.lease.held.Store(false)
-	if err := r.store.(outbox.RelayLeaser).ReleaseRelay(ctx, r.opts.Broker, r.opts.Owner); err != nil {
+	if err := r.leaser.ReleaseRelay(ctx, r.opts.Broker, r.opts.Owner); err != nil {
 		r.opts.Logger.Warn("outbox relay: giving up the broker's relay lease failed (it lapses)", "broker", r.opts.Broker, "error", err)
 	}
 }
