@@ -220,20 +220,21 @@ func startProcess(t testing.TB, addr, cfg, dir string, args []string, env ...str
 
 var (
 	binOnce sync.Once
+	binDir  string
 	binPath string
 	binErr  error
 )
 
-// hostBinary builds protean-host once per test binary.
+// hostBinary builds protean-host once per test binary; TestMain removes it
+// (removeHostBinary).
 func hostBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "protean-host-bin-")
-		if err != nil {
-			binErr = err
+		binDir, binErr = os.MkdirTemp("", "protean-host-bin-")
+		if binErr != nil {
 			return
 		}
-		binPath = filepath.Join(dir, "protean-host")
+		binPath = filepath.Join(binDir, "protean-host")
 		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/protean-host")
 		cmd.Dir = wasmbuild.Root()
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -242,6 +243,13 @@ func hostBinary(t testing.TB) string {
 	})
 	require.NoError(t, binErr)
 	return binPath
+}
+
+// removeHostBinary removes the directory hostBinary built into, if it did.
+func removeHostBinary() {
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
 }
 
 func freeAddr(t testing.TB) string {

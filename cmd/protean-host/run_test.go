@@ -362,4 +362,4 @@ func metricLines(metrics, name string) string {
 	return strings.Join(out, "\n")
 }
 
-func TestMain(m *testing.M) { testserver.Main(m, wasmbuild.Cleanup) }
+func TestMain(m *testing.M) { testserver.Main(m, wasmbuild.Cleanup, removeHostBinary) }
