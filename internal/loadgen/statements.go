@@ -24,7 +24,9 @@ const slowPlanMS = 20
 // and auto_explain (the plan of every statement slower than slowPlanMS
 // goes to the server's log), and log every autovacuum and autoanalyze
 // (an analyze replans every connection's statements on its table: set
-// beside the tail's orders in time), when the libraries are installed beside the
+// beside the tail's orders in time), and count each statement's plans
+// (a statement the plan cache plans on every call is planned as often as
+// it runs), when the libraries are installed beside the
 // server's binaries (Debian's postgresql package ships them); ok is false
 // when they are not.
 func statementsSettings() (settings []string, ok bool) {
@@ -39,7 +41,7 @@ func statementsSettings() (settings []string, ok bool) {
 	}
 	return []string{"shared_preload_libraries=pg_stat_statements,auto_explain",
 		fmt.Sprintf("auto_explain.log_min_duration=%d", slowPlanMS), "auto_explain.log_format=text",
-		"log_autovacuum_min_duration=0"}, true
+		"log_autovacuum_min_duration=0", "pg_stat_statements.track_planning=on"}, true
 }
 
 // statements reads PostgreSQL's per-statement statistics
@@ -78,22 +80,23 @@ func (s *statements) reset(ctx context.Context) error {
 // statementStat is one statement's (or, as the total, every statement's)
 // figures since the last reset.
 type statementStat struct {
-	calls, rows int64
-	exec        time.Duration // execution time inside the server
-	query       string
+	calls, rows, plans int64
+	exec, plan         time.Duration // execution and planning time inside the server
+	query              string
 }
 
 // read answers the total over every statement and the top statements by
 // execution time, this reader's own left out.
 func (s *statements) read(ctx context.Context) (total statementStat, top []statementStat, err error) {
 	const mine = `query NOT LIKE '%pg_stat_statements%'`
-	var ms float64
-	if err := s.conn.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(rows), 0)::bigint, coalesce(sum(total_exec_time), 0)
-		FROM pg_stat_statements WHERE `+mine).Scan(&total.calls, &total.rows, &ms); err != nil {
+	var ms, planMS float64
+	if err := s.conn.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(rows), 0)::bigint, coalesce(sum(total_exec_time), 0),
+		coalesce(sum(plans), 0)::bigint, coalesce(sum(total_plan_time), 0)
+		FROM pg_stat_statements WHERE `+mine).Scan(&total.calls, &total.rows, &ms, &total.plans, &planMS); err != nil {
 		return total, nil, err
 	}
-	total.exec = time.Duration(ms * float64(time.Millisecond))
-	rows, err := s.conn.Query(ctx, `SELECT calls, rows, total_exec_time, query FROM pg_stat_statements
+	total.exec, total.plan = msDuration(ms), msDuration(planMS)
+	rows, err := s.conn.Query(ctx, `SELECT calls, rows, total_exec_time, plans, total_plan_time, query FROM pg_stat_statements
 		WHERE `+mine+` ORDER BY total_exec_time DESC LIMIT $1`, statementsTop)
 	if err != nil {
 		return total, nil, err
@@ -101,18 +104,20 @@ func (s *statements) read(ctx context.Context) (total statementStat, top []state
 	defer rows.Close()
 	for rows.Next() {
 		var st statementStat
-		if err := rows.Scan(&st.calls, &st.rows, &ms, &st.query); err != nil {
+		if err := rows.Scan(&st.calls, &st.rows, &ms, &st.plans, &planMS, &st.query); err != nil {
 			return total, nil, err
 		}
-		st.exec = time.Duration(ms * float64(time.Millisecond))
+		st.exec, st.plan = msDuration(ms), msDuration(planMS)
 		top = append(top, st)
 	}
 	return total, top, rows.Err()
 }
 
+func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
+
 // statementLines renders a phase's statements: per statement its calls
-// (and per order), its execution time (share, and per call) and its
-// text on one line, cut at 110 characters.
+// (and per order), its plans, its execution time (share, and per call)
+// and its text on one line, cut at 110 characters.
 func statementLines(total statementStat, top []statementStat, orders int) []string {
 	perOrder := func(n int64) string {
 		if orders <= 0 {
@@ -127,8 +132,9 @@ func statementLines(total statementStat, top []statementStat, orders int) []stri
 		return 100 * d.Seconds() / total.exec.Seconds()
 	}
 	out := []string{
-		fmt.Sprintf("every statement: %d calls (%s per order), %.2fs executing", total.calls, perOrder(total.calls), total.exec.Seconds()),
-		fmt.Sprintf("%9s %9s %7s %9s %9s  %s", "calls", "per order", "exec %", "µs/call", "rows", "statement"),
+		fmt.Sprintf("every statement: %d calls (%s per order), %.2fs executing; %d plans, %.2fs planning", total.calls, perOrder(total.calls),
+			total.exec.Seconds(), total.plans, total.plan.Seconds()),
+		fmt.Sprintf("%9s %9s %7s %9s %9s %9s  %s", "calls", "per order", "plans", "exec %", "µs/call", "rows", "statement"),
 	}
 	for _, st := range top {
 		per := time.Duration(0)
@@ -139,7 +145,7 @@ func statementLines(total statementStat, top []statementStat, orders int) []stri
 		if len(q) > 110 {
 			q = q[:110] + "…"
 		}
-		out = append(out, fmt.Sprintf("%9d %9s %6.1f%% %9.0f %9d  %s", st.calls, perOrder(st.calls), share(st.exec),
+		out = append(out, fmt.Sprintf("%9d %9s %7d %6.1f%% %9.0f %9d  %s", st.calls, perOrder(st.calls), st.plans, share(st.exec),
 			float64(per.Nanoseconds())/1000, st.rows, q))
 	}
 	return out
