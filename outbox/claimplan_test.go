@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/internal/testserver"
@@ -204,41 +203,4 @@ func TestHeldClaimSkipsTheWalk(t *testing.T) {
 		})
 		require.Equal(t, 1, walks, "%s: the plan has one walk (alias c)\n%s", mode, plan)
 	}
-}
-
-// TestMarkKeepsItsGenericPlan: MarkAndClaim's mark is never planned per
-// call. Its generic plan is priced for ten ids, so on an analyzed outbox a
-// custom plan for fewer (a light load's marks) looked cheaper, and the
-// plan cache planned every mark again (pg_prepared_statements counted a
-// custom plan per call).
-func TestMarkKeepsItsGenericPlan(t *testing.T) {
-	t.Parallel()
-	cfg := testserver.PostgresPool(t).Config()
-	cfg.MaxConns = 1 // the counters are the connection's
-	ctx := context.Background()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
-	_, err = pool.Exec(ctx, mostlyPublishedFill)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `VACUUM ANALYZE outbox`)
-	require.NoError(t, err)
-
-	s := NewPostgres(pool, nil)
-	var held []int64
-	for range 12 {
-		rows, markErr, err := s.MarkAndClaim(ctx, "relay", held, "default", 3, time.Hour, nil)
-		require.NoError(t, err)
-		require.NoError(t, markErr)
-		require.NotEmpty(t, rows)
-		held = held[:0]
-		for _, r := range rows {
-			held = append(held, r.ID)
-		}
-	}
-	var custom, generic int64
-	require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(sum(custom_plans), 0), coalesce(sum(generic_plans), 0)
-		FROM pg_prepared_statements WHERE statement = $1`, markPublishedSQL).Scan(&custom, &generic))
-	require.Equal(t, int64(11), custom+generic, "the mark's runs (the first claim marks nothing)")
-	require.Zero(t, custom, "the mark was planned for its ids %d times in 11", custom)
 }

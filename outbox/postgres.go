@@ -587,20 +587,10 @@ func (p *Postgres) MarkAndClaim(ctx context.Context, owner string, ids []int64, 
 		return nil, nil, err
 	}
 	var b pgx.Batch
-	// The mark's generic plan (a probe of outbox_pkey per id, as every
-	// custom one) is priced for ten ids; a custom plan for fewer looks
-	// cheaper, so once outbox was analyzed the plan cache planned every
-	// mark of a light load afresh (~150 µs of the server's CPU each; make
-	// load's half load, 280 plans a second). The implicit transaction of
-	// the pipeline bounds the setting.
-	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
 	b.Queue(markPublishedSQL, ids, owner, p.db.Now())
 	b.Queue(sql, args...)
 	br := p.db.Pool.SendBatch(ctx, &b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, nil, fmt.Errorf("outbox: mark published: %w", err)
-	}
 	rows, err := br.Query()
 	if err != nil {
 		return nil, nil, fmt.Errorf("outbox: mark published: %w", err)
