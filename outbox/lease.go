@@ -138,25 +138,43 @@ func (m *Memory) ListenRelayWakes(ctx context.Context, broker string, _ *slog.Lo
 	}
 }
 
-// wakeChannel is the notification channel of the relays' wake-ups; a
-// payload is the broker's name.
-const wakeChannel = "protean_outbox_relay"
+// RelayWakeChannel is the notification channel of the relays' wake-ups;
+// a payload is the broker's name.
+const RelayWakeChannel = "protean_outbox_relay"
 
-// WakeRelay implements RelayWaker: a notification on wakeChannel.
+// Subscriber hands a channel's notifications to its caller over a
+// connection it shares with the process's other listeners
+// (pglisten.Listener.Subscribe): fn with each payload until ctx ends,
+// listening told whether the connection hears.
+type Subscriber interface {
+	Subscribe(ctx context.Context, channel string, fn func(payload string) error, listening func(bool)) error
+}
+
+// ListenOver makes ListenRelayWakes subscribe to RelayWakeChannel on s, a
+// listener of the process's that LISTENs on it, instead of holding a
+// connection of its own. Call it before the relays start.
+func (p *Postgres) ListenOver(s Subscriber) { p.wakes = s }
+
+// WakeRelay implements RelayWaker: a notification on RelayWakeChannel.
 func (p *Postgres) WakeRelay(ctx context.Context, broker string) error {
-	if _, err := p.db.Pool.Exec(ctx, `SELECT pg_notify($1, $2)`, wakeChannel, broker); err != nil {
+	if _, err := p.db.Pool.Exec(ctx, `SELECT pg_notify($1, $2)`, RelayWakeChannel, broker); err != nil {
 		return fmt.Errorf("outbox: wake relay: %w", err)
 	}
 	return nil
 }
 
-// ListenRelayWakes implements RelayWaker: a connection of its own LISTENs
-// on wakeChannel (pglisten.Listen).
+// ListenRelayWakes implements RelayWaker: it subscribes to
+// RelayWakeChannel on the process's listener (ListenOver), or else a
+// connection of its own LISTENs on it (pglisten.Listen).
 func (p *Postgres) ListenRelayWakes(ctx context.Context, broker string, log *slog.Logger, fn func()) error {
-	return pglisten.Listen(ctx, p.db.Pool.Config().ConnConfig, wakeChannel, log, func(payload string) error {
+	wake := func(payload string) error {
 		if payload == broker {
 			fn()
 		}
 		return nil
-	}, nil)
+	}
+	if p.wakes != nil {
+		return p.wakes.Subscribe(ctx, RelayWakeChannel, wake, nil)
+	}
+	return pglisten.Listen(ctx, p.db.Pool.Config().ConnConfig, RelayWakeChannel, log, wake, nil)
 }

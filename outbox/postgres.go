@@ -50,6 +50,9 @@ type Postgres struct {
 	// highest is the highest row id a claim has returned: how far the
 	// outbox has grown, for the claim's plan epoch (claimEpoch).
 	highest atomic.Int64
+	// wakes is the process's listener the relay wake-ups come over
+	// (ListenOver); nil: a connection of ListenRelayWakes's own.
+	wakes Subscriber
 }
 
 var _ Store = (*Postgres)(nil)

@@ -91,12 +91,19 @@ const notifySQL = `SELECT pg_notify($1, $2)`
 // when it starts hearing (LISTEN done) and when it stops (the connection
 // lost, or ctx ended). It returns ctx's error.
 func Listen(ctx context.Context, config *pgx.ConnConfig, log *slog.Logger, fn func([]Advanced), listening func(bool)) error {
-	return pglisten.Listen(ctx, config, Channel, log, func(payload string) error {
+	return pglisten.Listen(ctx, config, Channel, log, Advances(fn), listening)
+}
+
+// Advances is the handler of Channel's notifications, for a listener that
+// shares its connection (pglisten.Listener): it calls fn with each
+// notification's advances, and refuses a payload that is not advances.
+func Advances(fn func([]Advanced)) func(payload string) error {
+	return func(payload string) error {
 		var advances []Advanced
 		if err := json.Unmarshal([]byte(payload), &advances); err != nil {
 			return errors.Join(fmt.Errorf("positions: a notification on %s that is not advances: %q", Channel, payload), err)
 		}
 		fn(advances)
 		return nil
-	}, listening)
+	}
 }

@@ -29,7 +29,9 @@ import (
 	"github.com/proteanhq/protean-host/internal/routes"
 	"github.com/proteanhq/protean-host/internal/telemetry"
 	"github.com/proteanhq/protean-host/internal/unitofwork"
+	"github.com/proteanhq/protean-host/outbox"
 	"github.com/proteanhq/protean-host/partition"
+	"github.com/proteanhq/protean-host/position"
 )
 
 // The composition root: start builds the host's components here, each
@@ -149,11 +151,27 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 	if h.subs != nil {
 		committed.add(h.subs.Notify)
 	}
-	if p, ok := progress.(*partition.Progress); ok && h.partitions != nil {
+	// One LISTEN connection for whatever hears PostgreSQL's notifications.
+	var channels []string
+	p, progressed := progress.(*partition.Progress)
+	if progressed && h.partitions != nil {
 		p.Local = h.partitions // a wait on a unit this host runs reads nothing
-		if st.pool != nil {
-			h.progress = newProgressListener(st.pool.Config().ConnConfig, h.eng, cfg.Server.PriorityLanes.BackfillSuffix, cfg.Server.PriorityLanes.Enabled, c.log, c.reg)
-		}
+	}
+	if progressed = progressed && h.partitions != nil && st.pool != nil; progressed {
+		channels = append(channels, position.Channel)
+	}
+	pgOutbox, wakes := st.outbox.(*outbox.Postgres)
+	if wakes = wakes && cfg.Outbox.RelayLease() > 0; wakes {
+		channels = append(channels, outbox.RelayWakeChannel)
+	}
+	if len(channels) > 0 {
+		h.notifications = newNotifications(st.pool.Config().ConnConfig, c.log, channels...)
+	}
+	if progressed {
+		h.progress = newProgressListener(h.notifications.l, h.eng, cfg.Server.PriorityLanes.BackfillSuffix, cfg.Server.PriorityLanes.Enabled, c.log, c.reg)
+	}
+	if wakes {
+		pgOutbox.ListenOver(h.notifications.l)
 	}
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_plugin_reloads_total",
 		Help: "Plugin directory reloads, by outcome (applied, partial, unchanged, rejected, canceled)."}, []string{"outcome"})

@@ -2,25 +2,25 @@ package main
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/proteanhq/protean-host/internal/engine"
+	"github.com/proteanhq/protean-host/internal/pglisten"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
 )
 
 // progressListener hands the partition advances other hosts commit
-// (position.Listen: the unit of work's positions store notifies them on
+// (position.Channel's notifications: the unit of work's positions store notifies them on
 // the partition workers' path) to the engine's read-your-writes waits, so
 // that a read of one's own write on a host that does not run the key's
 // unit ends when that unit commits, not at its next poll of the unit's
 // positions row.
 type progressListener struct {
-	config   *pgx.ConnConfig
+	// listener is the host's notifications connection (notifications).
+	listener *pglisten.Listener
 	eng      *engine.Engine
 	backfill string
 	// lanes is set when priority lanes are on: a lane's advances are not
@@ -30,14 +30,13 @@ type progressListener struct {
 	// heard counts the partition streams' advances handed to the waits.
 	heard prometheus.Counter
 
-	cancel context.CancelFunc
-	done   chan struct{}
+	run background
 }
 
-// newProgressListener is a listener on config's database, registered on
-// reg.
-func newProgressListener(config *pgx.ConnConfig, eng *engine.Engine, backfill string, lanes bool, log *slog.Logger, reg prometheus.Registerer) *progressListener {
-	l := &progressListener{config: config, eng: eng, backfill: backfill, lanes: lanes, log: log,
+// newProgressListener subscribes to position.Channel on listener, and is
+// registered on reg.
+func newProgressListener(listener *pglisten.Listener, eng *engine.Engine, backfill string, lanes bool, log *slog.Logger, reg prometheus.Registerer) *progressListener {
+	l := &progressListener{listener: listener, eng: eng, backfill: backfill, lanes: lanes, log: log,
 		heard: prometheus.NewCounter(prometheus.CounterOpts{Name: "protean_partition_advances_heard_total",
 			Help: "Partition advances committed by any host (this one included) that this host heard of over PostgreSQL's notifications and handed to its read-your-writes waits: a wait for an event they cover ends without reading the unit's positions row."})}
 	reg.MustRegister(l.heard)
@@ -46,32 +45,15 @@ func newProgressListener(config *pgx.ConnConfig, eng *engine.Engine, backfill st
 
 // start listens until stop.
 func (l *progressListener) start(context.Context) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	l.cancel, l.done = cancel, make(chan struct{})
 	l.eng.HearsEveryAdvance(!l.lanes)
-	go func() {
-		defer close(l.done)
-		err := position.Listen(ctx, l.config, l.log, l.advanced, l.eng.HearingElsewhere)
-		if err != nil && !errors.Is(err, context.Canceled) {
-			l.log.Warn("positions: listener stopped", "error", err)
-		}
-	}()
+	l.run.start(l.log, "positions: listener", func(ctx context.Context) error {
+		return l.listener.Subscribe(ctx, position.Channel, position.Advances(l.advanced), l.eng.HearingElsewhere)
+	})
 	return nil
 }
 
 // stop ends the listener and waits for it, within ctx.
-func (l *progressListener) stop(ctx context.Context) error {
-	if l.cancel == nil {
-		return nil
-	}
-	l.cancel()
-	select {
-	case <-l.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (l *progressListener) stop(ctx context.Context) error { return l.run.stop(ctx) }
 
 // advanced marks, for each advance of a partition stream (not a lane's:
 // a lane's position says nothing of the key's main stream), every event

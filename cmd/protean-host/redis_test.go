@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -70,7 +71,8 @@ func (d redisDeployment) fastLeases(c *config.Config) {
 // and consuming; a process manager correlates across two partitioned
 // categories on them.
 func TestRedisPartitionsAcrossThreeInstances(t *testing.T) {
-	hosts := newRedisDeployment(t).startHosts(t, 3)
+	d := newRedisDeployment(t)
+	hosts := d.startHosts(t, 3)
 	const clients, perClient = 4, 6
 	accepted := make([][]string, clients)
 	errs := make(chan error, clients)
@@ -157,6 +159,17 @@ func TestRedisPartitionsAcrossThreeInstances(t *testing.T) {
 		}
 	}
 	require.Len(t, leading, 1, "instances whose relay holds the lease")
+	// Each instance LISTENs over one connection: its partition advances'
+	// and, on the lease's holder, its relay's wake-ups (once two).
+	db, err := pgx.Connect(t.Context(), d.dbURL)
+	require.NoError(t, err)
+	defer db.Close(context.Background())
+	eventually(t, hosts[0], "one LISTEN session per instance", func() (bool, string) {
+		var n int
+		err := db.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND query LIKE 'LISTEN %'`).Scan(&n)
+		return err == nil && n == len(hosts), fmt.Sprintf("%d sessions LISTENing, error %v", n, err)
+	})
 }
 
 func stringsOf(v any) []string {

@@ -202,6 +202,9 @@ type hostProcess struct {
 	// progress hands other hosts' partition advances to the engine's
 	// read-your-writes waits; nil unless partitions run on PostgreSQL.
 	progress *progressListener
+	// notifications is the LISTEN connection of progress and of the
+	// relay's wake-ups; nil when neither listens.
+	notifications *notifications
 	// subs runs the event-store subscriptions; nil unless the delivery is
 	// event_store (config.Config.SubscriptionType).
 	subs *subscription.Consumer
@@ -337,6 +340,8 @@ func (h *hostProcess) components() []component {
 		{"engine", h.eng != nil, nil, func(ctx context.Context) error { return h.eng.Stop(ctx) }},
 		{"outbox relay", h.relay != nil, func(ctx context.Context) error { return h.relay.Start(ctx) },
 			func(ctx context.Context) error { return h.relay.Stop(ctx) }},
+		{"notifications listener", h.notifications != nil, func(ctx context.Context) error { return h.notifications.start(ctx) },
+			func(ctx context.Context) error { return h.notifications.stop(ctx) }},
 	}
 }
 
@@ -345,7 +350,8 @@ func (h *hostProcess) components() []component {
 // waits left to wake), the partition workers, the
 // event-store subscriptions and the broker groups (no new messages; the
 // runs in hand commit), the engine (commands and the messages in hand drain), the
-// outbox relay (its pass in progress finishes); then it closes the broker,
+// outbox relay (its pass in progress finishes), the notifications
+// listener (no part left to hear them); then it closes the broker,
 // the stores, the module set and the loader. Every stop is soft until
 // shutdownTimeout, counted from the first: past it, work in progress is
 // canceled and each stop returns within its own small grace (so shutdown
