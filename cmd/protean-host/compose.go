@@ -168,7 +168,7 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 		h.notifications = newNotifications(st.pool.Config().ConnConfig, c.log, channels...)
 	}
 	if progressed {
-		h.progress = newProgressListener(h.notifications.l, h.eng, cfg.Server.PriorityLanes.BackfillSuffix, cfg.Server.PriorityLanes.Enabled, c.log, c.reg)
+		h.progress = newProgressListener(h.notifications.l, h.eng, h.partitions, cfg.Server.PriorityLanes.BackfillSuffix, cfg.Server.PriorityLanes.Enabled, c.log, c.reg)
 	}
 	if wakes {
 		pgOutbox.ListenOver(h.notifications.l)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/proteanhq/protean-host/internal/httpapi"
@@ -104,7 +105,8 @@ func (c *cachedEngine) WaitDocument(ctx context.Context, name, id string, n int6
 func TestMinPositionFromTheCache(t *testing.T) {
 	e := &cachedEngine{stalledEngine: stalledEngine{waited: make(chan int64, 1)}}
 	e.at.Store(20)
-	srv := httptest.NewServer(httpapi.New(e, httpapi.Options{ReadWait: 20 * time.Millisecond}))
+	reg := prometheus.NewRegistry()
+	srv := httptest.NewServer(httpapi.New(e, httpapi.Options{ReadWait: 20 * time.Millisecond, Registry: reg}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/v1/projections/docs/1?min_position=17")
 	require.NoError(t, err)
@@ -129,4 +131,30 @@ func TestMinPositionFromTheCache(t *testing.T) {
 	require.Equal(t, 200, code)
 	require.Equal(t, map[string]any{"cached": true}, body, "from memory, not the database (fakeEngine.Projection)")
 	require.Equal(t, int64(25), <-e.waited)
+
+	// A read without min_position reads the database.
+	code, _ = getJSON(t, srv.URL+"/v1/projections/docs/1")
+	require.Equal(t, 200, code)
+	require.Equal(t, map[string]float64{"cache": 2, "database": 1}, projectionReads(t, reg))
+}
+
+// projectionReads is protean_projection_reads_total by its label from.
+func projectionReads(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "protean_projection_reads_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "from" {
+					out[l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
 }
