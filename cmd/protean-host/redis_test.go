@@ -159,6 +159,11 @@ func TestRedisPartitionsAcrossThreeInstances(t *testing.T) {
 		}
 	}
 	require.Len(t, leading, 1, "instances whose relay holds the lease")
+	// Every instance's status page names the lease's holder.
+	for i, h := range hosts {
+		page := get(t, h, "/").raw
+		require.Regexp(t, `<p class="lease" data-broker="default">Relay lease of broker default: \S+ claims its rows \(\S+ left unless renewed\)</p>`, page, "instance %d's status page", i)
+	}
 	// Each instance LISTENs over one connection: its partition advances'
 	// and, on the lease's holder, its relay's wake-ups (once two).
 	db, err := pgx.Connect(t.Context(), d.dbURL)

@@ -78,6 +78,9 @@ func (s *hostStatus) Status(ctx context.Context) (httpapi.Snapshot, error) {
 		if stats.OldestPending != nil {
 			ob.OldestPending = s.now().Sub(*stats.OldestPending)
 		}
+		for _, l := range stats.RelayLeases {
+			ob.RelayLeases = append(ob.RelayLeases, httpapi.RelayLease{Broker: l.Broker, Owner: l.Owner, Left: l.Expires.Sub(s.now())})
+		}
 		snap.Outbox = ob
 	}
 	pairs := s.routes.Subscriptions() // every (handler, category) pair

@@ -34,8 +34,9 @@ func TestStatusPageRendersEverySection(t *testing.T) {
 			Problems: []host.FileProblem{{File: "junk.wasm", Error: "junk.wasm: not a WebAssembly module: bad magic number <script>"}},
 			Rejected: []host.Rejection{{File: "junk.wasm", SHA256: "0123456789abcdef", At: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 				Error: "junk.wasm: not a WebAssembly module: bad magic number <script>"}}},
-		Consumers:  []httpapi.Consumer{{Group: "client_orders", Source: "order", Path: "inline", Lag: 3, Failures: 1}},
-		Outbox:     &httpapi.Outbox{Counts: map[string]int{"pending": 2, "published": 40, "abandoned": 0}, OldestPending: 1500 * time.Millisecond},
+		Consumers: []httpapi.Consumer{{Group: "client_orders", Source: "order", Path: "inline", Lag: 3, Failures: 1}},
+		Outbox: &httpapi.Outbox{Counts: map[string]int{"pending": 2, "published": 40, "abandoned": 0}, OldestPending: 1500 * time.Millisecond,
+			RelayLeases: []httpapi.RelayLease{{Broker: "default", Owner: "h1:7", Left: 3200 * time.Millisecond}, {Broker: "audit", Owner: "h2:9", Left: -12 * time.Second}}},
 		Partitions: &httpapi.Partitions{Owned: []httpapi.Unit{{Group: "client_orders", Unit: "order:c-1", Owner: "h1:7", Generation: 3}}, Halted: []httpapi.Unit{{Group: "fulfillment", Unit: "fulfillment:o-9", Reason: "max retries", Pending: 2, HaltGeneration: 1, Attempts: 4}}},
 		Tenants: []host.TenantStats{
 			{Tenant: "shop", Modules: []string{"client_orders.wasm", "orders.wasm"}, Live: 3, Idle: 2, Calls: 40, GuestSeconds: 1.25,
@@ -66,6 +67,8 @@ func TestStatusPageRendersEverySection(t *testing.T) {
 	require.Equal(t, []string{"client_orders", "order", "inline", "3", "1"}, c[0].Cells())
 	require.Equal(t, "40 published", doc.All("stat", "data-status", "published")[0].AllText())
 	require.Equal(t, "2s oldest pending", doc.All("stat", "data-status", "oldest_pending")[0].AllText())
+	require.Equal(t, "Relay lease of broker default: h1:7 claims its rows (3s left unless renewed)", doc.All("lease", "data-broker", "default")[0].AllText())
+	require.Equal(t, "Relay lease of broker audit: free (h2:9's lapsed 12s ago; the next relay to try takes it)", doc.All("lease", "data-broker", "audit")[0].AllText())
 	halted := doc.All("partition", "data-state", "halted")
 	require.Len(t, halted, 1)
 	require.Equal(t, []string{"fulfillment", "fulfillment:o-9", "halted", "-", "-", "2", "0", "max retries (after 4 attempt(s), generation 1)"}, halted[0].Cells())

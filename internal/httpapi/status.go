@@ -73,12 +73,27 @@ type Consumer struct {
 	Failures int64 `json:"failures"`
 }
 
-// Outbox is the outbox's row counts and its oldest pending row's age.
+// Outbox is the outbox's row counts, its oldest pending row's age, and
+// who holds each broker's relay lease.
 type Outbox struct {
 	Counts map[string]int `json:"counts"`
 	// OldestPending is zero when nothing is pending.
 	OldestPending time.Duration `json:"oldest_pending_ns"`
+	RelayLeases   []RelayLease  `json:"relay_leases,omitempty"`
 }
+
+// RelayLease is a broker's relay lease as recorded: the host whose relay
+// claims the broker's rows, for Left more unless it renews; a lease
+// whose Left is zero or less has lapsed, and the next relay to try takes
+// it.
+type RelayLease struct {
+	Broker string        `json:"broker"`
+	Owner  string        `json:"owner"`
+	Left   time.Duration `json:"left_ns"`
+}
+
+// Lapsed is how long ago a lapsed lease ran out (0 while it holds).
+func (l RelayLease) Lapsed() time.Duration { return max(0, -l.Left) }
 
 // Partitions lists the units that are owned or halted.
 type Partitions struct {
