@@ -154,10 +154,10 @@ func (h *hostProcess) compose(c *composition, loader *host.Loader, b host.Broker
 	// One LISTEN connection for whatever hears PostgreSQL's notifications.
 	var channels []string
 	p, progressed := progress.(*partition.Progress)
-	if progressed && h.partitions != nil {
+	if progressed = progressed && h.partitions != nil; progressed {
 		p.Local = h.partitions // a wait on a unit this host runs reads nothing
 	}
-	if progressed = progressed && h.partitions != nil && st.pool != nil; progressed {
+	if progressed = progressed && st.pool != nil; progressed {
 		channels = append(channels, position.Channel)
 	}
 	pgOutbox, wakes := st.outbox.(*outbox.Postgres)

@@ -124,8 +124,9 @@ type api struct {
 	tracing     bool
 	requests    *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
-	// documentReads counts the projection reads answered, by where from.
-	documentReads *prometheus.CounterVec
+	// readsFromCache and readsFromDatabase count the projection reads
+	// answered, by where from (protean_projection_reads_total).
+	readsFromCache, readsFromDatabase prometheus.Counter
 }
 
 // New returns the HTTP API of a running host: every route on one handler.
@@ -191,10 +192,11 @@ func build(e Engine, opts Options, split bool) (ingress, admin http.Handler) {
 			Help: "HTTP requests, by route and status code."}, []string{"route", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "protean_http_request_seconds",
 			Help: "HTTP request duration, by route.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8)}, []string{"route"}),
-		documentReads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_projection_reads_total",
-			Help: "Projection documents answered (GET /v1/projections/{name}/{id}), by where from: cache (the host's memory, a read as of min_position its partition unit committed here: no wait, no database) or database."}, []string{"from"}),
 	}
-	opts.Registry.MustRegister(a.requests, a.latency, a.documentReads)
+	documentReads := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "protean_projection_reads_total",
+		Help: "Projection documents answered (GET /v1/projections/{name}/{id}), by where from: cache (the host's memory, a read as of min_position its partition unit committed here: no wait, no database) or database."}, []string{"from"})
+	a.readsFromCache, a.readsFromDatabase = documentReads.WithLabelValues("cache"), documentReads.WithLabelValues("database")
+	opts.Registry.MustRegister(a.requests, a.latency, documentReads)
 	mux := &muxes{ingress: http.NewServeMux()}
 	mux.admin = mux.ingress
 	if split {
@@ -421,7 +423,7 @@ func (a *api) projection(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status(err), err.Error())
 		return
 	}
-	a.documentReads.WithLabelValues("database").Inc()
+	a.readsFromDatabase.Inc()
 	writeDocument(w, data, version)
 }
 
@@ -434,7 +436,7 @@ func (a *api) cachedDocument(w http.ResponseWriter, r *http.Request, n int64) bo
 	}
 	data, version, ok := c.CachedDocument(r.PathValue("name"), r.PathValue("id"), n)
 	if ok {
-		a.documentReads.WithLabelValues("cache").Inc()
+		a.readsFromCache.Inc()
 		writeDocument(w, data, version)
 	}
 	return ok
