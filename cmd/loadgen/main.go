@@ -37,11 +37,16 @@ func main() {
 		return err
 	})
 	flag.DurationVar(&o.Duration, "duration", 20*time.Second, "length of each phase (maximum, half load) of each configuration")
-	flag.IntVar(&o.CompareHosts, "compare-hosts", 1, "how many hosts each -compare setting runs on")
+	flag.IntVar(&o.CompareHosts, "compare-hosts", 1, "how many hosts each -compare setting and -compare-bin binary runs on")
 	flag.Func("compare", "a setting table.key=value (TOML value) to measure after the host counts, on -compare-hosts hosts, beside the same run's figures; repeat for more", func(s string) error {
 		o.Compare = append(o.Compare, s)
 		return nil
 	})
+	flag.Func("compare-bin", "another protean-host binary (a build of another commit) to measure after the host counts, on -compare-hosts hosts, beside the same run's figures; repeat for more", func(s string) error {
+		o.CompareBins = append(o.CompareBins, s)
+		return nil
+	})
+	flag.IntVar(&o.Rounds, "rounds", 1, "measure the whole run this many times on the same servers, every second round with the host configurations in reverse order, and print each configuration's medians")
 	flag.Parse()
 	for _, h := range strings.Split(*hosts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(h))

@@ -80,9 +80,23 @@ type Options struct {
 	// more configuration: CompareHosts hosts with that setting, on the
 	// same servers, so that a change is measured on and off in one run.
 	Compare []string
-	// CompareHosts is how many hosts each Compare setting runs on (0: 1).
+	// CompareHosts is how many hosts each Compare setting and CompareBins
+	// binary runs on (0: 1).
 	CompareHosts int
-	Out          io.Writer
+	// CompareBins are other protean-host binaries (a build of another
+	// commit), each measured as one more configuration on CompareHosts
+	// hosts, on the same servers: a code change before and after in one
+	// run.
+	CompareBins []string
+	// Rounds is how many times the whole run (the floor, the host counts,
+	// each comparison) is measured, on the same servers (0: 1). Rounds
+	// after the first leave floor+lock out, and every second round
+	// measures the host configurations in reverse order, so that no
+	// configuration always meets the tables the others grew (an A B / B A
+	// design); Table then gives each configuration's medians over the
+	// rounds, its ratio to the floor taken within each round.
+	Rounds int
+	Out    io.Writer
 }
 
 // Row is one configuration's figures.
@@ -122,8 +136,10 @@ type Row struct {
 	// new keys' first orders.
 	NewKeys, TailNewKeys int
 	NewKeyP99, OldKeyP99 time.Duration
-	halfOrders           []placedOrder
-	published            map[int64]time.Time // by global position (splitAtPublish)
+	// Round is the round (from 0) the row was measured in (Options.Rounds).
+	Round      int
+	halfOrders []placedOrder
+	published  map[int64]time.Time // by global position (splitAtPublish)
 	// halfFrom and halfTo bound the half-load phase.
 	halfFrom, halfTo time.Time
 }
@@ -195,12 +211,6 @@ func Run(ctx context.Context, o Options) (_ []Row, err error) {
 		return nil, err
 	}
 	defer fl.close()
-	rows := []Row{measure(ctx, o, "floor", fl.order, prof, nil, nil)}
-	note("%s", rows[0])
-	fl.lock = true
-	rows = append(rows, measure(ctx, o, "floor+lock", fl.order, prof, nil, nil))
-	note("%s", rows[1])
-
 	dbURL, redisURL := chaos.URL(pg.Addr()), "redis://"+rs.Addr()+"/0"
 	if o.PostgresPool > 0 {
 		dbURL += fmt.Sprintf("&pool_max_conns=%d", o.PostgresPool)
@@ -212,28 +222,92 @@ func Run(ctx context.Context, o Options) (_ []Row, err error) {
 		DatabaseURL: dbURL, RedisURL: redisURL,
 		CacheDir: filepath.Join(dir, "wasm-cache"), LeaseTTL: 15 * time.Second, Pprof: prof != nil,
 	}
-	rows, err = measureHosts(ctx, o, dir, "", cfg, rows, prof, note)
+	groups, err := hostGroups(o, cfg)
 	if err != nil {
-		return rows, err
+		return nil, err
 	}
-	for i, setting := range o.Compare {
-		key, value, err := chaos.ParseSetting(setting)
-		if err != nil {
-			return rows, err
+	var rows []Row
+	for r := range o.Rounds {
+		suffix := ""
+		if o.Rounds > 1 {
+			suffix = fmt.Sprintf(" (round %d)", r+1)
+			note("round %d of %d", r+1, o.Rounds)
 		}
-		sub := filepath.Join(dir, fmt.Sprintf("compare-%d", i))
-		if err := os.Mkdir(sub, 0o755); err != nil {
-			return rows, err
+		add := func(row Row, name string) {
+			row.Name, row.Round = name, r
+			rows = append(rows, row)
 		}
-		c := cfg
-		c.Settings = map[string]any{key: value}
-		one := o
-		one.Hosts = []int{max(o.CompareHosts, 1)}
-		if rows, err = measureHosts(ctx, one, sub, " ["+setting+"]", c, rows, prof, note); err != nil {
-			return rows, err
+		fl.lock = false
+		add(measure(ctx, o, "floor"+suffix, fl.order, prof, nil, nil), "floor")
+		fl.stopReaders()
+		note("%s", rows[len(rows)-1])
+		if r == 0 {
+			fl.lock = true
+			add(measure(ctx, o, "floor+lock", fl.order, prof, nil, nil), "floor+lock")
+			fl.stopReaders()
+			note("%s", rows[len(rows)-1])
+		}
+		for i, g := range roundOrder(groups, r) {
+			sub := filepath.Join(dir, fmt.Sprintf("round%d-group%d", r, i))
+			if err := os.Mkdir(sub, 0o755); err != nil {
+				return rows, err
+			}
+			measured, err := measureHosts(ctx, g.o, sub, g.label, suffix, g.cfg, prof, note)
+			for _, row := range measured {
+				add(row, row.Name)
+			}
+			if err != nil {
+				return rows, err
+			}
 		}
 	}
 	return rows, nil
+}
+
+// hostGroup is a set of host configurations measured together (one start
+// of hosts, each count of o.Hosts in turn): the run's own, or one
+// comparison.
+type hostGroup struct {
+	label string // after the host count in a row's name: "", " [setting]"
+	o     Options
+	cfg   chaos.HostConfig
+}
+
+// hostGroups is the run's host configurations: o.Hosts on cfg, then each
+// Compare setting and each CompareBins binary on CompareHosts hosts.
+func hostGroups(o Options, cfg chaos.HostConfig) ([]hostGroup, error) {
+	groups := []hostGroup{{o: o, cfg: cfg}}
+	one := o
+	one.Hosts = []int{max(o.CompareHosts, 1)}
+	for _, setting := range o.Compare {
+		key, value, err := chaos.ParseSetting(setting)
+		if err != nil {
+			return nil, err
+		}
+		c := cfg
+		c.Settings = map[string]any{key: value}
+		groups = append(groups, hostGroup{label: " [" + setting + "]", o: one, cfg: c})
+	}
+	for _, bin := range o.CompareBins {
+		if _, err := os.Stat(bin); err != nil {
+			return nil, fmt.Errorf("-compare-bin: %w", err)
+		}
+		b := one
+		b.Bin = bin
+		groups = append(groups, hostGroup{label: " [" + filepath.Base(bin) + "]", o: b, cfg: cfg})
+	}
+	return groups, nil
+}
+
+// roundOrder is the order in which round r measures groups: as given in
+// even rounds, reversed in odd ones.
+func roundOrder[T any](groups []T, r int) []T {
+	if r%2 == 0 {
+		return groups
+	}
+	rev := slices.Clone(groups)
+	slices.Reverse(rev)
+	return rev
 }
 
 // setDefaults fills in the options left zero.
@@ -250,6 +324,9 @@ func (o *Options) setDefaults() {
 	if o.KeysPerClient <= 0 {
 		o.KeysPerClient = 50
 	}
+	if o.Rounds <= 0 {
+		o.Rounds = 1
+	}
 	if o.Out == nil {
 		o.Out = os.Stdout
 	}
@@ -257,19 +334,21 @@ func (o *Options) setDefaults() {
 
 // measureHosts measures each host count of o.Hosts in turn, starting
 // hosts (configured by cfg, in dir) as a count needs them and stopping
-// them all at the end, and returns rows with a row for each count added,
-// named "N host(s)" and label.
-func measureHosts(ctx context.Context, o Options, dir, label string, cfg chaos.HostConfig, rows []Row, prof *profiler, note func(string, ...any)) ([]Row, error) {
+// them all at the end, and returns a row for each count, named "N
+// host(s)" and label; suffix (the round, see Options.Rounds) tells the
+// measurement's clients, profiles and logs apart from other rounds'.
+func measureHosts(ctx context.Context, o Options, dir, label, suffix string, cfg chaos.HostConfig, prof *profiler, note func(string, ...any)) ([]Row, error) {
 	var hosts []*chaos.Host
 	defer func() {
 		for i, h := range hosts {
 			_ = h.Stop()
 			if prof != nil {
-				prof.keepLog(fmt.Sprintf("hosts%s-host%d.log", configSlug(label), i), h.LogFile(), note)
+				prof.keepLog(fmt.Sprintf("hosts%s-host%d.log", configSlug(label+suffix), i), h.LogFile(), note)
 			}
 		}
 	}()
 	base := filepath.Join(o.Root, "configs", "production.toml")
+	var rows []Row
 	for _, n := range o.Hosts {
 		for len(hosts) < n {
 			h, err := startHost(ctx, o, len(hosts), dir, base, cfg, note)
@@ -278,7 +357,8 @@ func measureHosts(ctx context.Context, o Options, dir, label string, cfg chaos.H
 			}
 			hosts = append(hosts, h)
 		}
-		row, err := measureOver(ctx, o, fmt.Sprintf("%d host(s)", n)+label, hosts[:n], prof, note)
+		name := fmt.Sprintf("%d host(s)", n) + label
+		row, err := measureOver(ctx, o, name+suffix, hosts[:n], prof, note)
 		if err != nil {
 			return rows, err
 		}
@@ -287,8 +367,9 @@ func measureHosts(ctx context.Context, o Options, dir, label string, cfg chaos.H
 		} else if prof != nil {
 			prof.keepOrders(row, note)
 		}
-		rows = append(rows, row)
 		note("%s", row)
+		row.Name = name
+		rows = append(rows, row)
 	}
 	return rows, nil
 }
@@ -632,20 +713,83 @@ func (l *stageLog) set(on bool) []placedOrder {
 }
 
 // Table renders rows as a Markdown table with each row's throughput as a
-// ratio of the floor's (the first row).
+// ratio of the floor's of its round. Rows of several rounds
+// (Options.Rounds) become one line per configuration: the medians over
+// its rounds, and the lowest and highest of its ratios.
 func Table(rows []Row) string {
 	var b strings.Builder
-	b.WriteString("| | orders/s (max) | × floor | command p50 / p99 at max | orders/s (half load) | accepted → projection p50 / p99 | missed |\n|---|---|---|---|---|---|---|\n")
+	floors := map[int]float64{} // each round's floor
 	for _, r := range rows {
-		ratio := 0.0
-		if rows[0].MaxRate > 0 {
-			ratio = r.MaxRate / rows[0].MaxRate
+		if r.Name == "floor" {
+			floors[r.Round] = r.MaxRate
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %.2f× | %s / %s | %.0f | %s / %s | %d |\n", r.Name, r.MaxRate, ratio,
-			r.CmdP50.Round(10*time.Microsecond), r.CmdP99.Round(10*time.Microsecond), r.HalfRate,
-			r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.Misses)
+	}
+	ratio := func(r Row) float64 {
+		if floors[r.Round] > 0 {
+			return r.MaxRate / floors[r.Round]
+		}
+		return 0
+	}
+	ms := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
+	if len(floors) <= 1 {
+		b.WriteString("| | orders/s (max) | × floor | command p50 / p99 at max | orders/s (half load) | accepted → projection p50 / p99 | missed |\n|---|---|---|---|---|---|---|\n")
+		for _, r := range rows {
+			fmt.Fprintf(&b, "| %s | %.0f | %.2f× | %s / %s | %.0f | %s / %s | %d |\n", r.Name, r.MaxRate, ratio(r),
+				ms(r.CmdP50), ms(r.CmdP99), r.HalfRate, ms(r.P50), ms(r.P99), r.Misses)
+		}
+		return b.String()
+	}
+	// Several rounds: each configuration's medians, and the range of its
+	// ratio to its round's floor.
+	var names []string
+	by := map[string][]Row{}
+	for _, r := range rows {
+		if _, ok := by[r.Name]; !ok {
+			names = append(names, r.Name)
+		}
+		by[r.Name] = append(by[r.Name], r)
+	}
+	fmt.Fprintf(&b, "Medians over %d rounds (each ratio to its own round's floor; min–max in brackets):\n\n", len(floors))
+	b.WriteString("| | rounds | orders/s (max) | × floor | command p50 / p99 at max | orders/s (half load) | accepted → projection p50 / p99 | missed |\n|---|---|---|---|---|---|---|---|\n")
+	for _, name := range names {
+		rs := by[name]
+		f := func(v func(Row) float64) float64 { return median(rs, v) }
+		d := func(v func(Row) time.Duration) time.Duration {
+			return ms(time.Duration(f(func(r Row) float64 { return float64(v(r)) })))
+		}
+		lo, hi := ratio(rs[0]), ratio(rs[0])
+		for _, r := range rs {
+			lo, hi = min(lo, ratio(r)), max(hi, ratio(r))
+		}
+		misses := 0
+		for _, r := range rs {
+			misses += r.Misses
+		}
+		fmt.Fprintf(&b, "| %s | %d | %.0f | %.2f× (%.2f–%.2f) | %s / %s | %.0f | %s / %s | %d |\n", name, len(rs),
+			f(func(r Row) float64 { return r.MaxRate }), f(ratio), lo, hi,
+			d(func(r Row) time.Duration { return r.CmdP50 }), d(func(r Row) time.Duration { return r.CmdP99 }),
+			f(func(r Row) float64 { return r.HalfRate }),
+			d(func(r Row) time.Duration { return r.P50 }), d(func(r Row) time.Duration { return r.P99 }), misses)
 	}
 	return b.String()
+}
+
+// median is the median of v over rows (the mean of the middle two for an
+// even count).
+func median(rows []Row, v func(Row) float64) float64 {
+	xs := make([]float64, len(rows))
+	for i, r := range rows {
+		xs[i] = v(r)
+	}
+	slices.Sort(xs)
+	n := len(xs)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
 // floor is the raw commit-and-publish path.
@@ -688,10 +832,22 @@ func newFloor(ctx context.Context, pgURL, redisURL string) (*floor, error) {
 }
 
 func (f *floor) close() {
-	f.cancel()
-	f.wg.Wait()
+	f.stopReaders()
 	_ = f.rdb.Close()
 	f.pool.Close()
+}
+
+// stopReaders ends the streams' consumers, after a configuration: each
+// holds a connection of the Redis pool in its blocked read, so readers
+// kept from one configuration to the next would fill the pool (256)
+// within two configurations of 64 clients' two phases.
+func (f *floor) stopReaders() {
+	f.cancel()
+	f.wg.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	f.waiting, f.readers = map[string]chan time.Time{}, map[string]bool{}
 }
 
 // order: BEGIN/INSERT/COMMIT, XADD to the key's stream, then wait for
@@ -711,7 +867,7 @@ func (f *floor) order(ctx context.Context, client, key string, seq int) (time.Du
 			return 0, 0, err
 		}
 		f.wg.Add(1)
-		go f.consume(stream, ch)
+		go f.consume(f.ctx, stream, ch)
 	}
 	f.mu.Unlock()
 	sent := time.Now()
@@ -748,22 +904,23 @@ func (f *floor) order(ctx context.Context, client, key string, seq int) (time.Du
 	}
 }
 
-// consume is one stream's consumer: XREADGROUP BLOCK, upsert, XACK.
-func (f *floor) consume(stream string, ch chan time.Time) {
+// consume is one stream's consumer until ctx ends: XREADGROUP BLOCK,
+// upsert, XACK.
+func (f *floor) consume(ctx context.Context, stream string, ch chan time.Time) {
 	defer f.wg.Done()
-	for f.ctx.Err() == nil {
-		res, err := f.rdb.XReadGroup(f.ctx, &redis.XReadGroupArgs{Group: "proj", Consumer: "c", Streams: []string{stream, ">"}, Count: 64, Block: time.Second}).Result()
+	for ctx.Err() == nil {
+		res, err := f.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "proj", Consumer: "c", Streams: []string{stream, ">"}, Count: 64, Block: time.Second}).Result()
 		if err != nil {
 			continue
 		}
 		for _, st := range res {
 			for _, m := range st.Messages {
 				key, _ := m.Values["key"].(string)
-				if _, err := f.pool.Exec(f.ctx, `INSERT INTO floor_projection (client, orders) VALUES ($1, 1)
+				if _, err := f.pool.Exec(ctx, `INSERT INTO floor_projection (client, orders) VALUES ($1, 1)
 					ON CONFLICT (client) DO UPDATE SET orders = floor_projection.orders + 1`, key); err != nil {
 					continue
 				}
-				_ = f.rdb.XAck(f.ctx, stream, "proj", m.ID).Err()
+				_ = f.rdb.XAck(ctx, stream, "proj", m.ID).Err()
 				select {
 				case ch <- time.Now():
 				default:

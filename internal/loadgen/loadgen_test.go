@@ -37,6 +37,66 @@ func TestTableRatiosAgainstTheFloor(t *testing.T) {
 	require.Contains(t, got, "| 1 host(s) | 100 | 0.25× | 4ms / 30ms | 50 | 5ms / 40ms | 2 |")
 }
 
+// Over several rounds the table gives each configuration's medians, its
+// ratio to the floor taken within each round (not median over median),
+// and the range of those ratios.
+func TestTableMediansOverRounds(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	var rows []Row
+	for r, v := range []struct {
+		floor, host float64
+		p99         int
+	}{{1000, 300, 40}, {2000, 500, 20}, {1000, 350, 90}} {
+		rows = append(rows,
+			Row{Name: "floor", Round: r, MaxRate: v.floor, HalfRate: v.floor / 2, P50: ms(1), P99: ms(5), CmdP50: ms(2), CmdP99: ms(9)},
+			Row{Name: "1 host(s)", Round: r, MaxRate: v.host, HalfRate: v.host / 2, P50: ms(4), P99: ms(v.p99), Misses: 1, CmdP50: ms(8), CmdP99: ms(30)})
+		if r == 0 {
+			rows = append(rows, Row{Name: "floor+lock", Round: r, MaxRate: 600})
+		}
+	}
+	got := Table(rows)
+	require.Contains(t, got, "Medians over 3 rounds")
+	require.Contains(t, got, "| floor | 3 | 1000 | 1.00× (1.00–1.00) | 2ms / 9ms | 500 | 1ms / 5ms | 0 |")
+	// Ratios 0.30, 0.25, 0.35: median 0.30, while the median rate over
+	// the median floor would be 350 / 1000.
+	require.Contains(t, got, "| 1 host(s) | 3 | 350 | 0.30× (0.25–0.35) | 8ms / 30ms | 175 | 4ms / 40ms | 3 |")
+	require.Contains(t, got, "| floor+lock | 1 | 600 | 0.60× (0.60–0.60) |")
+}
+
+// Every second round measures the host configurations in reverse order.
+func TestRoundOrderAlternates(t *testing.T) {
+	g := []string{"a", "b", "c"}
+	require.Equal(t, []string{"a", "b", "c"}, roundOrder(g, 0))
+	require.Equal(t, []string{"c", "b", "a"}, roundOrder(g, 1))
+	require.Equal(t, []string{"a", "b", "c"}, roundOrder(g, 2))
+	require.Equal(t, []string{"a", "b", "c"}, g, "the caller's order is left alone")
+}
+
+// The run's own hosts come first, then each setting, then each binary,
+// each comparison on CompareHosts hosts; a binary that is not there is
+// refused before anything runs.
+func TestHostGroups(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "protean-host-old")
+	require.NoError(t, os.WriteFile(bin, nil, 0o755))
+	o := Options{Bin: "build/protean-host", Hosts: []int{1, 3}, Compare: []string{"plugins.document_cache_mb=0"}, CompareBins: []string{bin}, CompareHosts: 3}
+	groups, err := hostGroups(o, chaos.HostConfig{})
+	require.NoError(t, err)
+	require.Len(t, groups, 3)
+	require.Equal(t, "", groups[0].label)
+	require.Equal(t, []int{1, 3}, groups[0].o.Hosts)
+	require.Equal(t, " [plugins.document_cache_mb=0]", groups[1].label)
+	require.Equal(t, map[string]any{"plugins.document_cache_mb": int64(0)}, groups[1].cfg.Settings)
+	require.Equal(t, []int{3}, groups[1].o.Hosts)
+	require.Equal(t, " [protean-host-old]", groups[2].label)
+	require.Equal(t, bin, groups[2].o.Bin)
+	require.Equal(t, "build/protean-host", groups[1].o.Bin)
+	require.Nil(t, groups[2].cfg.Settings)
+
+	o.CompareBins = []string{filepath.Join(t.TempDir(), "missing")}
+	_, err = hostGroups(o, chaos.HostConfig{})
+	require.ErrorContains(t, err, "-compare-bin")
+}
+
 // parseProcStat counts the fields from comm's last ')', so a comm with
 // spaces and parentheses does not shift utime and stime.
 func TestParseProcStat(t *testing.T) {
