@@ -163,7 +163,9 @@ chaos: build plugins ## Fault injection: 3 hosts on a private PostgreSQL and Red
 # (redis-latency.txt) and PostgreSQL's log (slow plans, autovacuum).
 # COMPARE="a.b=v c.d=w" measures 1 host (COMPARE_HOSTS=3: 3 hosts) once
 # more with each setting, in the same run; COMPARE_BIN="old/protean-host"
-# likewise with each other binary (a build of another commit).
+# likewise with each other binary (a build of another commit), and
+# COMPARE_PLUGINS=build/plugins-c with each directory's modules in place
+# of their namesakes (the examples in C: the guests' share of the path).
 # ROUNDS=n measures it all n times, every second round in reverse order,
 # and prints each configuration's medians. REDIS_FSYNC=always makes the servers' Redis fsync every
 # write (default everysec: like PostgreSQL's fsync=off here, it survives a
@@ -174,12 +176,13 @@ PROFILE ?=
 COMPARE ?=
 COMPARE_HOSTS ?=
 COMPARE_BIN ?=
+COMPARE_PLUGINS ?=
 ROUNDS ?=
 REDIS_FSYNC ?=
 
 .PHONY: load
 load: build plugins ## End to end over HTTP: orders/s and accepted -> projection p50/p99 at half load, 1 and 3 hosts, beside the floor; PROFILE=dir saves profiles and a summary
-	$(GO) run ./cmd/loadgen -bin $(HOST_BIN) -plugins $(PLUGINS_DIR) -hosts $(HOSTS) -duration $(LOAD_DURATION) $(if $(REDIS_FSYNC),-redis-fsync $(REDIS_FSYNC)) $(if $(PROFILE),-profile $(PROFILE)) $(if $(COMPARE_HOSTS),-compare-hosts $(COMPARE_HOSTS)) $(foreach c,$(COMPARE),-compare $(c)) $(foreach b,$(COMPARE_BIN),-compare-bin $(b)) $(if $(ROUNDS),-rounds $(ROUNDS))
+	$(GO) run ./cmd/loadgen -bin $(HOST_BIN) -plugins $(PLUGINS_DIR) -hosts $(HOSTS) -duration $(LOAD_DURATION) $(if $(REDIS_FSYNC),-redis-fsync $(REDIS_FSYNC)) $(if $(PROFILE),-profile $(PROFILE)) $(if $(COMPARE_HOSTS),-compare-hosts $(COMPARE_HOSTS)) $(foreach c,$(COMPARE),-compare $(c)) $(foreach b,$(COMPARE_BIN),-compare-bin $(b)) $(foreach d,$(COMPARE_PLUGINS),-compare-plugins $(d)) $(if $(ROUNDS),-rounds $(ROUNDS))
 
 .PHONY: clean
 clean: ## Remove build outputs

@@ -37,13 +37,17 @@ func main() {
 		return err
 	})
 	flag.DurationVar(&o.Duration, "duration", 20*time.Second, "length of each phase (maximum, half load) of each configuration")
-	flag.IntVar(&o.CompareHosts, "compare-hosts", 1, "how many hosts each -compare setting and -compare-bin binary runs on")
+	flag.IntVar(&o.CompareHosts, "compare-hosts", 1, "how many hosts each -compare setting, -compare-bin binary and -compare-plugins directory runs on")
 	flag.Func("compare", "a setting table.key=value (TOML value) to measure after the host counts, on -compare-hosts hosts, beside the same run's figures; repeat for more", func(s string) error {
 		o.Compare = append(o.Compare, s)
 		return nil
 	})
 	flag.Func("compare-bin", "another protean-host binary (a build of another commit) to measure after the host counts, on -compare-hosts hosts, beside the same run's figures; repeat for more", func(s string) error {
 		o.CompareBins = append(o.CompareBins, s)
+		return nil
+	})
+	flag.Func("compare-plugins", "a directory of modules (build/plugins-c: the examples in C) to measure after the host counts in place of their namesakes of -plugins, on -compare-hosts hosts, beside the same run's figures; repeat for more", func(s string) error {
+		o.ComparePlugins = append(o.ComparePlugins, s)
 		return nil
 	})
 	flag.IntVar(&o.Rounds, "rounds", 1, "measure the whole run this many times on the same servers, every second round with the host configurations in reverse order, and print each configuration's medians")

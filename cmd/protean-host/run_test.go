@@ -150,11 +150,12 @@ func TestEmbeddedQuickstartABIv1(t *testing.T) {
 	quickstart(t, wasmbuild.Examples(t, wasmbuild.ABIv1))
 }
 
-// The C client_orders (plugins/c: ABI v2 without the Go kit) in place
-// of the Go one passes the quickstart.
+// The C client_orders and orders (plugins/c: ABI v2 without the Go kit)
+// in place of the Go ones pass the quickstart.
 func TestEmbeddedQuickstartC(t *testing.T) {
 	dir := wasmbuild.Examples(t)
 	wasmbuild.Copy(t, wasmbuild.BuildC(t, "plugins/c/client_orders.c"), dir, "client_orders.wasm")
+	wasmbuild.Copy(t, wasmbuild.BuildC(t, "plugins/c/orders.c"), dir, "orders.wasm")
 	quickstart(t, dir)
 }
 

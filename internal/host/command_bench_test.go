@@ -41,7 +41,8 @@ type order struct {
 // run) and as the Go guest: with the module's own JSON codecs
 // (plugins/examples/orders/codec.go) and without them (build tag
 // reflectjson: encoding/json's reflection), with the deadline enforced
-// (instrumented, the default), and with codecs and no deadline. x_native
+// (instrumented, the default), and with codecs and no deadline; and the
+// same handler in C (plugins/c/orders.c, deadline instrumented). x_native
 // and x_native_cpu as in BenchmarkProjector.
 func BenchmarkCommandHandler(b *testing.B) {
 	load := func(wasm string, lim host.Limits) *host.Module {
@@ -66,6 +67,7 @@ func BenchmarkCommandHandler(b *testing.B) {
 		{"go_v2", load(codecs, host.Limits{})},
 		{"go_v2_reflectjson", load(reflection, host.Limits{})},
 		{"go_v2_uninterruptible", load(codecs, host.Limits{Uninterruptible: true})},
+		{"c_v2", load(wasmbuild.BuildC(b, "plugins/c/orders.c"), host.Limits{})},
 	}
 	cmd := func(i int) []abi.Envelope {
 		data, _ := json.Marshal(placeOrder{OrderID: fmt.Sprintf("o-%d", i), ClientID: "c-1", Total: 42.5})

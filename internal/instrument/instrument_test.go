@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { testserver.Main(m, wasmbuild.Cleanup) }
 // compiles, with the stop global exported and checks inserted.
 func TestRewritesTheBuiltModules(t *testing.T) {
 	pkgs := []string{"./plugins/examples/client_orders", "./plugins/examples/orders", "./plugins/examples/fulfillment",
-		"./plugins/examples/payments", "./plugins/examples/shipping", "./internal/host/testdata/plugins/behave", "plugins/c/client_orders.c"}
+		"./plugins/examples/payments", "./plugins/examples/shipping", "./internal/host/testdata/plugins/behave", "plugins/c/client_orders.c", "plugins/c/orders.c"}
 	ctx := context.Background()
 	rt := wazero.NewRuntime(ctx)
 	defer rt.Close(ctx)

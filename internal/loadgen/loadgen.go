@@ -88,6 +88,12 @@ type Options struct {
 	// hosts, on the same servers: a code change before and after in one
 	// run.
 	CompareBins []string
+	// ComparePlugins are directories of modules, each measured as one
+	// more configuration on CompareHosts hosts: Plugins with the
+	// directory's modules in place of their namesakes (build/plugins-c:
+	// the examples written in C), so a guest's share of the path is
+	// measured in one run.
+	ComparePlugins []string
 	// Rounds is how many times the whole run (the floor, the host counts,
 	// each comparison) is measured, on the same servers (0: 1). Rounds
 	// after the first leave floor+lock out, and every second round
@@ -222,7 +228,7 @@ func Run(ctx context.Context, o Options) (_ []Row, err error) {
 		DatabaseURL: dbURL, RedisURL: redisURL,
 		CacheDir: filepath.Join(dir, "wasm-cache"), LeaseTTL: 15 * time.Second, Pprof: prof != nil,
 	}
-	groups, err := hostGroups(o, cfg)
+	groups, err := hostGroups(o, cfg, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -274,8 +280,10 @@ type hostGroup struct {
 }
 
 // hostGroups is the run's host configurations: o.Hosts on cfg, then each
-// Compare setting and each CompareBins binary on CompareHosts hosts.
-func hostGroups(o Options, cfg chaos.HostConfig) ([]hostGroup, error) {
+// Compare setting, each CompareBins binary and each ComparePlugins
+// directory on CompareHosts hosts; the plugins directories they run are
+// composed under dir.
+func hostGroups(o Options, cfg chaos.HostConfig, dir string) ([]hostGroup, error) {
 	groups := []hostGroup{{o: o, cfg: cfg}}
 	one := o
 	one.Hosts = []int{max(o.CompareHosts, 1)}
@@ -296,7 +304,45 @@ func hostGroups(o Options, cfg chaos.HostConfig) ([]hostGroup, error) {
 		b.Bin = bin
 		groups = append(groups, hostGroup{label: " [" + filepath.Base(bin) + "]", o: b, cfg: cfg})
 	}
+	for i, replace := range o.ComparePlugins {
+		composed := filepath.Join(dir, fmt.Sprintf("plugins-%d", i))
+		if err := composePlugins(composed, o.Plugins, replace); err != nil {
+			return nil, fmt.Errorf("-compare-plugins: %w", err)
+		}
+		p := one
+		p.Plugins = composed
+		groups = append(groups, hostGroup{label: " [" + filepath.Base(replace) + "]", o: p, cfg: cfg})
+	}
 	return groups, nil
+}
+
+// composePlugins makes dir a plugins directory of the modules of base,
+// with those of replace in place of their namesakes (and replace's others
+// added). A replace without a module is refused: it would measure base
+// again under another name.
+func composePlugins(dir, base, replace string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, from := range []string{base, replace} {
+		mods, err := filepath.Glob(filepath.Join(from, "*.wasm"))
+		if err != nil {
+			return err
+		}
+		if from == replace && len(mods) == 0 {
+			return fmt.Errorf("%s holds no module (*.wasm)", replace)
+		}
+		for _, m := range mods {
+			b, err := os.ReadFile(m)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(dir, filepath.Base(m)), b, 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // roundOrder is the order in which round r measures groups: as given in

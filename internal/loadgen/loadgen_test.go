@@ -72,16 +72,26 @@ func TestRoundOrderAlternates(t *testing.T) {
 	require.Equal(t, []string{"a", "b", "c"}, g, "the caller's order is left alone")
 }
 
-// The run's own hosts come first, then each setting, then each binary,
-// each comparison on CompareHosts hosts; a binary that is not there is
-// refused before anything runs.
+// The run's own hosts come first, then each setting, each binary and each
+// plugins directory, each comparison on CompareHosts hosts; a binary that
+// is not there, or a plugins directory without a module, is refused
+// before anything runs.
 func TestHostGroups(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "protean-host-old")
 	require.NoError(t, os.WriteFile(bin, nil, 0o755))
-	o := Options{Bin: "build/protean-host", Hosts: []int{1, 3}, Compare: []string{"plugins.document_cache_mb=0"}, CompareBins: []string{bin}, CompareHosts: 3}
-	groups, err := hostGroups(o, chaos.HostConfig{})
+	base, c := t.TempDir(), filepath.Join(t.TempDir(), "plugins-c")
+	require.NoError(t, os.Mkdir(c, 0o755))
+	for dir, files := range map[string][]string{base: {"orders.wasm", "client_orders.wasm", "shipping.wasm"}, c: {"orders.wasm", "client_orders.wasm"}} {
+		for _, f := range files {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, f), []byte(dir+"/"+f), 0o644))
+		}
+	}
+	run := t.TempDir()
+	o := Options{Bin: "build/protean-host", Plugins: base, Hosts: []int{1, 3}, Compare: []string{"plugins.document_cache_mb=0"},
+		CompareBins: []string{bin}, ComparePlugins: []string{c}, CompareHosts: 3}
+	groups, err := hostGroups(o, chaos.HostConfig{}, run)
 	require.NoError(t, err)
-	require.Len(t, groups, 3)
+	require.Len(t, groups, 4)
 	require.Equal(t, "", groups[0].label)
 	require.Equal(t, []int{1, 3}, groups[0].o.Hosts)
 	require.Equal(t, " [plugins.document_cache_mb=0]", groups[1].label)
@@ -91,10 +101,24 @@ func TestHostGroups(t *testing.T) {
 	require.Equal(t, bin, groups[2].o.Bin)
 	require.Equal(t, "build/protean-host", groups[1].o.Bin)
 	require.Nil(t, groups[2].cfg.Settings)
+	require.Equal(t, base, groups[2].o.Plugins)
+	// The C modules in place of their namesakes, the rest kept.
+	require.Equal(t, " [plugins-c]", groups[3].label)
+	require.Equal(t, []int{3}, groups[3].o.Hosts)
+	for f, from := range map[string]string{"orders.wasm": c, "client_orders.wasm": c, "shipping.wasm": base} {
+		b, err := os.ReadFile(filepath.Join(groups[3].o.Plugins, f))
+		require.NoError(t, err)
+		require.Equal(t, from+"/"+f, string(b))
+	}
 
-	o.CompareBins = []string{filepath.Join(t.TempDir(), "missing")}
-	_, err = hostGroups(o, chaos.HostConfig{})
+	missing := o
+	missing.CompareBins = []string{filepath.Join(t.TempDir(), "missing")}
+	_, err = hostGroups(missing, chaos.HostConfig{}, t.TempDir())
 	require.ErrorContains(t, err, "-compare-bin")
+	empty := o
+	empty.ComparePlugins = []string{t.TempDir()}
+	_, err = hostGroups(empty, chaos.HostConfig{}, t.TempDir())
+	require.ErrorContains(t, err, "holds no module")
 }
 
 // parseProcStat counts the fields from comm's last ')', so a comm with
