@@ -21,5 +21,6 @@ type Subscription struct {
 // Positions is the consumer-positions store a new owner claims its unit in.
 type Positions interface {
 	Claim(ctx context.Context, group, unit string) (position.Row, error)
+	ClaimAll(ctx context.Context, group string, units []string) ([]position.Row, error)
 	position.Reader
 }

@@ -63,6 +63,29 @@ func (m *Memory) Claim(ctx context.Context, group, unit string) (Row, error) {
 	return out, err
 }
 
+// ClaimAll implements Store: the claims in one change.
+func (m *Memory) ClaimAll(ctx context.Context, group string, units []string) ([]Row, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := validUnits(group, units); err != nil {
+		return nil, err
+	}
+	out := make([]Row, len(units))
+	err := m.change(func(tx *MemoryTx) {
+		for i, unit := range units {
+			r := tx.row(unitKey{group, unit}, true)
+			r.Generation++
+			r.UpdatedAt = m.clock.Now()
+			out[i] = copyRow(r)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // Set implements Store.
 func (m *Memory) Set(ctx context.Context, group, unit, source string, pos int64) error {
 	if err := ctx.Err(); err != nil {

@@ -133,6 +133,12 @@ type Store interface {
 	// so that every fence of an older owner fails from then on, and reads
 	// where to resume from the returned positions.
 	Claim(ctx context.Context, group, unit string) (Row, error)
+	// ClaimAll claims each of units as Claim does, all in one call (one
+	// statement per ClaimAllChunk units on PostgreSQL), and returns their
+	// rows in units' order: a host that acquired many units at once (a
+	// start, a takeover) claims them without a round trip each. units may
+	// not repeat one; none claims nothing.
+	ClaimAll(ctx context.Context, group string, units []string) ([]Row, error)
 	Reader
 	// List returns a group's rows ("" for every group), ordered by group,
 	// then unit (byte order). For `partitions list` and subscription
@@ -148,6 +154,21 @@ type Store interface {
 func validUnit(group, unit string) error {
 	if group == "" || unit == "" {
 		return fmt.Errorf("position: group %q, unit %q: both must be non-empty: %w", group, unit, ErrInvalid)
+	}
+	return nil
+}
+
+// validUnits checks ClaimAll's units: each valid, none twice.
+func validUnits(group string, units []string) error {
+	seen := make(map[string]bool, len(units))
+	for _, u := range units {
+		if err := validUnit(group, u); err != nil {
+			return err
+		}
+		if seen[u] {
+			return fmt.Errorf("position %s/%s: claimed twice in one call: %w", group, u, ErrInvalid)
+		}
+		seen[u] = true
 	}
 	return nil
 }

@@ -79,6 +79,54 @@ func (p *Postgres) Claim(ctx context.Context, group, unit string) (Row, error) {
 	return r, nil
 }
 
+// ClaimAllChunk is how many units one statement of ClaimAll claims at
+// most.
+const ClaimAllChunk = 1000
+
+// ClaimAll implements Store: Claim's INSERT ... ON CONFLICT DO UPDATE for
+// up to ClaimAllChunk units a statement, each statement its own
+// transaction. The rows are inserted in unit order, so that two hosts
+// claiming overlapping sets lock their rows in one order.
+func (p *Postgres) ClaimAll(ctx context.Context, group string, units []string) ([]Row, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := validUnits(group, units); err != nil {
+		return nil, err
+	}
+	byUnit := make(map[string]Row, len(units))
+	for chunk := range slices.Chunk(units, ClaimAllChunk) {
+		rows, err := p.db.Pool.Query(ctx, `INSERT INTO consumer_positions (consumer_group, unit, generation, positions, updated_at)
+			SELECT $1, u, 1, '{}', $3 FROM unnest($2::text[]) AS u ORDER BY u
+			ON CONFLICT (consumer_group, unit) DO UPDATE
+			SET generation = consumer_positions.generation + 1, updated_at = EXCLUDED.updated_at
+			RETURNING `+rowColumns, group, chunk, p.db.Now())
+		if err != nil {
+			return nil, fmt.Errorf("position %s: claim %d units: %w", group, len(chunk), err)
+		}
+		for rows.Next() {
+			r, err := scanRow(rows)
+			if err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("position %s: claim %d units: %w", group, len(chunk), err)
+			}
+			byUnit[r.Unit] = r
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("position %s: claim %d units: %w", group, len(chunk), err)
+		}
+	}
+	out := make([]Row, len(units))
+	for i, u := range units {
+		r, ok := byUnit[u]
+		if !ok {
+			return nil, fmt.Errorf("position %s/%s: claim: no row returned", group, u)
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
 // Set implements Store: one INSERT ... ON CONFLICT DO UPDATE.
 func (p *Postgres) Set(ctx context.Context, group, unit, source string, pos int64) error {
 	if err := ctx.Err(); err != nil {

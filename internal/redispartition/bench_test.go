@@ -2,7 +2,9 @@ package redispartition_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/redis/go-redis/v9"
@@ -21,6 +24,7 @@ import (
 	"github.com/proteanhq/protean-host/delivery"
 	"github.com/proteanhq/protean-host/internal/redispartition"
 	"github.com/proteanhq/protean-host/internal/redisstream"
+	"github.com/proteanhq/protean-host/internal/schema"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/partition"
 	"github.com/proteanhq/protean-host/position"
@@ -569,5 +573,90 @@ func BenchmarkFairShare(b *testing.B) {
 			<-loaded
 			b.ReportMetric(0, "ns/op")
 		})
+	}
+}
+
+// failClaimAll is a positions store whose bulk claim fails, so that every
+// worker claims its own row as it starts: the path before bulk claims.
+type failClaimAll struct{ *position.Postgres }
+
+func (failClaimAll) ClaimAll(context.Context, string, []string) ([]position.Row, error) {
+	return nil, errors.New("claim all: off")
+}
+
+// BenchmarkStartOnPostgres measures a host's start with keys partitions
+// waiting, one message each, with positions on PostgreSQL through a pool
+// of 16 (the host's default): the time from Start to every message
+// handled, and the time one query waits meanwhile for a connection of
+// that pool (what a command waits behind the start). Beside it, in the
+// same run, the same start with each unit's row claimed by its own
+// worker, a round trip each (one_by_one, the path before bulk claims).
+func BenchmarkStartOnPostgres(b *testing.B) {
+	url := testserver.Postgres(b)
+	for _, keys := range []int{2000, 10000} {
+		for _, mode := range []string{"one_by_one", "bulk"} {
+			b.Run(fmt.Sprintf("keys=%d/%s", keys, mode), func(b *testing.B) {
+				ctx := context.Background()
+				cfg, err := pgxpool.ParseConfig(url)
+				require.NoError(b, err)
+				cfg.MaxConns = 16
+				pool, err := pgxpool.NewWithConfig(ctx, cfg)
+				require.NoError(b, err)
+				defer pool.Close()
+				_, err = schema.Migrate(ctx, pool)
+				require.NoError(b, err)
+				var positions partition.Positions = position.NewPostgres(pool, nil)
+				if mode == "one_by_one" {
+					positions = failClaimAll{position.NewPostgres(pool, nil)}
+				}
+				group := fmt.Sprintf("start-%d-%s-%d", keys, mode, time.Now().UnixNano())
+				var starts, probes []time.Duration
+				for i := 0; i < b.N; i++ {
+					rdb, prefix := benchRedis(b)
+					preload(b, rdb, prefix, keys, keys)
+					nh := &noop{done: make(chan struct{}), want: int64(keys)}
+					opts := redispartition.DefaultConsumerOptions()
+					opts.Leases, opts.Positions, opts.Handler, opts.Decode, opts.Owner = redispartition.NewLeases(rdb, prefix), positions, nh, redisstream.Decode, "start"
+					g := fmt.Sprintf("%s-%d", group, i)
+					opts.Subscriptions = func() []partition.Subscription {
+						return []partition.Subscription{{Group: g, Categories: []string{"order"}}}
+					}
+					c, err := redispartition.NewConsumer(opts)
+					require.NoError(b, err)
+					done := make(chan struct{})
+					var probed []time.Duration
+					go func() { // a command's query, every 10 ms, while the start runs
+						defer close(done)
+						for {
+							select {
+							case <-nh.done:
+								return
+							case <-time.After(10 * time.Millisecond):
+							}
+							t0 := time.Now()
+							var one int
+							if err := pool.QueryRow(ctx, "SELECT 1").Scan(&one); err == nil {
+								probed = append(probed, time.Since(t0))
+							}
+						}
+					}()
+					begin := time.Now()
+					require.NoError(b, c.Start(ctx))
+					<-nh.done
+					starts = append(starts, time.Since(begin))
+					<-done
+					require.NoError(b, c.Stop(ctx))
+					probes = append(probes, probed...)
+				}
+				slices.Sort(starts)
+				slices.Sort(probes)
+				b.ReportMetric(starts[len(starts)/2].Seconds(), "start_s")
+				if len(probes) > 0 {
+					b.ReportMetric(float64(probes[len(probes)/2].Microseconds())/1000, "query_p50_ms")
+					b.ReportMetric(float64(probes[(len(probes)-1)*99/100].Microseconds())/1000, "query_p99_ms")
+				}
+				b.ReportMetric(0, "ns/op")
+			})
+		}
 	}
 }

@@ -157,6 +157,11 @@ type worker struct {
 	// wake is signaled when the unit's streams were published to (or may
 	// have been): an idle worker reads them again at once.
 	wake chan struct{}
+	// claimed is the unit's positions row when the placement that
+	// acquired its lease claimed it (with the others it acquired, see
+	// wonAll): the worker's start takes it instead of claiming again. The
+	// worker's goroutine's only; nil once used.
+	claimed *position.Row
 	// lost is set when the lease was lost: the worker must not release.
 	lost bool
 	// handover is set (under the consumer's mu) when the worker was
@@ -892,6 +897,8 @@ func (c *Consumer) place(ctx context.Context, s partition.Subscription, units []
 	}
 	c.mu.Unlock()
 	var lapsed []int // indexes into free and want
+	var wonLeases []Lease
+	var wonUnits []unit
 	for i, a := range got {
 		switch {
 		case errors.Is(a.Err, ErrHalted):
@@ -907,14 +914,13 @@ func (c *Consumer) place(ctx context.Context, s partition.Subscription, units []
 				lapsed = append(lapsed, i)
 			}
 		case a.Err == nil:
-			if c.won(s, a.Lease, free[i]) {
-				started++
-			}
+			wonLeases, wonUnits = append(wonLeases, a.Lease), append(wonUnits, free[i])
 			if limit > 0 {
 				limit--
 			}
 		}
 	}
+	started += c.wonAll(ctx, s, wonLeases, wonUnits)
 	if err != nil || !takeover || len(lapsed) == 0 || limit == 0 {
 		return halted, err
 	}
@@ -931,15 +937,16 @@ func (c *Consumer) place(ctx context.Context, s partition.Subscription, units []
 		}
 	}
 	got, err = c.ctl.AcquireAll(ctx, again, c.opts.Owner, limit)
+	wonLeases, wonUnits = wonLeases[:0], wonUnits[:0]
 	for i, a := range got {
 		if a.Err == nil {
 			c.log.Debug("partition taken over from a lapsed host", "group", s.Group, "partition", a.Lease.Unit, "from", again[i].Lapsed)
-			if c.won(s, a.Lease, units2[i]) {
-				started++
-				takenOver++
-			}
+			wonLeases, wonUnits = append(wonLeases, a.Lease), append(wonUnits, units2[i])
 		}
 	}
+	n := c.wonAll(ctx, s, wonLeases, wonUnits)
+	started += n
+	takenOver += n
 	return halted, err
 }
 
@@ -952,17 +959,47 @@ type waitingUnit struct {
 	until time.Time
 }
 
-// won starts the worker of a unit whose lease this consumer acquired, and
-// reports whether it started one (none when one runs here already).
-func (c *Consumer) won(s partition.Subscription, l Lease, u unit) bool {
+// wonAll starts the workers of units whose leases this consumer acquired
+// (leases[i] is units[i]'s), and returns how many it started (none for a
+// unit whose worker runs here already). It claims their positions rows in
+// one call (Positions.ClaimAll) before it starts them, so that a start or
+// a takeover of thousands of units does not queue thousands of claims, a
+// round trip each, for the database's pool, ahead of the commands that
+// need it; each worker then starts from its row. Should the claim fail,
+// each worker claims its own as it starts, and retries as ever.
+func (c *Consumer) wonAll(ctx context.Context, s partition.Subscription, leases []Lease, units []unit) int {
+	var names []string
+	var todo []int
 	c.mu.Lock()
-	delete(c.held, unitID{s.Group, u.unit})
-	c.mu.Unlock()
-	if !c.spawn(l, s, u) {
-		return false
+	for i, u := range units {
+		id := unitID{s.Group, u.unit}
+		delete(c.held, id)
+		if c.owned[id] == nil {
+			names = append(names, u.unit)
+			todo = append(todo, i)
+		}
 	}
-	c.opts.Metrics.acquired(s.Group)
-	return true
+	c.mu.Unlock()
+	var rows []position.Row
+	if len(todo) > 1 {
+		var err error
+		if rows, err = c.opts.Positions.ClaimAll(ctx, s.Group, names); err != nil {
+			c.log.Debug("partition positions claimed one by one: the claim of all failed", "group", s.Group, "units", len(names), "error", err)
+			rows = nil
+		}
+	}
+	started := 0
+	for j, i := range todo {
+		var claimed *position.Row
+		if rows != nil {
+			claimed = &rows[j]
+		}
+		if c.spawn(leases[i], s, units[i], claimed) {
+			c.opts.Metrics.acquired(s.Group)
+			started++
+		}
+	}
+	return started
 }
 
 // unit is a discovered unit: its name, key and source streams.
@@ -1029,10 +1066,10 @@ func (w *worker) snapshot() []string {
 // spawn starts the worker of a freshly acquired unit, unless one runs
 // here already (a discovery pass and a wake-up that acquired it at once:
 // Leases.AcquireAll answers the caller's own lease again).
-func (c *Consumer) spawn(lease Lease, s partition.Subscription, u unit) bool {
+func (c *Consumer) spawn(lease Lease, s partition.Subscription, u unit, claimed *position.Row) bool {
 	ctx, stop := context.WithCancel(c.soft)
 	w := &worker{lease: lease, sub: s, key: u.key, sources: u.sources, cat: u.cat, stop: stop, ctx: ctx, done: make(chan struct{}),
-		wake: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1), claimed: claimed}
 	w.committed.Store(-1)
 	c.mu.Lock()
 	if c.owned[unitID{lease.Group, lease.Unit}] != nil {
@@ -1335,9 +1372,14 @@ const trimEvery = 256
 // handled), reclaims the previous owners' pending entries and deletes
 // their then empty consumers (one per earlier lease generation).
 func (c *Consumer) start(w *worker) (*state, error) {
-	row, err := c.opts.Positions.Claim(c.work, w.lease.Group, w.lease.Unit)
-	if err != nil {
-		return nil, fmt.Errorf("claim positions: %w", err)
+	var row position.Row
+	if w.claimed != nil { // claimed with the placement's others (wonAll)
+		row, w.claimed = *w.claimed, nil
+	} else {
+		var err error
+		if row, err = c.opts.Positions.Claim(c.work, w.lease.Group, w.lease.Unit); err != nil {
+			return nil, fmt.Errorf("claim positions: %w", err)
+		}
 	}
 	st := &state{generation: row.Generation, positions: row.Positions, drained: map[string]bool{}, untrimmed: map[string]int{},
 		first: map[string][]Entry{}, after: map[string]string{}, held: map[string][]string{}}

@@ -12,6 +12,7 @@ package positiontest
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -39,6 +40,7 @@ type Harness = suite.Harness[position.Store, Tx]
 func Run(t *testing.T, newHarness func(t *testing.T, now func() time.Time) Harness) {
 	suite.Run(t, map[string]func(t *testing.T, h Harness, c *clock){
 		"ClaimCreatesThenBumps":                  testClaim,
+		"ClaimAllClaimsEachInOrder":              testClaimAll,
 		"AdvanceChecksGenerationAndMonotonicity": testAdvance,
 		"SourcesAreIndependent":                  testSources,
 		"UnitsAndGroupsAreIndependent":           testUnitsAndGroups,
@@ -128,6 +130,56 @@ func requireApplied(t *testing.T, err error, group, unit, source string, have, w
 	var ae *position.AppliedError
 	require.ErrorAs(t, err, &ae)
 	require.Equal(t, position.AppliedError{Group: group, Unit: unit, Source: source, Have: have, Want: want}, *ae)
+}
+
+func testClaimAll(t *testing.T, h Harness, c *clock) {
+	ctx := t.Context()
+	claim(t, h, "g", "order:c-2")
+	rows, err := h.Store.ClaimAll(ctx, "g", []string{"order:c-3", "order:c-2", "order:c-1"})
+	require.NoError(t, err)
+	require.Len(t, rows, 3)
+	for i, want := range []struct {
+		unit string
+		gen  int64
+	}{{"order:c-3", 1}, {"order:c-2", 2}, {"order:c-1", 1}} {
+		require.Equal(t, "g", rows[i].Group)
+		require.Equal(t, want.unit, rows[i].Unit)
+		require.Equal(t, want.gen, rows[i].Generation, want.unit)
+		require.NotNil(t, rows[i].Positions)
+		require.Equal(t, want.gen, get(t, h, "g", want.unit).Generation)
+	}
+	// The claim fences the older owner's advances, as Claim does.
+	requireFenced(t, advance(t, h, fence("g", "order:c-2", 1, "order-c-2", 1)), "g", "order:c-2", 2, 1)
+	require.NoError(t, advance(t, h, fence("g", "order:c-2", 2, "order-c-2", 1)))
+	rows, err = h.Store.ClaimAll(ctx, "g", []string{"order:c-2"})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{"order-c-2": 1}, rows[0].Positions, "a new owner reads where to resume")
+
+	rows, err = h.Store.ClaimAll(ctx, "g", nil)
+	require.NoError(t, err)
+	require.Empty(t, rows)
+
+	// Refused whole, before anything is claimed.
+	for _, bad := range [][]string{{"order:c-9", "order:c-9"}, {"order:c-9", ""}} {
+		_, err = h.Store.ClaimAll(ctx, "g", bad)
+		require.ErrorIs(t, err, position.ErrInvalid, "%q", bad)
+	}
+	_, ok, err := h.Store.Get(ctx, "g", "order:c-9")
+	require.NoError(t, err)
+	require.False(t, ok)
+
+	// More units than one statement takes: every one claimed, in order.
+	many := make([]string, position.ClaimAllChunk*2+10)
+	for i := range many {
+		many[i] = fmt.Sprintf("order:k-%05d", len(many)-i)
+	}
+	rows, err = h.Store.ClaimAll(ctx, "h", many)
+	require.NoError(t, err)
+	require.Len(t, rows, len(many))
+	for i, r := range rows {
+		require.Equal(t, many[i], r.Unit)
+		require.Equal(t, int64(1), r.Generation)
+	}
 }
 
 func testClaim(t *testing.T, h Harness, c *clock) {
