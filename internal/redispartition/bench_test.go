@@ -589,10 +589,8 @@ func (failClaimAll) ClaimAll(context.Context, string, []string) ([]position.Row,
 // of 16 (the host's default): the time from Start to every message
 // handled, and the time one query waits meanwhile for a connection of
 // that pool (what a command waits behind the start). Beside it, in the
-// same run, the same start with each unit's row claimed and its stream
-// taken by its own worker, a round trip each (one_by_one: the bulk claim
-// fails, so the placement leaves both to the workers, the path before
-// bulk claims and takes).
+// same run, the same start with each unit's row claimed by its own
+// worker, a round trip each (one_by_one, the path before bulk claims).
 func BenchmarkStartOnPostgres(b *testing.B) {
 	url := testserver.Postgres(b)
 	for _, keys := range []int{2000, 10000} {

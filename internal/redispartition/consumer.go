@@ -162,11 +162,6 @@ type worker struct {
 	// wonAll): the worker's start takes it instead of claiming again. The
 	// worker's goroutine's only; nil once used.
 	claimed *position.Row
-	// taken are the first steps (Leases.Take) the same placement took on
-	// the unit's streams, by stream, after claiming its row: the worker's
-	// start uses them instead of taking those streams again. The worker's
-	// goroutine's only; nil once used.
-	taken map[string]Taken
 	// lost is set when the lease was lost: the worker must not release.
 	lost bool
 	// handover is set (under the consumer's mu) when the worker was
@@ -967,14 +962,11 @@ type waitingUnit struct {
 // wonAll starts the workers of units whose leases this consumer acquired
 // (leases[i] is units[i]'s), and returns how many it started (none for a
 // unit whose worker runs here already). It claims their positions rows in
-// one call (Positions.ClaimAll), then takes their streams (Leases.TakeAll,
-// a round trip per takeChunk streams), before it starts them, so that a
-// start or a takeover of thousands of units does not queue a round trip
-// per unit for each pool, ahead of the commands that need them; each
-// worker then starts from its row and its takes, in the order a worker
-// alone would: claim, then take. Should the claim fail, each worker
-// claims and takes on its own as it starts, and retries as ever; a stream
-// whose take failed is taken by its worker.
+// one call (Positions.ClaimAll) before it starts them, so that a start or
+// a takeover of thousands of units does not queue thousands of claims, a
+// round trip each, for the database's pool, ahead of the commands that
+// need it; each worker then starts from its row. Should the claim fail,
+// each worker claims its own as it starts, and retries as ever.
 func (c *Consumer) wonAll(ctx context.Context, s partition.Subscription, leases []Lease, units []unit) int {
 	var names []string
 	var todo []int
@@ -996,37 +988,13 @@ func (c *Consumer) wonAll(ctx context.Context, s partition.Subscription, leases 
 			rows = nil
 		}
 	}
-	var taken []map[string]Taken // by index into todo
-	if rows != nil {
-		var of []TakeOf
-		var whose []int
-		for j, i := range todo {
-			for _, st := range c.streams(units[i].sources) {
-				of = append(of, TakeOf{Lease: leases[i], Stream: st})
-				whose = append(whose, j)
-			}
-		}
-		ts, errs := c.opts.Leases.TakeAll(ctx, of, c.opts.BatchSize)
-		taken = make([]map[string]Taken, len(todo))
-		for k, t := range ts {
-			if errs[k] != nil {
-				c.log.Debug("partition stream left for its worker to take", "group", s.Group, "stream", of[k].Stream, "error", errs[k])
-				continue
-			}
-			if taken[whose[k]] == nil {
-				taken[whose[k]] = map[string]Taken{}
-			}
-			taken[whose[k]][of[k].Stream] = t
-		}
-	}
 	started := 0
 	for j, i := range todo {
 		var claimed *position.Row
-		var took map[string]Taken
 		if rows != nil {
-			claimed, took = &rows[j], taken[j]
+			claimed = &rows[j]
 		}
-		if c.spawn(leases[i], s, units[i], claimed, took) {
+		if c.spawn(leases[i], s, units[i], claimed) {
 			c.opts.Metrics.acquired(s.Group)
 			started++
 		}
@@ -1098,10 +1066,10 @@ func (w *worker) snapshot() []string {
 // spawn starts the worker of a freshly acquired unit, unless one runs
 // here already (a discovery pass and a wake-up that acquired it at once:
 // Leases.AcquireAll answers the caller's own lease again).
-func (c *Consumer) spawn(lease Lease, s partition.Subscription, u unit, claimed *position.Row, taken map[string]Taken) bool {
+func (c *Consumer) spawn(lease Lease, s partition.Subscription, u unit, claimed *position.Row) bool {
 	ctx, stop := context.WithCancel(c.soft)
 	w := &worker{lease: lease, sub: s, key: u.key, sources: u.sources, cat: u.cat, stop: stop, ctx: ctx, done: make(chan struct{}),
-		wake: make(chan struct{}, 1), claimed: claimed, taken: taken}
+		wake: make(chan struct{}, 1), claimed: claimed}
 	w.committed.Store(-1)
 	c.mu.Lock()
 	if c.owned[unitID{lease.Group, lease.Unit}] != nil {
@@ -1419,17 +1387,11 @@ func (c *Consumer) start(w *worker) (*state, error) {
 		st.positions = map[string]int64{}
 	}
 	w.commit(maxPosition(st.positions))
-	taken := w.taken
-	w.taken = nil
 	for _, s := range c.streams(w.snapshot()) {
-		// One round trip: reclaim, drop the stale consumers, first read
-		// (or taken already, with the placement's others: wonAll).
-		t, ok := taken[s]
-		if !ok {
-			var err error
-			if t, err = c.opts.Leases.Take(c.work, w.lease, s, c.opts.BatchSize); err != nil {
-				return nil, err
-			}
+		// One round trip: reclaim, drop the stale consumers, first read.
+		t, err := c.opts.Leases.Take(c.work, w.lease, s, c.opts.BatchSize)
+		if err != nil {
+			return nil, err
 		}
 		if t.Complete {
 			st.first[s] = t.Entries

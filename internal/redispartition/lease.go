@@ -957,56 +957,20 @@ type Taken struct {
 // that, with Entries empty): entries the pipelined read delivered are
 // pending in the lease's consumer, and the next read answers them first.
 func (s *Leases) Take(ctx context.Context, l Lease, stream string, count int) (Taken, error) {
-	ts, errs := s.TakeAll(ctx, []TakeOf{{Lease: l, Stream: stream}}, count)
-	return ts[0], errs[0]
-}
-
-// TakeOf names one stream a new owner takes (TakeAll) under its lease.
-type TakeOf struct {
-	Lease  Lease
-	Stream string
-}
-
-// takeChunk is how many takes one TakeAll pipeline carries at most (four
-// commands each).
-const takeChunk = 250
-
-// TakeAll is Take for many streams, under their own leases, in one round
-// trip per takeChunk of them (a start or a takeover of thousands of
-// units does not queue a round trip per unit for the pool): each take's
-// steps are Take's, each fenced by its own lease, and each gets its own
-// result and error (by index), as if taken alone.
-func (s *Leases) TakeAll(ctx context.Context, of []TakeOf, count int) ([]Taken, []error) {
-	out, errs := make([]Taken, len(of)), make([]error, len(of))
-	for from := 0; from < len(of); from += takeChunk {
-		chunk := of[from:min(from+takeChunk, len(of))]
-		bodies := make([]*redis.XMessageSliceCmd, len(chunk))
-		cmds := s.pipelineScripts(ctx, []*redis.Script{reclaimScript, dropStaleScript, readScript}, func(p redis.Pipeliner) []*redis.Cmd {
-			cmds := make([]*redis.Cmd, 0, 3*len(chunk))
-			for i, t := range chunk {
-				lease, st := s.key(LeaseKey(t.Lease.Group, t.Lease.Unit)), s.key(t.Stream)
-				tok := t.Lease.Token()
-				cmds = append(cmds,
-					reclaimScript.EvalSha(ctx, p, []string{lease, st}, tok, t.Lease.Group, "0-0", 100),
-					dropStaleScript.EvalSha(ctx, p, []string{lease, st}, tok, t.Lease.Group),
-					readScript.EvalSha(ctx, p, []string{lease, st}, tok, t.Lease.Group, count, ">"))
-				// A guess at the bodies: the stream's first entries, which
-				// they are once trimmed, or for a new group.
-				bodies[i] = p.XRangeN(ctx, st, "-", "+", int64(count))
-			}
-			return cmds
-		})
-		for i, t := range chunk {
-			out[from+i], errs[from+i] = s.taken(ctx, t.Lease, t.Stream, cmds[3*i:3*i+3], bodies[i])
+	lease, st := s.key(LeaseKey(l.Group, l.Unit)), s.key(stream)
+	tok := l.Token()
+	var bodies *redis.XMessageSliceCmd
+	cmds := s.pipelineScripts(ctx, []*redis.Script{reclaimScript, dropStaleScript, readScript}, func(p redis.Pipeliner) []*redis.Cmd {
+		cmds := []*redis.Cmd{
+			reclaimScript.EvalSha(ctx, p, []string{lease, st}, tok, l.Group, "0-0", 100),
+			dropStaleScript.EvalSha(ctx, p, []string{lease, st}, tok, l.Group),
+			readScript.EvalSha(ctx, p, []string{lease, st}, tok, l.Group, count, ">"),
 		}
-	}
-	return out, errs
-}
-
-// taken reads one take's replies (cmds: the reclaim step, the drop of
-// stale consumers, the read; bodies: the guess at the read's bodies) and
-// finishes it as Take says.
-func (s *Leases) taken(ctx context.Context, l Lease, stream string, cmds []*redis.Cmd, bodies *redis.XMessageSliceCmd) (Taken, error) {
+		// A guess at the bodies: the stream's first entries, which they
+		// are once trimmed, or for a new group.
+		bodies = p.XRangeN(ctx, st, "-", "+", int64(count))
+		return cmds
+	})
 	var t Taken
 	res, err := cmds[0].Slice()
 	if err != nil {

@@ -2,9 +2,7 @@ package redispartition_test
 
 import (
 	"context"
-	"fmt"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -610,67 +608,4 @@ func TestAcksRideFencedAheadOfTheRead(t *testing.T) {
 	require.Equal(t, ids[2:], pending(stream), "the stale owner acked nothing")
 	require.NoError(t, ls.AckAll(ctx, b, []redispartition.Acks{{Stream: stream, IDs: ids[2:]}}))
 	require.Empty(t, pending(stream))
-}
-
-// pipelineCounter counts the pipelines a client sends.
-type pipelineCounter struct{ n atomic.Int64 }
-
-func (*pipelineCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (*pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (c *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
-
-// TakeAll takes many streams in one round trip, each under its own lease
-// and fenced by it as Take alone is: a stale lease's take fails alone and
-// moves nothing, the others read their entries.
-func TestTakeAllTakesEachUnderItsOwnLease(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	url, prefix := testserver.Redis(t)
-	opt, err := redis.ParseURL(url)
-	require.NoError(t, err)
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { _ = rdb.Close() })
-	ls := redispartition.NewLeases(rdb, prefix)
-
-	var of []redispartition.TakeOf
-	ids := map[string][]string{}
-	for i := 0; i < 30; i++ {
-		stream := fmt.Sprintf("order:c-%d", i)
-		ids[stream] = xadd(t, rdb, prefix+stream, 3)
-		l, err := ls.Acquire(ctx, "g", stream, "host-a")
-		require.NoError(t, err)
-		of = append(of, redispartition.TakeOf{Lease: l, Stream: stream})
-	}
-	// c-7's lease passes to b: a's take of it is stale.
-	require.NoError(t, rdb.Del(ctx, prefix+redispartition.LeaseKey("g", "order:c-7")).Err())
-	_, err = ls.Acquire(ctx, "g", "order:c-7", "host-b")
-	require.NoError(t, err)
-
-	// The scripts are loaded once, before the first pipeline.
-	_, err = ls.Take(ctx, of[0].Lease, of[0].Stream, 2)
-	require.NoError(t, err)
-	count := &pipelineCounter{}
-	rdb.AddHook(count)
-	ts, errs := ls.TakeAll(ctx, of[1:], 2)
-	require.Equal(t, int64(1), count.n.Load(), "one round trip for 29 takes")
-	for i, t1 := range ts {
-		stream := of[i+1].Stream
-		if stream == "order:c-7" {
-			require.ErrorIs(t, errs[i], redispartition.ErrLeaseLost)
-			continue
-		}
-		require.NoError(t, errs[i], stream)
-		require.True(t, t1.Complete, stream)
-		require.Equal(t, ids[stream][:2], entryIDs(t1.Entries), stream)
-	}
-	if pend, err := rdb.XPending(ctx, prefix+"order:c-7", "g").Result(); err == nil {
-		require.Zero(t, pend.Count, "the stale take delivered nothing")
-	} else {
-		require.ErrorContains(t, err, "NOGROUP", "the stale take made no group either")
-	}
 }
