@@ -110,48 +110,21 @@ static int placed_field(void *ctx, str_t key, str_t v) {
 // fail_result appends an error result.
 static void fail_result(uint8_t kind, const char *text, uint32_t n) { put_error(&out, kind, text, n); }
 
-// load_doc loads the client's document from the host into d. Returns 0,
-// or the handler error kind, with the message in msg.
-static int load_doc(doc_t *d) {
-    loaded_t l;
-    int status = load_record(PROJECTION, "client_orders", 13, d->key.p, d->key.len, &req, &answer, &l);
-    msg.len = 0;
-    put_cstr(&msg, "load projection client_orders/");
-    put(&msg, d->key.p, d->key.len);
-    put_cstr(&msg, ": ");
-    if (status < 0) {
-        put_cstr(&msg, "bad host answer");
-        return TRANSIENT;
-    }
-    if (status != 0) {
-        put(&msg, l.message.p, l.message.n);
-        return status_kind(status);
-    }
-    d->version = l.version;
-    if (l.found && l.data.n > 0 && !is_null(l.data) && fields(l.data.p, l.data.p + l.data.n, doc_field, d)) {
-        put_cstr(&msg, "decode record: invalid JSON");
-        return PERMANENT;
-    }
-    return 0;
-}
-
+// find_doc is the client's document from the batch's documents, loaded
+// from the host the first time. NULL on a failed load, with its handler
+// error kind in *err and the message in msg.
 static doc_t *find_doc(const buf_t *client, int *err) {
     for (int i = 0; i < ndocs; i++)
         if (docs[i].key.len == client->len && !memcmp(docs[i].key.p, client->p, client->len)) return &docs[i];
-    if (ndocs == capdocs) {
-        int c = capdocs ? 2 * capdocs : 16;
-        docs = realloc(docs, c * sizeof *docs);
-        if (!docs) abort();
-        memset(docs + capdocs, 0, (c - capdocs) * sizeof *docs);
-        capdocs = c;
-    }
+    docs = reserve(docs, ndocs, &capdocs, sizeof *docs);
     doc_t *d = &docs[ndocs];
     d->key.len = 0;
     put(&d->key, client->p, client->len);
     d->client_id.len = 0;
     put(&d->client_id, client->p, client->len);
     d->version = 0, d->orders = 0, d->total = 0, d->order_ids.len = 0;
-    if ((*err = load_doc(d)) != 0) return NULL;
+    if ((*err = load_fields(PROJECTION, "client_orders", d->key.p, d->key.len, &req, &answer, &msg, &d->version, doc_field, d)) != 0)
+        return NULL;
     ndocs++;
     return d;
 }

@@ -72,39 +72,13 @@ static int order_field(void *ctx, str_t key, str_t v) {
 static order_t *find_order(const buf_t *id, int *err) {
     for (int i = 0; i < norders; i++)
         if (orders[i].id.len == id->len && !memcmp(orders[i].id.p, id->p, id->len)) return &orders[i];
-    if (norders == caporders) {
-        int c = caporders ? 2 * caporders : 8;
-        orders = realloc(orders, c * sizeof *orders);
-        if (!orders) abort();
-        memset(orders + caporders, 0, (c - caporders) * sizeof *orders);
-        caporders = c;
-    }
+    orders = reserve(orders, norders, &caporders, sizeof *orders);
     order_t *o = &orders[norders];
     o->id.len = 0;
     put(&o->id, id->p, id->len);
     o->version = 0, o->client_id.len = 0, o->total = 0, o->status.len = 0;
-    loaded_t l;
-    int status = load_record(AGGREGATE, "order", 5, id->p, id->len, &req, &answer, &l);
-    msg.len = 0;
-    put_cstr(&msg, "load aggregate order/");
-    put(&msg, id->p, id->len);
-    put_cstr(&msg, ": ");
-    if (status < 0) {
-        put_cstr(&msg, "bad host answer");
-        *err = TRANSIENT;
+    if ((*err = load_fields(AGGREGATE, "order", id->p, id->len, &req, &answer, &msg, &o->version, order_field, o)) != 0)
         return NULL;
-    }
-    if (status != 0) {
-        put(&msg, l.message.p, l.message.n);
-        *err = status_kind(status);
-        return NULL;
-    }
-    o->version = l.version;
-    if (l.found && l.data.n > 0 && !is_null(l.data) && fields(l.data.p, l.data.p + l.data.n, order_field, o)) {
-        put_cstr(&msg, "decode record: invalid JSON");
-        *err = PERMANENT;
-        return NULL;
-    }
     norders++;
     return o;
 }

@@ -405,6 +405,53 @@ static inline int load_record(uint8_t kind, const char *type, uint32_t type_len,
 // invalid and not_found never succeed on a retry.
 static inline int status_kind(int status) { return (status >= 1 && status <= 3) ? PERMANENT : TRANSIENT; }
 
+// load_fields loads the record kind/type/id (type NUL-terminated) and
+// hands each member of its JSON to fn with ctx (nothing when it is not
+// found), setting *version to what a write of it must expect. It returns
+// 0, or the handler error kind with the failure in msg ("load aggregate
+// order/o-1: ..."). req and answer are its buffers.
+static inline int load_fields(uint8_t kind, const char *type, const void *id, uint32_t id_len, buf_t *req,
+                              buf_t *answer, buf_t *msg, int64_t *version, field_fn fn, void *ctx) {
+    static const char *const kinds[] = {"record", "aggregate", "projection", "process"};
+    loaded_t l;
+    int status = load_record(kind, type, strlen(type), id, id_len, req, answer, &l);
+    msg->len = 0;
+    put_cstr(msg, "load ");
+    put_cstr(msg, kinds[kind <= PROCESS ? kind : 0]);
+    put_u8(msg, ' ');
+    put_cstr(msg, type);
+    put_u8(msg, '/');
+    put(msg, id, id_len);
+    put_cstr(msg, ": ");
+    if (status < 0) {
+        put_cstr(msg, "bad host answer");
+        return TRANSIENT;
+    }
+    if (status != 0) {
+        put(msg, l.message.p, l.message.n);
+        return status_kind(status);
+    }
+    *version = l.version;
+    if (l.found && l.data.n > 0 && !is_null(l.data) && fields(l.data.p, l.data.p + l.data.n, fn, ctx)) {
+        put_cstr(msg, "decode record: invalid JSON");
+        return PERMANENT;
+    }
+    return 0;
+}
+
+// reserve returns p, an array of *cap elements of size bytes of which n
+// are used, with room for one more: grown (doubled, from 16) and the new
+// elements zeroed when it is full.
+static inline void *reserve(void *p, int n, int *cap, size_t size) {
+    if (n < *cap) return p;
+    int c = *cap ? 2 * *cap : 16;
+    p = realloc(p, (size_t)c * size);
+    if (!p) abort();
+    memset((char *)p + (size_t)*cap * size, 0, (size_t)(c - *cap) * size);
+    *cap = c;
+    return p;
+}
+
 // ---- the request ----
 
 // envelope_t is one message of the request; its strings point into the
