@@ -45,22 +45,13 @@ func (m *Memory) Begin() *MemoryTx {
 	return &MemoryTx{m: m, life: memtx.Begin(&m.writeMu), staged: make(map[unitKey]*Row)}
 }
 
-// Claim implements Store.
+// Claim implements Store: ClaimAll of one unit.
 func (m *Memory) Claim(ctx context.Context, group, unit string) (Row, error) {
-	if err := ctx.Err(); err != nil {
+	rows, err := m.ClaimAll(ctx, group, []string{unit})
+	if err != nil {
 		return Row{}, err
 	}
-	if err := validUnit(group, unit); err != nil {
-		return Row{}, err
-	}
-	var out Row
-	err := m.change(func(tx *MemoryTx) {
-		r := tx.row(unitKey{group, unit}, true)
-		r.Generation++
-		r.UpdatedAt = m.clock.Now()
-		out = copyRow(r)
-	})
-	return out, err
+	return rows[0], nil
 }
 
 // ClaimAll implements Store: the claims in one change.

@@ -60,33 +60,23 @@ func scanRow(row pgx.Row) (Row, error) {
 	return r, nil
 }
 
-// Claim implements Store: one INSERT ... ON CONFLICT DO UPDATE.
+// Claim implements Store: ClaimAll of one unit.
 func (p *Postgres) Claim(ctx context.Context, group, unit string) (Row, error) {
-	if err := ctx.Err(); err != nil {
-		return Row{}, err
-	}
-	if err := validUnit(group, unit); err != nil {
-		return Row{}, err
-	}
-	r, err := scanRow(p.db.Pool.QueryRow(ctx, `INSERT INTO consumer_positions (consumer_group, unit, generation, positions, updated_at)
-		VALUES ($1, $2, 1, '{}', $3)
-		ON CONFLICT (consumer_group, unit) DO UPDATE
-		SET generation = consumer_positions.generation + 1, updated_at = EXCLUDED.updated_at
-		RETURNING `+rowColumns, group, unit, p.db.Now()))
+	rows, err := p.ClaimAll(ctx, group, []string{unit})
 	if err != nil {
-		return Row{}, fmt.Errorf("position %s/%s: claim: %w", group, unit, err)
+		return Row{}, err
 	}
-	return r, nil
+	return rows[0], nil
 }
 
 // ClaimAllChunk is how many units one statement of ClaimAll claims at
 // most.
 const ClaimAllChunk = 1000
 
-// ClaimAll implements Store: Claim's INSERT ... ON CONFLICT DO UPDATE for
-// up to ClaimAllChunk units a statement, each statement its own
-// transaction. The rows are inserted in unit order, so that two hosts
-// claiming overlapping sets lock their rows in one order.
+// ClaimAll implements Store: one INSERT ... ON CONFLICT DO UPDATE for up
+// to ClaimAllChunk units, each statement its own transaction. The rows
+// are inserted in unit order, so that two hosts claiming overlapping sets
+// lock their rows in one order.
 func (p *Postgres) ClaimAll(ctx context.Context, group string, units []string) ([]Row, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -96,24 +86,20 @@ func (p *Postgres) ClaimAll(ctx context.Context, group string, units []string) (
 	}
 	byUnit := make(map[string]Row, len(units))
 	for chunk := range slices.Chunk(units, ClaimAllChunk) {
-		rows, err := p.db.Pool.Query(ctx, `INSERT INTO consumer_positions (consumer_group, unit, generation, positions, updated_at)
+		rows, _ := p.db.Pool.Query(ctx, `INSERT INTO consumer_positions (consumer_group, unit, generation, positions, updated_at)
 			SELECT $1, u, 1, '{}', $3 FROM unnest($2::text[]) AS u ORDER BY u
 			ON CONFLICT (consumer_group, unit) DO UPDATE
 			SET generation = consumer_positions.generation + 1, updated_at = EXCLUDED.updated_at
 			RETURNING `+rowColumns, group, chunk, p.db.Now())
+		got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) { return scanRow(r) })
 		if err != nil {
-			return nil, fmt.Errorf("position %s: claim %d units: %w", group, len(chunk), err)
-		}
-		for rows.Next() {
-			r, err := scanRow(rows)
-			if err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("position %s: claim %d units: %w", group, len(chunk), err)
+			if len(chunk) == 1 {
+				return nil, fmt.Errorf("position %s/%s: claim: %w", group, chunk[0], err)
 			}
-			byUnit[r.Unit] = r
-		}
-		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("position %s: claim %d units: %w", group, len(chunk), err)
+		}
+		for _, r := range got {
+			byUnit[r.Unit] = r
 		}
 	}
 	out := make([]Row, len(units))

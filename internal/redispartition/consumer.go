@@ -980,12 +980,14 @@ func (c *Consumer) wonAll(ctx context.Context, s partition.Subscription, leases 
 		}
 	}
 	c.mu.Unlock()
+	// One unit (a new key's wake-up, the usual case) is claimed by its
+	// worker, off the placement's path, as before.
 	var rows []position.Row
 	if len(todo) > 1 {
 		var err error
 		if rows, err = c.opts.Positions.ClaimAll(ctx, s.Group, names); err != nil {
 			c.log.Debug("partition positions claimed one by one: the claim of all failed", "group", s.Group, "units", len(names), "error", err)
-			rows = nil
+			rows = nil // whatever a failed claim returned
 		}
 	}
 	started := 0
