@@ -80,8 +80,8 @@ type Options struct {
 	// more configuration: CompareHosts hosts with that setting, on the
 	// same servers, so that a change is measured on and off in one run.
 	Compare []string
-	// CompareHosts is how many hosts each Compare setting and CompareBins
-	// binary runs on (0: 1).
+	// CompareHosts is how many hosts each Compare setting, CompareBins
+	// binary and ComparePlugins directory runs on (0: 1).
 	CompareHosts int
 	// CompareBins are other protean-host binaries (a build of another
 	// commit), each measured as one more configuration on CompareHosts
@@ -803,13 +803,9 @@ func Table(rows []Row) string {
 		d := func(v func(Row) time.Duration) time.Duration {
 			return ms(time.Duration(f(func(r Row) float64 { return float64(v(r)) })))
 		}
-		lo, hi := ratio(rs[0]), ratio(rs[0])
+		lo, hi, misses := ratio(rs[0]), ratio(rs[0]), 0
 		for _, r := range rs {
-			lo, hi = min(lo, ratio(r)), max(hi, ratio(r))
-		}
-		misses := 0
-		for _, r := range rs {
-			misses += r.Misses
+			lo, hi, misses = min(lo, ratio(r)), max(hi, ratio(r)), misses+r.Misses
 		}
 		fmt.Fprintf(&b, "| %s | %d | %.0f | %.2f× (%.2f–%.2f) | %s / %s | %.0f | %s / %s | %d |\n", name, len(rs),
 			f(func(r Row) float64 { return r.MaxRate }), f(ratio), lo, hi,
