@@ -59,7 +59,8 @@
 // transaction, a notification on [Channel] of the advances it commits
 // ([Advanced]: group, unit, the positions its fences moved it to); a
 // notification is delivered when, and only if, its transaction commits.
-// [Listen] receives them on a connection of its own. The host turns them
+// [Advances] decodes them for a listener (package pglisten; the host's one
+// LISTEN connection is shared by every part that hears). The host turns them
 // on for the partition workers, so that a read of one's own write waiting
 // on a host that does not run the key's unit ends when the unit commits
 // (package readyourwrites, Waiter.HandledElsewhere), without reading the

@@ -1,22 +1,16 @@
 package position
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/proteanhq/protean-host/internal/pglisten"
 )
 
 // Channel is the PostgreSQL notification channel on which a notifying
 // store (Postgres.Notifying) announces every advance it commits: each
 // notification's payload is a JSON array of Advanced. PostgreSQL delivers
 // a notification when, and only when, the transaction that sent it
-// commits, so a listener (Listen) learns of an advance once its effects
+// commits, so a listener (Advances) learns of an advance once its effects
 // are visible to every other session: what another host's wait for a
 // read of one's own write needs instead of polling the row.
 const Channel = "protean_positions"
@@ -81,22 +75,13 @@ func payloads(advances []Advanced) ([]string, error) {
 
 const notifySQL = `SELECT pg_notify($1, $2)`
 
-// Listen receives the advances other sessions commit on a notifying store
-// and calls fn with each notification's, in the order PostgreSQL delivers
-// them (commit order), until ctx ends. It holds one connection of its own
-// (config: the pool's), LISTENs on Channel, and on a lost connection logs
-// and connects again, after a backoff (pglisten.Listen); what was committed
-// while it was away is not delivered (a listener is a hint: a wait that
-// misses one reads the row at its safety poll). listening, if set, is told
-// when it starts hearing (LISTEN done) and when it stops (the connection
-// lost, or ctx ended). It returns ctx's error.
-func Listen(ctx context.Context, config *pgx.ConnConfig, log *slog.Logger, fn func([]Advanced), listening func(bool)) error {
-	return pglisten.Listen(ctx, config, Channel, log, Advances(fn), listening)
-}
-
-// Advances is the handler of Channel's notifications, for a listener that
-// shares its connection (pglisten.Listener): it calls fn with each
-// notification's advances, and refuses a payload that is not advances.
+// Advances is the handler of Channel's notifications for a listener
+// (pglisten.Listener.Subscribe, or pglisten.Listen on a connection of its
+// own): it calls fn with each notification's advances, in the order
+// PostgreSQL delivers them (commit order), and refuses a payload that is
+// not advances. What was committed while the listener was away is not
+// delivered: a listener is a hint, and a wait that misses one reads the
+// row at its safety poll.
 func Advances(fn func([]Advanced)) func(payload string) error {
 	return func(payload string) error {
 		var advances []Advanced

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proteanhq/protean-host/internal/pglisten"
 	"github.com/proteanhq/protean-host/internal/pipeline"
 	"github.com/proteanhq/protean-host/internal/testserver"
 	"github.com/proteanhq/protean-host/internal/testwait"
@@ -26,13 +27,15 @@ func TestNotifyingStoreAnnouncesCommittedAdvances(t *testing.T) {
 	got := make(chan []position.Advanced, 16)
 	lctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
+	l := pglisten.NewListener(pool.Config().ConnConfig, nil, position.Channel)
+	go func() { _ = l.Run(lctx) }()
 	go func() {
-		done <- position.Listen(lctx, pool.Config().ConnConfig, nil, func(a []position.Advanced) { got <- a }, nil)
+		done <- l.Subscribe(lctx, position.Channel, position.Advances(func(a []position.Advanced) { got <- a }), nil)
 	}()
 	defer func() {
 		stop()
-		if err := testwait.Recv(t, "the listener's end", done); !errors.Is(err, context.Canceled) {
-			t.Errorf("Listen returned %v", err)
+		if err := testwait.Recv(t, "the subscription's end", done); !errors.Is(err, context.Canceled) {
+			t.Errorf("Subscribe returned %v", err)
 		}
 	}()
 	fence := func(unit string, pos int64) position.Fence {

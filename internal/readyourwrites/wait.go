@@ -72,7 +72,7 @@ func (w *Waiter) Mark(r Route, gp int64, key string) (fold bool) {
 // HandledElsewhere records that r.Group handled, in another process,
 // every event of key in r.Category at or below gp: the key's unit there
 // committed them, in key order (a committed advance another host announced,
-// position.Listen). A keyed wait for the key up to gp is then done without
+// position.Advances). A keyed wait for the key up to gp is then done without
 // a read, and a keyed wait stopped at such an event wakes; unkeyed waits
 // and the watermark take no notice (the events below gp are not marked one
 // by one).
